@@ -1,0 +1,1 @@
+"""Phalanx: gang and topology-aware admission for Kubernetes batch Jobs."""

@@ -1,0 +1,512 @@
+"""`phalanx dev-cluster`: a real Kubernetes v1.37.2 control plane on 127.0.0.1, no containers.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as plain processes; kwok plays
+the kubelet of every simulated node. Each run lives in its own folder (pki, logs, kubeconfig,
+state.json with the pids), so `down` stops exactly what `up` started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from phalanx import certs
+from phalanx.devcluster.binaries import K8S_VERSION, ensure_binaries
+from phalanx.devcluster.http import ApiError, RestClient
+from phalanx.devcluster.topology import SIMULATED_LABEL, SIMULATED_VALUE, NodeSpec, parse_topology
+
+UPSTREAM_GATES = (
+    "GenericWorkload",
+    "TopologyAwareWorkloadScheduling",
+    "CompositePodGroup",
+    "WorkloadWithJob",
+    "PodGroupPreemptionPolicy",
+)
+UPSTREAM_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
+MODES = ("stock", "upstream")
+DEFAULT_DIR = Path(".dev-cluster")
+STATE_FILE = "state.json"
+# Process start order; `down` stops them in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class ClusterState:
+    dir: str
+    mode: str
+    topology: str
+    bin_dir: str
+    api_port: int
+    token: str
+    pids: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0
+    ready_seconds: float = 0.0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.path / "pki" / "ca.crt"
+
+    @property
+    def kubectl(self) -> Path:
+        return Path(self.bin_dir) / "kubectl"
+
+    def client(self) -> RestClient:
+        return RestClient(self.api_port, self.token, str(self.ca_file))
+
+    def save(self) -> None:
+        (self.path / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _owned(pid: int, directory: Path) -> bool:
+    """Guard against pid reuse: our processes carry the cluster folder in their command line."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return str(directory) in cmdline
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, ApiError):
+            pass
+        time.sleep(interval)
+    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class DevCluster:
+    def __init__(self, directory: Path = DEFAULT_DIR) -> None:
+        self.dir = directory.resolve()
+
+    # ------------------------------------------------------------------ up
+    def up(
+        self,
+        mode: str = "stock",
+        topology: str = "seed",
+        log: Callable[[str], None] = print,
+        ready_timeout: float = 180.0,
+    ) -> ClusterState:
+        if mode not in MODES:
+            raise ClusterError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+        nodes = parse_topology(topology)
+        existing = ClusterState.load(self.dir)
+        if existing and any(pid_alive(p) and _owned(p, self.dir) for p in existing.pids.values()):
+            raise ClusterError(f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first")
+        bins = ensure_binaries()
+        started = time.monotonic()
+        self._reset_dir()
+        state = ClusterState(
+            dir=str(self.dir),
+            mode=mode,
+            topology=topology,
+            bin_dir=str(bins),
+            api_port=free_port(),
+            token=secrets.token_hex(24),
+            started_at=time.time(),
+        )
+        state.ports = {
+            "etcd": free_port(),
+            "etcd-peer": free_port(),
+            "kube-apiserver": state.api_port,
+            "kube-controller-manager": free_port(),
+            "kube-scheduler": free_port(),
+            "kwok": free_port(),
+        }
+        self._write_files(state)
+        state.save()
+        try:
+            self._start_control_plane(state, log, ready_timeout)
+            self._create_nodes(state, nodes, log)
+            self._wait_nodes_ready(state, [n.name for n in nodes], ready_timeout)
+        except BaseException:
+            log(f"dev cluster failed to start; logs are in {self.dir / 'logs'}")
+            self.down(log=lambda _m: None)
+            raise
+        state.ready_seconds = round(time.monotonic() - started, 2)
+        state.save()
+        log(
+            f"dev cluster ({mode}, Kubernetes {K8S_VERSION}, {len(nodes)} nodes) ready "
+            f"in {state.ready_seconds:.1f} s"
+        )
+        log(f"  export KUBECONFIG={state.kubeconfig}")
+        log(f"  kubectl: {state.kubectl}")
+        log(f"  stop it: phalanx dev-cluster down --dir {self.dir}")
+        return state
+
+    def _reset_dir(self) -> None:
+        if self.dir.exists():
+            # Only ever remove what an earlier run of ours created.
+            for name in ("etcd", "pki", "logs"):
+                target = self.dir / name
+                if target.exists():
+                    subprocess.run(["rm", "-rf", str(target)], check=True)
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.dir / "pki").mkdir(parents=True, exist_ok=True)
+
+    def _write_files(self, state: ClusterState) -> None:
+        pki = self.dir / "pki"
+        ca = certs.make_ca("phalanx-dev-cluster-ca")
+        ca.write(pki / "ca.crt", pki / "ca.key")
+        serving = certs.issue(
+            ca,
+            "kube-apiserver",
+            [
+                "127.0.0.1",
+                "localhost",
+                "10.0.0.1",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+        )
+        serving.write(pki / "apiserver.crt", pki / "apiserver.key")
+        (pki / "sa.key").write_bytes(certs.private_key_pem())
+        (pki / "sa.key").chmod(0o600)
+        (self.dir / "tokens.csv").write_text(f'{state.token},admin,admin-uid,"system:masters"\n')
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "phalanx-dev",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{state.api_port}",
+                        "certificate-authority": str(pki / "ca.crt"),
+                    },
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": state.token}}],
+            "contexts": [{"name": "phalanx-dev", "context": {"cluster": "phalanx-dev", "user": "admin"}}],
+            "current-context": "phalanx-dev",
+        }
+        # JSON is valid YAML, and every client reads it.
+        state.kubeconfig.write_text(json.dumps(kubeconfig, indent=2))
+        state.kubeconfig.chmod(0o600)
+        scheduler_config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(state.kubeconfig), "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler"}],
+        }
+        (self.dir / "scheduler.yaml").write_text(json.dumps(scheduler_config, indent=2))
+        stages = resources.files("phalanx.devcluster").joinpath("kwok/stages.yaml").read_text()
+        (self.dir / "kwok-stages.yaml").write_text(stages)
+
+    def _gates(self, state: ClusterState) -> list[str]:
+        if state.mode != "upstream":
+            return []
+        return ["--feature-gates=" + ",".join(f"{g}=true" for g in UPSTREAM_GATES)]
+
+    def _spawn(self, state: ClusterState, name: str, args: list[str]) -> None:
+        log_path = self.dir / "logs" / f"{name}.log"
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                [str(Path(state.bin_dir) / name.split(":")[0]), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.dir,
+                start_new_session=True,  # survives `phalanx dev-cluster up` returning
+            )
+        state.pids[name] = proc.pid
+        state.save()
+
+    def _start_control_plane(self, state: ClusterState, log: Callable[[str], None], timeout: float) -> None:
+        d, p = self.dir, state.ports
+        self._spawn(
+            state,
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{p['etcd']}",
+                f"--advertise-client-urls=http://127.0.0.1:{p['etcd']}",
+                f"--listen-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+                f"--initial-cluster=default=http://127.0.0.1:{p['etcd-peer']}",
+                "--unsafe-no-fsync=true",
+                "--auto-compaction-retention=1",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+        _wait("etcd /health", lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'), 30)
+        pki = d / "pki"
+        apiserver_args = [
+            f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p['kube-apiserver']}",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.key'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--token-auth-file={d / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--max-requests-inflight=800",
+            "--max-mutating-requests-inflight=400",
+            *self._gates(state),
+        ]
+        if state.mode == "upstream":
+            apiserver_args.append(f"--runtime-config={UPSTREAM_RUNTIME_CONFIG}")
+        self._spawn(state, "kube-apiserver", apiserver_args)
+        client = state.client()
+        _wait("kube-apiserver /readyz", lambda: client.get("/readyz") == "ok", timeout)
+        self._spawn(
+            state,
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={state.kubeconfig}",
+                f"--authentication-kubeconfig={state.kubeconfig}",
+                f"--authorization-kubeconfig={state.kubeconfig}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p['kube-controller-manager']}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                # Faster than the 5 s default so new nodes lose their not-ready taint quickly.
+                "--node-monitor-period=2s",
+                *self._gates(state),
+            ],
+        )
+        self._spawn(
+            state,
+            "kube-scheduler",
+            [
+                f"--config={d / 'scheduler.yaml'}",
+                f"--authentication-kubeconfig={state.kubeconfig}",
+                f"--authorization-kubeconfig={state.kubeconfig}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={p['kube-scheduler']}",
+                *self._gates(state),
+            ],
+        )
+        self._spawn(
+            state,
+            "kwok",
+            [
+                f"--kubeconfig={state.kubeconfig}",
+                f"--config={d / 'kwok-stages.yaml'}",
+                f"--manage-nodes-with-label-selector={SIMULATED_LABEL}={SIMULATED_VALUE}",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{p['kwok']}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.255.0.1",
+            ],
+        )
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            url = f"https://127.0.0.1:{p[name]}/healthz"
+            _wait(f"{name} /healthz", lambda url=url: _http_ok(url, b"ok", insecure=True), timeout)  # type: ignore[misc]
+        log(f"control plane up ({', '.join(COMPONENTS)})")
+
+    def _create_nodes(self, state: ClusterState, nodes: list[NodeSpec], log: Callable[[str], None]) -> None:
+        client = state.client()
+
+        def create(node: NodeSpec) -> None:
+            body = node.manifest()
+            try:
+                created = client.request("POST", "/api/v1/nodes", body)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                created = client.get(f"/api/v1/nodes/{node.name}")
+            # Node create may drop status; set capacity through the status subresource.
+            if not created.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu") and "nvidia.com/gpu" in (
+                node.capacity
+            ):
+                client.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node.name}/status",
+                    {"status": body["status"]},
+                    "application/merge-patch+json",
+                )
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(create, nodes))
+        log(f"created {len(nodes)} nodes")
+
+    def _wait_nodes_ready(self, state: ClusterState, names: list[str], timeout: float) -> None:
+        client = state.client()
+        wanted = set(names)
+
+        def all_ready() -> bool:
+            items = client.get("/api/v1/nodes")["items"]
+            ready = {n["metadata"]["name"] for n in items if node_schedulable(n)}
+            return wanted <= ready
+
+        _wait(f"{len(names)} nodes Ready and schedulable", all_ready, timeout, interval=0.5)
+
+    # ------------------------------------------------------------------ down / status
+    def down(self, log: Callable[[str], None] = print, timeout: float = 15.0) -> list[str]:
+        state = ClusterState.load(self.dir)
+        if state is None:
+            log(f"no dev cluster state in {self.dir}")
+            return []
+        stopped = []
+        for name in reversed(list(state.pids)):
+            pid = state.pids[name]
+            if pid_alive(pid) and _owned(pid, self.dir):
+                _signal_group(pid, signal.SIGTERM)
+                stopped.append(name)
+        deadline = time.monotonic() + timeout
+        for name in stopped:
+            pid = state.pids[name]
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if pid_alive(pid):
+                _signal_group(pid, signal.SIGKILL)
+        for name in stopped:
+            pid = state.pids[name]
+            _wait(f"{name} (pid {pid}) to exit", lambda pid=pid: not pid_alive(pid), 5)  # type: ignore[misc]
+        state.pids = {}
+        state.save()
+        log(f"stopped {', '.join(stopped) if stopped else 'nothing (no process was running)'}")
+        return stopped
+
+    def status(self) -> dict[str, Any]:
+        state = ClusterState.load(self.dir)
+        if state is None:
+            return {"dir": str(self.dir), "running": {}, "state": "absent"}
+        running = {
+            name: pid for name, pid in state.pids.items() if pid_alive(pid) and _owned(pid, self.dir)
+        }
+        info: dict[str, Any] = {
+            "dir": str(self.dir),
+            "mode": state.mode,
+            "topology": state.topology,
+            "kubeconfig": str(state.kubeconfig),
+            "running": running,
+            "stopped": sorted(set(state.pids) - set(running)),
+            "state": "running" if running else "stopped",
+        }
+        if "kube-apiserver" in running:
+            try:
+                nodes = state.client().get("/api/v1/nodes")["items"]
+                info["nodes"] = len(nodes)
+                info["nodes_ready"] = sum(1 for n in nodes if node_schedulable(n))
+            except (OSError, ApiError) as e:
+                info["api_error"] = str(e)
+        return info
+
+
+def node_schedulable(node: dict[str, Any]) -> bool:
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
+    )
+    blocked = node.get("spec", {}).get("unschedulable") or any(
+        t.get("effect") in ("NoSchedule", "NoExecute") for t in node.get("spec", {}).get("taints", []) or []
+    )
+    return ready and not blocked
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, sig)
+
+
+def _http_ok(url: str, expect: bytes, insecure: bool = False) -> bool:
+    import ssl
+    import urllib.request
+
+    context = ssl._create_unverified_context() if insecure else None  # local health endpoints only
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        body: bytes = response.read()
+        return response.status == 200 and expect in body
+
+
+def load_state(directory: Path = DEFAULT_DIR) -> ClusterState:
+    state = ClusterState.load(directory.resolve())
+    if state is None:
+        raise ClusterError(f"no dev cluster in {directory}; start one with `phalanx dev-cluster up`")
+    return state
+
+
+def kubectl(state: ClusterState, *args: str, input_text: str | None = None) -> str:
+    result = subprocess.run(
+        [str(state.kubectl), f"--kubeconfig={state.kubeconfig}", *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def names_of(nodes: Iterable[NodeSpec]) -> list[str]:
+    return [n.name for n in nodes]
