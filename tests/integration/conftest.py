@@ -1,0 +1,50 @@
+"""Integration fixtures: real control planes (stock and upstream mode), brought up once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from phalanx.devcluster.cluster import ClusterState, DevCluster
+
+from .kube import Namespace, delete_namespace, new_namespace
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+def _cluster(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[ClusterState]:
+    # PHALANX_KEEP_CLUSTER=1 leaves the cluster up after the session, for debugging.
+    directory = Path(tmp_path_factory.mktemp(f"cluster-{mode}"))
+    cluster = DevCluster(directory)
+    state = cluster.up(mode=mode, topology="seed", log=lambda m: print(f"[dev-cluster {mode}] {m}"))
+    try:
+        yield state
+    finally:
+        if not os.environ.get("PHALANX_KEEP_CLUSTER"):
+            cluster.down(log=lambda m: print(f"[dev-cluster {mode}] {m}"))
+
+
+@pytest.fixture(scope="session")
+def stock_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    yield from _cluster(tmp_path_factory, "stock")
+
+
+@pytest.fixture(scope="session")
+def upstream_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    yield from _cluster(tmp_path_factory, "upstream")
+
+
+@pytest.fixture
+def upstream_ns(upstream_cluster: ClusterState, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    ns = new_namespace(upstream_cluster, request.node.name)
+    yield ns
+    delete_namespace(ns)

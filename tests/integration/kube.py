@@ -1,0 +1,162 @@
+"""Test-side helpers around the real API: namespaces, Jobs, polling, the `where` table."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.http import ApiError, RestClient
+from phalanx.devcluster.tools import fill, where
+
+T = TypeVar("T")
+
+GPU_KEY = "nvidia.com/gpu"
+NB_KEY = "oci.oraclecloud.com/rdma.network_block_id"
+LB_KEY = "oci.oraclecloud.com/rdma.local_block_id"
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
+    """Poll until probe returns something truthy; fail with `what` and the last value otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
+
+
+def hold(what: str, probe: Callable[[], bool], seconds: float, interval: float = 0.5) -> None:
+    """Assert that probe stays true for `seconds` (a thing that must NOT happen, watched for a while)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert probe(), f"{what} stopped holding"
+        time.sleep(interval)
+
+
+class Namespace:
+    def __init__(self, cluster: ClusterState, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.api: RestClient = cluster.client()
+
+    # -- objects
+    def create(self, obj: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+        api_version = obj["apiVersion"]
+        plural = obj["kind"].lower() + "s"
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        result: dict[str, Any] = self.api.request("POST", path or f"{base}/namespaces/{self.name}/{plural}", obj)
+        return result
+
+    def get(self, path: str) -> Any:
+        return self.api.get(path.replace("{ns}", self.name))
+
+    def pods(self, selector: str | None = None) -> list[dict[str, Any]]:
+        query = f"?labelSelector={selector}" if selector else ""
+        items: list[dict[str, Any]] = self.api.get(f"/api/v1/namespaces/{self.name}/pods{query}")["items"]
+        return items
+
+    def job_pods(self, job: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods(f"job-name={job}") if not p["metadata"].get("deletionTimestamp")]
+
+    def delete_pod(self, name: str) -> None:
+        self.api.request("DELETE", f"/api/v1/namespaces/{self.name}/pods/{name}")
+
+    def patch_job(self, name: str, patch: dict[str, Any]) -> None:
+        self.api.request(
+            "PATCH", f"/apis/batch/v1/namespaces/{self.name}/jobs/{name}", patch, "application/merge-patch+json"
+        )
+
+    def events(self, field_selector: str = "") -> list[dict[str, Any]]:
+        query = f"?fieldSelector={field_selector}" if field_selector else ""
+        items: list[dict[str, Any]] = self.api.get(f"/api/v1/namespaces/{self.name}/events{query}")["items"]
+        return items
+
+    # -- the article's scripts
+    def fill(self, *nodes: str) -> None:
+        fill(self.api, self.name, nodes)
+        wait_for(
+            f"fillers on {nodes} running",
+            lambda: all(p["status"].get("phase") == "Running" for p in self.pods("app=filler"))
+            and len(self.pods("app=filler")) >= len(nodes),
+            timeout=30,
+        )
+
+    def unfill(self, node: str) -> None:
+        self.delete_pod(f"filler-{node}")
+
+    def where(self, selector: str | None = None) -> str:
+        return where(self.api, self.name, selector)
+
+
+def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+def node_labels(api: RestClient) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in api.get("/api/v1/nodes")["items"]}
+
+
+def domains_of(api: RestClient, pods: list[dict[str, Any]], key: str) -> set[str]:
+    labels = node_labels(api)
+    return {labels[p["spec"]["nodeName"]].get(key, "-") for p in bound(pods)}
+
+
+def new_namespace(cluster: ClusterState, prefix: str) -> Namespace:
+    name = f"{prefix[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    cluster.client().request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": name}})
+    return Namespace(cluster, name)
+
+
+def delete_namespace(ns: Namespace, timeout: float = 90.0) -> None:
+    """Delete and wait until its pods are gone, so the next test starts on free nodes."""
+    try:
+        ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}")
+    except ApiError as e:
+        if e.status != 404:
+            raise
+    wait_for(f"pods of namespace {ns.name} gone", lambda: not ns.pods() or None, timeout=timeout)
+
+
+def gpu_job(
+    name: str,
+    count: int,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    scheduling: dict[str, Any] | None = None,
+    priority_class: str | None = None,
+    pod_annotations: dict[str, str] | None = None,
+    suspend: bool = False,
+) -> dict[str, Any]:
+    """The article's Job: Indexed, `count` pods, each taking a whole 8-GPU node."""
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {"name": "worker", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU_KEY: "8"}}}
+        ],
+    }
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": count,
+        "parallelism": count,
+        "backoffLimit": 6,
+        "template": {"metadata": {"annotations": dict(pod_annotations or {})}, "spec": pod_spec},
+    }
+    if scheduling:
+        spec["scheduling"] = scheduling
+    if suspend:
+        spec["suspend"] = True
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
