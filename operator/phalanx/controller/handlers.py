@@ -1,0 +1,143 @@
+"""Thin Kopf handlers: the Job admission webhook, and watches that feed the cache.
+
+No handler here writes to the objects it watches (no finalizers, no Kopf annotations on Jobs or
+Pods: only `on.event` and admission handlers are used); decisions belong to the scheduling loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from phalanx.api import keys as names
+from phalanx.api.group import GROUP, VERSION
+from phalanx.api.job_policy import JobPolicyError, parse_job_policy
+from phalanx.controller.runtime import Runtime
+from phalanx.controller.runtime import login as runtime_login
+
+log = logging.getLogger("phalanx.handlers")
+WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>
+VALIDATE_ID = "validate-job"
+runtime = Runtime()
+
+
+# ---------------------------------------------------------------------- admission
+@kopf.on.mutate(
+    "batch",
+    "v1",
+    "jobs",
+    id=WEBHOOK_ID,
+    operations=["CREATE"],
+    labels={names.MANAGED_LABEL: "true"},
+    persistent=True,  # keep the configuration when the operator stops: no labelled Job slips through ungated
+    ignore_failures=False,  # failurePolicy: Fail
+    side_effects=False,
+)
+def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
+    try:
+        policy = parse_job_policy(body)
+    except JobPolicyError as e:
+        raise kopf.AdmissionError(str(e), code=422) from e
+    template = body.get("spec", {}).get("template", {}) or {}
+    pod_spec = template.get("spec", {}) or {}
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels[names.MANAGED_LABEL] = "true"
+    template_patch: dict[str, Any] = {"metadata": {"labels": labels}}
+    if policy.is_gang:
+        gates = list(pod_spec.get("schedulingGates") or [])
+        if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
+            gates.append({"name": names.ADMISSION_GATE})
+        template_patch["spec"] = {"schedulingGates": gates}
+    patch.spec["template"] = template_patch
+
+
+@kopf.on.validate(
+    "batch",
+    "v1",
+    "jobs",
+    id=VALIDATE_ID,
+    operations=["UPDATE"],
+    labels={names.MANAGED_LABEL: "true"},
+    persistent=True,
+    ignore_failures=False,
+    side_effects=False,
+)
+def validate_job_update(body: kopf.Body, **_: Any) -> None:
+    """Annotations edited later get the same checks as at creation."""
+    try:
+        parse_job_policy(body)
+    except JobPolicyError as e:
+        raise kopf.AdmissionError(str(e), code=422) from e
+
+
+# ---------------------------------------------------------------------- watches → cache
+@kopf.on.event("", "v1", "nodes")
+async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_node(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_node(body)
+
+
+@kopf.on.event("", "v1", "pods")
+async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_pod(meta["namespace"], meta["name"], meta.get("uid", ""))
+    else:
+        runtime.cache.upsert_pod(body)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={names.MANAGED_LABEL: "true"})
+async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_job(body["metadata"]["uid"])
+    else:
+        runtime.cache.upsert_job(body)
+
+
+@kopf.on.event(GROUP, VERSION, "podgroups")
+async def pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_group("PodGroup", meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_group(body)
+
+
+@kopf.on.event(GROUP, VERSION, "workloads")
+async def workload_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_group("Workload", meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_group(body)
+
+
+# ---------------------------------------------------------------------- lifecycle
+@kopf.on.login()
+async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return await runtime_login(runtime.options, **kwargs)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    await runtime.start(settings)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    await runtime.stop()
+
+
+@kopf.on.probe(id="scheduler")
+def scheduler_probe(**_: Any) -> dict[str, Any]:
+    return {"passes": runtime.scheduler.passes if runtime.scheduler else 0}

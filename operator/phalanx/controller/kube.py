@@ -1,0 +1,164 @@
+"""The operator's writes to the API: idempotent, retried on transient failures (tenacity)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from phalanx.api import keys as names
+from phalanx.api.group import GROUP, VERSION
+
+log = logging.getLogger("phalanx.kube")
+T = TypeVar("T")
+
+RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+COMPONENT = "phalanx"
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, ApiException):
+        return error.status in RETRIABLE_STATUS
+    return isinstance(error, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_transient),
+        wait=wait_exponential_jitter(initial=0.1, max=3.0),
+        stop=stop_after_attempt(attempts),
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.scheduling = client.SchedulingV1Api(api)
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
+        return result
+
+    # -- Workloads and PodGroups
+    async def create_object(self, plural: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create, or return the existing object of that name (idempotent)."""
+        namespace = body["metadata"]["namespace"]
+        name = body["metadata"]["name"]
+        try:
+            created: dict[str, Any] = await retrying(
+                lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, dict(body))
+            )
+            return created
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        existing: dict[str, Any] = await retrying(
+            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        )
+        return existing
+
+    async def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        patched: dict[str, Any] = await retrying(
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
+            )
+        )
+        return patched
+
+    # -- pods
+    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
+        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
+        patch = {
+            "metadata": {"labels": {names.POD_GROUP_LABEL: group}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
+            },
+        }
+        try:
+            pod = await retrying(
+                lambda: self.core.patch_namespaced_pod(name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH)
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self._dict(pod)
+
+    async def label_pod(self, namespace: str, name: str, group: str) -> None:
+        try:
+            await retrying(
+                lambda: self.core.patch_namespaced_pod(
+                    name, namespace, {"metadata": {"labels": {names.POD_GROUP_LABEL: group}}},
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                )
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # -- lookups
+    async def priority_of(self, class_name: str | None) -> int | None:
+        if not class_name:
+            return None
+        try:
+            pc = await retrying(lambda: self.scheduling.read_priority_class(class_name))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        value: int = pc.value
+        return value
+
+    # -- events
+    async def event(
+        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str
+    ) -> None:
+        """Post a core/v1 Event; losing one is not worth failing a scheduling pass for."""
+        meta = involved.get("metadata", {})
+        now = now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta.get('name')}.{uuid.uuid4().hex[:12]}", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await retrying(lambda: self.core.create_namespaced_event(meta.get("namespace"), body), attempts=3)
+        except (ApiException, aiohttp.ClientError, asyncio.TimeoutError) as e:
+            log.warning("could not post event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), e)

@@ -1,0 +1,175 @@
+"""The operator's process-wide pieces: API client, cache, scheduling loop, webhook server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client, config
+
+from phalanx import certs
+from phalanx.api.crdgen import crd_documents
+from phalanx.api.group import GROUP, VERSION
+from phalanx.controller.cache import ClusterCache
+from phalanx.controller.kube import Kube, retrying
+from phalanx.controller.scheduler import Scheduler
+
+log = logging.getLogger("phalanx.runtime")
+MANAGED_WEBHOOK_CONFIG = "phalanx.dev"
+
+
+@dataclass
+class Options:
+    webhook_host: str = "127.0.0.1"
+    webhook_port: int = 9443
+    install_crds: bool = True
+    kubeconfig: str | None = None
+
+
+async def load_client_config(kubeconfig: str | None) -> None:
+    """The given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube/config.
+
+    Done here because Kopf runs startup handlers before its own login."""
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig)
+        return
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+async def login(options: Options, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins)."""
+    if not options.kubeconfig:
+        result: kopf.ConnectionInfo | None = await kopf.login_via_async_client(**kwargs)
+        return result
+    await load_client_config(options.kubeconfig)
+    cfg = client.Configuration.get_default_copy()
+    header = await cfg.get_api_key_with_prefix("BearerToken")
+    scheme, _, token = (header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.options = Options()
+        self.cache = ClusterCache()
+        self.api: client.ApiClient | None = None
+        self.scheduler: Scheduler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._certdir: tempfile.TemporaryDirectory[str] | None = None
+
+    def configure(self, options: Options) -> None:
+        self.options = options
+
+    async def start(self, settings: kopf.OperatorSettings) -> None:
+        await load_client_config(self.options.kubeconfig)
+        self.api = client.ApiClient()
+        kube = Kube(self.api)
+        self._configure_kopf(settings)
+        if self.options.install_crds:
+            await install_crds(self.api)
+        await self._prime_cache()
+        self.scheduler = Scheduler(self.cache, kube)
+        self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
+        log.info("scheduling loop started with %d nodes, %d pods, %d managed jobs",
+                 len(self.cache.nodes), len(self.cache.pods), len(self.cache.jobs))
+
+    def _configure_kopf(self, settings: kopf.OperatorSettings) -> None:
+        self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
+        folder = Path(self._certdir.name)
+        ca = certs.make_ca("phalanx-webhook-ca")
+        leaf = certs.issue(ca, "phalanx-webhook", [self.options.webhook_host, "localhost"])
+        ca.write(folder / "ca.crt", folder / "ca.key")
+        leaf.write(folder / "tls.crt", folder / "tls.key")
+        settings.admission.server = kopf.WebhookServer(
+            addr=self.options.webhook_host,
+            port=self.options.webhook_port,
+            host=self.options.webhook_host,
+            certfile=str(folder / "tls.crt"),
+            pkeyfile=str(folder / "tls.key"),
+            cafile=str(folder / "ca.crt"),
+        )
+        settings.admission.managed = MANAGED_WEBHOOK_CONFIG
+        settings.posting.level = logging.WARNING
+        settings.watching.connect_timeout = 10
+        settings.networking.request_timeout = 30
+
+    async def _prime_cache(self) -> None:
+        """One consistent LIST of everything before the first pass, so no pass decides on an empty view."""
+        assert self.api is not None
+        core = client.CoreV1Api(self.api)
+        batch = client.BatchV1Api(self.api)
+        custom = client.CustomObjectsApi(self.api)
+        nodes, pods, jobs = await asyncio.gather(
+            retrying(lambda: core.list_node(_preload_content=False)),
+            retrying(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
+            retrying(lambda: batch.list_job_for_all_namespaces(
+                label_selector="phalanx.dev/managed=true", _preload_content=False)),
+        )
+        for item in (await nodes.json())["items"]:
+            self.cache.upsert_node(item)
+        for item in (await pods.json())["items"]:
+            self.cache.upsert_pod(item)
+        for item in (await jobs.json())["items"]:
+            item.setdefault("apiVersion", "batch/v1")
+            item.setdefault("kind", "Job")
+            self.cache.upsert_job(item)
+        for plural, kind in (("workloads", "Workload"), ("podgroups", "PodGroup")):
+            listing: dict[str, Any] = await retrying(
+                lambda plural=plural: custom.list_cluster_custom_object(GROUP, VERSION, plural)  # type: ignore[misc]
+            )
+            for item in listing["items"]:
+                item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
+                item.setdefault("kind", kind)
+                self.cache.upsert_group(item)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.api is not None:
+            await self.api.close()
+        if self._certdir is not None:
+            self._certdir.cleanup()
+
+
+async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
+    """Server-side apply the generated CRDs and wait until the apiserver serves them."""
+    ext = client.ApiextensionsV1Api(api)
+    for crd in crd_documents():
+        name = crd["metadata"]["name"]
+        await retrying(
+            lambda crd=crd, name=name: ext.patch_custom_resource_definition(  # type: ignore[misc]
+                name, crd, field_manager="phalanx", force=True, _content_type="application/apply-patch+yaml"
+            )
+        )
+    deadline = asyncio.get_running_loop().time() + timeout
+    for crd in crd_documents():
+        name = crd["metadata"]["name"]
+        while True:
+            current = await ext.read_custom_resource_definition(name, _preload_content=False)
+            conditions = (await current.json()).get("status", {}).get("conditions") or []
+            if any(x["type"] == "Established" and x["status"] == "True" for x in conditions):
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"CRD {name} not established after {timeout:.0f} s")
+            await asyncio.sleep(0.2)
