@@ -11,6 +11,7 @@ import pytest
 from phalanx.devcluster.cluster import ClusterState, DevCluster
 
 from .kube import Namespace, delete_namespace, new_namespace
+from .operator_process import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +49,25 @@ def upstream_ns(upstream_cluster: ClusterState, request: pytest.FixtureRequest) 
     ns = new_namespace(upstream_cluster, request.node.name)
     yield ns
     delete_namespace(ns)
+
+
+@pytest.fixture(scope="session")
+def phalanx(stock_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The Phalanx operator, running against the stock cluster for the whole session."""
+    operator = OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator")))
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+
+
+@pytest.fixture
+def ns(stock_cluster: ClusterState, phalanx: OperatorProcess, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A fresh namespace on the stock cluster, with the operator running (restarted if a test stopped it)."""
+    if phalanx.proc is None or phalanx.proc.poll() is not None:
+        phalanx.start()
+    namespace = new_namespace(stock_cluster, request.node.name)
+    yield namespace
+    delete_namespace(namespace)

@@ -16,6 +16,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
+from phalanx.api.naming import pod_group_label_value
 
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
@@ -89,7 +90,7 @@ class Kube:
     async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
         """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
         patch = {
-            "metadata": {"labels": {names.POD_GROUP_LABEL: group}},
+            "metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": node},
                 "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
@@ -109,7 +110,7 @@ class Kube:
         try:
             await retrying(
                 lambda: self.core.patch_namespaced_pod(
-                    name, namespace, {"metadata": {"labels": {names.POD_GROUP_LABEL: group}}},
+                    name, namespace, {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}},
                     _content_type=STRATEGIC_MERGE_PATCH,
                 )
             )

@@ -11,22 +11,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import conditions as c
-
-# Phases shown in `kubectl get podgroups` (STATUS column).
-PENDING = "Pending"
-WAITING_FOR_PODS = "WaitingForPods"
-UNSCHEDULABLE = "Unschedulable"
-ADMITTED = "Admitted"
-RUNNING = "Running"
-SUSPENDED = "Suspended"
-FINISHED = "Finished"
+from phalanx.api.status import (
+    ADMITTED,
+    BASIC,
+    FINISHED,
+    GANG,
+    PENDING,
+    RUNNING,
+    SUSPENDED,
+    UNSCHEDULABLE,
+    WAITING_FOR_PODS,
+)
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What the latest scheduling pass concluded for the group (reason + message), or nothing new."""
 
-    reason: str  # c.REASON_ADMITTED | c.REASON_UNSCHEDULABLE | c.REASON_WAITING_FOR_PODS | SUSPENDED | FINISHED
+    reason: str  # one of the c.REASON_* of the Admitted condition
     message: str
 
 
@@ -63,7 +65,7 @@ def find(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any
 def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Mapping[str, Any] | None) -> Outcome:
     """The Admitted condition's reason and message now."""
     if facts.finished:
-        return Outcome(FINISHED, "the Job finished")
+        return Outcome(c.REASON_FINISHED, "the Job finished")
     if facts.suspended:
         return Outcome(c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes")
     placed = facts.scheduled + facts.released
@@ -132,7 +134,7 @@ def desired_status(
     return {
         "conditions": new_conditions,
         "phase": phase_of(facts, present),
-        "policy": "Gang" if facts.gang else "Basic",
+        "policy": GANG if facts.gang else BASIC,
         "domain": facts.domain,
         "scheduled": facts.scheduled,
         "waiting": facts.waiting,

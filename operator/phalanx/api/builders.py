@@ -1,0 +1,143 @@
+"""The Workload and PodGroup Phalanx creates for a Job, as dicts ready to POST.
+
+Pure functions: the controller owns the API calls. The objects go through the models on the way
+out, so a builder can never produce something the CRDs would reject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.job_policy import MODE_ALL, JobPolicy
+from phalanx.api.keys import JOB_NAME_LABEL, JOB_UID_LABEL, MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE
+from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
+from phalanx.api.podgroup import PodGroup, PodGroupSpec
+from phalanx.api.scheduling import (
+    PREEMPT_LOWER_PRIORITY,
+    ControllerRef,
+    DisruptionMode,
+    PreemptionPolicy,
+    SchedulingConstraints,
+    SchedulingPolicy,
+    TopologyConstraint,
+    WorkloadRef,
+)
+from phalanx.api.workload import PodGroupTemplate, Workload, WorkloadSpec
+
+JOB_API_VERSION = "batch/v1"
+JOB_API_GROUP = "batch"
+JOB_KIND = "Job"
+
+
+def scheduling_policy(policy: JobPolicy) -> SchedulingPolicy:
+    """The PodGroup schedulingPolicy a JobPolicy stands for."""
+    if policy.min_count is None:
+        return SchedulingPolicy.of_basic()
+    return SchedulingPolicy.of_gang(policy.min_count)
+
+
+def scheduling_constraints(policy: JobPolicy) -> SchedulingConstraints | None:
+    """The PodGroup schedulingConstraints a JobPolicy stands for, if any."""
+    if policy.topology_key is None:
+        return None
+    return SchedulingConstraints(topology=[TopologyConstraint(key=policy.topology_key)])
+
+
+def disruption_mode(policy: JobPolicy) -> DisruptionMode:
+    """The PodGroup disruptionMode a JobPolicy stands for."""
+    return DisruptionMode.of_all() if policy.disruption_mode == MODE_ALL else DisruptionMode.of_single()
+
+
+def build_workload(
+    job: Mapping[str, Any],
+    policy: JobPolicy,
+    priority: int | None,
+    preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+) -> dict[str, Any]:
+    """The Workload of a Job: one PodGroupTemplate, owned and garbage-collected with the Job."""
+    name, uid = _job_identity(job)
+    template = PodGroupTemplate(
+        name=pod_group_template_name(name),
+        scheduling_policy=scheduling_policy(policy),
+        scheduling_constraints=scheduling_constraints(policy),
+        disruption_mode=disruption_mode(policy),
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption_policy,
+    )
+    workload = Workload(
+        metadata=_metadata(job, workload_name(name, uid)),
+        spec=WorkloadSpec(
+            controller_ref=ControllerRef(api_group=JOB_API_GROUP, kind=JOB_KIND, name=name),
+            pod_group_templates=[template],
+        ),
+    )
+    return workload.to_api()
+
+
+def build_pod_group(
+    job: Mapping[str, Any],
+    workload_name: str,
+    policy: JobPolicy,
+    priority: int | None,
+    workload_uid: str | None = None,
+    preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+) -> dict[str, Any]:
+    """The PodGroup of a Job, made from its Workload's template.
+
+    It is controlled by the Job. Given the Workload's uid (known only once the Workload exists)
+    it is also owned by the Workload, as upstream; that reference does not block deletion.
+    """
+    name, _ = _job_identity(job)
+    template = pod_group_template_name(name)
+    metadata = _metadata(job, pod_group_name(workload_name, template))
+    if workload_uid is not None:
+        metadata["ownerReferences"].append(
+            {"apiVersion": API_VERSION, "kind": WORKLOAD_KIND, "name": workload_name, "uid": workload_uid}
+        )
+    pod_group = PodGroup(
+        metadata=metadata,
+        spec=PodGroupSpec(
+            workload_ref=WorkloadRef(workload_name=workload_name, template_name=template),
+            scheduling_policy=scheduling_policy(policy),
+            scheduling_constraints=scheduling_constraints(policy),
+            disruption_mode=disruption_mode(policy),
+            priority_class_name=policy.priority_class_name,
+            priority=priority,
+            preemption_policy=preemption_policy,
+        ),
+    )
+    return pod_group.to_api()
+
+
+def _job_identity(job: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = job.get("metadata") or {}
+    name, uid = metadata.get("name"), metadata.get("uid")
+    if not name or not uid:
+        raise ValueError("the Job needs metadata.name and metadata.uid (build from a Job read from the API)")
+    return str(name), str(uid)
+
+
+def _metadata(job: Mapping[str, Any], name: str) -> dict[str, Any]:
+    job_name, job_uid = _job_identity(job)
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {JOB_NAME_LABEL: job_name, JOB_UID_LABEL: job_uid},
+        "annotations": {MANAGED_BY_ANNOTATION: MANAGED_BY_VALUE},
+        "ownerReferences": [
+            {
+                "apiVersion": JOB_API_VERSION,
+                "kind": JOB_KIND,
+                "name": job_name,
+                "uid": job_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    namespace = (job.get("metadata") or {}).get("namespace")
+    if namespace:
+        metadata["namespace"] = namespace
+    return metadata

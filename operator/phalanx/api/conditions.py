@@ -1,0 +1,56 @@
+"""Status conditions: the standard metav1.Condition shape, and the types and reasons Phalanx uses."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AwareDatetime, Field
+
+from phalanx.api.base import ApiModel
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+TRUE: ConditionStatus = "True"
+FALSE: ConditionStatus = "False"
+UNKNOWN: ConditionStatus = "Unknown"
+
+# Upstream's condition: set once the whole group has been placed; it never goes back to False.
+POD_GROUP_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_SCHEDULED = "Scheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULER_ERROR = "SchedulerError"
+
+# The composite counterpart of PodGroupInitiallyScheduled.
+COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED = "CompositePodGroupInitiallyScheduled"
+
+# Phalanx's present-tense condition: is the group admitted (its pods released) right now?
+ADMITTED = "Admitted"
+REASON_ADMITTED = "Admitted"
+REASON_WAITING_FOR_PODS = "WaitingForPods"
+REASON_SUSPENDED = "Suspended"
+REASON_FINISHED = "Finished"
+# REASON_UNSCHEDULABLE is also an Admitted reason.
+
+# Upstream's condition: the group is about to be terminated by a disruption.
+DISRUPTION_TARGET = "DisruptionTarget"
+REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
+
+class Condition(ApiModel):
+    """One aspect of the object's state (metav1.Condition)."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
+    """The condition type in CamelCase, e.g. Admitted."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation the condition was set for."""
+    last_transition_time: AwareDatetime
+    """When status last changed."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    """A CamelCase word saying why, e.g. Unschedulable."""
+    message: str = Field(max_length=32768)
+    """A human-readable explanation; may be empty."""

@@ -1,0 +1,259 @@
+"""A Job's Phalanx policy: read from its annotations, checked, and rendered as upstream's spec.scheduling.
+
+A Job opts in with the label ``phalanx.dev/managed: "true"`` and tunes the policy with
+``phalanx.dev/*`` annotations (see ``phalanx.api.keys``). Every problem is reported at once, so a
+user fixes the Job in one go.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeVar, get_args
+
+from phalanx.api.formats import label_key_problems
+from phalanx.api.keys import (
+    DISRUPTION_MODE_ANNOTATION,
+    MANAGED_LABEL,
+    MANAGED_VALUE,
+    MIN_COUNT_ANNOTATION,
+    POLICY_ANNOTATION,
+    TOPOLOGY_KEY_ANNOTATION,
+)
+
+PolicyKind = Literal["gang", "basic"]
+DisruptionModeKind = Literal["single", "all"]
+POLICY_GANG: Final = "gang"
+POLICY_BASIC: Final = "basic"
+MODE_SINGLE: Final = "single"
+MODE_ALL: Final = "all"
+DEFAULT_POLICY: PolicyKind = POLICY_GANG
+DEFAULT_DISRUPTION_MODE: DisruptionModeKind = MODE_SINGLE
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_T = TypeVar("_T", bound=str)
+
+
+@dataclass(frozen=True)
+class PolicyProblem:
+    """One thing wrong with one annotation."""
+
+    annotation: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.annotation}: {self.problem}"
+
+
+class JobPolicyError(ValueError):
+    """A Job's Phalanx annotations are invalid; ``str()`` names every annotation and problem."""
+
+    def __init__(self, annotation: str, problem: str, *more: PolicyProblem) -> None:
+        self.problems: tuple[PolicyProblem, ...] = (PolicyProblem(annotation, problem), *more)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+    @classmethod
+    def of(cls, problems: Sequence[PolicyProblem]) -> JobPolicyError:
+        first, *rest = problems
+        return cls(first.annotation, first.problem, *rest)
+
+    @property
+    def annotation(self) -> str:
+        """The first annotation at fault."""
+        return self.problems[0].annotation
+
+    @property
+    def problem(self) -> str:
+        """What is wrong with the first annotation at fault."""
+        return self.problems[0].problem
+
+    @property
+    def annotations(self) -> tuple[str, ...]:
+        """Every annotation at fault, in the order reported."""
+        return tuple(p.annotation for p in self.problems)
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    """How Phalanx schedules one Job's pods."""
+
+    policy: PolicyKind = DEFAULT_POLICY
+    min_count: int | None = 1
+    """Pods admitted together; None for basic."""
+    topology_key: str | None = None
+    """The node label all pods must share a value of; None for anywhere."""
+    disruption_mode: DisruptionModeKind = DEFAULT_DISRUPTION_MODE
+    priority_class_name: str | None = None
+    """From the pod template."""
+    parallelism: int = 1
+    """The Job's parallelism (1 when unset)."""
+
+    def __post_init__(self) -> None:
+        # A JobPolicy is always a valid one, however it was made.
+        if self.policy == POLICY_GANG:
+            if self.min_count is None or not 1 <= self.min_count <= max(self.parallelism, 1):
+                raise ValueError(f"gang needs 1 <= min_count <= parallelism, got {self.min_count}")
+        elif self.min_count is not None:
+            raise ValueError("min_count only applies to gang")
+        if self.policy == POLICY_BASIC and self.disruption_mode == MODE_ALL:
+            raise ValueError("disruption mode all needs policy gang")
+        if self.topology_key is not None and label_key_problems(self.topology_key):
+            raise ValueError(f"{self.topology_key!r} is not a valid label key")
+
+    @property
+    def is_gang(self) -> bool:
+        return self.policy == POLICY_GANG
+
+
+def is_managed(job: Mapping[str, Any]) -> bool:
+    """Whether the Job opted in to Phalanx with the managed label."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_LABEL) == MANAGED_VALUE
+
+
+def default_min_count(parallelism: int) -> int:
+    """The gang size when min-count is not given: all of parallelism, and at least 1 (as upstream)."""
+    return max(1, parallelism)
+
+
+def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
+    """The policy a Job asks for; raises JobPolicyError listing every invalid annotation."""
+    annotations: Mapping[str, Any] = (job.get("metadata") or {}).get("annotations") or {}
+    spec: Mapping[str, Any] = job.get("spec") or {}
+    problems: list[PolicyProblem] = []
+
+    def problem(annotation: str, text: str) -> None:
+        problems.append(PolicyProblem(annotation, text))
+
+    parallelism = spec.get("parallelism")
+    if parallelism is None:
+        parallelism = 1
+    elif isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 0:
+        problem("spec.parallelism", f"{parallelism!r} is not a non-negative integer")
+        parallelism = 1
+
+    raw_policy = _value(annotations, POLICY_ANNOTATION)
+    policy: PolicyKind | None = DEFAULT_POLICY
+    if raw_policy is not None:
+        policy = _choice(raw_policy, get_args(PolicyKind))
+        if policy is None:
+            problem(POLICY_ANNOTATION, f"{_quote(raw_policy)} is not one of {_listing(PolicyKind)}")
+    policy_text = f"{POLICY_ANNOTATION} is {POLICY_BASIC}"
+
+    raw_min = _value(annotations, MIN_COUNT_ANNOTATION)
+    min_count: int | None = default_min_count(parallelism)
+    if raw_min is not None:
+        if policy == POLICY_BASIC:
+            problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} only applies to policy gang, but {policy_text}")
+        elif not _INTEGER.fullmatch(raw_min):
+            problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} is not an integer")
+        else:
+            min_count = int(raw_min)
+            if min_count < 1:
+                problem(MIN_COUNT_ANNOTATION, f"{min_count} must be at least 1")
+            elif min_count > parallelism:
+                problem(MIN_COUNT_ANNOTATION, f"{min_count} is greater than parallelism {parallelism}")
+
+    topology_key = _value(annotations, TOPOLOGY_KEY_ANNOTATION)
+    if topology_key is not None:
+        why = label_key_problems(topology_key)
+        if why:
+            reason = "; ".join(why)
+            problem(TOPOLOGY_KEY_ANNOTATION, f"{_quote(topology_key)} is not a valid label key: {reason}")
+
+    raw_mode = _value(annotations, DISRUPTION_MODE_ANNOTATION)
+    mode: DisruptionModeKind | None = DEFAULT_DISRUPTION_MODE
+    if raw_mode is not None:
+        mode = _choice(raw_mode, get_args(DisruptionModeKind))
+        if mode is None:
+            choices = _listing(DisruptionModeKind)
+            problem(DISRUPTION_MODE_ANNOTATION, f"{_quote(raw_mode)} is not one of {choices}")
+        elif mode == MODE_ALL and policy == POLICY_BASIC:
+            # KEP-5710: a basic group's pods are independent, so they cannot be disrupted as one.
+            problem(DISRUPTION_MODE_ANNOTATION, f"{_quote(raw_mode)} needs policy gang, but {policy_text}")
+
+    if problems:
+        raise JobPolicyError.of(problems)
+    assert policy is not None and mode is not None  # every None above was recorded as a problem
+    template_spec = ((spec.get("template") or {}).get("spec")) or {}
+    return JobPolicy(
+        policy=policy,
+        min_count=min_count if policy == POLICY_GANG else None,
+        topology_key=topology_key,
+        disruption_mode=mode,
+        priority_class_name=template_spec.get("priorityClassName") or None,
+        parallelism=parallelism,
+    )
+
+
+def _value(annotations: Mapping[str, Any], name: str) -> str | None:
+    value = annotations.get(name)
+    # Annotation values are strings; surrounding whitespace is a YAML accident, not a choice.
+    return None if value is None else str(value).strip()
+
+
+def _choice(value: str, choices: tuple[_T, ...]) -> _T | None:
+    return next((c for c in choices if c == value), None)
+
+
+def _listing(choices: Any) -> str:
+    return ", ".join(get_args(choices))
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def annotations_for(policy: JobPolicy) -> dict[str, str]:
+    """The annotations that make parse_job_policy return ``policy`` (for the same Job spec)."""
+    annotations: dict[str, str] = {
+        POLICY_ANNOTATION: policy.policy,
+        DISRUPTION_MODE_ANNOTATION: policy.disruption_mode,
+    }
+    # Left out when it is the default: with parallelism 0 the default gang of 1 cannot be written.
+    if policy.min_count is not None and policy.min_count != default_min_count(policy.parallelism):
+        annotations[MIN_COUNT_ANNOTATION] = str(policy.min_count)
+    if policy.topology_key is not None:
+        annotations[TOPOLOGY_KEY_ANNOTATION] = policy.topology_key
+    return annotations
+
+
+def upstream_scheduling(policy: JobPolicy) -> dict[str, Any]:
+    """The upstream Job ``spec.scheduling`` (batch/v1, Kubernetes 1.37) that asks for the same thing."""
+    scheduling: dict[str, Any] = {}
+    if policy.min_count is not None:
+        scheduling["schedulingPolicy"] = {"gang": {"minCount": policy.min_count}}
+    else:
+        scheduling["schedulingPolicy"] = {"basic": {}}
+    if policy.topology_key is not None:
+        scheduling["schedulingConstraints"] = {"topology": [{"key": policy.topology_key}]}
+    scheduling["disruptionMode"] = {policy.disruption_mode: {}}
+    return scheduling
+
+
+def from_upstream_scheduling(
+    scheduling: Mapping[str, Any] | None,
+    *,
+    parallelism: int | None = None,
+    priority_class_name: str | None = None,
+) -> JobPolicy:
+    """The JobPolicy equivalent to an upstream Job's ``spec.scheduling`` (unset means basic, as upstream)."""
+    scheduling = scheduling or {}
+    parallelism = 1 if parallelism is None else parallelism
+    scheduling_policy = scheduling.get("schedulingPolicy") or {}
+    topology = (scheduling.get("schedulingConstraints") or {}).get("topology") or []
+    mode: DisruptionModeKind = MODE_ALL if "all" in (scheduling.get("disruptionMode") or {}) else MODE_SINGLE
+    gang = scheduling_policy.get("gang")
+    min_count = None
+    if gang is not None:
+        min_count = gang.get("minCount") or default_min_count(parallelism)
+    return JobPolicy(
+        policy=POLICY_GANG if gang is not None else POLICY_BASIC,
+        min_count=min_count,
+        topology_key=topology[0]["key"] if topology else None,
+        disruption_mode=mode,
+        priority_class_name=priority_class_name or None,
+        parallelism=parallelism,
+    )

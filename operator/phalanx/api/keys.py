@@ -1,0 +1,29 @@
+"""The label, annotation and scheduling-gate names Phalanx reads and writes."""
+
+from __future__ import annotations
+
+PREFIX = "phalanx.dev"
+
+# On a Job: opt in (label) and choose the policy (annotations).
+MANAGED_LABEL = f"{PREFIX}/managed"
+MANAGED_VALUE = "true"
+POLICY_ANNOTATION = f"{PREFIX}/policy"
+MIN_COUNT_ANNOTATION = f"{PREFIX}/min-count"
+TOPOLOGY_KEY_ANNOTATION = f"{PREFIX}/topology-key"
+DISRUPTION_MODE_ANNOTATION = f"{PREFIX}/disruption-mode"
+POLICY_ANNOTATIONS = (
+    POLICY_ANNOTATION,
+    MIN_COUNT_ANNOTATION,
+    TOPOLOGY_KEY_ANNOTATION,
+    DISRUPTION_MODE_ANNOTATION,
+)
+
+# On pods: held back by this scheduling gate until their group is admitted.
+ADMISSION_GATE = f"{PREFIX}/admission"
+POD_GROUP_LABEL = f"{PREFIX}/pod-group"
+
+# On the Workloads and PodGroups Phalanx creates for a Job.
+JOB_NAME_LABEL = f"{PREFIX}/job-name"
+JOB_UID_LABEL = f"{PREFIX}/job-uid"
+MANAGED_BY_ANNOTATION = f"{PREFIX}/managed-by"
+MANAGED_BY_VALUE = "phalanx"

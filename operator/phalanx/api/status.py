@@ -1,0 +1,100 @@
+"""The status Phalanx writes on PodGroups and CompositePodGroups."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from phalanx.api.base import ApiModel
+from phalanx.api.conditions import Condition
+from phalanx.api.formats import DNSSubdomain
+from phalanx.api.markers import list_map
+
+Phase = Literal["Pending", "WaitingForPods", "Unschedulable", "Admitted", "Running", "Suspended", "Finished"]
+PENDING: Phase = "Pending"
+WAITING_FOR_PODS: Phase = "WaitingForPods"
+UNSCHEDULABLE: Phase = "Unschedulable"
+ADMITTED: Phase = "Admitted"
+RUNNING: Phase = "Running"
+SUSPENDED: Phase = "Suspended"
+FINISHED: Phase = "Finished"
+
+PolicyName = Literal["Gang", "Basic"]
+GANG: PolicyName = "Gang"
+BASIC: PolicyName = "Basic"
+
+
+def _unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}")
+        seen.add(value)
+
+
+class Assignment(ApiModel):
+    """One pod bound to one node by an admission."""
+
+    pod: DNSSubdomain
+    """The pod's name."""
+    node: DNSSubdomain
+    """The node's name."""
+
+
+class Admission(ApiModel):
+    """The placement decision for the group.
+
+    Recorded before any pod is released, so an operator that restarts halfway can finish
+    releasing the pods, or undo the decision, instead of deciding twice.
+    """
+
+    domain: str | None = None
+    """The topology domain (node label value) chosen; unset without a topology constraint."""
+    assignments: list[Assignment] = Field(default_factory=list, json_schema_extra=list_map("pod"))
+    """The node chosen for each pod."""
+    admitted_at: AwareDatetime
+    """When the decision was made."""
+    attempt: int = Field(ge=0)
+    """How many admissions were made for this group before this one (0 for the first)."""
+
+    @model_validator(mode="after")
+    def _pods_unique(self) -> Self:
+        _unique([a.pod for a in self.assignments], "assignment for pod")
+        return self
+
+
+class GroupStatus(ApiModel):
+    """The observed state of a PodGroup or CompositePodGroup."""
+
+    conditions: list[Condition] | None = Field(default=None, json_schema_extra=list_map("type"))
+    """The latest observations, one per type (PodGroupInitiallyScheduled, Admitted, DisruptionTarget)."""
+    phase: Phase | None = None
+    """Where the group is now: Pending, WaitingForPods, Unschedulable, Admitted, Running, Suspended or Finished."""
+    policy: PolicyName | None = None
+    """Gang or Basic, for kubectl get."""
+    domain: str | None = None
+    """The topology domain the group was placed in, for kubectl get."""
+    admission: Admission | None = None
+    """The current placement decision, if any."""
+    scheduled: int | None = Field(default=None, ge=0)
+    """How many members are bound to nodes."""
+    waiting: int | None = Field(default=None, ge=0)
+    """How many members exist but are held back by the admission gate."""
+
+    @model_validator(mode="after")
+    def _condition_types_unique(self) -> Self:
+        _unique([c.type for c in self.conditions or []], "condition type")
+        return self
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of the given type, if present."""
+        return next((c for c in self.conditions or [] if c.type == type_), None)
+
+
+class PodGroupStatus(GroupStatus):
+    """The observed state of a PodGroup."""
+
+
+class CompositePodGroupStatus(GroupStatus):
+    """The observed state of a CompositePodGroup; its counters count child groups."""

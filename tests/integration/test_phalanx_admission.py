@@ -1,0 +1,220 @@
+"""The article's experiments on a stock cluster (no feature gates) with Phalanx doing gang and topology admission."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from phalanx.devcluster.http import ApiError
+
+from .kube import LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, wait_for
+
+pytestmark = pytest.mark.integration
+
+FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
+MANAGED = {"phalanx.dev/managed": "true"}
+
+
+def managed_job(name: str, count: int, key: str | None = None, **annotations: str) -> dict[str, Any]:
+    notes = dict(annotations)
+    if key:
+        notes["phalanx.dev/topology-key"] = key
+    return gpu_job(name, count, labels=MANAGED, annotations=notes)
+
+
+def pod_groups(ns: Namespace) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = ns.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups")["items"]
+    return items
+
+
+def group_of(ns: Namespace, job: str) -> dict[str, Any] | None:
+    return next((g for g in pod_groups(ns) if g["metadata"]["labels"].get("phalanx.dev/job-name") == job), None)
+
+
+def condition(group: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    if group is None:
+        return None
+    return next((dict(c) for c in group.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def wait_condition(ns: Namespace, job: str, kind: str, status: str, reason: str | None = None,
+                   timeout: float = 60) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        cond = condition(group_of(ns, job), kind)
+        if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
+            return cond
+        return None
+
+    return wait_for(f"{job}: {kind}={status} {reason or ''}", probe, timeout=timeout)
+
+
+def wait_bound(ns: Namespace, job: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    return wait_for(f"{count} {job} pods bound",
+                    lambda: ps if len(bound(ps := ns.job_pods(job))) == count else None, timeout=timeout)
+
+
+def scheduled_at(pod: dict[str, Any]) -> dt.datetime:
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled" and c["status"] == "True")
+    return dt.datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00"))
+
+
+# ---------------------------------------------------------------------- gang
+
+
+def test_plain_4_basic_with_five_nodes_filled_runs_3_and_records_a_basic_pod_group(ns: Namespace) -> None:
+    ns.fill(*FIVE_BUSY)
+    ns.create(managed_job("plain-4", 4, **{"phalanx.dev/policy": "basic"}))
+    wait_for("3 plain-4 pods running", lambda: sum(
+        p["status"].get("phase") == "Running" for p in ns.job_pods("plain-4")) == 3, timeout=60)
+    hold("the 4th plain-4 pod stays Pending", lambda: sum(
+        p["status"].get("phase") == "Pending" for p in ns.job_pods("plain-4")) == 1, seconds=3)
+    print(ns.where("job-name=plain-4"))
+    group = wait_for("the Basic PodGroup", lambda: group_of(ns, "plain-4"), timeout=20)
+    assert "basic" in group["spec"]["schedulingPolicy"]
+    pods = ns.job_pods("plain-4")
+    assert all(not p["spec"].get("schedulingGates") for p in pods), "basic pods are never held"
+
+
+def test_gang_4_with_three_free_nodes_binds_none_then_all_four_together(ns: Namespace) -> None:
+    ns.fill(*FIVE_BUSY)
+    ns.create(managed_job("gang-4", 4))
+    cond = wait_condition(ns, "gang-4", "PodGroupInitiallyScheduled", "False", "Unschedulable")
+    print(cond["message"])
+    assert cond["message"] == (
+        "pod group is unschedulable, 0/1 placements are available, first placement status: "
+        "minCount (4) cannot be satisfied: 3 scheduled, 0 remaining"
+    )
+    hold("no gang-4 pod bound", lambda: not bound(ns.job_pods("gang-4")), seconds=3)
+    admitted = condition(group_of(ns, "gang-4"), "Admitted")
+    assert admitted and admitted["status"] == "False" and admitted["reason"] == "Unschedulable"
+    print(ns.where("job-name=gang-4"))
+
+    ns.unfill("was-worker")
+    pods = wait_bound(ns, "gang-4", 4)
+    print(ns.where("job-name=gang-4"))
+    times = [scheduled_at(p) for p in pods]
+    assert max(times) - min(times) <= dt.timedelta(seconds=2), times
+    wait_condition(ns, "gang-4", "PodGroupInitiallyScheduled", "True", "Scheduled")
+    reasons = {e["reason"] for e in ns.events() if e["involvedObject"]["kind"] == "Job"}
+    assert {"Unschedulable", "Admitted"} <= reasons, reasons
+
+
+# ---------------------------------------------------------------------- topology
+
+
+def test_local_2_on_an_empty_cluster_lands_in_one_local_block(ns: Namespace) -> None:
+    ns.create(managed_job("local-2", 2, LB_KEY))
+    pods = wait_bound(ns, "local-2", 2)
+    print(ns.where("job-name=local-2"))
+    assert len(domains_of(ns.api, pods, LB_KEY)) == 1
+
+
+def test_local_4_waits_with_zero_of_four_placements(ns: Namespace) -> None:
+    ns.create(managed_job("local-4", 4, LB_KEY))
+    cond = wait_condition(ns, "local-4", "PodGroupInitiallyScheduled", "False", "Unschedulable")
+    print(cond["message"])
+    assert "0/4 placements are available" in cond["message"]
+    assert "minCount (4) cannot be satisfied: 2 scheduled, 1 remaining" in cond["message"]
+    hold("no local-4 pod bound", lambda: not bound(ns.job_pods("local-4")), seconds=2)
+
+
+def test_block_4_takes_the_four_nodes_of_one_network_block(ns: Namespace) -> None:
+    ns.create(managed_job("block-4", 4, NB_KEY))
+    pods = wait_bound(ns, "block-4", 4)
+    print(ns.where("job-name=block-4"))
+    assert len(domains_of(ns.api, pods, NB_KEY)) == 1
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+
+
+@pytest.mark.parametrize(("busy", "expected"), [("was-worker", "nb-a"), ("was-worker5", "nb-b")])
+def test_best_fit_block_3_goes_to_the_tighter_block_every_time(ns: Namespace, busy: str, expected: str) -> None:
+    """The article saw upstream choose at random here; Phalanx must pick the fuller block, 6 of 6."""
+    ns.fill(busy)
+    chosen = []
+    for run in range(6):
+        name = f"block-3-{run}"
+        ns.create(managed_job(name, 3, NB_KEY))
+        pods = wait_bound(ns, name, 3)
+        chosen.append(sorted(domains_of(ns.api, pods, NB_KEY)))
+        ns.api.request("DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{name}",
+                       {"propagationPolicy": "Foreground"})
+        wait_for(f"{name} pods gone", lambda name=name: not ns.pods(f"job-name={name}"), timeout=60)
+    print(f"busy {busy}: {chosen}")
+    assert chosen == [[expected]] * 6
+
+
+# ---------------------------------------------------------------------- suspend / resume
+
+
+def test_suspended_then_resumed_gang_waits_whole_and_says_why(ns: Namespace) -> None:
+    ns.create(managed_job("gang-4", 4))
+    wait_bound(ns, "gang-4", 4)
+    wait_condition(ns, "gang-4", "PodGroupInitiallyScheduled", "True", "Scheduled")
+    ns.patch_job("gang-4", {"spec": {"suspend": True}})
+    wait_for("gang-4 pods gone", lambda: not ns.pods("job-name=gang-4"), timeout=60)
+    suspended = wait_condition(ns, "gang-4", "Admitted", "False", "Suspended")
+    print(suspended["message"])
+
+    ns.fill(*FIVE_BUSY)
+    ns.patch_job("gang-4", {"spec": {"suspend": False}})
+    wait_for("4 new gang-4 pods", lambda: len(ns.job_pods("gang-4")) == 4, timeout=30)
+    why = wait_condition(ns, "gang-4", "Admitted", "False", "Unschedulable")
+    print(why["message"])
+    assert "minCount (4) cannot be satisfied: 3 scheduled, 0 remaining" in why["message"]
+    hold("all 4 gang-4 pods wait", lambda: len(ns.job_pods("gang-4")) == 4 and not bound(ns.job_pods("gang-4")),
+         seconds=3)
+    # Upstream's condition stays True after the first start; the Admitted condition tells the present.
+    initial = condition(group_of(ns, "gang-4"), "PodGroupInitiallyScheduled")
+    assert initial and initial["status"] == "True"
+    assert group_of(ns, "gang-4")["status"]["phase"] == "Unschedulable"  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------- the boundary
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({"phalanx.dev/min-count": "abc"}, "phalanx.dev/min-count"),
+        ({"phalanx.dev/min-count": "0"}, "phalanx.dev/min-count"),
+        ({"phalanx.dev/min-count": "5"}, "phalanx.dev/min-count"),
+        ({"phalanx.dev/policy": "fifo"}, "phalanx.dev/policy"),
+        ({"phalanx.dev/disruption-mode": "some"}, "phalanx.dev/disruption-mode"),
+        ({"phalanx.dev/topology-key": "bad key!"}, "phalanx.dev/topology-key"),
+    ],
+)
+def test_bad_annotations_are_rejected_at_creation_naming_the_annotation(
+    ns: Namespace, annotations: dict[str, str], expected: str
+) -> None:
+    with pytest.raises(ApiError) as error:
+        ns.create(gpu_job("bad", 4, labels=MANAGED, annotations=annotations))
+    print(error.value.body)
+    assert error.value.status in (400, 422)
+    assert expected in error.value.body
+    assert not ns.pods(), "nothing was created"
+
+
+def test_every_pod_of_a_gang_job_is_born_gated(ns: Namespace) -> None:
+    ns.fill(*FIVE_BUSY)
+    ns.create(managed_job("gang-4", 4))
+    pods = wait_for("4 gang-4 pods", lambda: ps if len(ps := ns.job_pods("gang-4")) == 4 else None)
+    assert all({"name": "phalanx.dev/admission"} in p["spec"].get("schedulingGates", []) for p in pods)
+
+
+def test_a_labelled_job_is_rejected_while_the_webhook_is_down(ns: Namespace, phalanx: Any) -> None:
+    phalanx.stop()
+    try:
+        with pytest.raises(ApiError) as error:
+            ns.create(managed_job("gang-4", 4))
+        print(error.value.body)
+        assert "gate-job" in error.value.body or "webhook" in error.value.body
+        assert not ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+        # An unlabelled Job is not Phalanx's business and still goes through.
+        ns.create(gpu_job("plain-1", 1))
+    finally:
+        phalanx.start()
+    ns.create(managed_job("gang-4", 4))
+    # Back up: the same labelled Job is admitted whole (7 nodes free besides plain-1's).
+    wait_bound(ns, "gang-4", 4)
