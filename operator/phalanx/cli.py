@@ -43,11 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    dev = sub.add_parser("dev-cluster", help="a local Kubernetes v1.37.2 control plane with simulated GPU nodes")
+    dev = sub.add_parser(
+        "dev-cluster", help="a local Kubernetes v1.37.2 control plane with simulated GPU nodes"
+    )
     dev_sub = dev.add_subparsers(dest="action", required=True)
-    for action, text in (("up", "start it"), ("down", "stop every process it started"), ("status", "what runs")):
+    for action, text in (
+        ("up", "start it"),
+        ("down", "stop every process it started"),
+        ("status", "what runs"),
+    ):
         p = dev_sub.add_parser(action, help=text)
-        p.add_argument("--dir", default=".dev-cluster", help="work folder of this cluster (default: .dev-cluster)")
+        p.add_argument(
+            "--dir", default=".dev-cluster", help="work folder of this cluster (default: .dev-cluster)"
+        )
         if action == "up":
             p.add_argument(
                 "--mode",
@@ -65,9 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev.set_defaults(func=_dev_cluster)
 
     run = sub.add_parser("run", help="run the Phalanx operator")
-    run.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
+    )
     run.add_argument("--namespace", "-n", default=None, help="watch one namespace (default: all)")
-    run.add_argument("--webhook-host", default="127.0.0.1", help="address the apiserver reaches the webhook on")
+    run.add_argument(
+        "--webhook-host", default="127.0.0.1", help="address the apiserver reaches the webhook on"
+    )
     run.add_argument("--webhook-port", type=int, default=9443)
     run.add_argument("--verbose", "-v", action="store_true")
     run.set_defaults(func=_run)

@@ -52,7 +52,9 @@ def upstream_ns(upstream_cluster: ClusterState, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture(scope="session")
-def phalanx(stock_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def phalanx(
+    stock_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
     """The Phalanx operator, running against the stock cluster for the whole session."""
     operator = OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator")))
     operator.start()
@@ -64,7 +66,9 @@ def phalanx(stock_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture
-def ns(stock_cluster: ClusterState, phalanx: OperatorProcess, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+def ns(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, request: pytest.FixtureRequest
+) -> Iterator[Namespace]:
     """A fresh namespace on the stock cluster, with the operator running (restarted if a test stopped it)."""
     if phalanx.proc is None or phalanx.proc.poll() is not None:
         phalanx.start()

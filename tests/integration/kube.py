@@ -49,7 +49,9 @@ class Namespace:
         api_version = obj["apiVersion"]
         plural = obj["kind"].lower() + "s"
         base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        result: dict[str, Any] = self.api.request("POST", path or f"{base}/namespaces/{self.name}/{plural}", obj)
+        result: dict[str, Any] = self.api.request(
+            "POST", path or f"{base}/namespaces/{self.name}/{plural}", obj
+        )
         return result
 
     def get(self, path: str) -> Any:
@@ -68,7 +70,10 @@ class Namespace:
 
     def patch_job(self, name: str, patch: dict[str, Any]) -> None:
         self.api.request(
-            "PATCH", f"/apis/batch/v1/namespaces/{self.name}/jobs/{name}", patch, "application/merge-patch+json"
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{self.name}/jobs/{name}",
+            patch,
+            "application/merge-patch+json",
         )
 
     def events(self, field_selector: str = "") -> list[dict[str, Any]]:
@@ -81,8 +86,10 @@ class Namespace:
         fill(self.api, self.name, nodes)
         wait_for(
             f"fillers on {nodes} running",
-            lambda: all(p["status"].get("phase") == "Running" for p in self.pods("app=filler"))
-            and len(self.pods("app=filler")) >= len(nodes),
+            lambda: (
+                all(p["status"].get("phase") == "Running" for p in self.pods("app=filler"))
+                and len(self.pods("app=filler")) >= len(nodes)
+            ),
             timeout=30,
         )
 
@@ -108,8 +115,9 @@ def domains_of(api: RestClient, pods: list[dict[str, Any]], key: str) -> set[str
 
 def new_namespace(cluster: ClusterState, prefix: str) -> Namespace:
     name = f"{prefix[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
-    cluster.client().request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                             "metadata": {"name": name}})
+    cluster.client().request(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     return Namespace(cluster, name)
 
 

@@ -25,9 +25,19 @@ class OperatorProcess:
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "phalanx.cli", "run", "--kubeconfig", str(self.cluster.kubeconfig),
-                 "--webhook-port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "phalanx.cli",
+                    "run",
+                    "--kubeconfig",
+                    str(self.cluster.kubeconfig),
+                    "--webhook-port",
+                    str(self.port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         self._wait_ready(timeout)
@@ -41,11 +51,16 @@ class OperatorProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}; log:\n{self.tail()}")
             try:
-                config = api.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev")
+                config = api.get(
+                    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev"
+                )
                 urls = [w["clientConfig"].get("url", "") for w in config.get("webhooks", [])]
-                if any(f":{self.port}/" in u for u in urls) and "scheduling loop started" in self.current_log():
+                if (
+                    any(f":{self.port}/" in u for u in urls)
+                    and "scheduling loop started" in self.current_log()
+                ):
                     return
-            except Exception:  # noqa: BLE001 - not there yet
+            except Exception:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"operator not ready after {timeout:.0f} s; log:\n{self.tail()}")

@@ -1,4 +1,4 @@
-"""The article's experiments on a stock cluster (no feature gates) with Phalanx doing gang and topology admission."""
+"""The article's experiments on a stock cluster (no gates), Phalanx doing gang and topology admission."""
 
 from __future__ import annotations
 
@@ -25,12 +25,16 @@ def managed_job(name: str, count: int, key: str | None = None, **annotations: st
 
 
 def pod_groups(ns: Namespace) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = ns.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups")["items"]
+    items: list[dict[str, Any]] = ns.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups")[
+        "items"
+    ]
     return items
 
 
 def group_of(ns: Namespace, job: str) -> dict[str, Any] | None:
-    return next((g for g in pod_groups(ns) if g["metadata"]["labels"].get("phalanx.dev/job-name") == job), None)
+    return next(
+        (g for g in pod_groups(ns) if g["metadata"]["labels"].get("phalanx.dev/job-name") == job), None
+    )
 
 
 def condition(group: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -39,8 +43,9 @@ def condition(group: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return next((dict(c) for c in group.get("status", {}).get("conditions", []) if c["type"] == kind), None)
 
 
-def wait_condition(ns: Namespace, job: str, kind: str, status: str, reason: str | None = None,
-                   timeout: float = 60) -> dict[str, Any]:
+def wait_condition(
+    ns: Namespace, job: str, kind: str, status: str, reason: str | None = None, timeout: float = 60
+) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         cond = condition(group_of(ns, job), kind)
         if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
@@ -51,12 +56,17 @@ def wait_condition(ns: Namespace, job: str, kind: str, status: str, reason: str 
 
 
 def wait_bound(ns: Namespace, job: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
-    return wait_for(f"{count} {job} pods bound",
-                    lambda: ps if len(bound(ps := ns.job_pods(job))) == count else None, timeout=timeout)
+    return wait_for(
+        f"{count} {job} pods bound",
+        lambda: ps if len(bound(ps := ns.job_pods(job))) == count else None,
+        timeout=timeout,
+    )
 
 
 def scheduled_at(pod: dict[str, Any]) -> dt.datetime:
-    cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled" and c["status"] == "True")
+    cond = next(
+        c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled" and c["status"] == "True"
+    )
     return dt.datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00"))
 
 
@@ -66,10 +76,16 @@ def scheduled_at(pod: dict[str, Any]) -> dt.datetime:
 def test_plain_4_basic_with_five_nodes_filled_runs_3_and_records_a_basic_pod_group(ns: Namespace) -> None:
     ns.fill(*FIVE_BUSY)
     ns.create(managed_job("plain-4", 4, **{"phalanx.dev/policy": "basic"}))
-    wait_for("3 plain-4 pods running", lambda: sum(
-        p["status"].get("phase") == "Running" for p in ns.job_pods("plain-4")) == 3, timeout=60)
-    hold("the 4th plain-4 pod stays Pending", lambda: sum(
-        p["status"].get("phase") == "Pending" for p in ns.job_pods("plain-4")) == 1, seconds=3)
+    wait_for(
+        "3 plain-4 pods running",
+        lambda: sum(p["status"].get("phase") == "Running" for p in ns.job_pods("plain-4")) == 3,
+        timeout=60,
+    )
+    hold(
+        "the 4th plain-4 pod stays Pending",
+        lambda: sum(p["status"].get("phase") == "Pending" for p in ns.job_pods("plain-4")) == 1,
+        seconds=3,
+    )
     print(ns.where("job-name=plain-4"))
     group = wait_for("the Basic PodGroup", lambda: group_of(ns, "plain-4"), timeout=20)
     assert "basic" in group["spec"]["schedulingPolicy"]
@@ -129,7 +145,9 @@ def test_block_4_takes_the_four_nodes_of_one_network_block(ns: Namespace) -> Non
 
 
 @pytest.mark.parametrize(("busy", "expected"), [("was-worker", "nb-a"), ("was-worker5", "nb-b")])
-def test_best_fit_block_3_goes_to_the_tighter_block_every_time(ns: Namespace, busy: str, expected: str) -> None:
+def test_best_fit_block_3_goes_to_the_tighter_block_every_time(
+    ns: Namespace, busy: str, expected: str
+) -> None:
     """The article saw upstream choose at random here; Phalanx must pick the fuller block, 6 of 6."""
     ns.fill(busy)
     chosen = []
@@ -138,8 +156,9 @@ def test_best_fit_block_3_goes_to_the_tighter_block_every_time(ns: Namespace, bu
         ns.create(managed_job(name, 3, NB_KEY))
         pods = wait_bound(ns, name, 3)
         chosen.append(sorted(domains_of(ns.api, pods, NB_KEY)))
-        ns.api.request("DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{name}",
-                       {"propagationPolicy": "Foreground"})
+        ns.api.request(
+            "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{name}", {"propagationPolicy": "Foreground"}
+        )
         wait_for(f"{name} pods gone", lambda name=name: not ns.pods(f"job-name={name}"), timeout=60)
     print(f"busy {busy}: {chosen}")
     assert chosen == [[expected]] * 6
@@ -163,8 +182,11 @@ def test_suspended_then_resumed_gang_waits_whole_and_says_why(ns: Namespace) -> 
     why = wait_condition(ns, "gang-4", "Admitted", "False", "Unschedulable")
     print(why["message"])
     assert "minCount (4) cannot be satisfied: 3 scheduled, 0 remaining" in why["message"]
-    hold("all 4 gang-4 pods wait", lambda: len(ns.job_pods("gang-4")) == 4 and not bound(ns.job_pods("gang-4")),
-         seconds=3)
+    hold(
+        "all 4 gang-4 pods wait",
+        lambda: len(ns.job_pods("gang-4")) == 4 and not bound(ns.job_pods("gang-4")),
+        seconds=3,
+    )
     # Upstream's condition stays True after the first start; the Admitted condition tells the present.
     initial = condition(group_of(ns, "gang-4"), "PodGroupInitiallyScheduled")
     assert initial and initial["status"] == "True"

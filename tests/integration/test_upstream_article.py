@@ -40,13 +40,23 @@ def test_plain_4_with_five_nodes_filled_runs_3_and_leaves_1_pending(upstream_ns:
     ns = upstream_ns
     ns.fill(*FIVE_BUSY)
     ns.create(gpu_job("plain-4", 4))
-    wait_for("3 plain-4 pods running", lambda: sum(
-        p["status"].get("phase") == "Running" for p in ns.job_pods("plain-4")) == 3, timeout=60)
-    pending = wait_for("the 4th pod reported unschedulable", lambda: [
-        p for p in ns.job_pods("plain-4")
-        if any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-               for c in p["status"].get("conditions", []))
-    ], timeout=30)
+    wait_for(
+        "3 plain-4 pods running",
+        lambda: sum(p["status"].get("phase") == "Running" for p in ns.job_pods("plain-4")) == 3,
+        timeout=60,
+    )
+    pending = wait_for(
+        "the 4th pod reported unschedulable",
+        lambda: [
+            p
+            for p in ns.job_pods("plain-4")
+            if any(
+                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in p["status"].get("conditions", [])
+            )
+        ],
+        timeout=30,
+    )
     print(ns.where("job-name=plain-4"))
     assert len(pending) == 1
     message = next(c["message"] for c in pending[0]["status"]["conditions"] if c["type"] == "PodScheduled")
@@ -60,9 +70,18 @@ def test_gang_4_with_three_free_nodes_binds_none_then_all_four(upstream_ns: Name
     ns = upstream_ns
     ns.fill(*FIVE_BUSY)
     ns.create(gpu_job("gang-4", 4, scheduling=gang(4)))
-    group = wait_for("the gang-4 PodGroup Unschedulable", lambda: next(
-        (g for g in upstream_pod_groups(ns)
-         if (c := condition(g)) and c["status"] == "False" and c["reason"] == "Unschedulable"), None), timeout=60)
+    group = wait_for(
+        "the gang-4 PodGroup Unschedulable",
+        lambda: next(
+            (
+                g
+                for g in upstream_pod_groups(ns)
+                if (c := condition(g)) and c["status"] == "False" and c["reason"] == "Unschedulable"
+            ),
+            None,
+        ),
+        timeout=60,
+    )
     message = condition(group)["message"]  # type: ignore[index]
     print(message)
     assert "minCount (4) cannot be satisfied" in message
@@ -70,8 +89,11 @@ def test_gang_4_with_three_free_nodes_binds_none_then_all_four(upstream_ns: Name
     print(ns.where("job-name=gang-4"))
 
     ns.unfill("was-worker")
-    pods = wait_for("all 4 gang-4 pods bound", lambda: (
-        ps if len(bound(ps := ns.job_pods("gang-4"))) == 4 else None), timeout=90)
+    pods = wait_for(
+        "all 4 gang-4 pods bound",
+        lambda: ps if len(bound(ps := ns.job_pods("gang-4"))) == 4 else None,
+        timeout=90,
+    )
     print(ns.where("job-name=gang-4"))
     assert len({p["spec"]["nodeName"] for p in pods}) == 4
 
@@ -79,9 +101,13 @@ def test_gang_4_with_three_free_nodes_binds_none_then_all_four(upstream_ns: Name
 def test_local_4_waits_with_zero_of_four_placements(upstream_ns: Namespace) -> None:
     ns = upstream_ns
     ns.create(gpu_job("local-4", 4, scheduling=gang(4, LB_KEY)))
-    group = wait_for("the local-4 PodGroup Unschedulable", lambda: next(
-        (g for g in upstream_pod_groups(ns)
-         if (c := condition(g)) and c["status"] == "False"), None), timeout=60)
+    group = wait_for(
+        "the local-4 PodGroup Unschedulable",
+        lambda: next(
+            (g for g in upstream_pod_groups(ns) if (c := condition(g)) and c["status"] == "False"), None
+        ),
+        timeout=60,
+    )
     message = condition(group)["message"]  # type: ignore[index]
     print(message)
     assert "0/4 placements are available" in message

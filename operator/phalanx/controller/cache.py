@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.api import keys as names
-from phalanx.placement import NodeInfo, PodRequirements, Taint, canonical_amount, pod_requests, pod_requirements
+from phalanx.placement import (
+    NodeInfo,
+    PodRequirements,
+    Taint,
+    canonical_amount,
+    pod_requests,
+    pod_requirements,
+)
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 HOSTNAME_KEY = "kubernetes.io/hostname"
@@ -120,12 +127,16 @@ class JobRecord:
     def from_body(cls, body: Mapping[str, Any]) -> JobRecord:
         meta = body.get("metadata", {})
         conditions = (body.get("status") or {}).get("conditions") or []
-        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
+        finished = any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+        )
         slim = {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations",
-                                                   "creationTimestamp")},
+            "metadata": {
+                k: meta.get(k)
+                for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp")
+            },
             "spec": {k: v for k, v in (body.get("spec") or {}).items() if k != "selector"},
         }
         return cls(
@@ -158,8 +169,9 @@ class GroupRecord:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> GroupRecord:
         meta = body.get("metadata", {})
-        owner = next(
-            (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job" and o.get("controller")), {}
+        owner: Mapping[str, Any] = next(
+            (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Job" and o.get("controller")),
+            {},
         )
         return cls(
             uid=meta.get("uid", ""),
@@ -176,7 +188,9 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     meta = body.get("metadata", {})
     spec = body.get("spec", {}) or {}
     status = body.get("status", {}) or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
     taints = tuple(
         Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", ""))
         for t in spec.get("taints") or []

@@ -67,7 +67,9 @@ class Kube:
         name = body["metadata"]["name"]
         try:
             created: dict[str, Any] = await retrying(
-                lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, dict(body))
+                lambda: self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, dict(body)
+                )
             )
             return created
         except ApiException as e:
@@ -78,7 +80,9 @@ class Kube:
         )
         return existing
 
-    async def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
         patched: dict[str, Any] = await retrying(
             lambda: self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
@@ -98,7 +102,9 @@ class Kube:
         }
         try:
             pod = await retrying(
-                lambda: self.core.patch_namespaced_pod(name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH)
+                lambda: self.core.patch_namespaced_pod(
+                    name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
+                )
             )
         except ApiException as e:
             if e.status == 404:
@@ -110,7 +116,9 @@ class Kube:
         try:
             await retrying(
                 lambda: self.core.patch_namespaced_pod(
-                    name, namespace, {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}},
+                    name,
+                    namespace,
+                    {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}},
                     _content_type=STRATEGIC_MERGE_PATCH,
                 )
             )
@@ -132,16 +140,17 @@ class Kube:
         return value
 
     # -- events
-    async def event(
-        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str
-    ) -> None:
+    async def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         """Post a core/v1 Event; losing one is not worth failing a scheduling pass for."""
         meta = involved.get("metadata", {})
         now = now_rfc3339()
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{uuid.uuid4().hex[:12]}", "namespace": meta.get("namespace")},
+            "metadata": {
+                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta.get("namespace"),
+            },
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion"),
                 "kind": involved.get("kind"),
@@ -161,5 +170,7 @@ class Kube:
         }
         try:
             await retrying(lambda: self.core.create_namespaced_event(meta.get("namespace"), body), attempts=3)
-        except (ApiException, aiohttp.ClientError, asyncio.TimeoutError) as e:
-            log.warning("could not post event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), e)
+        except (TimeoutError, ApiException, aiohttp.ClientError) as e:
+            log.warning(
+                "could not post event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), e
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
@@ -87,8 +88,12 @@ class Runtime:
         await self._prime_cache()
         self.scheduler = Scheduler(self.cache, kube)
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
-        log.info("scheduling loop started with %d nodes, %d pods, %d managed jobs",
-                 len(self.cache.nodes), len(self.cache.pods), len(self.cache.jobs))
+        log.info(
+            "scheduling loop started with %d nodes, %d pods, %d managed jobs",
+            len(self.cache.nodes),
+            len(self.cache.pods),
+            len(self.cache.jobs),
+        )
 
     def _configure_kopf(self, settings: kopf.OperatorSettings) -> None:
         self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
@@ -119,8 +124,11 @@ class Runtime:
         nodes, pods, jobs = await asyncio.gather(
             retrying(lambda: core.list_node(_preload_content=False)),
             retrying(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
-            retrying(lambda: batch.list_job_for_all_namespaces(
-                label_selector="phalanx.dev/managed=true", _preload_content=False)),
+            retrying(
+                lambda: batch.list_job_for_all_namespaces(
+                    label_selector="phalanx.dev/managed=true", _preload_content=False
+                )
+            ),
         )
         for item in (await nodes.json())["items"]:
             self.cache.upsert_node(item)
@@ -142,10 +150,8 @@ class Runtime:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
         if self.api is not None:
             await self.api.close()
         if self._certdir is not None:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import conditions as c
+from phalanx.api.builders import build_pod_group, build_workload
 from phalanx.api.group import POD_GROUPS, WORKLOADS
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
-from phalanx.api.builders import build_pod_group, build_workload
 from phalanx.controller import status as st
 from phalanx.controller.cache import ClusterCache, GroupRecord, JobRecord, PodRecord
 from phalanx.controller.kube import Kube, now_rfc3339
@@ -147,7 +147,10 @@ class Scheduler:
             created = await self.kube.create_object(POD_GROUPS, body)
             group = self.cache.upsert_group(created)
             await self.kube.event(
-                job.body, "Normal", "PodGroupCreated", f"created Workload {workload.name} and PodGroup {group.name}"
+                job.body,
+                "Normal",
+                "PodGroupCreated",
+                f"created Workload {workload.name} and PodGroup {group.name}",
             )
 
     async def _priority(self, class_name: str | None) -> int | None:
@@ -210,7 +213,9 @@ class Scheduler:
         attempt = int((current.get("admission") or {}).get("attempt", -1)) + 1
         admission = {
             "domain": decision.domain,
-            "assignments": [{"pod": pod.split("/", 1)[1], "node": node} for pod, node in decision.assignments],
+            "assignments": [
+                {"pod": pod.split("/", 1)[1], "node": node} for pod, node in decision.assignments
+            ],
             "admittedAt": now_rfc3339(),
             "attempt": attempt,
         }
@@ -245,8 +250,9 @@ class Scheduler:
         )
         return released
 
-    async def update_status(self, view: GroupView, outcome: st.Outcome | None, domain: str | None,
-                            released_now: int) -> None:
+    async def update_status(
+        self, view: GroupView, outcome: st.Outcome | None, domain: str | None, released_now: int
+    ) -> None:
         group = self.cache.pod_groups.get(view.group.key, view.group)
         current = dict(group.body.get("status") or {})
         scheduled = sum(1 for p in view.placed if p.bound)
@@ -267,17 +273,21 @@ class Scheduler:
             desired["admission"] = None  # nothing is held for a suspended or finished Job
         elif current.get("admission") and not view.placed and not released_now:
             desired["admission"] = None  # the decision's pods are gone; the next one starts afresh
-        if not st.status_changed(current, desired) and ("admission" not in desired or not current.get("admission")):
+        if not st.status_changed(current, desired) and (
+            "admission" not in desired or not current.get("admission")
+        ):
             return
         patched = await self.kube.patch_status(POD_GROUPS, group.namespace, group.name, desired)
         self.cache.upsert_group(patched)
         await self._announce(view, current, desired)
 
-    async def _announce(self, view: GroupView, current: Mapping[str, Any], desired: Mapping[str, Any]) -> None:
+    async def _announce(
+        self, view: GroupView, current: Mapping[str, Any], desired: Mapping[str, Any]
+    ) -> None:
         """An event on the Job and the PodGroup whenever the reason or message of Admitted changes."""
         before = st.find(current.get("conditions") or [], c.ADMITTED)
         after = st.find(desired.get("conditions") or [], c.ADMITTED)
-        if after is None or c.REASON_ADMITTED == after.get("reason"):
+        if after is None or after.get("reason") == c.REASON_ADMITTED:
             return  # admission has its own event, posted by admit()
         if before is not None and (before.get("reason"), before.get("message")) == (
             after.get("reason"),

@@ -45,7 +45,13 @@ class GroupFacts:
 
 
 def _condition(
-    current: Mapping[str, Any] | None, kind: str, status: str, reason: str, message: str, now: str, generation: int
+    current: Mapping[str, Any] | None,
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int,
 ) -> dict[str, Any]:
     changed = current is None or current.get("status") != status
     return {
@@ -62,12 +68,16 @@ def find(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any
     return next((x for x in conditions if x.get("type") == kind), None)
 
 
-def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Mapping[str, Any] | None) -> Outcome:
+def present_outcome(
+    facts: GroupFacts, outcome: Outcome | None, previous: Mapping[str, Any] | None
+) -> Outcome:
     """The Admitted condition's reason and message now."""
     if facts.finished:
         return Outcome(c.REASON_FINISHED, "the Job finished")
     if facts.suspended:
-        return Outcome(c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes")
+        return Outcome(
+            c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"
+        )
     placed = facts.scheduled + facts.released
     need = facts.min_count if facts.gang else 1
     if outcome is not None and outcome.reason != c.REASON_ADMITTED and placed < need:
@@ -118,16 +128,26 @@ def desired_status(
     if initial is not None and initial.get("status") == "True":
         new_initial: Mapping[str, Any] = initial  # upstream: never flipped back
     elif present.reason == c.REASON_ADMITTED:
-        new_initial = _condition(initial, c.POD_GROUP_INITIALLY_SCHEDULED, "True", c.REASON_SCHEDULED, "", now,
-                                 generation)
+        new_initial = _condition(
+            initial, c.POD_GROUP_INITIALLY_SCHEDULED, "True", c.REASON_SCHEDULED, "", now, generation
+        )
     elif present.reason == c.REASON_UNSCHEDULABLE:
-        new_initial = _condition(initial, c.POD_GROUP_INITIALLY_SCHEDULED, "False", c.REASON_UNSCHEDULABLE,
-                                 present.message, now, generation)
+        new_initial = _condition(
+            initial,
+            c.POD_GROUP_INITIALLY_SCHEDULED,
+            "False",
+            c.REASON_UNSCHEDULABLE,
+            present.message,
+            now,
+            generation,
+        )
     else:
         new_initial = initial or {}
 
     admitted_status = "True" if present.reason == c.REASON_ADMITTED else "False"
-    new_admitted = _condition(admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation)
+    new_admitted = _condition(
+        admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation
+    )
 
     others = [x for x in conditions if x.get("type") not in (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED)]
     new_conditions = [x for x in (new_initial, new_admitted) if x] + others
@@ -148,7 +168,13 @@ def status_changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bo
         out = {k: v for k, v in status.items() if k != "conditions" and k != "admission"}
         out["conditions"] = sorted(
             (
-                (x.get("type"), x.get("status"), x.get("reason"), x.get("message"), x.get("observedGeneration"))
+                (
+                    x.get("type"),
+                    x.get("status"),
+                    x.get("reason"),
+                    x.get("message"),
+                    x.get("observedGeneration"),
+                )
                 for x in status.get("conditions") or []
             ),
             key=str,

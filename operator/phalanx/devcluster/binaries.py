@@ -13,7 +13,7 @@ KWOK_VERSION = "v0.8.0"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
 
 
-class BinariesMissing(RuntimeError):
+class MissingBinariesError(RuntimeError):
     pass
 
 
@@ -46,7 +46,7 @@ def ensure_binaries(build: bool = True) -> Path:
         return directory
     root = repo_root()
     if not build or root is None:
-        raise BinariesMissing(
+        raise MissingBinariesError(
             f"missing {', '.join(absent)} in {directory}; build them with hack/build.sh "
             "from a Phalanx checkout (Go >= 1.26 and the Go module proxy), or set PHALANX_BIN_DIR"
         )
@@ -54,5 +54,5 @@ def ensure_binaries(build: bool = True) -> Path:
     subprocess.run(["bash", str(root / "hack" / "build.sh"), str(directory)], check=True)
     absent = missing(directory)
     if absent:
-        raise BinariesMissing(f"hack/build.sh finished but {', '.join(absent)} are still missing")
+        raise MissingBinariesError(f"hack/build.sh finished but {', '.join(absent)} are still missing")
     return directory

@@ -148,7 +148,9 @@ class DevCluster:
         nodes = parse_topology(topology)
         existing = ClusterState.load(self.dir)
         if existing and any(pid_alive(p) and _owned(p, self.dir) for p in existing.pids.values()):
-            raise ClusterError(f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first")
+            raise ClusterError(
+                f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first"
+            )
         bins = ensure_binaries()
         started = time.monotonic()
         self._reset_dir()
@@ -289,7 +291,9 @@ class DevCluster:
                 "--log-level=warn",
             ],
         )
-        _wait("etcd /health", lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'), 30)
+        _wait(
+            "etcd /health", lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'), 30
+        )
         pki = d / "pki"
         apiserver_args = [
             f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
@@ -381,9 +385,9 @@ class DevCluster:
                     raise
                 created = client.get(f"/api/v1/nodes/{node.name}")
             # Node create may drop status; set capacity through the status subresource.
-            if not created.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu") and "nvidia.com/gpu" in (
-                node.capacity
-            ):
+            if not created.get("status", {}).get("allocatable", {}).get(
+                "nvidia.com/gpu"
+            ) and "nvidia.com/gpu" in (node.capacity):
                 client.request(
                     "PATCH",
                     f"/api/v1/nodes/{node.name}/status",
@@ -437,9 +441,7 @@ class DevCluster:
         state = ClusterState.load(self.dir)
         if state is None:
             return {"dir": str(self.dir), "running": {}, "state": "absent"}
-        running = {
-            name: pid for name, pid in state.pids.items() if pid_alive(pid) and _owned(pid, self.dir)
-        }
+        running = {name: pid for name, pid in state.pids.items() if pid_alive(pid) and _owned(pid, self.dir)}
         info: dict[str, Any] = {
             "dir": str(self.dir),
             "mode": state.mode,
@@ -461,7 +463,8 @@ class DevCluster:
 
 def node_schedulable(node: dict[str, Any]) -> bool:
     ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
     )
     blocked = node.get("spec", {}).get("unschedulable") or any(
         t.get("effect") in ("NoSchedule", "NoExecute") for t in node.get("spec", {}).get("taints", []) or []

@@ -19,7 +19,11 @@ def filler_pod(node: str, gpus: int = 8) -> dict[str, Any]:
         "spec": {
             "nodeSelector": {HOSTNAME_KEY: node},
             "containers": [
-                {"name": "filler", "image": PAUSE_IMAGE, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                {
+                    "name": "filler",
+                    "image": PAUSE_IMAGE,
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
             ],
         },
     }
@@ -39,11 +43,15 @@ def fill(client: RestClient, namespace: str, nodes: Iterable[str]) -> list[str]:
     return names
 
 
-def where_rows(client: RestClient, namespace: str, selector: str | None = None) -> list[tuple[str, str, str, str, str]]:
+def where_rows(
+    client: RestClient, namespace: str, selector: str | None = None
+) -> list[tuple[str, str, str, str, str]]:
     """(POD, PHASE, NODE, NB, LB) for each pod, sorted by name (where.sh)."""
     query = f"?labelSelector={selector}" if selector else ""
     pods = client.get(f"/api/v1/namespaces/{namespace}/pods{query}")["items"]
-    labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in client.get("/api/v1/nodes")["items"]}
+    labels = {
+        n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in client.get("/api/v1/nodes")["items"]
+    }
     rows = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         node = pod["spec"].get("nodeName") or ""
