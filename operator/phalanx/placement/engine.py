@@ -1,0 +1,343 @@
+"""The placement decision: which topology domain a pod group goes to, and which node each pod gets.
+
+`decide` is pure: same snapshot and group, same decision. See docs of `decide` for the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from . import messages
+from .columns import BoolArray, IndexArray, IntArray
+from .model import PODS, Admit, Decision, GroupRequest, PodRequest, PodRequirements, Reject
+from .scoring import Scorer
+from .snapshot import Snapshot
+
+__all__ = ["admitted_usage", "decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Placements:
+    """Candidate domains; domain i owns nodes order[starts[i]:ends[i]] (ascending node index)."""
+
+    names: tuple[str | None, ...]
+    order: IndexArray
+    starts: IndexArray
+    ends: IndexArray
+    all_nodes: bool = False  # order is 0..n-1: no gather needed
+
+    def nodes(self, d: int) -> IndexArray:
+        return self.order[self.starts[d] : self.ends[d]]
+
+    def sums(self, per_node: IntArray) -> IntArray:
+        """Per-domain sums of a per-node 1-D array, exact in int64."""
+        if self.order.size == 0:
+            return np.zeros(len(self.names), dtype=np.int64)
+        grouped = per_node if self.all_nodes else per_node[self.order]
+        result: IntArray = np.add.reduceat(grouped, self.starts)
+        return result
+
+    def row_sums(self, rows: IntArray) -> IntArray:
+        """Per-domain sums of each row of a rows x nodes array, as domains x rows."""
+        out = np.empty((len(self.names), rows.shape[0]), dtype=np.int64)
+        for j in range(rows.shape[0]):
+            out[:, j] = self.sums(rows[j])
+        return out
+
+
+@dataclass(slots=True)
+class _Signature:
+    """Pods of the group sharing one PodRequirements."""
+
+    requirements: PodRequirements
+    positions: list[int]
+    request: IntArray  # per row of the decision's free matrix; pods = 1
+    eligible: BoolArray
+    fits_nowhere: bool  # asks for a resource no node offers
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """Result of packing the group into one domain."""
+
+    placed: int
+    leftover: IntArray  # per scored resource
+    targets: dict[int, int]  # pending position -> node index
+
+
+def _capacity(free: IntArray, request: IntArray, cap: int) -> IntArray:
+    """How many pods with `request` fit on each node (nodes are independent), at most `cap`.
+
+    `free` is resources x nodes; only resources the pod asks for (request > 0) limit it.
+    """
+    count = np.full(free.shape[1], cap, dtype=np.int64)
+    for j in np.flatnonzero(request > 0):
+        # Integer division is the slow part; pod slots (request 1) need none.
+        np.minimum(count, free[j] if request[j] == 1 else free[j] // request[j], out=count)
+    np.maximum(count, 0, out=count)
+    return count
+
+
+def _placements(snapshot: Snapshot, group: GroupRequest) -> _Placements | Reject:
+    scheduled, remaining = len(group.bound_nodes), len(group.pending)
+    key = group.topology_key
+    if key is None:
+        n = len(snapshot.node_names)
+        return _Placements(
+            names=(None,),
+            order=np.arange(n, dtype=np.intp),
+            starts=np.zeros(1, dtype=np.intp),
+            ends=np.full(1, n, dtype=np.intp),
+            all_nodes=True,
+        )
+    groups = snapshot.domain_groups(key)
+    if not groups.names:
+        return Reject(messages.no_domain(key), 0, 0, scheduled, remaining, "NoDomain")
+    if not group.bound_nodes:
+        return _Placements(groups.names, groups.order, groups.starts, groups.ends)
+
+    # Pods of the group already hold nodes: their domain is the only placement.
+    pinned: set[int] = set()
+    for node in group.bound_nodes:
+        index = snapshot.node_index(node)
+        if index is None:
+            message = messages.bound_node_missing(node)
+        elif groups.codes[index] < 0:
+            message = messages.bound_node_unlabelled(node, key)
+        else:
+            pinned.add(int(groups.codes[index]))
+            continue
+        return Reject(message, 0, 0, scheduled, remaining, "DomainConflict")
+    if len(pinned) > 1:
+        message = messages.bound_pods_span_domains(groups.names[d] for d in pinned)
+        return Reject(message, 0, 0, scheduled, remaining, "DomainConflict")
+    (d,) = pinned
+    return _Placements(
+        names=(groups.names[d],),
+        order=groups.order[groups.starts[d] : groups.ends[d]],
+        starts=np.zeros(1, dtype=np.intp),
+        ends=np.full(1, groups.ends[d] - groups.starts[d], dtype=np.intp),
+    )
+
+
+class _Decision:
+    """State of one decide() call: the columns it needs and the per-signature data."""
+
+    def __init__(self, snapshot: Snapshot, pending: Sequence[PodRequest]) -> None:
+        self.snapshot = snapshot
+        by_requirements: dict[PodRequirements, list[int]] = {}
+        for i, pod in enumerate(pending):
+            by_requirements.setdefault(pod.requirements, []).append(i)
+
+        totals = snapshot.totals
+        requested: set[str] = set()
+        unknown: set[PodRequirements] = set()
+        for req in by_requirements:
+            for resource, amount in req.requests:
+                if amount > 0 and resource != PODS:
+                    requested.add(resource)
+                    if snapshot.resource_index(resource) is None:
+                        unknown.add(req)
+        # Best fit is measured on what the group asks for; a group asking for nothing packs by pod slots.
+        scored = sorted(requested) or [PODS]
+        score_cols = [c for r in scored if (c := snapshot.resource_index(r)) is not None and totals[c] > 0]
+        check_cols = {c for r in requested if (c := snapshot.resource_index(r)) is not None}
+        pods_col = snapshot.resource_index(PODS)
+        assert pods_col is not None, "every snapshot has a pods column"
+        columns = sorted(check_cols | set(score_cols) | {pods_col})
+        position = {c: j for j, c in enumerate(columns)}
+
+        # Free capacity, resources x nodes, only for the resources this decision looks at.
+        alloc, used = snapshot.allocatable_by_resource, snapshot.used_by_resource
+        n = alloc.shape[1]
+        free = np.empty((len(columns), n), dtype=np.int64)
+        for j, c in enumerate(columns):
+            np.subtract(alloc[c], used[c], out=free[j])
+        self.free: IntArray = free
+        self.score_pos = [position[c] for c in score_cols]
+        self.scorer = Scorer([totals[c] for c in score_cols])
+        cap = snapshot.max_amount
+
+        self.signatures: list[_Signature] = []
+        for req, positions in by_requirements.items():
+            request = np.zeros(len(columns), dtype=np.int64)
+            request[position[pods_col]] = 1
+            for resource, amount in req.requests:
+                c = snapshot.resource_index(resource)
+                if c is not None and resource != PODS and amount > 0:
+                    # Above the per-node cap nothing can hold it; cap + 1 keeps that true without overflow.
+                    request[position[c]] = min(amount, cap + 1)
+            self.signatures.append(
+                _Signature(req, positions, request, snapshot.eligible(req), req in unknown)
+            )
+
+        eligible = self.signatures[0].eligible
+        for sig in self.signatures[1:]:
+            eligible = eligible | sig.eligible
+        # Free capacity that counts for best fit: only nodes some pod of the group may use.
+        score_free = np.empty((len(self.score_pos), n), dtype=np.int64)
+        for j, p in enumerate(self.score_pos):
+            np.maximum(free[p], 0, out=score_free[j])
+            score_free[j] *= eligible
+        self.eligible: BoolArray = eligible
+        self.score_free: IntArray = score_free
+
+    def capacity(self, sig: _Signature) -> IntArray:
+        if sig.fits_nowhere:
+            return np.zeros(self.free.shape[1], dtype=np.int64)
+        count = _capacity(self.free, sig.request, len(sig.positions))
+        count *= sig.eligible
+        return count
+
+    def size(self, sig: _Signature) -> Fraction:
+        return self.scorer.fraction(sig.request[self.score_pos])
+
+    def node_order(self, nodes: IndexArray) -> IndexArray:
+        """Fullest first: normalised free capacity ascending, then name (= node index)."""
+        return nodes[self.scorer.order(self.score_free[:, nodes].T, nodes)]
+
+
+def _pack_homogeneous(
+    ctx: _Decision, pl: _Placements, d: int, count: IntArray, placed: int
+) -> dict[int, int]:
+    sig = ctx.signatures[0]
+    nodes = pl.nodes(d)
+    nodes = ctx.node_order(nodes[count[nodes] > 0])
+    caps = count[nodes]
+    # Only the first nodes whose capacity covers `placed` are used.
+    used_nodes = int(np.searchsorted(np.cumsum(caps), placed)) + 1
+    targets = np.repeat(nodes[:used_nodes], caps[:used_nodes])[:placed]
+    return dict(zip(sig.positions, targets.tolist(), strict=False))
+
+
+def _decide_homogeneous(ctx: _Decision, pl: _Placements, group: GroupRequest, min_count: int) -> Decision:
+    sig = ctx.signatures[0]
+    bound = len(group.bound_nodes)
+    count = ctx.capacity(sig)
+    placed = np.minimum(pl.sums(count), len(sig.positions))
+    feasible = placed + bound >= min_count
+    if not feasible.any():
+        return _reject(pl, int(placed.max()), bound, min_count)
+
+    best = int(placed[feasible].max())
+    candidates = np.flatnonzero(feasible & (placed == best))
+    leftover = pl.row_sums(ctx.score_free)[candidates] - best * sig.request[ctx.score_pos]
+    d = int(candidates[ctx.scorer.argmin(leftover)])
+    targets = _pack_homogeneous(ctx, pl, d, count, best)
+    return _admit(ctx, pl, d, group, targets)
+
+
+def _pack_mixed(
+    ctx: _Decision, pl: _Placements, d: int, order: list[_Signature], domain_free: IntArray
+) -> _Outcome:
+    """First-fit decreasing: bigger pods first, each on the first node (fullest first) with room.
+
+    Greedy, not optimal: a different order could sometimes place more pods. Pods with the same
+    requirements are consecutive, and first fit for identical pods is a prefix fill, so each
+    signature is placed in one vectorised step.
+    """
+    nodes = pl.nodes(d)
+    nodes = ctx.node_order(nodes[ctx.eligible[nodes]])
+    free = ctx.free[:, nodes]
+    targets: dict[int, int] = {}
+    placed_requests = np.zeros(len(ctx.score_pos), dtype=np.int64)
+    placed = 0
+    for sig in order:
+        if sig.fits_nowhere:
+            continue
+        count = _capacity(free, sig.request, len(sig.positions))
+        count[~sig.eligible[nodes]] = 0
+        before = np.cumsum(count) - count
+        take = np.clip(len(sig.positions) - before, 0, count)
+        n = int(take.sum())
+        if n == 0:
+            continue
+        free -= sig.request[:, None] * take
+        chosen = np.repeat(nodes, take)
+        targets.update(zip(sig.positions[:n], chosen.tolist(), strict=True))
+        placed_requests += n * sig.request[ctx.score_pos]
+        placed += n
+    leftover = domain_free[d] - placed_requests
+    return _Outcome(placed, leftover, targets)
+
+
+def _decide_mixed(ctx: _Decision, pl: _Placements, group: GroupRequest, min_count: int) -> Decision:
+    bound = len(group.bound_nodes)
+    order = sorted(ctx.signatures, key=lambda s: (-ctx.size(s), s.positions[0]))
+    # Upper bound per domain: every signature alone, ignoring the others. Domains are packed in
+    # decreasing bound order and we stop once no remaining domain could place as many pods.
+    upper = np.zeros(len(pl.names), dtype=np.int64)
+    for sig in ctx.signatures:
+        upper += np.minimum(pl.sums(ctx.capacity(sig)), len(sig.positions))
+
+    domain_free = pl.row_sums(ctx.score_free)
+    best: tuple[int, int, _Outcome] | None = None  # (domain, exact score, outcome), feasible only
+    most = -1  # most pods placed in any domain packed so far
+    for d in sorted(range(len(pl.names)), key=lambda i: (-int(upper[i]), i)):
+        if upper[d] < most:
+            break
+        outcome = _pack_mixed(ctx, pl, d, order, domain_free)
+        most = max(most, outcome.placed)
+        if outcome.placed + bound < min_count:
+            continue
+        score = ctx.scorer.exact(outcome.leftover)
+        if best is None or (-outcome.placed, score, d) < (-best[2].placed, best[1], best[0]):
+            best = (d, score, outcome)
+
+    if best is None:
+        return _reject(pl, most, bound, min_count)
+    return _admit(ctx, pl, best[0], group, best[2].targets)
+
+
+def _reject(pl: _Placements, placed: int, bound: int, min_count: int) -> Reject:
+    """Report the placement that came closest (most pods placed), in upstream's words."""
+    scheduled = bound + placed
+    # Upstream tries pods one by one and stops as soon as scheduled + remaining < minCount.
+    remaining = max(0, min_count - scheduled - 1)
+    message = messages.unschedulable(len(pl.names), min_count, scheduled, remaining)
+    return Reject(message, len(pl.names), 0, scheduled, remaining, "Unschedulable")
+
+
+def _admit(ctx: _Decision, pl: _Placements, d: int, group: GroupRequest, targets: dict[int, int]) -> Admit:
+    names = ctx.snapshot.node_names
+    assignments = tuple((pod.id, names[targets[i]]) for i, pod in enumerate(group.pending) if i in targets)
+    return Admit(domain=pl.names[d], assignments=assignments)
+
+
+def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
+    """Place a pod group all-or-nothing in one topology domain.
+
+    1. A node fits a pod if it is Ready and not cordoned, its NoSchedule/NoExecute taints are
+       tolerated, nodeSelector and required node affinity match, and used + request <= allocatable
+       for every resource the pod requests (plus one pod slot).
+    2. Placements are the values of label `topology_key` (all nodes when None); nodes where the
+       group already runs pin the placement.
+    3. A placement is feasible if the pods that fit there plus the bound ones reach minCount;
+       every pending pod that fits is placed, not only minCount of them.
+    4. Among feasible placements: most pods placed, then least normalised free capacity left
+       (best fit), then smallest domain name.
+    5. Inside it, fullest nodes first.
+    """
+    min_count = max(1, group.min_count)
+    bound, pending = len(group.bound_nodes), len(group.pending)
+    if pending + bound < min_count:
+        return Reject(messages.too_few_pods(min_count, bound, pending), 0, 0, bound, pending, "Unschedulable")
+    pl = _placements(snapshot, group)
+    if isinstance(pl, Reject):
+        return pl
+    if pending == 0:
+        return Admit(domain=pl.names[0], assignments=())
+    ctx = _Decision(snapshot, group.pending)
+    if len(ctx.signatures) == 1:
+        return _decide_homogeneous(ctx, pl, group, min_count)
+    return _decide_mixed(ctx, pl, group, min_count)
+
+
+def admitted_usage(group: GroupRequest, admit: Admit) -> list[tuple[str, dict[str, int]]]:
+    """(node, requests) per assigned pod, ready for `Snapshot.assume`."""
+    requests = {pod.id: pod.requirements.request_map() for pod in group.pending}
+    return [(node, requests[pod_id]) for pod_id, node in admit.assignments]

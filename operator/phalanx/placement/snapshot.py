@@ -1,0 +1,321 @@
+"""Immutable cluster view for one scheduling pass, as numpy arrays.
+
+Everything that depends only on nodes (labels, taints, allocatable, filter masks, domain
+groups) lives in a shared `_Static` that `assume`/`without` reuse; only the usage array is
+copied. Static caches are filled lazily and never invalidated: nodes do not change within
+a snapshot's lifetime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+import numpy as np
+
+from .columns import BoolArray, DomainGroups, IntArray, LabelColumn, field_mask, readonly
+from .filters import scheduling_taints, taints_tolerated, term_is_valid
+from .model import PODS, BoundPod, NodeInfo, NodeSelectorTerm, PodRequirements, Taint, Toleration
+
+__all__ = ["Snapshot"]
+
+SATURATED: Final = 2**62 - 1
+"""Usage saturates here so that usage plus one more pod cannot overflow int64."""
+
+_EligibilityKey = tuple[
+    tuple[tuple[str, str], ...], tuple[NodeSelectorTerm, ...] | None, tuple[Toleration, ...]
+]
+
+
+class _Static:
+    __slots__ = (
+        "alloc",
+        "base_mask",
+        "columns",
+        "eligibility",
+        "max_amount",
+        "name_index",
+        "names",
+        "nodes",
+        "resource_index",
+        "resources",
+        "taint_codes",
+        "taint_sets",
+        "toleration_masks",
+        "totals",
+    )
+
+    def __init__(self, nodes: Iterable[NodeInfo]) -> None:
+        ordered = sorted(nodes, key=lambda n: n.name)
+        self.nodes: tuple[NodeInfo, ...] = tuple(ordered)
+        self.names: tuple[str, ...] = tuple(n.name for n in ordered)
+        self.name_index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        if len(self.name_index) != len(self.names):
+            raise ValueError("duplicate node names in snapshot")
+        n = len(self.names)
+
+        self.resources: tuple[str, ...] = tuple(
+            sorted({r for node in ordered for r in node.allocatable} | {PODS})
+        )
+        self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        # Per-node amounts are capped so that any sum over nodes stays inside int64; the cap
+        # (2^62 / nodes, e.g. 84 TiB at 50,000 nodes) is far above any real node.
+        self.max_amount: int = max(1, SATURATED // max(n, 1))
+        cap = self.max_amount
+        # Resource-major (resources x nodes): each resource is one contiguous row, so the engine's
+        # per-resource arithmetic runs on contiguous 1-D arrays.
+        columns: list[list[int]] = [[0] * n for _ in self.resources]
+        for i, node in enumerate(ordered):
+            for r, v in node.allocatable.items():
+                columns[self.resource_index[r]][i] = min(max(int(v), 0), cap)
+        self.alloc: IntArray = readonly(np.array(columns, dtype=np.int64).reshape(len(self.resources), n))
+        self.totals: tuple[int, ...] = tuple(int(t) for t in self.alloc.sum(axis=1))
+
+        self.base_mask: BoolArray = readonly(
+            np.fromiter((node.ready and not node.unschedulable for node in ordered), dtype=np.bool_, count=n)
+        )
+        taint_set_index: dict[tuple[Taint, ...], int] = {}
+        self.taint_codes = readonly(
+            np.fromiter(
+                (
+                    taint_set_index.setdefault(scheduling_taints(node.taints), len(taint_set_index))
+                    for node in ordered
+                ),
+                dtype=np.intp,
+                count=n,
+            )
+        )
+        self.taint_sets: tuple[tuple[Taint, ...], ...] = tuple(taint_set_index)
+
+        self.columns: dict[str, LabelColumn] = {}
+        self.eligibility: dict[_EligibilityKey, BoolArray] = {}
+        self.toleration_masks: dict[tuple[Toleration, ...], BoolArray] = {}
+
+    def column(self, key: str) -> LabelColumn:
+        col = self.columns.get(key)
+        if col is None:
+            col = LabelColumn([node.labels.get(key) for node in self.nodes])
+            self.columns[key] = col
+        return col
+
+    def tolerated(self, tolerations: tuple[Toleration, ...]) -> BoolArray:
+        mask = self.toleration_masks.get(tolerations)
+        if mask is None:
+            # Few distinct taint sets exist, so check each once and spread by code.
+            per_set = np.fromiter(
+                (taints_tolerated(taints, tolerations) for taints in self.taint_sets),
+                dtype=np.bool_,
+                count=len(self.taint_sets),
+            )
+            mask = readonly(per_set[self.taint_codes])
+            self.toleration_masks[tolerations] = mask
+        return mask
+
+    def affinity(self, terms: tuple[NodeSelectorTerm, ...]) -> BoolArray:
+        n = len(self.names)
+        any_term = np.zeros(n, dtype=np.bool_)
+        for term in terms:
+            if not (term.match_expressions or term.match_fields) or not term_is_valid(term):
+                continue  # upstream: an empty or unparsable term selects nothing
+            mask = np.ones(n, dtype=np.bool_)
+            for req in term.match_expressions:
+                mask &= self.column(req.key).requirement_mask(req)
+            for req in term.match_fields:
+                mask &= field_mask(req, self.name_index, n)
+            any_term |= mask
+        return any_term
+
+    def eligible(self, req: PodRequirements) -> BoolArray:
+        key: _EligibilityKey = (req.node_selector, req.affinity_terms, req.tolerations)
+        mask = self.eligibility.get(key)
+        if mask is None:
+            m = self.base_mask & self.tolerated(req.tolerations)
+            for label, value in req.node_selector:
+                m &= self.column(label).equals_mask(value)
+            if req.affinity_terms is not None:
+                m &= self.affinity(req.affinity_terms)
+            mask = readonly(m)
+            self.eligibility[key] = mask
+        return mask
+
+    def entries(self, node: int, requests: Mapping[str, int]) -> list[tuple[int, int]]:
+        """(flat index into the resources x nodes usage, amount) for one pod: a pod slot plus its requests."""
+        n = len(self.names)
+        out = [(self.resource_index[PODS] * n + node, 1)]
+        cap = self.max_amount
+        for r, v in requests.items():
+            row = self.resource_index.get(r)
+            # A resource no node offers cannot change any decision: every pod asking for it fails anyway.
+            if row is not None and r != PODS and v > 0:
+                out.append((row * n + node, min(int(v), cap)))
+        return out
+
+
+def _accumulate(entries: list[tuple[int, int]], size: int) -> IntArray:
+    """Sum amounts per flat cell, saturating at SATURATED instead of overflowing."""
+    out = np.zeros(size, dtype=np.int64)
+    if not entries:
+        return out
+    flat = np.fromiter((e[0] for e in entries), dtype=np.intp, count=len(entries))
+    amounts = np.fromiter((e[1] for e in entries), dtype=np.int64, count=len(entries))
+    if int(amounts.max()) * int(np.bincount(flat).max()) <= SATURATED:
+        np.add.at(out, flat, amounts)
+        return out
+    exact: dict[int, int] = {}
+    for i, v in entries:
+        exact[i] = exact.get(i, 0) + v
+    for i, v in exact.items():
+        out[i] = min(v, SATURATED)
+    return out
+
+
+class Snapshot:
+    """Nodes, their capacity and what is already using it; never mutated after build."""
+
+    __slots__ = ("_pods", "_removed", "_s", "_used")
+
+    def __init__(
+        self,
+        static: _Static,
+        used: IntArray,
+        pods: Mapping[str, list[tuple[int, int]]],
+        removed: frozenset[str],
+    ) -> None:
+        self._s = static
+        self._used = readonly(used)
+        self._pods = pods  # shared between derived snapshots; read-only by convention
+        self._removed = removed
+
+    @classmethod
+    def build(cls, nodes: Iterable[NodeInfo], pods: Iterable[BoundPod]) -> Snapshot:
+        """Pods on nodes that are not in `nodes` are ignored; with duplicate pod ids the last one wins."""
+        static = _Static(nodes)
+        latest: dict[str, BoundPod] = {}
+        for pod in pods:
+            latest[pod.id] = pod
+        by_id: dict[str, list[tuple[int, int]]] = {}
+        flat: list[tuple[int, int]] = []
+        for pod_id, pod in latest.items():
+            node = static.name_index.get(pod.node)
+            if node is None:
+                continue
+            entries = static.entries(node, pod.requests)
+            by_id[pod_id] = entries
+            flat.extend(entries)
+        used = _accumulate(flat, static.alloc.size).reshape(static.alloc.shape)
+        return cls(static, used, by_id, frozenset())
+
+    def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]]]) -> Snapshot:
+        """A snapshot where each (node, requests) entry is one more pod on that node (plus pods=1).
+
+        Shares every static part and cache; copies only the usage array. Raises KeyError for an
+        unknown node. Assumed usage has no pod id, so `without` cannot remove it.
+        """
+        s = self._s
+        entries: list[tuple[int, int]] = []
+        for node_name, requests in assignments:
+            node = s.name_index.get(node_name)
+            if node is None:
+                raise KeyError(f"node {node_name!r} is not in the snapshot")
+            entries.extend(s.entries(node, requests))
+        if not entries:
+            return self
+        delta = _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
+        used = np.minimum(self._used + delta, SATURATED)
+        return Snapshot(s, used, self._pods, self._removed)
+
+    def without(self, pod_ids: Iterable[str]) -> Snapshot:
+        """A snapshot where those bound pods no longer use capacity; unknown or removed ids are ignored."""
+        gone = {p for p in pod_ids if p in self._pods and p not in self._removed}
+        if not gone:
+            return self
+        entries = [e for p in gone for e in self._pods[p]]
+        delta = _accumulate(entries, self._s.alloc.size).reshape(self._s.alloc.shape)
+        used = np.maximum(self._used - delta, 0)
+        return Snapshot(self._s, used, self._pods, self._removed | gone)
+
+    # --- read access -------------------------------------------------------------------------
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """Sorted; node index i in every array is node_names[i]."""
+        return self._s.names
+
+    @property
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self._s.nodes
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Sorted resource names (columns of the arrays); always includes "pods"."""
+        return self._s.resources
+
+    @property
+    def allocatable_array(self) -> IntArray:
+        """nodes x resources, read-only (a transposed view of the resource-major storage)."""
+        return self._s.alloc.T
+
+    @property
+    def used_array(self) -> IntArray:
+        """nodes x resources, read-only (a transposed view of the resource-major storage)."""
+        return self._used.T
+
+    @property
+    def allocatable_by_resource(self) -> IntArray:
+        """resources x nodes, read-only, each row contiguous."""
+        return self._s.alloc
+
+    @property
+    def used_by_resource(self) -> IntArray:
+        """resources x nodes, read-only, each row contiguous."""
+        return self._used
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        """Allocatable per resource summed over all nodes (the normalisation of best fit)."""
+        return self._s.totals
+
+    @property
+    def max_amount(self) -> int:
+        """Per-node amounts above this are stored as this (keeps all sums inside int64)."""
+        return self._s.max_amount
+
+    @property
+    def bound_pod_ids(self) -> frozenset[str]:
+        return frozenset(self._pods.keys() - self._removed)
+
+    def node_index(self, name: str) -> int | None:
+        return self._s.name_index.get(name)
+
+    def resource_index(self, resource: str) -> int | None:
+        return self._s.resource_index.get(resource)
+
+    def _row(self, node: str) -> int:
+        i = self._s.name_index.get(node)
+        if i is None:
+            raise KeyError(f"node {node!r} is not in the snapshot")
+        return i
+
+    def free(self, node: str) -> dict[str, int]:
+        """Allocatable minus used per resource (negative if the node is overcommitted)."""
+        i = self._row(node)
+        row = self._s.alloc[:, i] - self._used[:, i]
+        return {r: int(v) for r, v in zip(self._s.resources, row, strict=True)}
+
+    def used(self, node: str) -> dict[str, int]:
+        i = self._row(node)
+        return {r: int(v) for r, v in zip(self._s.resources, self._used[:, i], strict=True)}
+
+    def column(self, key: str) -> LabelColumn:
+        return self._s.column(key)
+
+    def domain_groups(self, key: str) -> DomainGroups:
+        return self._s.column(key).groups()
+
+    def domains(self, key: str) -> tuple[str, ...]:
+        """Sorted distinct values of label `key`."""
+        return self._s.column(key).values
+
+    def eligible(self, requirements: PodRequirements) -> BoolArray:
+        """Static filters per node (ready, not cordoned, taints, nodeSelector, affinity), cached."""
+        return self._s.eligible(requirements)
