@@ -70,7 +70,7 @@ class GroupStatus(ApiModel):
     conditions: list[Condition] | None = Field(default=None, json_schema_extra=list_map("type"))
     """The latest observations, one per type (PodGroupInitiallyScheduled, Admitted, DisruptionTarget)."""
     phase: Phase | None = None
-    """Where the group is now: Pending, WaitingForPods, Unschedulable, Admitted, Running, Suspended, Finished."""
+    """Where the group is now (Pending, WaitingForPods, Unschedulable, Admitted, Running, ...)."""
     policy: PolicyName | None = None
     """Gang or Basic, for kubectl get."""
     domain: str | None = None
