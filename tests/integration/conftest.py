@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from phalanx.devcluster.cluster import ClusterState, DevCluster
+from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import Namespace, delete_namespace, new_namespace
-from .operator_process import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

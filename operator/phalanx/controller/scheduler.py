@@ -184,7 +184,9 @@ class Scheduler:
                     bound_nodes=tuple(p.usage_node for p in view.placed),
                 )
                 decision = decide(snapshot, request)
-                if isinstance(decision, Admit):
+                if isinstance(decision, Admit) and not decision.assignments:
+                    pass  # minCount already met by placed pods; the extras wait for room in their domain
+                elif isinstance(decision, Admit):
                     released = await self.admit(view, decision)
                     by_key = {p.key: p for p in view.waiting}
                     snapshot = snapshot.assume(

@@ -1,4 +1,4 @@
-"""Run the real operator (`phalanx run`) as a separate process against a dev cluster."""
+"""Run the real operator (`phalanx run`) as a separate process against a dev cluster (tests, benchmarks)."""
 
 from __future__ import annotations
 

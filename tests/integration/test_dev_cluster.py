@@ -1,0 +1,53 @@
+"""`phalanx dev-cluster`: up returns a Ready cluster; down leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phalanx.devcluster.cluster import COMPONENTS, ClusterError, DevCluster, pid_alive
+
+pytestmark = pytest.mark.integration
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_up_status_down_through_the_cli_leaves_no_process(tmp_path: Path) -> None:
+    folder = tmp_path / "cluster"
+    cli = [sys.executable, "-m", "phalanx.cli", "dev-cluster"]
+    up = subprocess.run(
+        [*cli, "up", "--dir", str(folder), "--topology", "1x2x2"], capture_output=True, text=True
+    )
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert f"export KUBECONFIG={folder / 'kubeconfig'}" in up.stdout
+    status = subprocess.run([*cli, "status", "--dir", str(folder)], capture_output=True, text=True)
+    assert status.returncode == 0
+    assert '"nodes_ready": 4' in status.stdout
+    running = processes_mentioning(str(folder))
+    assert len(running) == len(COMPONENTS), running
+
+    with pytest.raises(ClusterError, match="already running"):
+        DevCluster(folder).up()
+
+    down = subprocess.run([*cli, "down", "--dir", str(folder)], capture_output=True, text=True)
+    assert down.returncode == 0, down.stderr
+    assert processes_mentioning(str(folder)) == []
+    assert all(not pid_alive(pid) for pid in running)
+    status = subprocess.run([*cli, "status", "--dir", str(folder)], capture_output=True, text=True)
+    assert status.returncode == 3 and '"state": "stopped"' in status.stdout
