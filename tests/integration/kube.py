@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -114,7 +115,8 @@ def domains_of(api: RestClient, pods: list[dict[str, Any]], key: str) -> set[str
 
 
 def new_namespace(cluster: ClusterState, prefix: str) -> Namespace:
-    name = f"{prefix[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    slug = re.sub(r"[^a-z0-9]+", "-", prefix.lower())[:40].strip("-") or "t"
+    name = f"{slug}-{uuid.uuid4().hex[:5]}"
     cluster.client().request(
         "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )

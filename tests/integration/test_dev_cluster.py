@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from phalanx.devcluster.cluster import COMPONENTS, ClusterError, DevCluster, pid_alive
+from phalanx.devcluster.http import RestClient
+from phalanx.devcluster.tools import fail_node, heal_node
+
+from .kube import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,3 +55,33 @@ def test_up_status_down_through_the_cli_leaves_no_process(tmp_path: Path) -> Non
     assert all(not pid_alive(pid) for pid in running)
     status = subprocess.run([*cli, "status", "--dir", str(folder)], capture_output=True, text=True)
     assert status.returncode == 3 and '"state": "stopped"' in status.stdout
+
+
+def node_ready(api: RestClient, node: str) -> str:
+    conditions = api.get(f"/api/v1/nodes/{node}")["status"]["conditions"]
+    return next(c["status"] for c in conditions if c["type"] == "Ready")
+
+
+def test_failure_injection_stops_heartbeats_and_heals(tmp_path: Path) -> None:
+    cluster = DevCluster(tmp_path / "cluster")
+    state = cluster.up(topology="1x1x2", log=lambda _m: None)
+    try:
+        api = state.client()
+        node = "node-b0-r0-n0"
+        fail_node(api, node, "heartbeat")
+        # node-lifecycle's grace period is 50 s: the Lease stops, the node turns Unknown and gets tainted.
+        wait_for(f"{node} not Ready", lambda: node_ready(api, node) == "Unknown", timeout=120, interval=2)
+        assert node_ready(api, "node-b0-r0-n1") == "True"
+        heal_node(api, node)
+        wait_for(f"{node} Ready again", lambda: node_ready(api, node) == "True", timeout=60, interval=1)
+
+        fail_node(api, node, "taint")
+        taints = api.get(f"/api/v1/nodes/{node}")["spec"]["taints"]
+        assert {"key": "sim.phalanx.dev/failed", "value": "true", "effect": "NoExecute"} in taints
+        heal_node(api, node)
+        assert all(
+            t["key"] != "sim.phalanx.dev/failed"
+            for t in api.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+        )
+    finally:
+        cluster.down(log=lambda _m: None)

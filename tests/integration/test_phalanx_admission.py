@@ -240,3 +240,57 @@ def test_a_labelled_job_is_rejected_while_the_webhook_is_down(ns: Namespace, pha
     ns.create(managed_job("gang-4", 4))
     # Back up: the same labelled Job is admitted whole (7 nodes free besides plain-1's).
     wait_bound(ns, "gang-4", 4)
+
+
+# ---------------------------------------------------------------------- changes after creation
+
+
+def test_min_count_follows_the_annotation_and_admits_a_smaller_gang(ns: Namespace) -> None:
+    ns.fill(*FIVE_BUSY)
+    ns.create(managed_job("gang-4", 4))
+    wait_condition(ns, "gang-4", "Admitted", "False", "Unschedulable")
+    pods = ns.job_pods("gang-4")
+    group = group_of(ns, "gang-4")
+    assert group is not None
+    label = pods[0]["metadata"]["labels"].get("phalanx.dev/pod-group")
+    assert label == group["metadata"]["name"], "waiting pods are linked to their PodGroup"
+
+    ns.api.request(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{ns.name}/jobs/gang-4",
+        {"metadata": {"annotations": {"phalanx.dev/min-count": "3"}}},
+        "application/merge-patch+json",
+    )
+    wait_for(
+        "PodGroup minCount 3",
+        lambda: (
+            (group_of(ns, "gang-4") or {})
+            .get("spec", {})
+            .get("schedulingPolicy", {})
+            .get("gang", {})
+            .get("minCount")
+            == 3
+        ),
+        timeout=30,
+    )
+    wait_bound(ns, "gang-4", 3)
+    hold(
+        "the 4th pod keeps waiting for room in the same domain",
+        lambda: len(bound(ns.job_pods("gang-4"))) == 3,
+        seconds=2,
+    )
+    admitted = condition(group_of(ns, "gang-4"), "Admitted")
+    assert admitted and admitted["status"] == "True" and "1 more waiting" in admitted["message"]
+
+
+def test_changing_the_topology_key_after_creation_is_rejected(ns: Namespace) -> None:
+    ns.create(managed_job("local-2", 2, LB_KEY))
+    with pytest.raises(ApiError) as error:
+        ns.api.request(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{ns.name}/jobs/local-2",
+            {"metadata": {"annotations": {"phalanx.dev/topology-key": NB_KEY}}},
+            "application/merge-patch+json",
+        )
+    print(error.value.body)
+    assert "phalanx.dev/topology-key: cannot change" in error.value.body

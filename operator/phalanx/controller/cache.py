@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phalanx.api import keys as names
@@ -161,6 +161,7 @@ class GroupRecord:
     resource_version: int
     job_uid: str
     body: Mapping[str, Any]
+    job_resource_version: int = -1  # the owning Job's version last reconciled into this object
 
     @property
     def key(self) -> str:
@@ -290,6 +291,8 @@ class ClusterCache:
         old = store.get(record.key)
         if old is not None and old.uid == record.uid and old.resource_version > record.resource_version:
             return old
+        if old is not None and old.uid == record.uid:
+            record = replace(record, job_resource_version=old.job_resource_version)
         store[record.key] = record
         if record.job_uid:
             (self.workload_by_job if is_workload else self.group_by_job)[record.job_uid] = record.key
@@ -305,6 +308,12 @@ class ClusterCache:
             if index.get(old.job_uid) == old.key:
                 del index[old.job_uid]
             self._touch()
+
+    def seen_job_version(self, group: GroupRecord, job_resource_version: int) -> None:
+        """Remember that the group reflects this version of its Job (skips re-parsing unchanged Jobs)."""
+        current = self.pod_groups.get(group.key)
+        if current is not None:
+            self.pod_groups[group.key] = replace(current, job_resource_version=job_resource_version)
 
     def pod_group_of_job(self, job_uid: str) -> GroupRecord | None:
         key = self.group_by_job.get(job_uid)

@@ -65,12 +65,29 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     ignore_failures=False,
     side_effects=False,
 )
-def validate_job_update(body: kopf.Body, **_: Any) -> None:
-    """Annotations edited later get the same checks as at creation."""
+def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+    """Edited annotations get the same checks as at creation; as upstream, only the gang size may change."""
     try:
-        parse_job_policy(body)
+        new_policy = parse_job_policy(body)
     except JobPolicyError as e:
         raise kopf.AdmissionError(str(e), code=422) from e
+    if old is None:
+        return
+    try:
+        old_policy = parse_job_policy(old)
+    except JobPolicyError:
+        return  # it was invalid before (created around the webhook): let the user fix it
+    changed = [
+        f"{annotation}: cannot change from {before!r} to {after!r} after creation"
+        for annotation, before, after in (
+            (names.POLICY_ANNOTATION, old_policy.policy, new_policy.policy),
+            (names.TOPOLOGY_KEY_ANNOTATION, old_policy.topology_key, new_policy.topology_key),
+            (names.DISRUPTION_MODE_ANNOTATION, old_policy.disruption_mode, new_policy.disruption_mode),
+        )
+        if before != after
+    ]
+    if changed:
+        raise kopf.AdmissionError("; ".join(changed), code=422)
 
 
 # ---------------------------------------------------------------------- watches → cache

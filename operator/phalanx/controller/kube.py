@@ -112,9 +112,10 @@ class Kube:
             raise
         return self._dict(pod)
 
-    async def label_pod(self, namespace: str, name: str, group: str) -> None:
+    async def label_pod(self, namespace: str, name: str, group: str) -> dict[str, Any] | None:
+        """Link a pod to its PodGroup. None if the pod is gone."""
         try:
-            await retrying(
+            pod = await retrying(
                 lambda: self.core.patch_namespaced_pod(
                     name,
                     namespace,
@@ -123,8 +124,20 @@ class Kube:
                 )
             )
         except ApiException as e:
-            if e.status != 404:
-                raise
+            if e.status == 404:
+                return None
+            raise
+        return self._dict(pod)
+
+    async def patch_spec(
+        self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        patched: dict[str, Any] = await retrying(
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name, {"spec": dict(spec)}, _content_type=MERGE_PATCH
+            )
+        )
+        return patched
 
     # -- lookups
     async def priority_of(self, class_name: str | None) -> int | None:

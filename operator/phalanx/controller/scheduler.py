@@ -18,6 +18,7 @@ from phalanx.api import conditions as c
 from phalanx.api.builders import build_pod_group, build_workload
 from phalanx.api.group import POD_GROUPS, WORKLOADS
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
+from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import status as st
 from phalanx.controller.cache import ClusterCache, GroupRecord, JobRecord, PodRecord
 from phalanx.controller.kube import Kube, now_rfc3339
@@ -130,13 +131,17 @@ class Scheduler:
     async def ensure_objects(self) -> None:
         """Workload then PodGroup for every managed Job (idempotent; owned by the Job for GC)."""
         for job in list(self.cache.jobs.values()):
-            if self.cache.pod_group_of_job(job.uid) is not None:
-                continue
+            existing = self.cache.pod_group_of_job(job.uid)
+            if existing is not None and existing.job_resource_version == job.resource_version:
+                continue  # nothing in the Job changed since we last looked
             try:
                 policy = parse_job_policy(job.body)
             except JobPolicyError as e:
                 # Only reachable if the webhook was bypassed; say so where the user looks.
                 await self.kube.event(job.body, "Warning", "InvalidPolicy", str(e))
+                continue
+            if existing is not None:
+                await self._sync_min_count(job, existing, policy.min_count)
                 continue
             priority = await self._priority(policy.priority_class_name)
             workload = self.cache.workload_of_job(job.uid)
@@ -153,6 +158,22 @@ class Scheduler:
                 f"created Workload {workload.name} and PodGroup {group.name}",
             )
 
+    async def _sync_min_count(self, job: JobRecord, group: GroupRecord, min_count: int | None) -> None:
+        """Like upstream, only the gang size follows the Job (min-count annotation or parallelism)."""
+        current = gang_min_count(group.body.get("spec") or {})
+        if min_count is not None and current is not None and current != min_count:
+            patched = await self.kube.patch_spec(
+                POD_GROUPS,
+                group.namespace,
+                group.name,
+                {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+            )
+            group = self.cache.upsert_group(patched)
+            await self.kube.event(
+                job.body, "Normal", "MinCountChanged", f"gang minCount {current} -> {min_count}"
+            )
+        self.cache.seen_job_version(group, job.resource_version)
+
     async def _priority(self, class_name: str | None) -> int | None:
         if not class_name:
             return None
@@ -161,7 +182,22 @@ class Scheduler:
         return self._priorities[class_name]
 
     # ------------------------------------------------------------------ one group
+    async def link_pods(self, view: GroupView) -> None:
+        """Every pod of the group carries its PodGroup's name (label), also while it waits."""
+        value = pod_group_label_value(view.group.name)
+        unlinked = [p for p in (*view.waiting, *view.placed) if p.pod_group != value]
+        results = await asyncio.gather(
+            *(self.kube.label_pod(p.namespace, p.name, view.group.name) for p in unlinked),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, dict):
+                self.cache.upsert_pod(result)
+            elif isinstance(result, BaseException):
+                log.warning("labelling a pod of %s failed: %s", view.group.key, result)
+
     async def schedule(self, view: GroupView, snapshot: Snapshot) -> Snapshot:
+        await self.link_pods(view)
         outcome: st.Outcome | None = None
         domain = self._domain_of(view)
         released = 0

@@ -6,7 +6,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from phalanx.devcluster.http import ApiError, RestClient
-from phalanx.devcluster.topology import HOSTNAME_KEY, LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
+from phalanx.devcluster.topology import (
+    HOSTNAME_KEY,
+    LOCAL_BLOCK_KEY,
+    NETWORK_BLOCK_KEY,
+    SIMULATED_LABEL,
+    SIMULATED_VALUE,
+)
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -76,3 +82,26 @@ def format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> st
 
 def where(client: RestClient, namespace: str, selector: str | None = None) -> str:
     return format_table(("POD", "PHASE", "NODE", "NB", "LB"), where_rows(client, namespace, selector))
+
+
+FAILURE_TAINT = {"key": "sim.phalanx.dev/failed", "value": "true", "effect": "NoExecute"}
+
+
+def fail_node(client: RestClient, node: str, how: str = "heartbeat") -> None:
+    """Inject a node failure: stop its heartbeats (kwok stops managing it), or taint it NoExecute."""
+    if how == "heartbeat":
+        patch: dict[str, Any] = {"metadata": {"labels": {SIMULATED_LABEL: None}}}
+    elif how == "taint":
+        taints = client.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+        patch = {"spec": {"taints": [*taints, FAILURE_TAINT]}}
+    else:
+        raise ValueError(f"how must be heartbeat or taint, not {how!r}")
+    client.request("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
+
+
+def heal_node(client: RestClient, node: str) -> None:
+    """Undo fail_node: heartbeats resume and the failure taint goes (node-lifecycle lifts its own taints)."""
+    taints = client.get(f"/api/v1/nodes/{node}")["spec"].get("taints") or []
+    kept = [t for t in taints if t.get("key") != FAILURE_TAINT["key"]]
+    patch = {"metadata": {"labels": {SIMULATED_LABEL: SIMULATED_VALUE}}, "spec": {"taints": kept or None}}
+    client.request("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
