@@ -60,7 +60,9 @@ def main() -> None:
                     checks += 1
                     if bad:
                         not_ready_seen += 1
-                        print(f"  {len(bad)} nodes not Ready/schedulable at +{time.monotonic() - started:.0f} s")
+                        print(
+                            f"  {len(bad)} nodes not Ready/schedulable at +{time.monotonic() - started:.0f} s"
+                        )
                     time.sleep(10)
                 elapsed = max(time.monotonic() - started, 1e-9)
                 print()
@@ -74,8 +76,10 @@ def main() -> None:
                     print(f"| {name} | {rss:.0f} | {cpu:.1f} |")
                 print(f"| total | {total_rss:.0f} | |")
                 if args.hold:
-                    print(f"\nnode readiness checked {checks} times over {elapsed:.0f} s; "
-                          f"checks with a node not Ready: {not_ready_seen}")
+                    print(
+                        f"\nnode readiness checked {checks} times over {elapsed:.0f} s; "
+                        f"checks with a node not Ready: {not_ready_seen}"
+                    )
             cluster.down(log=lambda _m: None)
     print(f"\nReady in: median {statistics.median(up_times):.1f} s over {len(up_times)} run(s): {up_times}")
 

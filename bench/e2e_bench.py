@@ -93,7 +93,8 @@ def main() -> None:
     print("| system | median s | min s | max s | runs |")
     print("|---|---:|---:|---:|---:|")
     for flavor, times in results.items():
-        print(f"| {flavor} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} | {len(times)} |")
+        median, low, high = statistics.median(times), min(times), max(times)
+        print(f"| {flavor} | {median:.3f} | {low:.3f} | {high:.3f} | {len(times)} |")
 
 
 if __name__ == "__main__":

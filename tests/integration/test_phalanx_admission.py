@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import signal
 from typing import Any
 
 import pytest
@@ -294,3 +295,74 @@ def test_changing_the_topology_key_after_creation_is_rejected(ns: Namespace) -> 
         )
     print(error.value.body)
     assert "phalanx.dev/topology-key: cannot change" in error.value.body
+
+
+# ---------------------------------------------------------------------- crash recovery
+
+
+def test_a_restart_after_a_partial_release_finishes_the_gang_in_the_same_domain(
+    ns: Namespace, phalanx: Any
+) -> None:
+    """Rebuild what a crash between two pod releases leaves (decision recorded, 2 of 4 pods released), then
+    restart: the rest of the gang must join the released pods' network block, although best fit alone would
+    now prefer the other block (a tie broken by name)."""
+    ns.fill("was-worker", "was-worker2")  # nb-a: 2 free; nb-b: 4 free
+    ns.create(
+        gpu_job("gang-4", 4, labels=MANAGED, annotations={"phalanx.dev/topology-key": NB_KEY}, suspend=True)
+    )
+    group = wait_for("the PodGroup", lambda: group_of(ns, "gang-4"))
+    phalanx.stop(signal.SIGKILL)
+    try:
+        ns.patch_job("gang-4", {"spec": {"suspend": False}})
+        pods = wait_for(
+            "4 gated pods", lambda: ps if len(ps := ns.job_pods("gang-4")) == 4 else None, timeout=30
+        )
+        pods.sort(key=lambda p: p["metadata"]["name"])
+        plan = dict(
+            zip(
+                [p["metadata"]["name"] for p in pods],
+                ["was-worker7", "was-worker8", "was-worker5", "was-worker6"],
+                strict=True,
+            )
+        )
+        name = group["metadata"]["name"]
+        ns.api.request(
+            "PATCH",
+            f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns.name}/podgroups/{name}/status",
+            {
+                "status": {
+                    "admission": {
+                        "domain": "nb-b",
+                        "admittedAt": "2026-11-29T00:00:00Z",
+                        "attempt": 0,
+                        "assignments": [{"pod": p, "node": n} for p, n in plan.items()],
+                    }
+                }
+            },
+            "application/merge-patch+json",
+        )
+        for pod in pods[:2]:
+            pod_name = pod["metadata"]["name"]
+            ns.api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns.name}/pods/{pod_name}",
+                {
+                    "metadata": {"labels": {"phalanx.dev/pod-group": name}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": plan[pod_name]},
+                        "schedulingGates": [{"$patch": "delete", "name": "phalanx.dev/admission"}],
+                    },
+                },
+                "application/strategic-merge-patch+json",
+            )
+        wait_bound(ns, "gang-4", 2)
+        hold(
+            "the other two stay gated while Phalanx is down",
+            lambda: len(bound(ns.job_pods("gang-4"))) == 2,
+            seconds=2,
+        )
+    finally:
+        phalanx.start()
+    pods = wait_bound(ns, "gang-4", 4)
+    print(ns.where("job-name=gang-4"))
+    assert domains_of(ns.api, pods, NB_KEY) == {"nb-b"}

@@ -83,10 +83,27 @@ class Kube:
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:
+        return await self._merge_patch(
+            plural, namespace, name, {"status": dict(status)}, status_subresource=True
+        )
+
+    async def patch_spec(
+        self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await self._merge_patch(
+            plural, namespace, name, {"spec": dict(spec)}, status_subresource=False
+        )
+
+    async def _merge_patch(
+        self, plural: str, namespace: str, name: str, body: dict[str, Any], status_subresource: bool
+    ) -> dict[str, Any]:
+        call = (
+            self.custom.patch_namespaced_custom_object_status
+            if status_subresource
+            else self.custom.patch_namespaced_custom_object
+        )
         patched: dict[str, Any] = await retrying(
-            lambda: self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
-            )
+            lambda: call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH)
         )
         return patched
 
@@ -128,16 +145,6 @@ class Kube:
                 return None
             raise
         return self._dict(pod)
-
-    async def patch_spec(
-        self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        patched: dict[str, Any] = await retrying(
-            lambda: self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, {"spec": dict(spec)}, _content_type=MERGE_PATCH
-            )
-        )
-        return patched
 
     # -- lookups
     async def priority_of(self, class_name: str | None) -> int | None:
