@@ -22,7 +22,16 @@ from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import status as st
 from phalanx.controller.cache import ClusterCache, GroupRecord, JobRecord, PodRecord
 from phalanx.controller.kube import Kube, now_rfc3339
-from phalanx.placement import Admit, BoundPod, GroupRequest, PodRequest, Reject, Snapshot, decide
+from phalanx.placement import (
+    Admit,
+    BoundPod,
+    GroupRequest,
+    PodRequest,
+    Reject,
+    Snapshot,
+    admitted_usage,
+    decide,
+)
 
 log = logging.getLogger("phalanx.scheduler")
 
@@ -224,10 +233,7 @@ class Scheduler:
                     pass  # minCount already met by placed pods; the extras wait for room in their domain
                 elif isinstance(decision, Admit):
                     released = await self.admit(view, decision)
-                    by_key = {p.key: p for p in view.waiting}
-                    snapshot = snapshot.assume(
-                        (node, by_key[pod].requests) for pod, node in decision.assignments
-                    )
+                    snapshot = snapshot.assume(admitted_usage(request, decision))
                     domain = decision.domain or domain
                     outcome = st.Outcome(c.REASON_ADMITTED, "")
                 else:
