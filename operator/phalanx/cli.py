@@ -34,7 +34,6 @@ def _run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         webhook_host=args.webhook_host,
         webhook_port=args.webhook_port,
-        namespace=args.namespace,
         verbose=args.verbose,
     )
 
@@ -76,7 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
     )
-    run.add_argument("--namespace", "-n", default=None, help="watch one namespace (default: all)")
     run.add_argument(
         "--webhook-host", default="127.0.0.1", help="address the apiserver reaches the webhook on"
     )

@@ -134,6 +134,12 @@ def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
         problem("spec.parallelism", f"{parallelism!r} is not a non-negative integer")
         parallelism = 1
 
+    # The Job never runs more pods at once than it has completions left to make.
+    completions = spec.get("completions")
+    at_once = parallelism
+    if isinstance(completions, int) and not isinstance(completions, bool) and 0 <= completions < parallelism:
+        at_once = completions
+
     raw_policy = _value(annotations, POLICY_ANNOTATION)
     policy: PolicyKind | None = DEFAULT_POLICY
     if raw_policy is not None:
@@ -143,7 +149,7 @@ def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
     policy_text = f"{POLICY_ANNOTATION} is {POLICY_BASIC}"
 
     raw_min = _value(annotations, MIN_COUNT_ANNOTATION)
-    min_count: int | None = default_min_count(parallelism)
+    min_count: int | None = default_min_count(at_once)
     if raw_min is not None:
         if policy == POLICY_BASIC:
             problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} only applies to policy gang, but {policy_text}")
@@ -155,6 +161,8 @@ def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} must be at least 1")
             elif min_count > parallelism:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} is greater than parallelism {parallelism}")
+            elif min_count > at_once:
+                problem(MIN_COUNT_ANNOTATION, f"{min_count} is greater than completions {at_once}")
 
     topology_key = _value(annotations, TOPOLOGY_KEY_ANNOTATION)
     if topology_key is not None:

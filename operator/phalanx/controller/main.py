@@ -15,7 +15,6 @@ def run_operator(
     kubeconfig: str | None,
     webhook_host: str,
     webhook_port: int,
-    namespace: str | None,
     verbose: bool,
     install_crds: bool = True,
 ) -> int:
@@ -30,11 +29,6 @@ def run_operator(
     from phalanx.controller import handlers  # registers the handlers
 
     handlers.runtime.configure(Options(webhook_host, webhook_port, install_crds, kubeconfig))
-    asyncio.run(
-        kopf.operator(
-            standalone=True,
-            clusterwide=namespace is None,
-            namespaces=[namespace] if namespace else [],
-        )
-    )
+    # Always cluster-wide: every pod on a node takes capacity, whatever its namespace.
+    asyncio.run(kopf.operator(standalone=True, clusterwide=True))
     return 0

@@ -72,6 +72,15 @@ def test_parallelism_defaults_to_one() -> None:
     assert (policy.min_count, policy.parallelism) == (1, 1)
 
 
+def test_fewer_completions_than_parallelism_make_a_smaller_default_gang() -> None:
+    body = job(parallelism=4)
+    body["spec"]["completions"] = 2  # the Job controller only ever creates 2 pods
+    assert parse_job_policy(body).min_count == 2
+    body["metadata"]["annotations"] = {MIN_COUNT_ANNOTATION: "3"}
+    with pytest.raises(JobPolicyError, match="3 is greater than completions 2"):
+        parse_job_policy(body)
+
+
 def test_zero_parallelism_still_gets_a_gang_of_one_as_upstream() -> None:
     assert parse_job_policy(job(parallelism=0)).min_count == 1
 
