@@ -9,7 +9,9 @@ from pathlib import Path
 
 
 def _dev_cluster(args: argparse.Namespace) -> int:
-    from phalanx.devcluster.cluster import ClusterError, DevCluster
+    from phalanx.devcluster import tools
+    from phalanx.devcluster.cluster import ClusterError, DevCluster, load_state
+    from phalanx.devcluster.http import ApiError
 
     cluster = DevCluster(Path(args.dir))
     try:
@@ -17,11 +19,21 @@ def _dev_cluster(args: argparse.Namespace) -> int:
             cluster.up(mode=args.mode, topology=args.topology)
         elif args.action == "down":
             cluster.down()
-        else:
+        elif args.action == "status":
             info = cluster.status()
             print(json.dumps(info, indent=2))
             return 0 if info["state"] == "running" else 3
-    except ClusterError as e:
+        else:
+            client = load_state(Path(args.dir)).client()
+            if args.action == "fill":
+                print("\n".join(tools.fill(client, args.namespace, args.nodes)))
+            elif args.action == "where":
+                print(tools.where(client, args.namespace, args.selector))
+            elif args.action == "fail-node":
+                tools.fail_node(client, args.node, args.how)
+            elif args.action == "heal-node":
+                tools.heal_node(client, args.node)
+    except (ClusterError, ApiError, ValueError) as e:
         print(f"phalanx dev-cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0
@@ -69,6 +81,27 @@ def build_parser() -> argparse.ArgumentParser:
                 help="seed: the article's 8 nodes in 2 network blocks x 2 local blocks; "
                 "BxRxN: B network blocks x R local blocks x N nodes",
             )
+    helpers = {
+        "fill": "keep nodes busy with a pod taking all 8 GPUs (the article's fill.sh)",
+        "where": "each pod with its node, network block and local block (the article's where.sh)",
+        "fail-node": "inject a node failure: stop its heartbeats, or taint it NoExecute",
+        "heal-node": "undo fail-node",
+    }
+    for action, text in helpers.items():
+        p = dev_sub.add_parser(action, help=text)
+        p.add_argument(
+            "--dir", default=".dev-cluster", help="work folder of this cluster (default: .dev-cluster)"
+        )
+        if action in ("fill", "where"):
+            p.add_argument("--namespace", "-n", default="default")
+        if action == "fill":
+            p.add_argument("nodes", nargs="+")
+        elif action == "where":
+            p.add_argument("--selector", "-l", default=None, help="label selector, e.g. job-name=gang-4")
+        else:
+            p.add_argument("node")
+        if action == "fail-node":
+            p.add_argument("--how", choices=("heartbeat", "taint"), default="heartbeat")
     dev.set_defaults(func=_dev_cluster)
 
     run = sub.add_parser("run", help="run the Phalanx operator")
