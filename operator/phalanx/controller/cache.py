@@ -44,7 +44,6 @@ class PodRecord:
     phase: str
     deleting: bool
     gated: bool  # carries Phalanx's scheduling gate
-    other_gates: bool  # carries somebody else's gate too
     job_uid: str  # controller Job (from the Job controller's label), "" if none
     node_selector_host: str  # the node Phalanx pinned it to, "" if none
     requests: Mapping[str, int]
@@ -97,7 +96,6 @@ class PodRecord:
             phase=status.get("phase") or "Pending",
             deleting=bool(meta.get("deletionTimestamp")),
             gated=names.ADMISSION_GATE in gates,
-            other_gates=any(g != names.ADMISSION_GATE for g in gates),
             job_uid=labels.get(CONTROLLER_UID_LABEL, "") or labels.get("controller-uid", ""),
             node_selector_host=(spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, ""),
             requests=pod_requests(spec),

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -496,20 +496,3 @@ def load_state(directory: Path = DEFAULT_DIR) -> ClusterState:
     if state is None:
         raise ClusterError(f"no dev cluster in {directory}; start one with `phalanx dev-cluster up`")
     return state
-
-
-def kubectl(state: ClusterState, *args: str, input_text: str | None = None) -> str:
-    result = subprocess.run(
-        [str(state.kubectl), f"--kubeconfig={state.kubeconfig}", *args],
-        input=input_text,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
-    return result.stdout
-
-
-def names_of(nodes: Iterable[NodeSpec]) -> list[str]:
-    return [n.name for n in nodes]
