@@ -35,34 +35,27 @@ _dns_subdomain_re = re.compile(_DNS_SUBDOMAIN)
 _label_name_re = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def dns_label_problems(value: str) -> list[str]:
-    """What makes ``value`` an invalid DNS label (RFC 1123), or [] if it is valid."""
+def _pattern_problems(value: str, limit: int, pattern: re.Pattern[str], characters: str) -> list[str]:
     if not value:
         return ["must not be empty"]
     problems = []
-    if len(value) > DNS_LABEL_MAX:
-        problems.append(f"must be at most {DNS_LABEL_MAX} characters")
-    if not _dns_label_re.fullmatch(value):
-        problems.append(
-            "must consist of lower case alphanumeric characters or '-', "
-            "and start and end with an alphanumeric character"
-        )
+    if len(value) > limit:
+        problems.append(f"must be at most {limit} characters")
+    if not pattern.fullmatch(value):
+        problems.append(f"must consist of {characters}, and start and end with an alphanumeric character")
     return problems
+
+
+def dns_label_problems(value: str) -> list[str]:
+    """What makes ``value`` an invalid DNS label (RFC 1123), or [] if it is valid."""
+    return _pattern_problems(value, DNS_LABEL_MAX, _dns_label_re, "lower case alphanumeric characters or '-'")
 
 
 def dns_subdomain_problems(value: str) -> list[str]:
     """What makes ``value`` an invalid DNS subdomain (RFC 1123), or [] if it is valid."""
-    if not value:
-        return ["must not be empty"]
-    problems = []
-    if len(value) > DNS_SUBDOMAIN_MAX:
-        problems.append(f"must be at most {DNS_SUBDOMAIN_MAX} characters")
-    if not _dns_subdomain_re.fullmatch(value):
-        problems.append(
-            "must consist of lower case alphanumeric characters, '-' or '.', "
-            "and start and end with an alphanumeric character"
-        )
-    return problems
+    return _pattern_problems(
+        value, DNS_SUBDOMAIN_MAX, _dns_subdomain_re, "lower case alphanumeric characters, '-' or '.'"
+    )
 
 
 def label_key_problems(value: str) -> list[str]:
