@@ -366,3 +366,28 @@ def test_a_restart_after_a_partial_release_finishes_the_gang_in_the_same_domain(
     pods = wait_bound(ns, "gang-4", 4)
     print(ns.where("job-name=gang-4"))
     assert domains_of(ns.api, pods, NB_KEY) == {"nb-b"}
+
+
+# ---------------------------------------------------------------------- many groups at once
+
+
+def test_three_gangs_at_once_two_blocks_never_double_book_a_node(ns: Namespace) -> None:
+    """Groups admitted in one pass see each other's room taken (the snapshot assumes each admission)."""
+    for name in ("race-a", "race-b", "race-c"):
+        ns.create(managed_job(name, 4, NB_KEY))
+    wait_for(
+        "two gangs bound",
+        lambda: sum(len(bound(ns.job_pods(n))) == 4 for n in ("race-a", "race-b", "race-c")) == 2,
+        timeout=60,
+    )
+    hold(
+        "the third gang waits whole",
+        lambda: sorted(len(bound(ns.job_pods(n))) for n in ("race-a", "race-b", "race-c")) == [0, 4, 4],
+        seconds=3,
+    )
+    nodes = [p["spec"]["nodeName"] for n in ("race-a", "race-b", "race-c") for p in bound(ns.job_pods(n))]
+    assert len(nodes) == len(set(nodes)) == 8
+    print(ns.where())
+    waiting = next(n for n in ("race-a", "race-b", "race-c") if not bound(ns.job_pods(n)))
+    cond = wait_condition(ns, waiting, "Admitted", "False", "Unschedulable")
+    assert "0/2 placements are available" in cond["message"]
