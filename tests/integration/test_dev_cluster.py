@@ -6,14 +6,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from phalanx.devcluster.cluster import COMPONENTS, ClusterError, DevCluster, pid_alive
+from phalanx.devcluster.cluster import COMPONENTS, ClusterError, ClusterState, DevCluster, pid_alive
 from phalanx.devcluster.http import RestClient
 from phalanx.devcluster.tools import fail_node, heal_node
 
-from .kube import wait_for
+from .kube import delete_namespace, hold, new_namespace, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -85,3 +86,34 @@ def test_failure_injection_stops_heartbeats_and_heals(tmp_path: Path) -> None:
         )
     finally:
         cluster.down(log=lambda _m: None)
+
+
+def test_simulated_kubelet_runs_completes_and_terminates_pods(stock_cluster: ClusterState) -> None:
+    ns = new_namespace(stock_cluster, "kubelet")
+    try:
+
+        def pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            }
+
+        ns.create(pod("done", {"sim.phalanx.dev/complete-after": "1s"}))
+        ns.create(pod("crash", {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "3"}))
+        ns.create(pod("runs", {}))
+        phase = lambda name: ns.get(f"/api/v1/namespaces/{{ns}}/pods/{name}")["status"].get("phase")  # noqa: E731
+        wait_for("done Succeeded", lambda: phase("done") == "Succeeded", timeout=30)
+        wait_for("crash Failed", lambda: phase("crash") == "Failed", timeout=30)
+        crash = ns.get("/api/v1/namespaces/{ns}/pods/crash")
+        assert crash["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+        wait_for("runs Running", lambda: phase("runs") == "Running", timeout=30)
+        hold("runs keeps running", lambda: phase("runs") == "Running", seconds=3)
+        ns.delete_pod("runs")
+        wait_for("runs removed", lambda: "runs" not in {p["metadata"]["name"] for p in ns.pods()}, timeout=30)
+    finally:
+        delete_namespace(ns)
