@@ -391,3 +391,21 @@ def test_three_gangs_at_once_two_blocks_never_double_book_a_node(ns: Namespace) 
     waiting = next(n for n in ("race-a", "race-b", "race-c") if not bound(ns.job_pods(n)))
     cond = wait_condition(ns, waiting, "Admitted", "False", "Unschedulable")
     assert "0/2 placements are available" in cond["message"]
+
+
+def test_a_job_with_more_completions_than_parallelism_finishes(ns: Namespace) -> None:
+    """Gangs of 4 for 6 completions: the last wave has only 2 pods to run, and must not wait for 4."""
+    body = gpu_job("waves", 4, labels=MANAGED, pod_annotations={"sim.phalanx.dev/complete-after": "2s"})
+    body["spec"]["completions"] = 6
+    ns.create(body)
+    wait_for(
+        "the Job complete",
+        lambda: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in ns.get("/apis/batch/v1/namespaces/{ns}/jobs/waves")
+            .get("status", {})
+            .get("conditions", [])
+        ),
+        timeout=90,
+    )
+    assert ns.get("/apis/batch/v1/namespaces/{ns}/jobs/waves")["status"]["succeeded"] == 6

@@ -116,6 +116,7 @@ class JobRecord:
     suspended: bool
     finished: bool
     created: str
+    remaining: int | None = None  # completions still to make (None: the Job has no completion count)
 
     @property
     def key(self) -> str:
@@ -146,7 +147,16 @@ class JobRecord:
             suspended=bool((body.get("spec") or {}).get("suspend")),
             finished=finished,
             created=meta.get("creationTimestamp", ""),
+            remaining=_remaining(body),
         )
+
+
+def _remaining(job: Mapping[str, Any]) -> int | None:
+    completions = (job.get("spec") or {}).get("completions")
+    if not isinstance(completions, int):
+        return None
+    succeeded = int((job.get("status") or {}).get("succeeded") or 0)
+    return max(0, completions - succeeded)
 
 
 @dataclass(frozen=True, slots=True)

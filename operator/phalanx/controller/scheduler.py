@@ -76,6 +76,10 @@ def view_of(cache: ClusterCache, job: JobRecord, group: GroupRecord) -> GroupVie
     waiting = tuple(sorted((p for p in pods if p.gated), key=lambda p: p.name))
     placed = tuple(p for p in pods if p.usage_node)
     priority = max((p.priority for p in pods), default=int(spec.get("priority") or 0))
+    if min_count is not None and job.remaining is not None:
+        # Near the end of a Job with more completions than parallelism, fewer pods than minCount are
+        # left to run; asking for minCount then would hold the last ones forever.
+        min_count = max(1, min(min_count, job.remaining))
     return GroupView(
         job=job,
         group=group,

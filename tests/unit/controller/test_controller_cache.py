@@ -107,3 +107,47 @@ def test_snapshot_counts_what_holds_capacity() -> None:
     snapshot = build_snapshot(cache)
     assert snapshot.free("n1")["nvidia.com/gpu"] == 0
     assert snapshot.free("n2")["nvidia.com/gpu"] == 0
+
+
+def job_body(completions: int | None, succeeded: int, parallelism: int = 4) -> dict[str, Any]:
+    spec: dict[str, Any] = {"parallelism": parallelism, "template": {"spec": {}}}
+    if completions is not None:
+        spec["completions"] = completions
+    return {
+        "metadata": {
+            "name": "train",
+            "namespace": "ns",
+            "uid": "job-1",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-29T00:00:00Z",
+        },
+        "spec": spec,
+        "status": {"succeeded": succeeded},
+    }
+
+
+def pod_group(min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "pg",
+            "namespace": "ns",
+            "uid": "pg-1",
+            "resourceVersion": "1",
+            "ownerReferences": [{"kind": "Job", "uid": "job-1", "controller": True, "name": "train"}],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def test_the_gang_shrinks_to_what_is_left_of_the_job() -> None:
+    from phalanx.controller.cache import JobRecord
+    from phalanx.controller.scheduler import view_of
+
+    cache = ClusterCache()
+    group = cache.upsert_group(pod_group(4))
+    assert view_of(cache, JobRecord.from_body(job_body(8, 0)), group).min_count == 4
+    assert view_of(cache, JobRecord.from_body(job_body(8, 6)), group).min_count == 2
+    assert view_of(cache, JobRecord.from_body(job_body(8, 8)), group).min_count == 1
+    assert view_of(cache, JobRecord.from_body(job_body(None, 0)), group).min_count == 4
