@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from phalanx.devcluster.cluster import COMPONENTS, ClusterError, ClusterState, DevCluster, pid_alive
+from phalanx.devcluster.cluster import (
+    COMPONENTS,
+    ClusterError,
+    ClusterState,
+    DevCluster,
+    free_ports,
+    pid_alive,
+)
 from phalanx.devcluster.http import RestClient
 from phalanx.devcluster.tools import fail_node, heal_node
 
@@ -117,3 +126,37 @@ def test_simulated_kubelet_runs_completes_and_terminates_pods(stock_cluster: Clu
         wait_for("runs removed", lambda: "runs" not in {p["metadata"]["name"] for p in ns.pods()}, timeout=30)
     finally:
         delete_namespace(ns)
+
+
+def test_an_up_killed_halfway_stops_what_it_started(tmp_path: Path) -> None:
+    folder = tmp_path / "cluster"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "phalanx.cli", "dev-cluster", "up", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            "kube-apiserver started",
+            lambda: (
+                "kube-apiserver"
+                in (
+                    json.loads((folder / "state.json").read_text()).get("pids", {})
+                    if (folder / "state.json").exists()
+                    else {}
+                )
+            ),
+            timeout=60,
+            interval=0.05,
+        )
+        assert processes_mentioning(str(folder)), "components are running"
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+    assert up.returncode != 0
+    assert processes_mentioning(str(folder)) == []
+
+
+def test_free_ports_are_distinct() -> None:
+    ports = free_ports(50)
+    assert len(set(ports)) == 50

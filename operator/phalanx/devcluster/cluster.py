@@ -7,14 +7,16 @@ state.json with the pids), so `down` stops exactly what `up` started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -89,10 +91,21 @@ class ClusterState:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports: all sockets stay open until every port is picked, so none repeats."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def pid_alive(pid: int) -> bool:
@@ -119,9 +132,17 @@ def _owned(pid: int, directory: Path) -> bool:
     return str(directory) in cmdline
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.1) -> None:
+def _wait(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.1,
+    alive: Callable[[], None] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
         try:
             if check():
                 return
@@ -154,29 +175,25 @@ class DevCluster:
         bins = ensure_binaries()
         started = time.monotonic()
         self._reset_dir()
+        names = ("kube-apiserver", "etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         state = ClusterState(
             dir=str(self.dir),
             mode=mode,
             topology=topology,
             bin_dir=str(bins),
-            api_port=free_port(),
+            api_port=ports["kube-apiserver"],
             token=secrets.token_hex(24),
             started_at=time.time(),
+            ports=ports,
         )
-        state.ports = {
-            "etcd": free_port(),
-            "etcd-peer": free_port(),
-            "kube-apiserver": state.api_port,
-            "kube-controller-manager": free_port(),
-            "kube-scheduler": free_port(),
-            "kwok": free_port(),
-        }
         self._write_files(state)
         state.save()
         try:
-            self._start_control_plane(state, log, ready_timeout)
-            self._create_nodes(state, nodes, log)
-            self._wait_nodes_ready(state, [n.name for n in nodes], ready_timeout)
+            with _terminate_as_exception():
+                self._start_control_plane(state, log, ready_timeout)
+                self._create_nodes(state, nodes, log)
+                self._wait_nodes_ready(state, [n.name for n in nodes], ready_timeout)
         except BaseException:
             log(f"dev cluster failed to start; logs are in {self.dir / 'logs'}")
             self.down(log=lambda _m: None)
@@ -272,6 +289,14 @@ class DevCluster:
         state.pids[name] = proc.pid
         state.save()
 
+    def _check_alive(self, state: ClusterState) -> None:
+        """A component that exited during start-up fails `up` at once, with the end of its log."""
+        for name, pid in state.pids.items():
+            if not pid_alive(pid):
+                log_path = self.dir / "logs" / f"{name}.log"
+                tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
+                raise ClusterError(f"{name} exited during start-up; end of {log_path}:\n{tail}")
+
     def _start_control_plane(self, state: ClusterState, log: Callable[[str], None], timeout: float) -> None:
         d, p = self.dir, state.ports
         self._spawn(
@@ -292,7 +317,10 @@ class DevCluster:
             ],
         )
         _wait(
-            "etcd /health", lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'), 30
+            "etcd /health",
+            lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'),
+            30,
+            alive=lambda: self._check_alive(state),
         )
         pki = d / "pki"
         apiserver_args = [
@@ -321,7 +349,12 @@ class DevCluster:
             apiserver_args.append(f"--runtime-config={UPSTREAM_RUNTIME_CONFIG}")
         self._spawn(state, "kube-apiserver", apiserver_args)
         client = state.client()
-        _wait("kube-apiserver /readyz", lambda: client.get("/readyz") == "ok", timeout)
+        _wait(
+            "kube-apiserver /readyz",
+            lambda: client.get("/readyz") == "ok",
+            timeout,
+            alive=lambda: self._check_alive(state),
+        )
         self._spawn(
             state,
             "kube-controller-manager",
@@ -370,7 +403,12 @@ class DevCluster:
         )
         for name in ("kube-controller-manager", "kube-scheduler"):
             url = f"https://127.0.0.1:{p[name]}/healthz"
-            _wait(f"{name} /healthz", lambda url=url: _http_ok(url, b"ok", insecure=True), timeout)  # type: ignore[misc]
+            _wait(
+                f"{name} /healthz",
+                lambda url=url: _http_ok(url, b"ok", insecure=True),  # type: ignore[misc]
+                timeout,
+                alive=lambda: self._check_alive(state),
+            )
         log(f"control plane up ({', '.join(COMPONENTS)})")
 
     def _create_nodes(self, state: ClusterState, nodes: list[NodeSpec], log: Callable[[str], None]) -> None:
@@ -408,7 +446,13 @@ class DevCluster:
             ready = {n["metadata"]["name"] for n in items if node_schedulable(n)}
             return wanted <= ready
 
-        _wait(f"{len(names)} nodes Ready and schedulable", all_ready, timeout, interval=0.5)
+        _wait(
+            f"{len(names)} nodes Ready and schedulable",
+            all_ready,
+            timeout,
+            interval=0.5,
+            alive=lambda: self._check_alive(state),
+        )
 
     # ------------------------------------------------------------------ down / status
     def down(self, log: Callable[[str], None] = print, timeout: float = 15.0) -> list[str]:
@@ -470,6 +514,28 @@ def node_schedulable(node: dict[str, Any]) -> bool:
         t.get("effect") in ("NoSchedule", "NoExecute") for t in node.get("spec", {}).get("taints", []) or []
     )
     return ready and not blocked
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while `up` was starting processes."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    """Turn SIGTERM into an exception while `up` runs, so a killed `up` still stops what it started
+    (the components run in their own sessions and would outlive it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated(f"signal {signum} during dev-cluster up")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
