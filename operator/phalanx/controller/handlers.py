@@ -43,6 +43,13 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         raise kopf.AdmissionError(str(e), code=422) from e
     template = body.get("spec", {}).get("template", {}) or {}
     pod_spec = template.get("spec", {}) or {}
+    if policy.is_gang and pod_spec.get("nodeName"):
+        # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
+        raise kopf.AdmissionError(
+            "spec.template.spec.nodeName is set: pods bound by hand cannot be gang-admitted; "
+            f"remove it, or set {names.POLICY_ANNOTATION}: basic",
+            code=422,
+        )
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     labels[names.MANAGED_LABEL] = "true"
     template_patch: dict[str, Any] = {"metadata": {"labels": labels}}

@@ -1,0 +1,59 @@
+"""The Job webhook as a plain function: what it patches and what it rejects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+
+from phalanx.controller.handlers import gate_job
+
+
+def job(annotations: dict[str, str] | None = None, **pod_spec: Any) -> kopf.Body:
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "parallelism": 4,
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}], **pod_spec},
+            },
+        },
+    }
+    return kopf.Body(body)
+
+
+def test_a_gang_job_gets_the_gate_and_the_managed_label_keeping_what_it_had() -> None:
+    patch = kopf.Patch()
+    gate_job(body=job(schedulingGates=[{"name": "other.io/gate"}]), patch=patch)
+    template = patch["spec"]["template"]
+    assert template["spec"]["schedulingGates"] == [
+        {"name": "other.io/gate"},
+        {"name": "phalanx.dev/admission"},
+    ]
+    assert template["metadata"]["labels"] == {"app": "x", "phalanx.dev/managed": "true"}
+
+
+def test_a_basic_job_is_labelled_but_never_gated() -> None:
+    patch = kopf.Patch()
+    gate_job(body=job({"phalanx.dev/policy": "basic"}), patch=patch)
+    assert "spec" not in patch["spec"]["template"]
+
+
+def test_bad_annotations_are_rejected_with_every_problem_named() -> None:
+    with pytest.raises(kopf.AdmissionError) as error:
+        gate_job(body=job({"phalanx.dev/min-count": "9", "phalanx.dev/policy": "fifo"}), patch=kopf.Patch())
+    assert "phalanx.dev/min-count" in str(error.value) and "phalanx.dev/policy" in str(error.value)
+
+
+def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
+    with pytest.raises(kopf.AdmissionError, match="nodeName is set"):
+        gate_job(body=job(nodeName="n1"), patch=kopf.Patch())
