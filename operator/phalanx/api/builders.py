@@ -58,15 +58,7 @@ def build_workload(
 ) -> dict[str, Any]:
     """The Workload of a Job: one PodGroupTemplate, owned and garbage-collected with the Job."""
     name, uid = _job_identity(job)
-    template = PodGroupTemplate(
-        name=pod_group_template_name(name),
-        scheduling_policy=scheduling_policy(policy),
-        scheduling_constraints=scheduling_constraints(policy),
-        disruption_mode=disruption_mode(policy),
-        priority_class_name=policy.priority_class_name,
-        priority=priority,
-        preemption_policy=preemption_policy,
-    )
+    template = _template(name, policy, priority, preemption_policy)
     workload = Workload(
         metadata=_metadata(job, workload_name(name, uid)),
         spec=WorkloadSpec(
@@ -91,25 +83,40 @@ def build_pod_group(
     it is also owned by the Workload, as upstream; that reference does not block deletion.
     """
     name, _ = _job_identity(job)
-    template = pod_group_template_name(name)
-    metadata = _metadata(job, pod_group_name(workload_name, template))
+    template = _template(name, policy, priority, preemption_policy)
+    metadata = _metadata(job, pod_group_name(workload_name, template.name))
     if workload_uid is not None:
         metadata["ownerReferences"].append(
             {"apiVersion": API_VERSION, "kind": WORKLOAD_KIND, "name": workload_name, "uid": workload_uid}
         )
+    # As upstream's Job controller: the PodGroup's spec is its Workload template's, plus the reference back.
     pod_group = PodGroup(
         metadata=metadata,
         spec=PodGroupSpec(
-            workload_ref=WorkloadRef(workload_name=workload_name, template_name=template),
-            scheduling_policy=scheduling_policy(policy),
-            scheduling_constraints=scheduling_constraints(policy),
-            disruption_mode=disruption_mode(policy),
-            priority_class_name=policy.priority_class_name,
-            priority=priority,
-            preemption_policy=preemption_policy,
+            workload_ref=WorkloadRef(workload_name=workload_name, template_name=template.name),
+            scheduling_policy=template.scheduling_policy,
+            scheduling_constraints=template.scheduling_constraints,
+            disruption_mode=template.disruption_mode,
+            priority_class_name=template.priority_class_name,
+            priority=template.priority,
+            preemption_policy=template.preemption_policy,
         ),
     )
     return pod_group.to_api()
+
+
+def _template(
+    job_name: str, policy: JobPolicy, priority: int | None, preemption_policy: PreemptionPolicy
+) -> PodGroupTemplate:
+    return PodGroupTemplate(
+        name=pod_group_template_name(job_name),
+        scheduling_policy=scheduling_policy(policy),
+        scheduling_constraints=scheduling_constraints(policy),
+        disruption_mode=disruption_mode(policy),
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption_policy,
+    )
 
 
 def _job_identity(job: Mapping[str, Any]) -> tuple[str, str]:
