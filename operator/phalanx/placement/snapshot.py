@@ -1,9 +1,9 @@
 """Immutable cluster view for one scheduling pass, as numpy arrays.
 
 Everything that depends only on nodes (labels, taints, allocatable, filter masks, domain
-groups) lives in a shared `_Static` that `assume`/`without` reuse; only the usage array is
-copied. Static caches are filled lazily and never invalidated: nodes do not change within
-a snapshot's lifetime.
+groups) lives in a shared `NodeTable` that `assume`/`without` reuse; only the usage array is
+copied. Table caches are filled lazily and never invalidated: nodes do not change within
+a snapshot's lifetime. `LiveSnapshot` (live.py) keeps one up to date between passes.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Final
 
 import numpy as np
 
-from .columns import BoolArray, DomainGroups, IntArray, LabelColumn, field_mask, readonly
+from .columns import BoolArray, DomainGroups, IndexArray, IntArray, LabelColumn, field_mask, readonly
 from .filters import scheduling_taints, taints_tolerated, term_is_valid
 from .model import PODS, BoundPod, NodeInfo, NodeSelectorTerm, PodRequirements, Taint, Toleration
 
-__all__ = ["Snapshot"]
+__all__ = ["SATURATED", "NodeTable", "Snapshot", "cap_for", "clipped"]
 
 SATURATED: Final = 2**62 - 1
 """Usage saturates here so that usage plus one more pod cannot overflow int64."""
@@ -27,9 +27,26 @@ _EligibilityKey = tuple[
 ]
 
 
-class _Static:
+def cap_for(node_count: int) -> int:
+    """Per-node amounts are capped so that any sum over nodes stays inside int64; the cap
+    (2^62 / nodes, e.g. 84 TiB at 50,000 nodes) is far above any real node."""
+    return max(1, SATURATED // max(node_count, 1))
+
+
+def clipped(amount: int, cap: int) -> int:
+    return min(max(int(amount), 0), cap)
+
+
+class NodeTable:
+    """Everything a snapshot knows that depends only on nodes, with lazily filled caches.
+
+    Immutable once built (the caches only grow); `Snapshot.assume`/`without` share it, and
+    `LiveSnapshot` derives the next table from the previous one (see table_update.py).
+    """
+
     __slots__ = (
         "alloc",
+        "alloc_bound",
         "base_mask",
         "columns",
         "eligibility",
@@ -37,6 +54,7 @@ class _Static:
         "name_index",
         "names",
         "nodes",
+        "offered",
         "resource_index",
         "resources",
         "taint_codes",
@@ -45,51 +63,87 @@ class _Static:
         "totals",
     )
 
-    def __init__(self, nodes: Iterable[NodeInfo]) -> None:
-        ordered = sorted(nodes, key=lambda n: n.name)
-        self.nodes: tuple[NodeInfo, ...] = tuple(ordered)
-        self.names: tuple[str, ...] = tuple(n.name for n in ordered)
-        self.name_index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
-        if len(self.name_index) != len(self.names):
-            raise ValueError("duplicate node names in snapshot")
-        n = len(self.names)
-
-        self.resources: tuple[str, ...] = tuple(
-            sorted({r for node in ordered for r in node.allocatable} | {PODS})
-        )
+    def __init__(
+        self,
+        *,
+        nodes: tuple[NodeInfo, ...],
+        names: tuple[str, ...],
+        name_index: dict[str, int],
+        offered: Mapping[str, int],
+        alloc_bound: int,
+        alloc: IntArray,
+        base_mask: BoolArray,
+        taint_codes: IndexArray,
+        taint_sets: tuple[tuple[Taint, ...], ...],
+        columns: dict[str, LabelColumn] | None = None,
+    ) -> None:
+        """Parts must agree: nodes sorted by name, `alloc` clipped to cap_for(len(nodes)) with one
+        row per sorted resource in `offered` plus "pods"."""
+        self.nodes = nodes
+        self.names = names
+        self.name_index = name_index
+        self.offered = offered
+        """Resource -> how many nodes list it in allocatable (any value, 0 too)."""
+        self.alloc_bound = alloc_bound
+        """At least the largest allocatable amount of any node, before clipping."""
+        self.resources: tuple[str, ...] = tuple(sorted(set(offered) | {PODS}))
         self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
-        # Per-node amounts are capped so that any sum over nodes stays inside int64; the cap
-        # (2^62 / nodes, e.g. 84 TiB at 50,000 nodes) is far above any real node.
-        self.max_amount: int = max(1, SATURATED // max(n, 1))
-        cap = self.max_amount
+        self.max_amount: int = cap_for(len(names))
+        assert alloc.shape == (len(self.resources), len(names)), "alloc rows follow the sorted resources"
         # Resource-major (resources x nodes): each resource is one contiguous row, so the engine's
         # per-resource arithmetic runs on contiguous 1-D arrays.
-        columns: list[list[int]] = [[0] * n for _ in self.resources]
-        for i, node in enumerate(ordered):
-            for r, v in node.allocatable.items():
-                columns[self.resource_index[r]][i] = min(max(int(v), 0), cap)
-        self.alloc: IntArray = readonly(np.array(columns, dtype=np.int64).reshape(len(self.resources), n))
-        self.totals: tuple[int, ...] = tuple(int(t) for t in self.alloc.sum(axis=1))
-
-        self.base_mask: BoolArray = readonly(
-            np.fromiter((node.ready and not node.unschedulable for node in ordered), dtype=np.bool_, count=n)
-        )
-        taint_set_index: dict[tuple[Taint, ...], int] = {}
-        self.taint_codes = readonly(
-            np.fromiter(
-                (
-                    taint_set_index.setdefault(scheduling_taints(node.taints), len(taint_set_index))
-                    for node in ordered
-                ),
-                dtype=np.intp,
-                count=n,
-            )
-        )
-        self.taint_sets: tuple[tuple[Taint, ...], ...] = tuple(taint_set_index)
-
-        self.columns: dict[str, LabelColumn] = {}
+        self.alloc: IntArray = readonly(alloc)
+        self.totals: tuple[int, ...] = tuple(int(t) for t in alloc.sum(axis=1))
+        self.base_mask: BoolArray = readonly(base_mask)
+        self.taint_codes: IndexArray = readonly(taint_codes)
+        self.taint_sets = taint_sets
+        self.columns: dict[str, LabelColumn] = columns if columns is not None else {}
         self.eligibility: dict[_EligibilityKey, BoolArray] = {}
         self.toleration_masks: dict[tuple[Toleration, ...], BoolArray] = {}
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeInfo]) -> NodeTable:
+        ordered = sorted(nodes, key=lambda n: n.name)
+        names = tuple(n.name for n in ordered)
+        name_index = {name: i for i, name in enumerate(names)}
+        if len(name_index) != len(names):
+            raise ValueError("duplicate node names in snapshot")
+        n = len(names)
+        offered: dict[str, int] = {}
+        alloc_bound = 0
+        for node in ordered:
+            for r, v in node.allocatable.items():
+                offered[r] = offered.get(r, 0) + 1
+                alloc_bound = max(alloc_bound, int(v))
+        resources = sorted(set(offered) | {PODS})
+        resource_index = {r: i for i, r in enumerate(resources)}
+        cap = cap_for(n)
+        columns: list[list[int]] = [[0] * n for _ in resources]
+        for i, node in enumerate(ordered):
+            for r, v in node.allocatable.items():
+                columns[resource_index[r]][i] = clipped(v, cap)
+        taint_set_index: dict[tuple[Taint, ...], int] = {}
+        taint_codes = np.fromiter(
+            (
+                taint_set_index.setdefault(scheduling_taints(node.taints), len(taint_set_index))
+                for node in ordered
+            ),
+            dtype=np.intp,
+            count=n,
+        )
+        return cls(
+            nodes=tuple(ordered),
+            names=names,
+            name_index=name_index,
+            offered=offered,
+            alloc_bound=alloc_bound,
+            alloc=np.array(columns, dtype=np.int64).reshape(len(resources), n),
+            base_mask=np.fromiter(
+                (node.ready and not node.unschedulable for node in ordered), dtype=np.bool_, count=n
+            ),
+            taint_codes=taint_codes,
+            taint_sets=tuple(taint_set_index),
+        )
 
     def column(self, key: str) -> LabelColumn:
         col = self.columns.get(key)
@@ -176,12 +230,13 @@ class Snapshot:
 
     def __init__(
         self,
-        static: _Static,
+        table: NodeTable,
         used: IntArray,
-        pods: Mapping[str, list[tuple[int, int]]],
+        pods: Mapping[str, BoundPod],
         removed: frozenset[str],
     ) -> None:
-        self._s = static
+        """`pods`: the pods counted in `used`, all on nodes of `table`, by id."""
+        self._s = table
         self._used = readonly(used)
         self._pods = pods  # shared between derived snapshots; read-only by convention
         self._removed = removed
@@ -189,26 +244,25 @@ class Snapshot:
     @classmethod
     def build(cls, nodes: Iterable[NodeInfo], pods: Iterable[BoundPod]) -> Snapshot:
         """Pods on nodes that are not in `nodes` are ignored; with duplicate pod ids the last one wins."""
-        static = _Static(nodes)
+        table = NodeTable.of(nodes)
         latest: dict[str, BoundPod] = {}
         for pod in pods:
             latest[pod.id] = pod
-        by_id: dict[str, list[tuple[int, int]]] = {}
+        counted: dict[str, BoundPod] = {}
         flat: list[tuple[int, int]] = []
         for pod_id, pod in latest.items():
-            node = static.name_index.get(pod.node)
+            node = table.name_index.get(pod.node)
             if node is None:
                 continue
-            entries = static.entries(node, pod.requests)
-            by_id[pod_id] = entries
-            flat.extend(entries)
-        used = _accumulate(flat, static.alloc.size).reshape(static.alloc.shape)
-        return cls(static, used, by_id, frozenset())
+            counted[pod_id] = pod
+            flat.extend(table.entries(node, pod.requests))
+        used = _accumulate(flat, table.alloc.size).reshape(table.alloc.shape)
+        return cls(table, used, counted, frozenset())
 
     def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]]]) -> Snapshot:
         """A snapshot where each (node, requests) entry is one more pod on that node (plus pods=1).
 
-        Shares every static part and cache; copies only the usage array. Raises KeyError for an
+        Shares the node table and its caches; copies only the usage array. Raises KeyError for an
         unknown node. Assumed usage has no pod id, so `without` cannot remove it.
         """
         s = self._s
@@ -229,7 +283,10 @@ class Snapshot:
         gone = {p for p in pod_ids if p in self._pods and p not in self._removed}
         if not gone:
             return self
-        entries = [e for p in gone for e in self._pods[p]]
+        s = self._s
+        entries = [
+            e for p in gone for e in s.entries(s.name_index[self._pods[p].node], self._pods[p].requests)
+        ]
         delta = _accumulate(entries, self._s.alloc.size).reshape(self._s.alloc.shape)
         used = np.maximum(self._used - delta, 0)
         return Snapshot(self._s, used, self._pods, self._removed | gone)
