@@ -129,20 +129,38 @@ async def job_event(event: kopf.RawEvent, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "podgroups")
-@kopf.on.event(GROUP, VERSION, "workloads")
-async def own_object_event(event: kopf.RawEvent, **_: Any) -> None:
+async def pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
     body = event["object"]
     meta = body["metadata"]
     if event["type"] == "DELETED":
-        runtime.cache.delete_group(body["kind"], meta["namespace"], meta["name"])
+        runtime.cache.delete_pod_group(meta["namespace"], meta["name"])
     else:
-        runtime.cache.upsert_group(body)
+        runtime.cache.upsert_pod_group(body)
+
+
+@kopf.on.event(GROUP, VERSION, "workloads")
+async def workload_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_workload(meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_workload(body)
+
+
+@kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")
+async def priority_class_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_priority_class(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_priority_class(body)
 
 
 # ---------------------------------------------------------------------- lifecycle
 @kopf.on.login()
 async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    return await runtime_login(runtime.options, **kwargs)
+    return await runtime_login(runtime.settings, **kwargs)
 
 
 @kopf.on.startup()
@@ -153,8 +171,3 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     await runtime.stop()
-
-
-@kopf.on.probe(id="scheduler")
-def scheduler_probe(**_: Any) -> dict[str, Any]:
-    return {"passes": runtime.scheduler.passes if runtime.scheduler else 0}

@@ -1,4 +1,4 @@
-"""What a PodGroup's status should say, computed from facts (pure).
+"""What a PodGroup's status should say, computed from facts (pure, typed).
 
 Two conditions: upstream's `PodGroupInitiallyScheduled` (sticky once True, exactly as upstream), and
 Phalanx's `Admitted`, which always tells the present: why the group waits now, also after a resume.
@@ -6,11 +6,12 @@ Phalanx's `Admitted`, which always tells the present: why the group waits now, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import conditions as c
+from phalanx.api.conditions import Condition, ConditionStatus
 from phalanx.api.status import (
     ADMITTED,
     BASIC,
@@ -21,7 +22,13 @@ from phalanx.api.status import (
     SUSPENDED,
     UNSCHEDULABLE,
     WAITING_FOR_PODS,
+    Admission,
+    Phase,
+    PodGroupStatus,
 )
+
+# A status patch replaces these whole; a None among them is written as null (cleared).
+STATUS_FIELDS = ("conditions", "phase", "policy", "domain", "admission", "scheduled", "waiting")
 
 
 @dataclass(frozen=True)
@@ -45,32 +52,26 @@ class GroupFacts:
 
 
 def _condition(
-    current: Mapping[str, Any] | None,
+    current: Condition | None,
     kind: str,
-    status: str,
+    status: ConditionStatus,
     reason: str,
     message: str,
-    now: str,
+    now: dt.datetime,
     generation: int,
-) -> dict[str, Any]:
-    changed = current is None or current.get("status") != status
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now if changed or not current else current.get("lastTransitionTime", now),
-        "observedGeneration": generation,
-    }
+) -> Condition:
+    changed = current is None or current.status != status
+    return Condition(
+        type=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=now if changed or current is None else current.last_transition_time,
+        observed_generation=generation,
+    )
 
 
-def find(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
-    return next((x for x in conditions if x.get("type") == kind), None)
-
-
-def present_outcome(
-    facts: GroupFacts, outcome: Outcome | None, previous: Mapping[str, Any] | None
-) -> Outcome:
+def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condition | None) -> Outcome:
     """The Admitted condition's reason and message now."""
     if facts.finished:
         return Outcome(c.REASON_FINISHED, "the Job finished")
@@ -90,12 +91,12 @@ def present_outcome(
         return Outcome(c.REASON_ADMITTED, message)
     if outcome is not None:
         return outcome
-    if previous is not None and previous.get("status") == "False":
-        return Outcome(str(previous.get("reason")), str(previous.get("message", "")))
+    if previous is not None and previous.status == c.FALSE:
+        return Outcome(previous.reason, previous.message)
     return Outcome(c.REASON_WAITING_FOR_PODS, "waiting for the Job's pods")
 
 
-def phase_of(facts: GroupFacts, present: Outcome) -> str:
+def phase_of(facts: GroupFacts, present: Outcome) -> Phase:
     if facts.finished:
         return FINISHED
     if facts.suspended:
@@ -113,72 +114,87 @@ def phase_of(facts: GroupFacts, present: Outcome) -> str:
 
 
 def desired_status(
-    current: Mapping[str, Any],
+    current: PodGroupStatus,
     facts: GroupFacts,
     outcome: Outcome | None,
-    now: str,
+    now: dt.datetime,
     generation: int,
-) -> dict[str, Any]:
-    """The full status (conditions are replaced as a whole list by a merge patch)."""
-    conditions: list[Mapping[str, Any]] = list(current.get("conditions") or [])
-    initial = find(conditions, c.POD_GROUP_INITIALLY_SCHEDULED)
-    admitted = find(conditions, c.ADMITTED)
+    admission: Admission | None,
+) -> PodGroupStatus:
+    """The full status: conditions (a merge patch replaces the list whole), counters and the admission."""
+    initial = current.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    admitted = current.condition(c.ADMITTED)
     present = present_outcome(facts, outcome, admitted)
 
-    if initial is not None and initial.get("status") == "True":
-        new_initial: Mapping[str, Any] = initial  # upstream: never flipped back
+    new_initial: Condition | None
+    if initial is not None and initial.status == c.TRUE:
+        new_initial = initial  # upstream: never flipped back
     elif present.reason == c.REASON_ADMITTED:
         new_initial = _condition(
-            initial, c.POD_GROUP_INITIALLY_SCHEDULED, "True", c.REASON_SCHEDULED, "", now, generation
+            initial, c.POD_GROUP_INITIALLY_SCHEDULED, c.TRUE, c.REASON_SCHEDULED, "", now, generation
         )
     elif present.reason == c.REASON_UNSCHEDULABLE:
         new_initial = _condition(
             initial,
             c.POD_GROUP_INITIALLY_SCHEDULED,
-            "False",
+            c.FALSE,
             c.REASON_UNSCHEDULABLE,
             present.message,
             now,
             generation,
         )
     else:
-        new_initial = initial or {}
+        new_initial = initial
 
-    admitted_status = "True" if present.reason == c.REASON_ADMITTED else "False"
+    admitted_status: ConditionStatus = c.TRUE if present.reason == c.REASON_ADMITTED else c.FALSE
     new_admitted = _condition(
         admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation
     )
+    others = [
+        x for x in current.conditions or [] if x.type not in (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED)
+    ]
+    conditions = [x for x in (new_initial, new_admitted) if x is not None] + others
+    return PodGroupStatus(
+        conditions=conditions,
+        phase=phase_of(facts, present),
+        policy=GANG if facts.gang else BASIC,
+        domain=facts.domain,
+        admission=admission,
+        scheduled=facts.scheduled,
+        waiting=facts.waiting,
+    )
 
-    others = [x for x in conditions if x.get("type") not in (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED)]
-    new_conditions = [x for x in (new_initial, new_admitted) if x] + others
-    return {
-        "conditions": new_conditions,
-        "phase": phase_of(facts, present),
-        "policy": GANG if facts.gang else BASIC,
-        "domain": facts.domain,
-        "scheduled": facts.scheduled,
-        "waiting": facts.waiting,
-    }
+
+def _comparable(status: PodGroupStatus) -> tuple[Any, ...]:
+    """Everything but timestamps, so an unchanged group costs no write."""
+    conditions = sorted(
+        (x.type, x.status, x.reason, x.message, x.observed_generation) for x in status.conditions or []
+    )
+    admission = status.admission
+    decision = (
+        None
+        if admission is None
+        else (admission.domain, tuple((a.pod, a.node) for a in admission.assignments), admission.attempt)
+    )
+    return (
+        tuple(conditions),
+        status.phase,
+        status.policy,
+        status.domain,
+        decision,
+        status.scheduled,
+        status.waiting,
+    )
 
 
-def status_changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Ignore timestamps-only differences so an unchanged group costs no write."""
+def status_changed(current: PodGroupStatus, desired: PodGroupStatus) -> bool:
+    return _comparable(current) != _comparable(desired)
 
-    def strip(status: Mapping[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in status.items() if k != "conditions" and k != "admission"}
-        out["conditions"] = sorted(
-            (
-                (
-                    x.get("type"),
-                    x.get("status"),
-                    x.get("reason"),
-                    x.get("message"),
-                    x.get("observedGeneration"),
-                )
-                for x in status.get("conditions") or []
-            ),
-            key=str,
-        )
-        return out
 
-    return strip(current) != strip(desired)
+def status_patch(status: PodGroupStatus) -> dict[str, Any]:
+    """A merge patch that makes the status exactly `status` (unset fields are cleared)."""
+    body = status.to_api()
+    for name in STATUS_FIELDS:
+        alias = PodGroupStatus.model_fields[name].alias or name
+        body.setdefault(alias, None)
+    return {"status": body}

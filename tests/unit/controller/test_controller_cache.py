@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.controller.cache import ClusterCache, PodRecord
-from phalanx.controller.scheduler import build_snapshot
+from phalanx.controller.cache import ClusterCache, Expectations
+from phalanx.controller.records import JobRecord, PodRecord
 
 GATE = {"name": "phalanx.dev/admission"}
 
@@ -82,9 +82,58 @@ def test_capacity_is_held_by_bound_terminating_and_released_pods_only() -> None:
 def test_a_late_watch_event_does_not_undo_our_write() -> None:
     cache = ClusterCache()
     cache.upsert_pod(pod("a", 5, gated=True))
-    cache.upsert_pod(pod("a", 7, selector="n1", group="g"))  # our release, written through
+    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)  # our release, written through
     cache.upsert_pod(pod("a", 6, gated=True))  # the watch catching up with an older version
     assert cache.pods["ns/a"].released
+    cache.upsert_pod(pod("a", 7, selector="n1", group="g"))  # the watch shows our write: expectation met
+    cache.upsert_pod(pod("a", 8, node="n1", group="g"))  # later changes by others are taken as they come
+    assert cache.pods["ns/a"].bound
+
+
+def test_resource_versions_are_opaque_strings_never_compared_as_numbers() -> None:
+    cache = ClusterCache()
+    written = pod("a", 1, selector="n1", group="g")
+    written["metadata"]["resourceVersion"] = "opaque-b"
+    cache.upsert_pod(written, own_write=True)
+    older = pod("a", 1, gated=True)
+    older["metadata"]["resourceVersion"] = "opaque-z"  # "greater" as text or number: still older than ours
+    cache.upsert_pod(older)
+    assert cache.pods["ns/a"].released
+
+
+def test_an_expectation_never_met_lapses_and_the_newest_held_back_event_wins() -> None:
+    now = [0.0]
+    cache = ClusterCache(clock=lambda: now[0])
+    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)
+    cache.upsert_pod(pod("a", 9, node="n2", group="g"))  # a re-list past our write: held back for now
+    assert cache.pods["ns/a"].released
+    now[0] = 31.0
+    cache.settle_expectations()
+    assert cache.pods["ns/a"].node_name == "n2"
+
+
+def test_expectations_alone() -> None:
+    now = [0.0]
+    expectations = Expectations(clock=lambda: now[0], ttl=5)
+    expectations.wrote("Pod", "ns/a", "10")
+    assert not expectations.admit("Pod", "ns/a", {"metadata": {"resourceVersion": "9"}})
+    assert expectations.admit("Pod", "ns/a", {"metadata": {"resourceVersion": "10"}})
+    assert expectations.admit("Pod", "ns/a", {"metadata": {"resourceVersion": "8"}})  # nothing pending
+    assert expectations.expired() == []
+
+
+def test_a_status_change_that_cannot_change_a_decision_does_not_wake_the_loop() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("n1"))
+    cache.upsert_pod(pod("a", 1, node="n1", phase="Pending"))
+    cache.changed.clear()
+    generation = cache.generation
+    running = pod("a", 2, node="n1", phase="Running")
+    running["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    cache.upsert_pod(running)  # new resourceVersion, phase and conditions: nothing placement reads
+    assert not cache.changed.is_set() and cache.generation == generation
+    cache.upsert_pod(pod("a", 3, node="n1", phase="Succeeded"))  # frees its GPUs: that counts
+    assert cache.changed.is_set()
 
 
 def test_pods_are_indexed_by_job_and_forgotten_on_delete() -> None:
@@ -97,16 +146,21 @@ def test_pods_are_indexed_by_job_and_forgotten_on_delete() -> None:
     assert cache.changed.is_set()
 
 
-def test_snapshot_counts_what_holds_capacity() -> None:
+def test_snapshot_counts_what_holds_capacity_and_follows_changes() -> None:
     cache = ClusterCache()
     for name in ("n1", "n2"):
         cache.upsert_node(node(name))
     cache.upsert_pod(pod("a", 1, node="n1", phase="Running"))
     cache.upsert_pod(pod("b", 1, selector="n2", group="g"))
     cache.upsert_pod(pod("c", 1, gated=True))
-    snapshot = build_snapshot(cache)
+    snapshot = cache.snapshot()
     assert snapshot.free("n1")["nvidia.com/gpu"] == 0
     assert snapshot.free("n2")["nvidia.com/gpu"] == 0
+    cache.upsert_pod(pod("a", 2, node="n1", phase="Succeeded"))
+    cache.delete_pod("ns", "b", "uid-b")
+    assert cache.snapshot().free("n1")["nvidia.com/gpu"] == 8
+    assert cache.snapshot().free("n2")["nvidia.com/gpu"] == 8
+    assert snapshot.free("n1")["nvidia.com/gpu"] == 0  # a snapshot handed out never changes
 
 
 def job_body(completions: int | None, succeeded: int, parallelism: int = 4) -> dict[str, Any]:
@@ -126,28 +180,18 @@ def job_body(completions: int | None, succeeded: int, parallelism: int = 4) -> d
     }
 
 
-def pod_group(min_count: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.phalanx.dev/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {
-            "name": "pg",
-            "namespace": "ns",
-            "uid": "pg-1",
-            "resourceVersion": "1",
-            "ownerReferences": [{"kind": "Job", "uid": "job-1", "controller": True, "name": "train"}],
-        },
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-    }
+def test_a_job_record_knows_what_is_left_of_the_job() -> None:
+    assert JobRecord.from_body(job_body(8, 0)).remaining == 8
+    assert JobRecord.from_body(job_body(8, 6)).remaining == 2
+    assert JobRecord.from_body(job_body(8, 9)).remaining == 0
+    assert JobRecord.from_body(job_body(None, 0)).remaining is None
 
 
-def test_the_gang_shrinks_to_what_is_left_of_the_job() -> None:
-    from phalanx.controller.cache import JobRecord
-    from phalanx.controller.scheduler import view_of
-
-    cache = ClusterCache()
-    group = cache.upsert_group(pod_group(4))
-    assert view_of(cache, JobRecord.from_body(job_body(8, 0)), group).min_count == 4
-    assert view_of(cache, JobRecord.from_body(job_body(8, 6)), group).min_count == 2
-    assert view_of(cache, JobRecord.from_body(job_body(8, 8)), group).min_count == 1
-    assert view_of(cache, JobRecord.from_body(job_body(None, 0)), group).min_count == 4
+def test_a_job_record_carries_its_parsed_policy_or_why_it_is_invalid() -> None:
+    body = job_body(4, 0)
+    body["metadata"]["annotations"] = {"phalanx.dev/min-count": "9"}
+    record = JobRecord.from_body(body)
+    assert record.policy is None and "phalanx.dev/min-count" in record.policy_error
+    body["metadata"]["annotations"] = {"phalanx.dev/min-count": "2"}
+    record = JobRecord.from_body(body)
+    assert record.policy is not None and record.policy.min_count == 2 and record.policy_error == ""

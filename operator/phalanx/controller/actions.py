@@ -1,0 +1,112 @@
+"""What a scheduling pass decided to do, as typed values (produced by `plan()`, run by the applier).
+
+Actions are grouped per *group key* (the Job's namespace/name): the applier runs each group's
+actions in order and in isolation, so one group's failure never blocks another's. Evict, suspend
+and resume are further actions of the same kind (preemption and requeue add them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from phalanx.api.podgroup import PodGroup
+from phalanx.api.status import Admission, PodGroupStatus
+from phalanx.api.workload import Workload
+from phalanx.controller.refs import ObjectRef
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True)
+class CreateWorkload:
+    workload: Workload
+
+
+@dataclass(frozen=True)
+class CreatePodGroup:
+    """Create the PodGroup; its owner reference to the Workload gets the Workload's uid at apply time."""
+
+    pod_group: PodGroup
+    workload: str  # name of the Workload in the same namespace
+
+
+@dataclass(frozen=True)
+class PatchMinCount:
+    pod_group: ObjectRef
+    min_count: int
+
+
+@dataclass(frozen=True)
+class RecordAdmission:
+    """Write the decision on the PodGroup before any of its pods is released (the restart path reads it)."""
+
+    pod_group: ObjectRef
+    admission: Admission
+
+
+@dataclass(frozen=True)
+class ReleasePod:
+    """Pin the pod to its node (nodeSelector) and remove Phalanx's gate, in one request."""
+
+    pod: ObjectRef
+    node: str
+    pod_group: str
+
+
+@dataclass(frozen=True)
+class LabelPod:
+    """Link a pod to its PodGroup (label), also while it waits."""
+
+    pod: ObjectRef
+    pod_group: str
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    pod_group: ObjectRef
+    status: PodGroupStatus
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    involved: ObjectRef
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RememberAnnounced:
+    """Note in the cache that a Job's invalid policy was announced (one event per change, not per pass)."""
+
+    job_uid: str
+    message: str
+
+
+Action = (
+    CreateWorkload
+    | CreatePodGroup
+    | PatchMinCount
+    | RecordAdmission
+    | ReleasePod
+    | LabelPod
+    | PatchStatus
+    | PostEvent
+    | RememberAnnounced
+)
+
+# Actions of these kinds that follow each other in a group's list are independent of each other:
+# the applier runs such a run of them concurrently (a gang's releases go out together).
+CONCURRENT = (ReleasePod, LabelPod, PostEvent)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One group's actions for this pass, in order."""
+
+    key: str  # the Job's namespace/name: what backs off when an action fails
+    actions: tuple[Action, ...]
+    job: ObjectRef | None = None  # told with a Warning event when an action fails
+    admitted_pods: int = 0  # pods this plan releases (for metrics)
+    admission_latency: float | None = None  # seconds from the Job's creation to its first admission

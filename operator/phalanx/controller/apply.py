@@ -1,0 +1,274 @@
+"""The applier: runs a pass's actions per group, each group in isolation, and backs off failing groups.
+
+A group's actions run in order (its decision is recorded before its pods are released), a run of
+independent ones (pod releases, labels, events) concurrently. The first failure ends that group's
+actions for this pass: nothing later in its list runs, the group backs off exponentially (per key,
+capped) and its Job gets a Warning event saying why; every other group goes on. What the API answers
+to a write goes into the cache at once (write-through, tracked as an expectation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx.api.group import API_VERSION, POD_GROUP_KIND, POD_GROUPS, WORKLOAD_KIND, WORKLOADS
+from phalanx.controller import metrics
+from phalanx.controller.actions import (
+    CONCURRENT,
+    Action,
+    CreatePodGroup,
+    CreateWorkload,
+    EventType,
+    GroupPlan,
+    LabelPod,
+    PatchMinCount,
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    RememberAnnounced,
+)
+from phalanx.controller.cache import ClusterCache
+from phalanx.controller.kube import Kube
+from phalanx.controller.refs import ObjectRef
+from phalanx.controller.status import status_patch
+
+log = logging.getLogger("phalanx.apply")
+
+BACKOFF_INITIAL_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 60.0
+MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
+
+
+class EventSink(Protocol):
+    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None: ...
+
+
+@dataclass
+class Backoff:
+    """Per-key exponential backoff: 0.5 s, 1 s, 2 s, … up to a cap; a success forgets the key."""
+
+    clock: Callable[[], float] = time.monotonic
+    initial: float = BACKOFF_INITIAL_SECONDS
+    cap: float = BACKOFF_MAX_SECONDS
+    failures: dict[str, int] = field(default_factory=dict)
+    until: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, key: str) -> float:
+        count = self.failures.get(key, 0) + 1
+        self.failures[key] = count
+        delay: float = min(self.cap, self.initial * 2.0 ** (count - 1))
+        self.until[key] = self.clock() + delay
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        self.failures.pop(key, None)
+        self.until.pop(key, None)
+
+    def waiting(self) -> frozenset[str]:
+        """Keys still inside their backoff window."""
+        now = self.clock()
+        return frozenset(k for k, t in self.until.items() if t > now)
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until the earliest backing-off key may run again (None: none waits)."""
+        now = self.clock()
+        pending = [t - now for t in self.until.values() if t > now]
+        return min(pending) if pending else None
+
+    def forget_missing(self, keys: set[str]) -> None:
+        """Drop keys whose group no longer exists (a deleted Job)."""
+        for key in list(self.until):
+            if key not in keys:
+                self.succeeded(key)
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    key: str
+    ok: bool
+    failed_action: str = ""
+    error: str = ""
+    retry_in: float = 0.0
+
+
+def describe(action: Action) -> str:
+    """What an action does, in words for an event or a log line."""
+    match action:
+        case CreateWorkload(workload=w):
+            return f"creating Workload {w.metadata.get('name')}"
+        case CreatePodGroup(pod_group=g):
+            return f"creating PodGroup {g.metadata.get('name')}"
+        case PatchMinCount(pod_group=g, min_count=n):
+            return f"setting minCount {n} on PodGroup {g.name}"
+        case RecordAdmission(pod_group=g):
+            return f"recording the admission on PodGroup {g.name}"
+        case ReleasePod(pod=p, node=n):
+            return f"releasing pod {p.name} to node {n}"
+        case LabelPod(pod=p):
+            return f"labelling pod {p.name}"
+        case PatchStatus(pod_group=g):
+            return f"writing the status of PodGroup {g.name}"
+        case PostEvent(reason=r):
+            return f"posting event {r}"
+        case RememberAnnounced():
+            return "noting an announced problem"
+    raise AssertionError(f"unknown action {action!r}")
+
+
+def error_text(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        reason = error.reason or ""
+        detail = error.body if isinstance(error.body, str) else ""
+        message = _api_message(detail) or reason
+        return f"{error.status} {message}".strip()
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _api_message(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return ""
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def _runs(actions: Sequence[Action]) -> list[list[Action]]:
+    """Consecutive independent actions of one kind run together; everything else alone, in order."""
+    runs: list[list[Action]] = []
+    for action in actions:
+        if runs and isinstance(action, CONCURRENT) and type(runs[-1][0]) is type(action):
+            runs[-1].append(action)
+        else:
+            runs.append([action])
+    return runs
+
+
+class Applier:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        kube: Kube,
+        events: EventSink,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.cache = cache
+        self.kube = kube
+        self.events = events
+        self.backoff = backoff or Backoff()
+        self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
+
+    async def apply(self, groups: Sequence[GroupPlan]) -> list[GroupResult]:
+        results = await asyncio.gather(*(self._group(g) for g in groups))
+        metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
+        return list(results)
+
+    async def _group(self, group: GroupPlan) -> GroupResult:
+        async with self._limit:
+            for run in _runs(group.actions):
+                outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
+                for action, outcome in zip(run, outcomes, strict=True):
+                    if isinstance(outcome, asyncio.CancelledError):
+                        raise outcome
+                    if isinstance(outcome, BaseException):
+                        return await self._failed(group, action, outcome)
+            self.backoff.succeeded(group.key)
+            self._observe(group)
+            return GroupResult(group.key, True)
+
+    def _observe(self, group: GroupPlan) -> None:
+        if group.admitted_pods:
+            metrics.ADMISSIONS.labels("Gang").inc()
+            metrics.PODS_RELEASED.inc(group.admitted_pods)
+        if group.admission_latency is not None:
+            metrics.ADMISSION_LATENCY.observe(group.admission_latency)
+
+    async def _failed(self, group: GroupPlan, action: Action, error: BaseException) -> GroupResult:
+        name = type(action).__name__
+        metrics.APPLY_FAILURES.labels(name).inc()
+        delay = self.backoff.failed(group.key)
+        text = error_text(error)
+        what = describe(action)
+        log.warning("%s: %s failed: %s; retrying in %.1f s", group.key, what, text, delay)
+        if group.job is not None and not isinstance(action, PostEvent):
+            reason = "FailedCreate" if isinstance(action, CreateWorkload | CreatePodGroup) else "FailedSync"
+            await self._post(
+                group.job, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
+            )
+        self.cache.changed.set()  # a pass after the backoff retries it
+        return GroupResult(group.key, False, name, text, delay)
+
+    async def _post(self, involved: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        try:
+            await self.events.post(involved, type_, reason, message)
+        except Exception as e:  # losing an event is not worth failing a group for
+            log.warning("could not post event %s on %s: %s", reason, involved, e)
+
+    def _resolved(self, ref: ObjectRef) -> ObjectRef:
+        """A PodGroup planned in this pass has no uid in the plan; it has one once created."""
+        if ref.uid or ref.kind != POD_GROUP_KIND:
+            return ref
+        record = self.cache.pod_groups.get(ref.key)
+        if record is None:
+            return ref
+        return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, record.uid)
+
+    async def _one(self, action: Action) -> None:
+        cache, kube = self.cache, self.kube
+        match action:
+            case CreateWorkload(workload=workload):
+                created = await kube.create_object(WORKLOADS, workload.to_api())
+                cache.upsert_workload(created, own_write=True)
+            case CreatePodGroup(pod_group=pod_group, workload=workload_name):
+                body = pod_group.to_api()
+                namespace = str(body["metadata"].get("namespace", ""))
+                owner = cache.workloads.get(f"{namespace}/{workload_name}")
+                if owner is not None:
+                    # Also owned by its Workload, as upstream (the Workload's uid is known only now).
+                    body["metadata"].setdefault("ownerReferences", []).append(
+                        {
+                            "apiVersion": API_VERSION,
+                            "kind": WORKLOAD_KIND,
+                            "name": owner.name,
+                            "uid": owner.uid,
+                        }
+                    )
+                created = await kube.create_object(POD_GROUPS, body)
+                cache.upsert_pod_group(created, own_write=True)
+            case PatchMinCount(pod_group=ref, min_count=count):
+                patched = await kube.patch_spec(
+                    POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
+                )
+                cache.upsert_pod_group(patched, own_write=True)
+            case RecordAdmission(pod_group=ref, admission=admission):
+                patched = await kube.patch_status(
+                    POD_GROUPS, ref.namespace, ref.name, {"admission": admission.to_api()}
+                )
+                cache.upsert_pod_group(patched, own_write=True)
+            case ReleasePod(pod=pod, node=node, pod_group=group_name):
+                released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
+                if released is not None:  # None: the pod is gone, nothing to release
+                    cache.upsert_pod(released, own_write=True)
+            case LabelPod(pod=pod, pod_group=group_name):
+                labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
+                if labelled is not None:
+                    cache.upsert_pod(labelled, own_write=True)
+            case PatchStatus(pod_group=ref, status=status):
+                patched = await kube.patch_status(
+                    POD_GROUPS, ref.namespace, ref.name, status_patch(status)["status"]
+                )
+                cache.upsert_pod_group(patched, own_write=True)
+            case PostEvent(involved=involved, type=type_, reason=reason, message=message):
+                await self._post(self._resolved(involved), type_, reason, message)
+            case RememberAnnounced(job_uid=uid, message=message):
+                cache.announced_invalid[uid] = message
+            case _:
+                raise AssertionError(f"unknown action {action!r}")

@@ -1,0 +1,358 @@
+"""`plan()`: from one consistent view of the cluster to the actions of one scheduling pass (pure).
+
+No I/O and no asyncio: the same state and time give the same actions. For every managed Job, in
+order (priority, then age): make sure its Workload and PodGroup exist (a PodGroup planned in this
+pass is scheduled in this pass too), keep the gang size in step with the Job, link its pods, and —
+when the whole gang has a placement — record the decision before releasing any pod. The snapshot
+assumes each admission, so the next group in the same pass cannot take its room.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from phalanx.api import conditions as c
+from phalanx.api.builders import build_pod_group, build_workload
+from phalanx.api.naming import pod_group_label_value
+from phalanx.api.podgroup import PodGroup
+from phalanx.api.scheduling import SchedulingPolicy
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.api.workload import Workload
+from phalanx.controller import status as st
+from phalanx.controller.actions import (
+    Action,
+    CreatePodGroup,
+    CreateWorkload,
+    EventType,
+    GroupPlan,
+    LabelPod,
+    PatchMinCount,
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    RememberAnnounced,
+)
+from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, PriorityClassRecord
+from phalanx.controller.refs import ObjectRef
+from phalanx.placement import (
+    Admit,
+    GroupRequest,
+    NodeInfo,
+    PodRequest,
+    Reject,
+    Snapshot,
+    admitted_usage,
+    decide,
+)
+
+POD_API_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One managed Job with what Phalanx made for it and its pods, as the cache holds them now."""
+
+    job: JobRecord
+    pod_group: PodGroupRecord | None
+    workload_name: str | None  # its Workload, if it exists
+    pods: tuple[PodRecord, ...]
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    jobs: tuple[JobState, ...]
+    snapshot: Snapshot
+    nodes: Mapping[str, NodeInfo]
+    priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
+    announced_invalid: Mapping[str, str] = field(default_factory=dict)  # Job uid -> message announced
+    backing_off: frozenset[str] = frozenset()  # group keys that wait before their next try
+
+
+@dataclass(frozen=True)
+class Plan:
+    groups: tuple[GroupPlan, ...]
+    waiting_by_reason: Mapping[str, int]  # groups not admitted, by the reason they wait
+    decision_seconds: tuple[float, ...] = ()  # one per placement decision (for metrics)
+
+    @property
+    def actions(self) -> list[Action]:
+        return [a for g in self.groups for a in g.actions]
+
+
+@dataclass(frozen=True)
+class _View:
+    """One group, classified for scheduling."""
+
+    state: JobState
+    group: PodGroupRecord
+    gang: bool
+    min_count: int
+    topology_key: str | None
+    waiting: tuple[PodRecord, ...]  # gated by us, to place
+    placed: tuple[PodRecord, ...]  # bound or released: they take node capacity now
+    priority: int
+
+    @property
+    def job(self) -> JobRecord:
+        return self.state.job
+
+    @property
+    def order(self) -> tuple[int, dt.datetime, str]:
+        created = self.job.created or dt.datetime.max.replace(tzinfo=dt.UTC)
+        return (-self.priority, created, self.job.key)
+
+
+def pod_ref(pod: PodRecord) -> ObjectRef:
+    return ObjectRef(POD_API_VERSION, "Pod", pod.namespace, pod.name, pod.uid)
+
+
+def _priority(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> int | None:
+    name = job.policy.priority_class_name if job.policy else None
+    record = classes.get(name) if name else None
+    return record.value if record is not None else None
+
+
+def _ensure_objects(
+    state: JobState, classes: Mapping[str, PriorityClassRecord]
+) -> tuple[PodGroupRecord | None, list[Action]]:
+    """The group to schedule (planned if it does not exist yet) and the actions that create it."""
+    job, group = state.job, state.pod_group
+    policy = job.policy
+    actions: list[Action] = []
+    if group is not None:
+        current = group.gang_min_count
+        wanted = policy.min_count if policy is not None else None
+        if wanted is not None and current is not None and current != wanted:
+            # Like upstream, only the gang size follows the Job (min-count annotation or parallelism).
+            actions.append(PatchMinCount(group.ref, wanted))
+            actions.append(
+                _event(job.ref, "Normal", "MinCountChanged", f"gang minCount {current} -> {wanted}")
+            )
+            # Schedule this pass with the size being written, as the patched object will say.
+            policy_now = SchedulingPolicy.of_gang(wanted)
+            spec = group.spec.model_copy(update={"scheduling_policy": policy_now})
+            group = dataclasses.replace(group, spec=spec, generation=group.generation + 1)
+        return group, actions
+    if policy is None:
+        return None, actions
+    priority = _priority(job, classes)
+    workload_name = state.workload_name
+    if workload_name is None:
+        workload = Workload.model_validate(build_workload(job.body, policy, priority))
+        workload_name = str(workload.metadata["name"])
+        actions.append(CreateWorkload(workload))
+    pod_group = PodGroup.model_validate(build_pod_group(job.body, workload_name, policy, priority))
+    actions.append(CreatePodGroup(pod_group, workload_name))
+    name = str(pod_group.metadata["name"])
+    actions.append(
+        _event(job.ref, "Normal", "PodGroupCreated", f"created Workload {workload_name} and PodGroup {name}")
+    )
+    planned = PodGroupRecord(
+        uid="",  # known once created; the applier fills it in where an event needs it
+        namespace=job.namespace,
+        name=name,
+        job_uid=job.uid,
+        generation=1,
+        spec=pod_group.spec,
+        status=PodGroupStatus(),
+    )
+    return planned, actions
+
+
+def _event(involved: ObjectRef, type_: EventType, reason: str, message: str) -> PostEvent:
+    return PostEvent(involved, type_, reason, message)
+
+
+def _view(state: JobState, group: PodGroupRecord) -> _View:
+    job = state.job
+    min_count = group.gang_min_count
+    pods = [p for p in state.pods if not p.terminal and not p.deleting]
+    waiting = tuple(sorted((p for p in pods if p.gated), key=lambda p: p.name))
+    placed = tuple(sorted((p for p in pods if p.usage_node), key=lambda p: p.name))
+    priority = max((p.priority for p in pods), default=group.spec.priority or 0)
+    if min_count is not None and job.remaining is not None:
+        # Near the end of a Job with more completions than parallelism, fewer pods than minCount are
+        # left to run; asking for minCount then would hold the last ones forever.
+        min_count = max(1, min(min_count, job.remaining))
+    return _View(
+        state=state,
+        group=group,
+        gang=min_count is not None,
+        min_count=min_count or 1,
+        topology_key=group.topology_key,
+        waiting=waiting,
+        placed=placed,
+        priority=priority,
+    )
+
+
+def _domain_of(view: _View, nodes: Mapping[str, NodeInfo]) -> str | None:
+    if not view.topology_key:
+        return None
+    for pod in view.placed:
+        node = nodes.get(pod.usage_node)
+        if node is not None and view.topology_key in node.labels:
+            return node.labels[view.topology_key]
+    return None
+
+
+@dataclass
+class _Pass:
+    snapshot: Snapshot
+    nodes: Mapping[str, NodeInfo]
+    now: dt.datetime
+    decision_seconds: list[float] = field(default_factory=list)
+    waiting: Counter[str] = field(default_factory=Counter)
+
+
+def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool]:
+    """Append the group's admission and status actions; returns (pods released, first admission)."""
+    group, job = view.group, view.job
+    label = pod_group_label_value(group.name)
+    actions.extend(
+        LabelPod(pod_ref(p), group.name) for p in (*view.waiting, *view.placed) if p.pod_group != label
+    )
+
+    outcome: st.Outcome | None = None
+    domain = _domain_of(view, ctx.nodes)
+    admission = group.status.admission
+    released_now = 0
+    first = False
+    if job.suspended or job.finished or not view.gang:
+        pass  # basic groups are never held; suspended/finished ones have nothing to place
+    elif view.waiting:
+        have = len(view.waiting) + len(view.placed)
+        if have < view.min_count:
+            outcome = st.Outcome(
+                c.REASON_WAITING_FOR_PODS,
+                f"minCount ({view.min_count}) is not yet satisfied: {len(view.placed)} scheduled, "
+                f"{len(view.waiting)} waiting; waiting for the Job to create the other pods",
+            )
+        else:
+            request = GroupRequest(
+                name=group.key,
+                pending=tuple(PodRequest(id=p.key, requirements=p.requirements) for p in view.waiting),
+                min_count=view.min_count,
+                topology_key=view.topology_key,
+                bound_nodes=tuple(p.usage_node for p in view.placed),
+            )
+            started = time.perf_counter()
+            decision = decide(ctx.snapshot, request)
+            ctx.decision_seconds.append(time.perf_counter() - started)
+            if isinstance(decision, Admit) and decision.assignments:
+                first = _never_admitted(group)
+                admission = Admission(
+                    domain=decision.domain,
+                    assignments=[
+                        Assignment(pod=pod.split("/", 1)[1], node=node) for pod, node in decision.assignments
+                    ],
+                    admitted_at=ctx.now,
+                    attempt=group.status.admission.attempt + 1 if group.status.admission else 0,
+                )
+                by_key = {p.key: p for p in view.waiting}
+                actions.append(RecordAdmission(group.ref, admission))
+                actions.extend(
+                    ReleasePod(pod_ref(by_key[pod]), node, group.name) for pod, node in decision.assignments
+                )
+                released_now = len(decision.assignments)
+                ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
+                domain = decision.domain or domain
+                outcome = st.Outcome(c.REASON_ADMITTED, "")
+                where = f" in {view.topology_key}={decision.domain}" if decision.domain else ""
+                nodes = ", ".join(node for _, node in decision.assignments)
+                message = f"admitted {released_now} pod(s){where} on {nodes}"
+                actions.append(_event(job.ref, "Normal", "Admitted", message))
+                actions.append(_event(group.ref, "Normal", "Admitted", message))
+            elif isinstance(decision, Reject):
+                outcome = st.Outcome(c.REASON_UNSCHEDULABLE, decision.message)
+            # An Admit without assignments: minCount is met by placed pods; the extras wait for room.
+
+    if job.suspended or job.finished:
+        admission = None  # nothing is held for a suspended or finished Job
+    elif admission is not None and not view.placed and not released_now:
+        admission = None  # the decision's pods are gone; the next one starts afresh
+    facts = st.GroupFacts(
+        gang=view.gang,
+        min_count=view.min_count,
+        scheduled=sum(1 for p in view.placed if p.bound),
+        released=sum(1 for p in view.placed if not p.bound) + released_now,
+        waiting=len(view.waiting) - released_now,
+        domain=domain,
+        suspended=job.suspended,
+        finished=job.finished,
+    )
+    desired = st.desired_status(group.status, facts, outcome, ctx.now, group.generation, admission)
+    if st.status_changed(group.status, desired):
+        actions.append(PatchStatus(group.ref, desired))
+        actions.extend(_announce(view, group.status, desired))
+    present = desired.condition(c.ADMITTED)
+    if view.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
+        ctx.waiting[present.reason] += 1
+    return released_now, first
+
+
+def _never_admitted(group: PodGroupRecord) -> bool:
+    initial = group.status.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    return initial is None or initial.status != c.TRUE
+
+
+def _announce(view: _View, current: PodGroupStatus, desired: PodGroupStatus) -> list[Action]:
+    """An event on the Job and the PodGroup whenever the reason or message of Admitted changes."""
+    before = current.condition(c.ADMITTED)
+    after = desired.condition(c.ADMITTED)
+    if after is None or after.reason == c.REASON_ADMITTED:
+        return []  # an admission has its own event
+    if before is not None and (before.reason, before.message) == (after.reason, after.message):
+        return []
+    type_: EventType = "Warning" if after.reason == c.REASON_UNSCHEDULABLE else "Normal"
+    return [
+        _event(view.job.ref, type_, after.reason, after.message),
+        _event(view.group.ref, type_, after.reason, after.message),
+    ]
+
+
+def plan(state: ClusterState, now: dt.datetime) -> Plan:
+    ctx = _Pass(snapshot=state.snapshot, nodes=state.nodes, now=now)
+    prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
+    for job_state in state.jobs:
+        job = job_state.job
+        if job.key in state.backing_off:
+            continue
+        actions: list[Action] = []
+        if job.policy is None and state.announced_invalid.get(job.uid) != job.policy_error:
+            # Only reachable if the webhook was bypassed; said once per change, where the user looks.
+            actions.append(_event(job.ref, "Warning", "InvalidPolicy", job.policy_error))
+            actions.append(RememberAnnounced(job.uid, job.policy_error))
+        group, created = _ensure_objects(job_state, state.priority_classes)
+        actions.extend(created)
+        prepared.append((job_state, actions, group))
+
+    views = {
+        job_state.job.key: _view(job_state, group) for job_state, _, group in prepared if group is not None
+    }
+    ordered = sorted(
+        prepared,
+        key=lambda p: (
+            views[p[0].job.key].order
+            if p[0].job.key in views
+            else (1, dt.datetime.max.replace(tzinfo=dt.UTC), p[0].job.key)
+        ),
+    )
+    groups: list[GroupPlan] = []
+    for job_state, actions, _ in ordered:
+        view = views.get(job_state.job.key)
+        released = 0
+        latency: float | None = None
+        if view is not None:
+            released, first = _schedule(view, ctx, actions)
+            if released and first and job_state.job.created is not None:
+                latency = max(0.0, (now - job_state.job.created).total_seconds())
+        if actions:
+            groups.append(GroupPlan(job_state.job.key, tuple(actions), job_state.job.ref, released, latency))
+    return Plan(tuple(groups), dict(ctx.waiting), tuple(ctx.decision_seconds))

@@ -1,0 +1,329 @@
+"""Typed records of the API objects Phalanx reads, parsed once at the cache boundary.
+
+Past this module nothing walks a dict of an API object: the loop, `plan()` and the applier read
+these records. A record holds only what scheduling needs. `resource_version` is kept as the
+opaque string the API gave and is left out of comparisons (`compare=False`), so a record equals
+its predecessor unless something that can change a decision changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.api import keys as names
+from phalanx.api.group import API_VERSION, POD_GROUP_KIND, WORKLOAD_KIND
+from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
+from phalanx.api.podgroup import PodGroupSpec
+from phalanx.api.status import PodGroupStatus
+from phalanx.controller.refs import ObjectRef
+from phalanx.placement import (
+    BoundPod,
+    NodeInfo,
+    PodRequirements,
+    Taint,
+    canonical_amount,
+    pod_requests,
+    pod_requirements,
+)
+
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+JOB_API_VERSION = "batch/v1"
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """An RFC 3339 timestamp of the API, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    terminal: bool  # Succeeded or Failed: holds no capacity
+    deleting: bool
+    gated: bool  # carries Phalanx's scheduling gate
+    other_gates: tuple[str, ...]  # scheduling gates of other controllers
+    job_uid: str  # controller Job (from the Job controller's label), "" if none
+    node_selector_host: str  # the node Phalanx pinned it to, "" if none
+    requests: Mapping[str, int]
+    requirements: PodRequirements
+    priority: int
+    pod_group: str  # label set by Phalanx
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def released(self) -> bool:
+        """Ungated by Phalanx, pinned to a node, not yet bound: capacity Phalanx has promised."""
+        return not self.bound and not self.gated and bool(self.node_selector_host) and bool(self.pod_group)
+
+    @property
+    def usage_node(self) -> str:
+        """The node whose capacity this pod takes now ("" if none)."""
+        if self.terminal:
+            return ""
+        if self.bound:
+            return self.node_name
+        if self.released:
+            return self.node_selector_host
+        return ""
+
+    def bound_pod(self) -> BoundPod | None:
+        """The pod as the placement engine counts it, if it holds capacity."""
+        node = self.usage_node
+        return BoundPod(id=self.key, node=node, requests=self.requests) if node else None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
+        meta = _meta(body)
+        spec = body.get("spec") or {}
+        status = body.get("status") or {}
+        gates = tuple(str(g.get("name")) for g in spec.get("schedulingGates") or [])
+        labels = meta.get("labels") or {}
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            node_name=spec.get("nodeName") or "",
+            terminal=status.get("phase") in TERMINAL_PHASES,
+            deleting=bool(meta.get("deletionTimestamp")),
+            gated=names.ADMISSION_GATE in gates,
+            other_gates=tuple(g for g in gates if g != names.ADMISSION_GATE),
+            job_uid=labels.get(CONTROLLER_UID_LABEL, "") or labels.get(LEGACY_CONTROLLER_UID_LABEL, ""),
+            node_selector_host=(spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, ""),
+            requests=pod_requests(spec),
+            requirements=pod_requirements(spec),
+            priority=int(spec.get("priority") or 0),
+            pod_group=labels.get(names.POD_GROUP_LABEL, ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    uid: str
+    namespace: str
+    name: str
+    policy: JobPolicy | None  # None when the annotations are invalid (see policy_error)
+    policy_error: str  # why the policy is invalid, "" when it is valid
+    suspended: bool
+    finished: bool
+    created: dt.datetime | None
+    remaining: int | None  # completions still to make (None: the Job has no completion count)
+    # The builders of our objects need the Job's labels, annotations and template: a slim copy.
+    body: Mapping[str, Any] = field(compare=False, hash=False)
+    body_digest: tuple[Any, ...] = ()  # what of `body` the builders read, for comparison
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(JOB_API_VERSION, "Job", self.namespace, self.name, self.uid)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> JobRecord:
+        meta = _meta(body)
+        spec = body.get("spec") or {}
+        status = body.get("status") or {}
+        finished = any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        slim = {
+            "apiVersion": JOB_API_VERSION,
+            "kind": "Job",
+            "metadata": {
+                k: meta.get(k)
+                for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp")
+            },
+            "spec": {k: v for k, v in spec.items() if k != "selector"},
+        }
+        policy: JobPolicy | None
+        try:
+            policy, error = parse_job_policy(slim), ""
+        except JobPolicyError as e:
+            policy, error = None, str(e)
+        template = spec.get("template") or {}
+        priority_class = (template.get("spec") or {}).get("priorityClassName")
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            policy=policy,
+            policy_error=error,
+            suspended=bool(spec.get("suspend")),
+            finished=finished,
+            created=parse_time(meta.get("creationTimestamp")),
+            remaining=_remaining(spec, status),
+            body=slim,
+            body_digest=(
+                tuple(sorted((meta.get("labels") or {}).items())),
+                tuple(sorted((meta.get("annotations") or {}).items())),
+                priority_class,
+            ),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+def _remaining(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
+    completions = spec.get("completions")
+    if not isinstance(completions, int):
+        return None
+    succeeded = int(status.get("succeeded") or 0)
+    return max(0, completions - succeeded)
+
+
+def _job_owner_uid(meta: Mapping[str, Any]) -> str:
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "Job" and owner.get("controller"):
+            return str(owner.get("uid", ""))
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupRecord:
+    """A PodGroup as last seen, its spec and status parsed into the API models."""
+
+    uid: str
+    namespace: str
+    name: str
+    job_uid: str  # the controlling Job, "" for a hand-made group
+    generation: int
+    spec: PodGroupSpec
+    status: PodGroupStatus
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, POD_GROUP_KIND, self.namespace, self.name, self.uid)
+
+    @property
+    def gang_min_count(self) -> int | None:
+        gang = self.spec.scheduling_policy.gang
+        return None if gang is None else gang.min_count
+
+    @property
+    def topology_key(self) -> str | None:
+        constraints = self.spec.scheduling_constraints
+        if constraints is None or not constraints.topology:
+            return None
+        return constraints.topology[0].key
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> PodGroupRecord:
+        """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
+        meta = _meta(body)
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            job_uid=_job_owner_uid(meta),
+            generation=int(meta.get("generation") or 1),
+            spec=PodGroupSpec.model_validate(body.get("spec") or {}),
+            status=PodGroupStatus.model_validate(body.get("status") or {}),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """A Workload: scheduling needs only its identity (its template is copied into the PodGroup)."""
+
+    uid: str
+    namespace: str
+    name: str
+    job_uid: str
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, WORKLOAD_KIND, self.namespace, self.name, self.uid)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> WorkloadRecord:
+        meta = _meta(body)
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            job_uid=_job_owner_uid(meta),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClassRecord:
+    name: str
+    value: int
+    global_default: bool
+    preemption_policy: str
+    resource_version: str = field(default="", compare=False)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> PriorityClassRecord:
+        meta = _meta(body)
+        return cls(
+            name=str(meta.get("name", "")),
+            value=int(body.get("value") or 0),
+            global_default=bool(body.get("globalDefault")),
+            preemption_policy=str(body.get("preemptionPolicy") or "PreemptLowerPriority"),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    meta = _meta(body)
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    taints = tuple(
+        Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", ""))
+        for t in spec.get("taints") or []
+    )
+    allocatable = {r: canonical_amount(r, q) for r, q in (status.get("allocatable") or {}).items()}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        allocatable=allocatable,
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+    )

@@ -1,0 +1,144 @@
+"""The applier's own logic — order inside a group, isolation between groups, backoff — without a cluster.
+
+`RecordingKube` is a stand-in with Kube's write methods that answers like the API (or fails as told); the
+same behaviour against a real apiserver is tested in tests/integration/test_controller_isolation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx.api.status import Admission, Assignment
+from phalanx.controller.actions import GroupPlan, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.apply import Applier, Backoff
+from phalanx.controller.cache import ClusterCache
+from phalanx.controller.kube import Kube
+from phalanx.controller.refs import ObjectRef
+
+
+def forbidden(message: str) -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "message": message})
+    return error
+
+
+class RecordingKube:
+    def __init__(self, failing_namespaces: Mapping[str, ApiException]) -> None:
+        self.failing = failing_namespaces
+        self.calls: list[tuple[str, str]] = []
+
+    def _check(self, verb: str, namespace: str, name: str) -> None:
+        self.calls.append((verb, f"{namespace}/{name}"))
+        if namespace in self.failing:
+            raise self.failing[namespace]
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self._check("patch_status", namespace, name)
+        return {
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace, "uid": "u", "resourceVersion": "2"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+            "status": dict(status),
+        }
+
+    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any]:
+        self._check("release_pod", namespace, name)
+        await asyncio.sleep(0)
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{name}",
+                "resourceVersion": "3",
+                "labels": {"phalanx.dev/pod-group": group, "batch.kubernetes.io/controller-uid": "j"},
+            },
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": []},
+            "status": {"phase": "Pending"},
+        }
+
+
+class Events:
+    def __init__(self) -> None:
+        self.posted: list[tuple[ObjectRef, str, str, str]] = []
+
+    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.posted.append((involved, type_, reason, message))
+
+
+def admission_plan(namespace: str, pods: int = 2) -> GroupPlan:
+    group = ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", namespace, "pg", "u")
+    job = ObjectRef("batch/v1", "Job", namespace, "train", "j")
+    admission = Admission(
+        domain=None,
+        assignments=[Assignment(pod=f"p{i}", node=f"n{i}") for i in range(pods)],
+        admitted_at=dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        attempt=0,
+    )
+    actions = (
+        RecordAdmission(group, admission),
+        *(ReleasePod(ObjectRef("v1", "Pod", namespace, f"p{i}"), f"n{i}", "pg") for i in range(pods)),
+        PostEvent(job, "Normal", "Admitted", "admitted"),
+    )
+    return GroupPlan(f"{namespace}/train", actions, job, pods)
+
+
+def applier(kube: RecordingKube, clock: list[float]) -> tuple[Applier, ClusterCache, Events]:
+    cache = ClusterCache()
+    events = Events()
+    backoff = Backoff(clock=lambda: clock[0])
+    return Applier(cache, cast(Kube, kube), events, backoff), cache, events
+
+
+def test_a_failing_group_does_not_stop_another_in_the_same_pass_and_backs_off() -> None:
+    clock = [100.0]
+    kube = RecordingKube({"quota": forbidden('podgroups "pg" is forbidden: exceeded quota: one')})
+    apply, cache, events = applier(kube, clock)
+    results = asyncio.run(apply.apply([admission_plan("quota"), admission_plan("fine")]))
+
+    assert [(r.key, r.ok) for r in results] == [("quota/train", False), ("fine/train", True)]
+    # The failing group stopped at its first action: its pods were never released.
+    assert ("release_pod", "quota/p0") not in kube.calls
+    assert {("release_pod", "fine/p0"), ("release_pod", "fine/p1")} <= set(kube.calls)
+    assert cache.pods["fine/p0"].released  # written through
+    (warning,) = [e for e in events.posted if e[1] == "Warning"]
+    assert warning[0].key == "quota/train" and warning[2] == "FailedSync"
+    assert "exceeded quota" in warning[3] and "403" in warning[3]
+    assert apply.backoff.waiting() == frozenset({"quota/train"})
+
+
+def test_backoff_doubles_per_failure_up_to_a_cap_and_a_success_forgets_it() -> None:
+    clock = [0.0]
+    backoff = Backoff(clock=lambda: clock[0], initial=0.5, cap=4.0)
+    assert [backoff.failed("k") for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert backoff.waiting() == frozenset({"k"})
+    assert backoff.next_retry_in() == 4.0
+    clock[0] = 4.5
+    assert backoff.waiting() == frozenset()
+    backoff.succeeded("k")
+    assert backoff.failed("k") == 0.5
+
+
+def test_a_release_that_fails_halfway_leaves_the_rest_of_the_group_undone() -> None:
+    class OnePodFails(RecordingKube):
+        async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any]:
+            if name == "p1":
+                self.calls.append(("release_pod", f"{namespace}/{name}"))
+                raise ApiException(status=500, reason="Internal Server Error")
+            return await super().release_pod(namespace, name, node, group)
+
+    clock = [0.0]
+    kube = OnePodFails({})
+    apply, cache, events = applier(kube, clock)
+    (result,) = asyncio.run(apply.apply([admission_plan("ns", pods=3)]))
+    assert not result.ok and result.failed_action == "ReleasePod"
+    # p0 and p2 went out with p1 (one run of releases); the Admitted event after them did not.
+    assert cache.pods["ns/p0"].released and cache.pods["ns/p2"].released
+    assert not [e for e in events.posted if e[2] == "Admitted"]

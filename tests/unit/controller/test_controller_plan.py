@@ -1,0 +1,395 @@
+"""`plan()` in tables: a state of the cluster in, the actions of one pass out (no cluster, no asyncio)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from phalanx.api import conditions as c
+from phalanx.api.builders import build_pod_group
+from phalanx.api.job_policy import parse_job_policy
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.controller.actions import (
+    Action,
+    CreatePodGroup,
+    CreateWorkload,
+    LabelPod,
+    PatchMinCount,
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    RememberAnnounced,
+)
+from phalanx.controller.plan import ClusterState, JobState, Plan, plan
+from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, node_info
+from phalanx.placement import Snapshot
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+NB = "oci.oraclecloud.com/rdma.network_block_id"
+GATE = {"name": "phalanx.dev/admission"}
+# The article's cluster: 8 nodes of 8 GPUs; n1-n4 in nb-a, n5-n8 in nb-b.
+NODES = [f"n{i}" for i in range(1, 9)]
+
+
+def node_body(name: str) -> dict[str, Any]:
+    block = "nb-a" if int(name[1:]) <= 4 else "nb-b"
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, NB: block}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "112", "memory": "2Ti", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def job_body(
+    name: str = "train",
+    count: int = 4,
+    *,
+    annotations: dict[str, str] | None = None,
+    suspend: bool = False,
+    finished: bool = False,
+    completions: int | None = None,
+    succeeded: int = 0,
+    created: str = "2026-11-30T11:00:00Z",
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {"containers": [{"name": "w", "image": "x"}]}
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    status: dict[str, Any] = {"succeeded": succeeded}
+    if finished:
+        status["conditions"] = [{"type": "Complete", "status": "True"}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "creationTimestamp": created,
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "parallelism": count,
+            "completions": count if completions is None else completions,
+            "suspend": suspend,
+            "template": {"spec": pod_spec},
+        },
+        "status": status,
+    }
+
+
+def pod_body(
+    job: str,
+    index: int,
+    *,
+    gpus: int = 8,
+    node: str = "",
+    released_to: str = "",
+    gated: bool = True,
+    group: str = "",
+    phase: str = "Pending",
+    priority: int = 0,
+) -> dict[str, Any]:
+    labels = {"batch.kubernetes.io/controller-uid": f"uid-{job}", "job-name": job}
+    if group:
+        labels["phalanx.dev/pod-group"] = group
+    spec: dict[str, Any] = {
+        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        "priority": priority,
+    }
+    if node:
+        spec["nodeName"] = node
+    if gated:
+        spec["schedulingGates"] = [GATE]
+    if released_to:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": released_to}
+    return {
+        "metadata": {
+            "name": f"{job}-{index}",
+            "namespace": "ml",
+            "uid": f"uid-{job}-{index}",
+            "labels": labels,
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def filler(node: str) -> dict[str, Any]:
+    """A pod of someone else taking all 8 GPUs of a node."""
+    body = pod_body("other", int(node[1:]), node=node, gated=False, phase="Running")
+    body["metadata"]["labels"] = {}
+    body["metadata"]["name"] = f"filler-{node}"
+    return body
+
+
+def group_of(job: dict[str, Any], status: PodGroupStatus | None = None) -> PodGroupRecord:
+    policy = parse_job_policy(job)
+    body = build_pod_group(job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid")
+    body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1)
+    if status is not None:
+        body["status"] = status.to_api()
+    return PodGroupRecord.from_body(body)
+
+
+def state(
+    jobs: Sequence[tuple[dict[str, Any], PodGroupRecord | None, Sequence[dict[str, Any]]]],
+    *,
+    others: Sequence[dict[str, Any]] = (),
+    backing_off: frozenset[str] = frozenset(),
+    announced: dict[str, str] | None = None,
+) -> ClusterState:
+    nodes = [node_info(node_body(n)) for n in NODES]
+    all_pods = [PodRecord.from_body(p) for _, _, pods in jobs for p in pods] + [
+        PodRecord.from_body(p) for p in others
+    ]
+    usage = [bp for p in all_pods if (bp := p.bound_pod()) is not None]
+    return ClusterState(
+        jobs=tuple(
+            JobState(
+                job=JobRecord.from_body(job),
+                pod_group=group,
+                workload_name=f"{job['metadata']['name']}-wl" if group is not None else None,
+                pods=tuple(PodRecord.from_body(p) for p in pods),
+            )
+            for job, group, pods in jobs
+        ),
+        snapshot=Snapshot.build(nodes, usage),
+        nodes={n.name: n for n in nodes},
+        backing_off=backing_off,
+        announced_invalid=announced or {},
+    )
+
+
+def kinds(actions: Sequence[Action]) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def status_of(result: Plan) -> PodGroupStatus:
+    (patch,) = only(result.actions, PatchStatus)
+    status: PodGroupStatus = patch.status
+    return status
+
+
+def admitted_reason(status: PodGroupStatus) -> tuple[str, str, str]:
+    cond = status.condition(c.ADMITTED)
+    assert cond is not None
+    return cond.status, cond.reason, cond.message
+
+
+GATED4 = [pod_body("train", i) for i in range(4)]
+TOPOLOGY = {"phalanx.dev/topology-key": NB}
+
+
+# ---------------------------------------------------------------------- the cases
+def test_a_new_job_gets_its_workload_and_pod_group_and_is_admitted_in_the_same_pass() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    result = plan(state([(job, None, GATED4)]), NOW)
+    actions = result.actions
+    assert kinds(actions)[:3] == ["CreateWorkload", "CreatePodGroup", "PostEvent"]
+    created = only(actions, CreatePodGroup)[0]
+    assert created.pod_group.spec.scheduling_policy.gang.min_count == 4
+    assert only(actions, CreateWorkload)[0].workload.metadata["name"] == created.workload
+    assert len(only(actions, LabelPod)) == 4
+    assert len(only(actions, ReleasePod)) == 4
+    assert result.groups[0].admitted_pods == 4
+    assert result.groups[0].admission_latency == 3600.0
+
+
+def test_a_fitting_gang_records_its_decision_before_releasing_any_pod() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    result = plan(state([(job, group_of(job), GATED4)]), NOW)
+    names = kinds(result.actions)
+    record = names.index("RecordAdmission")
+    assert all(i > record for i, n in enumerate(names) if n == "ReleasePod")
+    assert names.index("PatchStatus") > max(i for i, n in enumerate(names) if n == "ReleasePod")
+    (decision,) = only(result.actions, RecordAdmission)
+    assert decision.admission.domain == "nb-a"  # a tie between the blocks: broken by name
+    assert decision.admission.attempt == 0
+    nodes = {r.node for r in only(result.actions, ReleasePod)}
+    assert nodes == {"n1", "n2", "n3", "n4"}
+    status = status_of(result)
+    assert admitted_reason(status) == ("True", c.REASON_ADMITTED, "4 pod(s) admitted in nb-a")
+    assert status.phase == "Admitted"
+    assert status.admission == decision.admission
+    events = [(e.involved.kind, e.reason) for e in only(result.actions, PostEvent)]
+    assert events == [("Job", "Admitted"), ("PodGroup", "Admitted")]
+
+
+def test_a_gang_that_does_not_fit_waits_unschedulable_with_upstreams_message() -> None:
+    job = job_body()
+    fillers = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]
+    result = plan(state([(job, group_of(job), GATED4)], others=fillers), NOW)
+    assert not only(result.actions, ReleasePod)
+    assert not only(result.actions, RecordAdmission)
+    status = status_of(result)
+    flag, reason, message = admitted_reason(status)
+    assert (flag, reason) == ("False", c.REASON_UNSCHEDULABLE)
+    assert message.startswith("pod group is unschedulable")
+    assert "minCount (4)" in message
+    initial = status.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    assert initial is not None and (initial.status, initial.reason) == ("False", "Unschedulable")
+    warnings = [e for e in only(result.actions, PostEvent) if e.type == "Warning"]
+    assert {e.involved.kind for e in warnings} == {"Job", "PodGroup"}
+    assert result.waiting_by_reason == {c.REASON_UNSCHEDULABLE: 1}
+
+
+def test_a_second_pass_with_nothing_new_plans_nothing() -> None:
+    job = job_body()
+    fillers = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]
+    first = plan(state([(job, group_of(job), GATED4)], others=fillers), NOW)
+    assert len(only(first.actions, LabelPod)) == 4
+    group = group_of(job, status_of(first))
+    labelled = [pod_body("train", i, group=group.name) for i in range(4)]
+    again = plan(state([(job, group, labelled)], others=fillers), NOW + dt.timedelta(seconds=5))
+    assert again.actions == []
+
+
+def test_after_a_crash_mid_release_the_rest_of_the_gang_joins_the_same_domain() -> None:
+    """Decision recorded for nb-b, two pods released there; best fit alone would now pick nb-a."""
+    job = job_body(annotations=TOPOLOGY)
+    recorded = Admission(
+        domain="nb-b",
+        assignments=[Assignment(pod=f"train-{i}", node=f"n{5 + i}") for i in range(4)],
+        admitted_at=NOW - dt.timedelta(minutes=1),
+        attempt=0,
+    )
+    group = group_of(job, PodGroupStatus(admission=recorded))
+    pods = [
+        pod_body("train", 0, gated=False, released_to="n5", group=group.name),
+        pod_body("train", 1, gated=False, released_to="n6", group=group.name),
+        pod_body("train", 2, group=group.name),
+        pod_body("train", 3, group=group.name),
+    ]
+    fillers = [filler("n1"), filler("n2")]  # nb-a has 2 free nodes, nb-b 2 (after the released pods)
+    result = plan(state([(job, group, pods)], others=fillers), NOW)
+    releases = only(result.actions, ReleasePod)
+    assert {r.node for r in releases} == {"n7", "n8"}
+    (decision,) = only(result.actions, RecordAdmission)
+    assert decision.admission.domain == "nb-b"
+    assert decision.admission.attempt == 1
+
+
+def test_min_count_follows_the_job_and_the_smaller_gang_is_admitted_in_the_same_pass() -> None:
+    job = job_body(annotations={"phalanx.dev/min-count": "2"})
+    group = group_of(job_body())  # made when the Job had no annotation: minCount 4
+    pods = GATED4[:2]
+    fillers = [filler(n) for n in NODES[2:]]  # only n1 and n2 free
+    result = plan(state([(job, group, pods)], others=fillers), NOW)
+    names = kinds(result.actions)
+    assert names.index("PatchMinCount") < names.index("RecordAdmission")
+    assert only(result.actions, PatchMinCount)[0].min_count == 2
+    assert "MinCountChanged" in [e.reason for e in only(result.actions, PostEvent)]
+    assert {r.node for r in only(result.actions, ReleasePod)} == {"n1", "n2"}
+
+
+def test_a_suspended_job_holds_nothing_and_says_so() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    admitted = plan(state([(job, group_of(job), GATED4)]), NOW)
+    group = group_of(job, status_of(admitted))
+    suspended = job_body(annotations=TOPOLOGY, suspend=True)
+    result = plan(state([(suspended, group, [])]), NOW)
+    status = status_of(result)
+    assert status.phase == "Suspended"
+    assert status.admission is None
+    assert admitted_reason(status)[1] == c.REASON_SUSPENDED
+    assert not only(result.actions, ReleasePod)
+
+    # Resumed with no room: it waits whole, and says why now (the first condition stays True).
+    resumed = plan(state([(job, group_of(job, status), GATED4)], others=[filler(n) for n in NODES[1:]]), NOW)
+    now = status_of(resumed)
+    assert admitted_reason(now)[:2] == ("False", c.REASON_UNSCHEDULABLE)
+    initial = now.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    assert initial is not None and initial.status == "True"
+    assert not only(resumed.actions, ReleasePod)
+
+
+def test_a_finished_job_releases_nothing_and_is_finished() -> None:
+    job = job_body(finished=True)
+    result = plan(state([(job, group_of(job), [])]), NOW)
+    status = status_of(result)
+    assert status.phase == "Finished"
+    assert admitted_reason(status)[1] == c.REASON_FINISHED
+    assert not only(result.actions, ReleasePod)
+
+
+def test_a_basic_group_is_never_held_and_reports_basic() -> None:
+    job = job_body(annotations={"phalanx.dev/policy": "basic"})
+    pods = [pod_body("train", i, gated=False, node=f"n{i + 1}", phase="Running") for i in range(2)]
+    result = plan(state([(job, group_of(job), pods)]), NOW)
+    assert not only(result.actions, ReleasePod)
+    assert not only(result.actions, RecordAdmission)
+    status = status_of(result)
+    assert status.policy == "Basic"
+    assert status.phase == "Running"
+
+
+def test_the_last_wave_of_a_job_shrinks_the_gang_to_the_completions_left() -> None:
+    job = job_body(count=4, completions=6, succeeded=4)  # 2 completions left, minCount 4
+    pods = GATED4[:2]
+    fillers = [filler(n) for n in NODES[2:]]
+    result = plan(state([(job, group_of(job_body(count=4)), pods)], others=fillers), NOW)
+    assert {r.node for r in only(result.actions, ReleasePod)} == {"n1", "n2"}
+
+
+def test_fewer_pods_than_min_count_wait_for_the_job_to_create_them() -> None:
+    job = job_body()
+    result = plan(state([(job, group_of(job), GATED4[:3])]), NOW)
+    assert not only(result.actions, ReleasePod)
+    assert admitted_reason(status_of(result))[1] == c.REASON_WAITING_FOR_PODS
+
+
+def test_higher_priority_goes_first_and_the_next_group_sees_its_room_taken() -> None:
+    low = job_body("low", 4, created="2026-11-30T10:00:00Z")
+    high = job_body("high", 4, created="2026-11-30T11:00:00Z")
+    low_pods = [pod_body("low", i) for i in range(4)]
+    high_pods = [pod_body("high", i, priority=100) for i in range(4)]
+    fillers = [filler(n) for n in NODES[4:]]  # room for one gang of 4
+    result = plan(
+        state([(low, group_of(low), low_pods), (high, group_of(high), high_pods)], others=fillers), NOW
+    )
+    released = {r.pod.name.rsplit("-", 1)[0] for r in only(result.actions, ReleasePod)}
+    assert released == {"high"}
+    assert result.waiting_by_reason == {c.REASON_UNSCHEDULABLE: 1}
+
+
+def test_a_group_that_backs_off_is_left_out_and_the_others_are_planned() -> None:
+    a, b = job_body("a", 2), job_body("b", 2)
+    pods_a = [pod_body("a", i) for i in range(2)]
+    pods_b = [pod_body("b", i) for i in range(2)]
+    result = plan(
+        state([(a, group_of(a), pods_a), (b, group_of(b), pods_b)], backing_off=frozenset({"ml/a"})), NOW
+    )
+    assert [g.key for g in result.groups] == ["ml/b"]
+    assert len(only(result.actions, ReleasePod)) == 2
+
+
+def test_an_invalid_policy_is_announced_once_per_change() -> None:
+    job = job_body(annotations={"phalanx.dev/policy": "gnag"})
+    first = plan(state([(job, None, [])]), NOW)
+    (event,) = only(first.actions, PostEvent)
+    assert (event.type, event.reason) == ("Warning", "InvalidPolicy")
+    assert "phalanx.dev/policy" in event.message
+    (note,) = only(first.actions, RememberAnnounced)
+    again = plan(state([(job, None, [])], announced={note.job_uid: note.message}), NOW)
+    assert again.actions == []
+
+
+@pytest.mark.parametrize("gpus,expected_nodes", [(8, 4), (4, 2)])
+def test_pods_pack_onto_the_fullest_nodes(gpus: int, expected_nodes: int) -> None:
+    job = job_body(annotations=TOPOLOGY)
+    pods = [pod_body("train", i, gpus=gpus) for i in range(4)]
+    result = plan(state([(job, group_of(job), pods)]), NOW)
+    assert len({r.node for r in only(result.actions, ReleasePod)}) == expected_nodes
