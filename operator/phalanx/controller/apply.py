@@ -203,7 +203,6 @@ class Applier:
             await self._post(
                 group.job, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
             )
-        self.cache.changed.set()  # a pass after the backoff retries it
         return GroupResult(group.key, False, name, text, delay)
 
     async def _post(self, involved: ObjectRef, type_: EventType, reason: str, message: str) -> None:

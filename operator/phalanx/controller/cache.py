@@ -9,6 +9,7 @@ event held back meanwhile is applied then.
 
 A pass is woken (`changed`) only when a record changed in a way that can change a decision: records
 compare without their resourceVersion, and a pod record keeps only what placement and status read.
+Our own writes do not wake it: the pass that made them already planned with their outcome.
 The placement snapshot is kept up to date incrementally (`LiveSnapshot`), not rebuilt per pass.
 """
 
@@ -121,9 +122,10 @@ class ClusterCache:
         # Job uid -> the InvalidPolicy message already announced (one event per change, not per pass).
         self.announced_invalid: dict[str, str] = {}
 
-    def _touch(self) -> None:
+    def _touch(self, wake: bool = True) -> None:
         self.generation += 1
-        self.changed.set()
+        if wake:
+            self.changed.set()
 
     def snapshot(self) -> Snapshot:
         return self.live.snapshot()
@@ -162,9 +164,9 @@ class ClusterCache:
             self.expectations.wrote(POD, key, _version(body))
         elif not self.expectations.admit(POD, key, body):
             return self.pods.get(key)
-        return self._put_pod(PodRecord.from_body(body))
+        return self._put_pod(PodRecord.from_body(body), wake=not own_write)
 
-    def _put_pod(self, record: PodRecord) -> PodRecord:
+    def _put_pod(self, record: PodRecord, wake: bool = True) -> PodRecord:
         old = self.pods.get(record.key)
         if old is not None and old.job_uid and (old.uid != record.uid or old.job_uid != record.job_uid):
             self._unindex_pod(old)
@@ -177,7 +179,7 @@ class ClusterCache:
                 self.live.upsert_pod(usage)
             elif old is not None and old.usage_node:
                 self.live.remove_pod(record.key)
-            self._touch()
+            self._touch(wake)
         return record
 
     def _unindex_pod(self, old: PodRecord) -> None:
@@ -226,16 +228,16 @@ class ClusterCache:
             self.expectations.wrote(POD_GROUP, key, _version(body))
         elif not self.expectations.admit(POD_GROUP, key, body):
             return self.pod_groups.get(key)
-        return self._put_pod_group(body)
+        return self._put_pod_group(body, wake=not own_write)
 
-    def _put_pod_group(self, body: Mapping[str, Any]) -> PodGroupRecord | None:
+    def _put_pod_group(self, body: Mapping[str, Any], wake: bool = True) -> PodGroupRecord | None:
         try:
             record = PodGroupRecord.from_body(body)
         except ValidationError as e:
             # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
             log.warning("ignoring PodGroup %s: %s", _key(body), e.errors()[:3])
             return None
-        return self._put(self.pod_groups, record, record.job_uid)
+        return self._put(self.pod_groups, record, record.job_uid, wake)
 
     def upsert_workload(self, body: Mapping[str, Any], *, own_write: bool = False) -> WorkloadRecord:
         key = _key(body)
@@ -245,19 +247,19 @@ class ClusterCache:
             current = self.workloads.get(key)
             if current is not None:
                 return current
-        return self._put_workload(WorkloadRecord.from_body(body))
+        return self._put_workload(WorkloadRecord.from_body(body), wake=not own_write)
 
-    def _put_workload(self, record: WorkloadRecord) -> WorkloadRecord:
-        return self._put(self.workloads, record, record.job_uid)
+    def _put_workload(self, record: WorkloadRecord, wake: bool = True) -> WorkloadRecord:
+        return self._put(self.workloads, record, record.job_uid, wake)
 
-    def _put(self, store: _Store[S], record: S, job_uid: str) -> S:
+    def _put(self, store: _Store[S], record: S, job_uid: str, wake: bool = True) -> S:
         key: str = record.key
         old = store.items.get(key)
         store.items[key] = record
         if job_uid:
             store.by_job[job_uid] = key
         if old != record:
-            self._touch()
+            self._touch(wake)
         return record
 
     def delete_pod_group(self, namespace: str, name: str) -> None:
