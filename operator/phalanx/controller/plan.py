@@ -214,11 +214,6 @@ class _Pass:
 def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool]:
     """Append the group's admission and status actions; returns (pods released, first admission)."""
     group, job = view.group, view.job
-    label = pod_group_label_value(group.name)
-    actions.extend(
-        LabelPod(pod_ref(p), group.name) for p in (*view.waiting, *view.placed) if p.pod_group != label
-    )
-
     outcome: st.Outcome | None = None
     domain = _domain_of(view, ctx.nodes)
     admission = group.status.admission
@@ -286,6 +281,14 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         domain=domain,
         suspended=job.suspended,
         finished=job.finished,
+    )
+    # Every pod carries its PodGroup's name, also while it waits (a release sets it in the same request).
+    label = pod_group_label_value(group.name)
+    released = {a.pod.key for a in actions if isinstance(a, ReleasePod)}
+    actions.extend(
+        LabelPod(pod_ref(p), group.name)
+        for p in (*view.waiting, *view.placed)
+        if p.pod_group != label and p.key not in released
     )
     desired = st.desired_status(group.status, facts, outcome, ctx.now, group.generation, admission)
     if st.status_changed(group.status, desired):
