@@ -41,13 +41,9 @@ def _dev_cluster(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from phalanx.controller.main import run_operator
+    from phalanx.controller.settings import Settings
 
-    return run_operator(
-        kubeconfig=args.kubeconfig,
-        webhook_host=args.webhook_host,
-        webhook_port=args.webhook_port,
-        verbose=args.verbose,
-    )
+    return run_operator(Settings.from_args_and_env(args, parser=args.run_parser))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,16 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--how", choices=("heartbeat", "taint"), default="heartbeat")
     dev.set_defaults(func=_dev_cluster)
 
-    run = sub.add_parser("run", help="run the Phalanx operator")
-    run.add_argument(
-        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
+    from phalanx.controller.settings import PRECEDENCE, Settings
+
+    run = sub.add_parser(
+        "run",
+        help="run the Phalanx operator",
+        description="Run the Phalanx operator: the Job admission webhook and the scheduling loop.",
+        epilog=PRECEDENCE,
     )
-    run.add_argument(
-        "--webhook-host", default="127.0.0.1", help="address the apiserver reaches the webhook on"
-    )
-    run.add_argument("--webhook-port", type=int, default=9443)
-    run.add_argument("--verbose", "-v", action="store_true")
-    run.set_defaults(func=_run)
+    Settings.add_arguments(run)
+    run.set_defaults(func=_run, run_parser=run)
     return parser
 
 

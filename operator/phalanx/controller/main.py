@@ -8,27 +8,20 @@ import os
 
 import kopf
 
-from phalanx.controller.runtime import Options
+from phalanx.controller.settings import Settings
 
 
-def run_operator(
-    kubeconfig: str | None,
-    webhook_host: str,
-    webhook_port: int,
-    verbose: bool,
-    install_crds: bool = True,
-) -> int:
-    if kubeconfig:
+def run_operator(settings: Settings) -> int:
+    if settings.kubeconfig:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
-        kubeconfig = os.path.abspath(kubeconfig)
-        os.environ["KUBECONFIG"] = kubeconfig
-    kopf.configure(verbose=verbose, log_format=kopf.LogFormat.FULL)
-    if not verbose:
+        os.environ["KUBECONFIG"] = settings.kubeconfig
+    kopf.configure(verbose=settings.verbose, log_format=kopf.LogFormat.FULL)
+    if not settings.verbose:
         # Kopf reports every watch event it handled; our own loggers say what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     from phalanx.controller import handlers  # registers the handlers
 
-    handlers.runtime.configure(Options(webhook_host, webhook_port, install_crds, kubeconfig))
+    handlers.runtime.configure(settings)
     # Always cluster-wide: every pod on a node takes capacity, whatever its namespace.
     asyncio.run(kopf.operator(standalone=True, clusterwide=True))
     return 0

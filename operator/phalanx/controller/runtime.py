@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,10 @@ from phalanx.api.group import GROUP, VERSION
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.scheduler import Scheduler
+from phalanx.controller.settings import Settings
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = "phalanx.dev"
-
-
-@dataclass
-class Options:
-    webhook_host: str = "127.0.0.1"
-    webhook_port: int = 9443
-    install_crds: bool = True
-    kubeconfig: str | None = None
 
 
 async def load_client_config(kubeconfig: str | None) -> None:
@@ -46,12 +38,12 @@ async def load_client_config(kubeconfig: str | None) -> None:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
-async def login(options: Options, **kwargs: Any) -> kopf.ConnectionInfo | None:
+async def login(settings: Settings, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """Kopf's credentials from the same source as our client (an explicit kubeconfig wins)."""
-    if not options.kubeconfig:
+    if not settings.kubeconfig:
         result: kopf.ConnectionInfo | None = await kopf.login_via_async_client(**kwargs)
         return result
-    await load_client_config(options.kubeconfig)
+    await load_client_config(settings.kubeconfig)
     cfg = client.Configuration.get_default_copy()
     header = await cfg.get_api_key_with_prefix("BearerToken")
     scheme, _, token = (header or "").partition(" ")
@@ -68,25 +60,27 @@ async def login(options: Options, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 class Runtime:
     def __init__(self) -> None:
-        self.options = Options()
+        self.settings = Settings()
         self.cache = ClusterCache()
         self.api: client.ApiClient | None = None
         self.scheduler: Scheduler | None = None
         self._task: asyncio.Task[None] | None = None
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
 
-    def configure(self, options: Options) -> None:
-        self.options = options
+    def configure(self, settings: Settings) -> None:
+        self.settings = settings
 
-    async def start(self, settings: kopf.OperatorSettings) -> None:
-        await load_client_config(self.options.kubeconfig)
+    async def start(self, kopf_settings: kopf.OperatorSettings) -> None:
+        await load_client_config(self.settings.kubeconfig)
         self.api = client.ApiClient()
         kube = Kube(self.api)
-        self._configure_kopf(settings)
-        if self.options.install_crds:
+        self._configure_kopf(kopf_settings)
+        if self.settings.install_crds:
             await install_crds(self.api)
         await self._prime_cache()
-        self.scheduler = Scheduler(self.cache, kube)
+        self.scheduler = Scheduler(
+            self.cache, kube, resync=self.settings.resync_seconds, debounce=self.settings.debounce_seconds
+        )
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
         log.info(
             "scheduling loop started with %d nodes, %d pods, %d managed jobs",
@@ -99,13 +93,13 @@ class Runtime:
         self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
         folder = Path(self._certdir.name)
         ca = certs.make_ca("phalanx-webhook-ca")
-        leaf = certs.issue(ca, "phalanx-webhook", [self.options.webhook_host, "localhost"])
+        leaf = certs.issue(ca, "phalanx-webhook", [self.settings.webhook_host, "localhost"])
         ca.write(folder / "ca.crt", folder / "ca.key")
         leaf.write(folder / "tls.crt", folder / "tls.key")
         settings.admission.server = kopf.WebhookServer(
-            addr=self.options.webhook_host,
-            port=self.options.webhook_port,
-            host=self.options.webhook_host,
+            addr=self.settings.webhook_host,
+            port=self.settings.webhook_port,
+            host=self.settings.webhook_host,
             certfile=str(folder / "tls.crt"),
             pkeyfile=str(folder / "tls.key"),
             cafile=str(folder / "ca.crt"),
@@ -135,17 +129,25 @@ class Runtime:
         for item in (await pods.json())["items"]:
             self.cache.upsert_pod(item)
         for item in (await jobs.json())["items"]:
+            if not self.settings.watches(item["metadata"]["namespace"]):
+                continue
             item.setdefault("apiVersion", "batch/v1")
             item.setdefault("kind", "Job")
             self.cache.upsert_job(item)
-        for plural, kind in (("workloads", "Workload"), ("podgroups", "PodGroup")):
+        for plural in ("workloads", "podgroups"):
             listing: dict[str, Any] = await retrying(
                 lambda plural=plural: custom.list_cluster_custom_object(GROUP, VERSION, plural)  # type: ignore[misc]
             )
             for item in listing["items"]:
-                item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
-                item.setdefault("kind", kind)
-                self.cache.upsert_group(item)
+                if plural == "workloads":
+                    self.cache.upsert_workload(item)
+                else:
+                    self.cache.upsert_pod_group(item)
+        classes = await retrying(
+            lambda: client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False)
+        )
+        for item in (await classes.json())["items"]:
+            self.cache.upsert_priority_class(item)
 
     async def stop(self) -> None:
         if self._task is not None:
