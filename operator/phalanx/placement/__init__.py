@@ -1,11 +1,13 @@
 """Pure placement engine: gang (all-or-nothing) and topology-aware placement of pod groups.
 
-No Kubernetes client, no I/O: the controller turns API objects into these values, builds a
-`Snapshot` per scheduling pass and calls `decide` per group.
+No Kubernetes client, no I/O: the controller turns API objects into these values, keeps a
+`LiveSnapshot` up to date from its watches, takes one `Snapshot` from it per scheduling pass
+and calls `decide` per group.
 """
 
 from .engine import admitted_usage, decide
 from .filters import node_eligible, taints_tolerated, tolerates
+from .live import LiveSnapshot
 from .model import (
     Admit,
     BoundPod,
@@ -30,6 +32,7 @@ __all__ = [
     "BoundPod",
     "Decision",
     "GroupRequest",
+    "LiveSnapshot",
     "NodeInfo",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",

@@ -6,7 +6,8 @@ requirement costs O(distinct values touched) in Python plus one gather over the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ import numpy.typing as npt
 
 from .filters import NODE_NAME_FIELD, parse_go_int, requirement_is_valid
 from .model import NodeSelectorRequirement
+from .remap import NodeRemap
 
 __all__ = ["BoolArray", "DomainGroups", "IndexArray", "IntArray", "LabelColumn", "field_mask", "readonly"]
 
@@ -65,6 +67,61 @@ class LabelColumn:
         self.codes = readonly(remap[provisional])
         self._ints: tuple[IntArray, BoolArray] | None = None
         self._groups: DomainGroups | None = None
+
+    @classmethod
+    def _of(cls, values: tuple[str, ...], index: dict[str, int], codes: IndexArray) -> LabelColumn:
+        col = cls.__new__(cls)
+        col.values, col.index, col.codes = values, index, readonly(codes)
+        col._ints = None
+        col._groups = None
+        return col
+
+    def _code(self, value: str | None) -> int:
+        """The code `value` has in this column; -2 for a value the column does not have."""
+        return -1 if value is None else self.index.get(value, -2)
+
+    def remapped(self, remap: NodeRemap, fresh: Mapping[int, str | None]) -> LabelColumn:
+        """This column after a node change: nodes move by `remap`, then node j (new index) takes the
+        value fresh[j]; every new node must be in `fresh`.
+
+        Costs O(nodes + values) in numpy plus O(changed values) in Python; an unchanged column is
+        returned as is, keeping its cached domain groups.
+        """
+        if remap.is_identity and all(self.codes[j] == self._code(v) for j, v in fresh.items()):
+            return self
+        codes = remap.carry(self.codes, -1)
+        codes[np.fromiter(fresh, dtype=np.intp, count=len(fresh))] = -1
+        in_use = np.bincount(codes[codes >= 0], minlength=len(self.values)) > 0
+        wanted = {v for v in fresh.values() if v is not None}
+        for v in wanted & self.index.keys():
+            in_use[self.index[v]] = True
+        dropped = np.flatnonzero(~in_use)
+        inserted = sorted(wanted - self.index.keys())
+        values, index = self.values, self.index
+        if dropped.size or inserted:
+            values, recode = self._revalued(dropped, inserted)
+            index = dict(zip(values, range(len(values)), strict=True))
+            codes = recode[codes]
+        for j, value in fresh.items():
+            codes[j] = -1 if value is None else index[value]
+        return LabelColumn._of(values, index, codes)
+
+    def _revalued(self, dropped: IndexArray, inserted: list[str]) -> tuple[tuple[str, ...], IndexArray]:
+        """Sorted values without `dropped` (codes) and with `inserted`, and old code -> new code
+        (one extra trailing slot, -1, that code -1 picks up)."""
+        # New code = old code - dropped codes below it + inserted values below it.
+        shift = np.zeros(len(self.values) + 1, dtype=np.intp)
+        np.subtract.at(shift, dropped + 1, 1)
+        for v in inserted:
+            shift[bisect_left(self.values, v)] += 1
+        recode = np.arange(len(self.values) + 1, dtype=np.intp) + np.cumsum(shift)
+        recode[-1] = -1
+        values = list(self.values)
+        for i in dropped[::-1].tolist():
+            del values[i]
+        for v in inserted:
+            insort(values, v)
+        return tuple(values), recode
 
     def __len__(self) -> int:
         return len(self.values)
