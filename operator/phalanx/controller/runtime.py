@@ -38,8 +38,10 @@ async def load_client_config(kubeconfig: str | None) -> None:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
-async def login(settings: Settings, **kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins)."""
+async def login(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins).
+
+    `settings` is positional-only: Kopf passes its own `settings=` among the kwargs."""
     if not settings.kubeconfig:
         result: kopf.ConnectionInfo | None = await kopf.login_via_async_client(**kwargs)
         return result
