@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from .columns import IntArray
 from .model import PODS, BoundPod, NodeInfo
 from .snapshot import NodeTable, Snapshot
-from .table_update import updated_table
+from .table_update import MASS_CHANGE, updated_table
 from .usage import UsageMatrix
 
 __all__ = ["LiveSnapshot"]
@@ -185,7 +185,9 @@ class LiveSnapshot:
                 del counted[pod_id]
         arrivals = [self._pods[pod_id] for name in update.added for pod_id in self._on_node.get(name, ())]
         index = update.table.name_index
-        if self._usage.needs_recount(len(index)):
+        # Clipping changed with the node count, or many pods arrive at once (the cache filling at
+        # startup): one vectorised count of every pod beats adding them one by one.
+        if self._usage.needs_recount(len(index)) or len(arrivals) > MASS_CHANGE + len(counted) // 8:
             counted.update((pod.id, pod) for pod in arrivals)
             self._usage.recount(len(index), ((index[p.node], p.requests) for p in counted.values()))
             return

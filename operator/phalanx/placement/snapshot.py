@@ -8,6 +8,7 @@ a snapshot's lifetime. `LiveSnapshot` (live.py) keeps one up to date between pas
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -17,10 +18,13 @@ from .columns import BoolArray, DomainGroups, IndexArray, IntArray, LabelColumn,
 from .filters import scheduling_taints, taints_tolerated, term_is_valid
 from .model import PODS, BoundPod, NodeInfo, NodeSelectorTerm, PodRequirements, Taint, Toleration
 
-__all__ = ["SATURATED", "NodeTable", "Snapshot", "cap_for", "clipped"]
+__all__ = ["SATURATED", "UNBOUNDED", "NodeTable", "Snapshot", "cap_for", "clipped"]
 
 SATURATED: Final = 2**62 - 1
 """Usage saturates here so that usage plus one more pod cannot overflow int64."""
+
+UNBOUNDED: Final = 2**63
+"""An `alloc_bound` above every cap: some amount may have been clipped."""
 
 _EligibilityKey = tuple[
     tuple[tuple[str, str], ...], tuple[NodeSelectorTerm, ...] | None, tuple[Toleration, ...]
@@ -109,19 +113,17 @@ class NodeTable:
         if len(name_index) != len(names):
             raise ValueError("duplicate node names in snapshot")
         n = len(names)
-        offered: dict[str, int] = {}
-        alloc_bound = 0
-        for node in ordered:
-            for r, v in node.allocatable.items():
-                offered[r] = offered.get(r, 0) + 1
-                alloc_bound = max(alloc_bound, int(v))
+        offered = Counter(r for node in ordered for r in node.allocatable)
         resources = sorted(set(offered) | {PODS})
         resource_index = {r: i for i, r in enumerate(resources)}
         cap = cap_for(n)
         columns: list[list[int]] = [[0] * n for _ in resources]
         for i, node in enumerate(ordered):
             for r, v in node.allocatable.items():
-                columns[resource_index[r]][i] = clipped(v, cap)
+                columns[resource_index[r]][i] = min(max(int(v), 0), cap)
+        alloc = np.array(columns, dtype=np.int64).reshape(len(resources), n)
+        # An amount at the cap may have been clipped from anything larger.
+        top = int(alloc.max()) if alloc.size else 0
         taint_set_index: dict[tuple[Taint, ...], int] = {}
         taint_codes = np.fromiter(
             (
@@ -136,8 +138,8 @@ class NodeTable:
             names=names,
             name_index=name_index,
             offered=offered,
-            alloc_bound=alloc_bound,
-            alloc=np.array(columns, dtype=np.int64).reshape(len(resources), n),
+            alloc_bound=top if top < cap else UNBOUNDED,
+            alloc=alloc,
             base_mask=np.fromiter(
                 (node.ready and not node.unschedulable for node in ordered), dtype=np.bool_, count=n
             ),

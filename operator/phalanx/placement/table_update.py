@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import numpy as np
 
@@ -20,7 +20,10 @@ from .model import PODS, NodeInfo, Taint
 from .remap import IndexArray, NodeRemap
 from .snapshot import NodeTable, cap_for, clipped
 
-__all__ = ["TableUpdate", "updated_table"]
+__all__ = ["MASS_CHANGE", "TableUpdate", "updated_table"]
+
+MASS_CHANGE: Final = 64
+"""With more changed nodes than this plus 1/8 of all, a fresh build beats patching node by node."""
 
 _T = TypeVar("_T")
 
@@ -60,6 +63,9 @@ def updated_table(
     cap = cap_for(new_size)
     if cap != old.max_amount and bound > min(cap, old.max_amount):
         # Amounts clipped by one cap but not the other: the old clipped values cannot be reused.
+        return _rebuilt(old, nodes, added, removed)
+    if len(added) + len(removed) + len(changed) > MASS_CHANGE + len(old.names) // 8:
+        # Many nodes at once (the cache filling at startup): building from scratch is cheaper.
         return _rebuilt(old, nodes, added, removed)
     return _patched(old, nodes, added, removed, changed, bound)
 

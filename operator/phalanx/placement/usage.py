@@ -83,35 +83,49 @@ class UsageMatrix:
         rows = [self._rows[r] for r in kept]
         used = self._used if len(rows) == len(self._rows) else self._used[rows]
         self._used = remap.carry(used, 0)
-        new_row = {old: new for new, old in enumerate(rows)}
-        old_to_new = remap.old_to_new()
-        self._overflow = {
-            (new_row[row], int(old_to_new[node])): exact
-            for (row, node), exact in self._overflow.items()
-            if old_to_new[node] >= 0
-        }
+        if self._overflow:
+            new_row = {old: new for new, old in enumerate(rows)}
+            old_to_new = remap.old_to_new()
+            self._overflow = {
+                (new_row[row], int(old_to_new[node])): exact
+                for (row, node), exact in self._overflow.items()
+                if old_to_new[node] >= 0
+            }
         self._rows = dict(zip(kept, range(len(kept)), strict=True))
         self._cap = cap_for(remap.new_size)
 
     def recount(self, node_count: int, pods: Iterable[tuple[int, Mapping[str, int]]]) -> None:
         """Start over from (node index, requests) of every counted pod."""
         self._reset(node_count)
-        cells: dict[tuple[int, int], int] = {}
+        cap, rows = self._cap, self._rows
+        cell_rows: list[int] = []
+        cell_nodes: list[int] = []
+        amounts: list[int] = []
         for node, requests in pods:
-            cells[(0, node)] = cells.get((0, node), 0) + 1
+            cell_rows.append(0)
+            cell_nodes.append(node)
+            amounts.append(1)
             for resource, value in requests.items():
-                if resource == PODS or value <= 0:
-                    continue
-                amount = int(value)
-                self._max_request = max(self._max_request, amount)
-                key = (self._rows.setdefault(resource, len(self._rows)), node)
-                cells[key] = cells.get(key, 0) + min(amount, self._cap)
-        self._used = np.zeros((len(self._rows), node_count), dtype=np.int64)
-        if cells:
-            rows, nodes = zip(*cells, strict=True)
-            exact = list(cells.values())
-            self._used[rows, nodes] = [min(v, SATURATED) for v in exact]
-            self._overflow = {key: v for key, v in cells.items() if v > SATURATED}
+                if resource != PODS and value > 0:
+                    amount = int(value)
+                    self._max_request = max(self._max_request, amount)
+                    cell_rows.append(rows.setdefault(resource, len(rows)))
+                    cell_nodes.append(node)
+                    amounts.append(min(amount, cap))
+        flat = np.array(cell_rows, dtype=np.intp) * node_count + np.array(cell_nodes, dtype=np.intp)
+        used = np.zeros(len(rows) * node_count, dtype=np.int64)
+        if amounts and max(amounts) * int(np.bincount(flat).max()) <= SATURATED:
+            np.add.at(used, flat, np.array(amounts, dtype=np.int64))
+        elif amounts:
+            # Some cell may pass SATURATED: sum exactly in Python (absurd amounts only).
+            exact: dict[int, int] = {}
+            for cell, amount in zip(flat.tolist(), amounts, strict=True):
+                exact[cell] = exact.get(cell, 0) + amount
+            for cell, total in exact.items():
+                used[cell] = min(total, SATURATED)
+                if total > SATURATED:
+                    self._overflow[divmod(cell, node_count)] = total
+        self._used = used.reshape(len(rows), node_count)
 
     def select(self, resources: Sequence[str]) -> IntArray:
         """A new resources x nodes array of the given rows (zeros for resources no pod asks for)."""
