@@ -3,15 +3,14 @@
 - Pod changes touch a few cells of a working usage matrix; `snapshot()` then copies that matrix
   once (copy-on-write: the snapshots handed out never see later changes).
 - Node changes are collected and applied at the next `snapshot()`: the node table is derived from
-  the previous one (table_update.py), usage columns move with one numpy gather, and only pods of
-  added or removed nodes are visited in Python.
+  the previous one (table_update.py), usage columns move with a few slice copies, and only pods
+  of added or removed nodes are visited in Python. Many nodes at once (startup) build afresh.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .columns import IntArray
 from .model import PODS, BoundPod, NodeInfo
 from .snapshot import NodeTable, Snapshot
 from .table_update import MASS_CHANGE, updated_table
@@ -34,7 +33,6 @@ class LiveSnapshot:
         "_counted",
         "_counted_shared",
         "_last",
-        "_last_used",
         "_nodes",
         "_on_node",
         "_pods",
@@ -55,7 +53,7 @@ class LiveSnapshot:
             self._nodes[node.name] = node
         self._table = NodeTable.of(self._nodes.values())
         self._touched: set[str] = set()
-        """Nodes upserted or removed since the table was derived."""
+        """Nodes upserted or removed since the table was derived; applied by `snapshot()`."""
 
         self._pods: dict[str, BoundPod] = {}
         self._on_node: dict[str, set[str]] = {}
@@ -73,11 +71,10 @@ class LiveSnapshot:
         self._usage.recount(len(index), ((index[p.node], p.requests) for p in self._counted.values()))
 
         self._last: Snapshot | None = None
-        self._last_used: IntArray | None = None
         self._stale = True
-        """Something changed since `_last`."""
+        """The table or the usage changed since `_last`."""
         self._usage_changed = True
-        """The usage matrix changed since `_last_used` was copied from it."""
+        """The usage matrix changed since `_last` copied it."""
 
     # --- changes -----------------------------------------------------------------------------
 
@@ -85,13 +82,11 @@ class LiveSnapshot:
         if self._nodes.get(node.name) != node:
             self._nodes[node.name] = node
             self._touched.add(node.name)
-            self._stale = True
 
     def remove_node(self, name: str) -> None:
         """Pods on the node are kept: they count again if the node comes back."""
         if self._nodes.pop(name, None) is not None:
             self._touched.add(name)
-            self._stale = True
 
     def upsert_pod(self, pod: BoundPod) -> None:
         """A new pod, or a new version of one (another node or other requests replace the old usage)."""
@@ -116,20 +111,16 @@ class LiveSnapshot:
         """The current state as an immutable Snapshot; the same object while nothing changed."""
         if self._touched:
             self._apply_node_changes()
-        if self._last is not None and not self._stale:
-            return self._last
+        last = self._last
+        if last is not None and not self._stale:
+            return last
         table = self._table
-        used = self._last_used
-        if (
-            used is None
-            or self._usage_changed
-            or self._last is None
-            or self._last.resources != table.resources
-        ):
+        if last is None or self._usage_changed or last.resources != table.resources:
             used = self._usage.select(table.resources)
+        else:
+            used = last.used_by_resource  # same usage, same rows: share the read-only array
         self._counted_shared = True
         self._last = Snapshot(table, used, self._counted, frozenset())
-        self._last_used = self._last.used_by_resource
         self._stale = self._usage_changed = False
         return self._last
 

@@ -297,6 +297,9 @@ def test_unchanged_parts_are_shared_not_rebuilt() -> None:
     live.upsert_node(gpu_node("a", "b2"))
     live.remove_node("zzz")
     assert live.snapshot() is u
+    live.upsert_node(gpu_node("a", "b3"))
+    live.upsert_node(gpu_node("a", "b2"))  # and back before the next pass
+    assert live.snapshot() is u
 
 
 def test_huge_amounts_match_build_when_the_node_count_changes_the_cap() -> None:
