@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,6 +16,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
+from phalanx.controller import metrics
+from phalanx.controller.refs import ObjectRef
 
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
@@ -33,7 +34,13 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
 
 
-async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
+def _code(error: BaseException) -> str:
+    """The HTTP status of a failed request, or 0 when the apiserver did not answer."""
+    return str(error.status) if isinstance(error, ApiException) and error.status else "0"
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb: str = "unknown") -> T:
+    """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total."""
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(_transient),
         wait=wait_exponential_jitter(initial=0.1, max=3.0),
@@ -41,7 +48,11 @@ async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6) -> T:
         reraise=True,
     ):
         with attempt:
-            return await call()
+            try:
+                return await call()
+            except Exception as e:
+                metrics.API_ERRORS.labels(verb, _code(e)).inc()
+                raise
     raise AssertionError("unreachable")
 
 
@@ -69,14 +80,16 @@ class Kube:
             created: dict[str, Any] = await retrying(
                 lambda: self.custom.create_namespaced_custom_object(
                     GROUP, VERSION, namespace, plural, dict(body)
-                )
+                ),
+                verb="create",
             )
             return created
         except ApiException as e:
             if e.status != 409:
                 raise
         existing: dict[str, Any] = await retrying(
-            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+            verb="get",
         )
         return existing
 
@@ -103,7 +116,8 @@ class Kube:
             else self.custom.patch_namespaced_custom_object
         )
         patched: dict[str, Any] = await retrying(
-            lambda: call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH)
+            lambda: call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH),
+            verb="patch",
         )
         return patched
 
@@ -121,7 +135,8 @@ class Kube:
             pod = await retrying(
                 lambda: self.core.patch_namespaced_pod(
                     name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
-                )
+                ),
+                verb="patch",
             )
         except ApiException as e:
             if e.status == 404:
@@ -138,7 +153,8 @@ class Kube:
                     namespace,
                     {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}},
                     _content_type=STRATEGIC_MERGE_PATCH,
-                )
+                ),
+                verb="patch",
             )
         except ApiException as e:
             if e.status == 404:
@@ -151,7 +167,7 @@ class Kube:
         if not class_name:
             return None
         try:
-            pc = await retrying(lambda: self.scheduling.read_priority_class(class_name))
+            pc = await retrying(lambda: self.scheduling.read_priority_class(class_name), verb="get")
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -161,36 +177,13 @@ class Kube:
 
     # -- events
     async def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Post a core/v1 Event; losing one is not worth failing a scheduling pass for."""
-        meta = involved.get("metadata", {})
-        now = now_rfc3339()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:12]}",
-                "namespace": meta.get("namespace"),
-            },
-            "involvedObject": {
-                "apiVersion": involved.get("apiVersion"),
-                "kind": involved.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await retrying(lambda: self.core.create_namespaced_event(meta.get("namespace"), body), attempts=3)
-        except (TimeoutError, ApiException, aiohttp.ClientError) as e:
-            log.warning(
-                "could not post event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), e
-            )
+        """Post (or bump) a core/v1 Event through the EventRecorder; never raises.
+
+        Kept for the callers that pass a body; new code calls `EventRecorder.post` with an ObjectRef.
+        The runtime sets `recorder` (one per process, for the LRU and the reporting instance)."""
+        from phalanx.controller.events import EventRecorder  # events imports this module
+
+        recorder: EventRecorder | None = getattr(self, "recorder", None)
+        if recorder is None:
+            recorder = self.recorder = EventRecorder(self.api)
+        await recorder.post(ObjectRef.of(involved), event_type, reason, message)

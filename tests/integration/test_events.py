@@ -1,0 +1,91 @@
+"""Events aggregate like Kubernetes' own: the same event posted again raises `count` on one Event."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from phalanx.controller.events import EventKey, EventRecorder
+from phalanx.controller.refs import ObjectRef
+from phalanx.devcluster.cluster import ClusterState
+
+from .kube import Namespace, delete_namespace, new_namespace
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def api(stock_cluster: ClusterState) -> AsyncIterator[client.ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(stock_cluster.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+def config_map(ns: Namespace, name: str) -> ObjectRef:
+    created: dict[str, Any] = ns.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {}}
+    )
+    created.setdefault("apiVersion", "v1")
+    created.setdefault("kind", "ConfigMap")
+    return ObjectRef.of(created)
+
+
+def events_of(ns: Namespace, ref: ObjectRef) -> list[dict[str, Any]]:
+    return ns.events(f"involvedObject.uid={ref.uid}")
+
+
+async def test_the_same_event_three_times_is_one_event_with_count_3(
+    stock_cluster: ClusterState, api: client.ApiClient
+) -> None:
+    ns = new_namespace(stock_cluster, "events")
+    try:
+        ref = config_map(ns, "subject")
+        recorder = EventRecorder(api, instance="test-replica")
+        for _ in range(3):
+            await recorder.post(ref, "Warning", "Unschedulable", "0/8 nodes are available")
+        events = events_of(ns, ref)
+        print([(e["metadata"]["name"], e["count"]) for e in events])
+        assert len(events) == 1
+        event = events[0]
+        assert event["count"] == 3
+        assert (
+            event["metadata"]["name"]
+            == EventKey.of(ref, "Warning", "Unschedulable", "0/8 nodes are available").event_name
+        )
+        assert (event["type"], event["reason"], event["message"]) == (
+            "Warning",
+            "Unschedulable",
+            "0/8 nodes are available",
+        )
+        assert event["reportingInstance"] == "test-replica"
+        assert event["source"]["component"] == "phalanx"
+        assert event["lastTimestamp"] >= event["firstTimestamp"]
+
+        # A restarted process (empty LRU) finds the Event by its name and keeps counting.
+        await EventRecorder(api, instance="test-replica").post(
+            ref, "Warning", "Unschedulable", "0/8 nodes are available"
+        )
+        # Another message is another Event.
+        await recorder.post(ref, "Normal", "Admitted", "admitted to nb-a")
+        by_reason = {e["reason"]: e["count"] for e in events_of(ns, ref)}
+        assert by_reason == {"Unschedulable": 4, "Admitted": 1}
+
+        # Deleted meanwhile (or expired): the next repeat starts a new Event instead of failing.
+        name = EventKey.of(ref, "Normal", "Admitted", "admitted to nb-a").event_name
+        ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}/events/{name}")
+        await recorder.post(ref, "Normal", "Admitted", "admitted to nb-a")
+        by_reason = {e["reason"]: e["count"] for e in events_of(ns, ref)}
+        assert by_reason == {"Unschedulable": 4, "Admitted": 1}
+    finally:
+        delete_namespace(ns)
+
+
+async def test_losing_an_event_does_not_raise(stock_cluster: ClusterState, api: client.ApiClient) -> None:
+    gone = ObjectRef("v1", "ConfigMap", "no-such-namespace-x1", "subject", "uid")
+    await EventRecorder(api).post(gone, "Normal", "Test", "the namespace does not exist")
