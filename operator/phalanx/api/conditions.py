@@ -26,6 +26,8 @@ COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED = "CompositePodGroupInitiallyScheduled"
 ADMITTED = "Admitted"
 REASON_ADMITTED = "Admitted"
 REASON_WAITING_FOR_PODS = "WaitingForPods"
+# Other controllers' gates are still on pods: releasing them would hold room kube-scheduler cannot see.
+REASON_WAITING_FOR_GATES = "WaitingForGates"
 REASON_SUSPENDED = "Suspended"
 REASON_FINISHED = "Finished"
 # REASON_UNSCHEDULABLE is also an Admitted reason.

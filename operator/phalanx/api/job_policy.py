@@ -99,6 +99,8 @@ class JobPolicy:
             raise ValueError("min_count only applies to gang")
         if self.policy == POLICY_BASIC and self.disruption_mode == MODE_ALL:
             raise ValueError("disruption mode all needs policy gang")
+        if self.policy == POLICY_BASIC and self.topology_key is not None:
+            raise ValueError("a topology key needs policy gang")
         if self.topology_key is not None and label_key_problems(self.topology_key):
             raise ValueError(f"{self.topology_key!r} is not a valid label key")
 
@@ -170,6 +172,14 @@ def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
         if why:
             reason = "; ".join(why)
             problem(TOPOLOGY_KEY_ANNOTATION, f"{_quote(topology_key)} is not a valid label key: {reason}")
+        elif policy == POLICY_BASIC:
+            # A basic group's pods are placed one by one by kube-scheduler, which knows no group domain:
+            # accepting the key would promise one domain and not keep it.
+            problem(
+                TOPOLOGY_KEY_ANNOTATION,
+                f"{_quote(topology_key)} needs policy gang (pods placed one by one cannot be held in one "
+                f"domain), but {policy_text}",
+            )
 
     raw_mode = _value(annotations, DISRUPTION_MODE_ANNOTATION)
     mode: DisruptionModeKind | None = DEFAULT_DISRUPTION_MODE

@@ -55,6 +55,13 @@ class ReleasePod:
 
 
 @dataclass(frozen=True)
+class UngatePod:
+    """Remove Phalanx's gate without choosing a node (a basic group's pods are never held)."""
+
+    pod: ObjectRef
+
+
+@dataclass(frozen=True)
 class LabelPod:
     """Link a pod to its PodGroup (label), also while it waits."""
 
@@ -90,6 +97,7 @@ Action = (
     | PatchMinCount
     | RecordAdmission
     | ReleasePod
+    | UngatePod
     | LabelPod
     | PatchStatus
     | PostEvent
@@ -98,7 +106,7 @@ Action = (
 
 # Actions of these kinds that follow each other in a group's list are independent of each other:
 # the applier runs such a run of them concurrently (a gang's releases go out together).
-CONCURRENT = (ReleasePod, LabelPod, PostEvent)
+CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    UngatePod,
 )
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube
@@ -115,6 +116,8 @@ def describe(action: Action) -> str:
             return f"releasing pod {p.name} to node {n}"
         case LabelPod(pod=p):
             return f"labelling pod {p.name}"
+        case UngatePod(pod=p):
+            return f"removing the gate of pod {p.name}"
         case PatchStatus(pod_group=g):
             return f"writing the status of PodGroup {g.name}"
         case PostEvent(reason=r):
@@ -256,6 +259,10 @@ class Applier:
                 released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
                 if released is not None:  # None: the pod is gone, nothing to release
                     cache.upsert_pod(released, own_write=True)
+            case UngatePod(pod=pod):
+                ungated = await kube.ungate_pod(pod.namespace, pod.name)
+                if ungated is not None:
+                    cache.upsert_pod(ungated, own_write=True)
             case LabelPod(pod=pod, pod_group=group_name):
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:

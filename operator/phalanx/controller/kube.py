@@ -65,7 +65,6 @@ class Kube:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.scheduling = client.SchedulingV1Api(api)
 
     def _dict(self, obj: Any) -> dict[str, Any]:
         result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
@@ -122,15 +121,8 @@ class Kube:
         return patched
 
     # -- pods
-    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
-        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
-        patch = {
-            "metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
-            },
-        }
+    async def _patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        """A strategic merge patch of a pod; None if the pod is gone."""
         try:
             pod = await retrying(
                 lambda: self.core.patch_namespaced_pod(
@@ -144,36 +136,33 @@ class Kube:
             raise
         return self._dict(pod)
 
+    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
+        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
+        return await self._patch_pod(
+            namespace,
+            name,
+            {
+                "metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
+                },
+            },
+        )
+
     async def label_pod(self, namespace: str, name: str, group: str) -> dict[str, Any] | None:
         """Link a pod to its PodGroup. None if the pod is gone."""
-        try:
-            pod = await retrying(
-                lambda: self.core.patch_namespaced_pod(
-                    name,
-                    namespace,
-                    {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}},
-                    _content_type=STRATEGIC_MERGE_PATCH,
-                ),
-                verb="patch",
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return self._dict(pod)
+        return await self._patch_pod(
+            namespace, name, {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}}
+        )
 
-    # -- lookups
-    async def priority_of(self, class_name: str | None) -> int | None:
-        if not class_name:
-            return None
-        try:
-            pc = await retrying(lambda: self.scheduling.read_priority_class(class_name), verb="get")
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        value: int = pc.value
-        return value
+    async def ungate_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Remove our gate only (no node chosen): kube-scheduler places the pod. None if the pod is gone."""
+        return await self._patch_pod(
+            namespace,
+            name,
+            {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
+        )
 
     # -- events
     async def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:

@@ -37,6 +37,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    UngatePod,
 )
 from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, PriorityClassRecord
 from phalanx.controller.refs import ObjectRef
@@ -218,12 +219,27 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     domain = _domain_of(view, ctx.nodes)
     admission = group.status.admission
     released_now = 0
+    ungated = 0
     first = False
-    if job.suspended or job.finished or not view.gang:
-        pass  # basic groups are never held; suspended/finished ones have nothing to place
+    if job.suspended or job.finished:
+        pass  # nothing to place
+    elif not view.gang:
+        # A basic group's pods are never held (a template copied from a gang Job may carry the gate).
+        actions.extend(UngatePod(pod_ref(p)) for p in view.waiting)
+        ungated = len(view.waiting)
     elif view.waiting:
-        have = len(view.waiting) + len(view.placed)
-        if have < view.min_count:
+        ready = [p for p in view.waiting if not p.other_gates]
+        blocked = [p for p in view.waiting if p.other_gates]
+        have = len(ready) + len(view.placed)
+        if have < view.min_count and blocked:
+            gates = sorted({g for p in blocked for g in p.other_gates})
+            outcome = st.Outcome(
+                c.REASON_WAITING_FOR_GATES,
+                f"minCount ({view.min_count}) is not yet satisfied: {len(blocked)} pod(s) still carry "
+                f"scheduling gates of other controllers ({', '.join(gates)}); Phalanx admits a pod only "
+                "when its gate is the last one",
+            )
+        elif have < view.min_count:
             outcome = st.Outcome(
                 c.REASON_WAITING_FOR_PODS,
                 f"minCount ({view.min_count}) is not yet satisfied: {len(view.placed)} scheduled, "
@@ -232,7 +248,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         else:
             request = GroupRequest(
                 name=group.key,
-                pending=tuple(PodRequest(id=p.key, requirements=p.requirements) for p in view.waiting),
+                pending=tuple(PodRequest(id=p.key, requirements=p.requirements) for p in ready),
                 min_count=view.min_count,
                 topology_key=view.topology_key,
                 bound_nodes=tuple(p.usage_node for p in view.placed),
@@ -250,7 +266,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                     admitted_at=ctx.now,
                     attempt=group.status.admission.attempt + 1 if group.status.admission else 0,
                 )
-                by_key = {p.key: p for p in view.waiting}
+                by_key = {p.key: p for p in ready}
                 actions.append(RecordAdmission(group.ref, admission))
                 actions.extend(
                     ReleasePod(pod_ref(by_key[pod]), node, group.name) for pod, node in decision.assignments
@@ -277,7 +293,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         min_count=view.min_count,
         scheduled=sum(1 for p in view.placed if p.bound),
         released=sum(1 for p in view.placed if not p.bound) + released_now,
-        waiting=len(view.waiting) - released_now,
+        waiting=len(view.waiting) - released_now - ungated,
         domain=domain,
         suspended=job.suspended,
         finished=job.finished,

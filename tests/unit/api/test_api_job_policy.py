@@ -112,8 +112,8 @@ def test_a_full_gang_policy() -> None:
 
 
 def test_a_basic_policy_has_no_min_count() -> None:
-    policy = parse_job_policy(job({POLICY_ANNOTATION: "basic", TOPOLOGY_KEY_ANNOTATION: "rack"}))
-    assert (policy.policy, policy.min_count, policy.topology_key) == ("basic", None, "rack")
+    policy = parse_job_policy(job({POLICY_ANNOTATION: "basic"}))
+    assert (policy.policy, policy.min_count, policy.topology_key) == ("basic", None, None)
     assert not policy.is_gang
 
 
@@ -173,6 +173,12 @@ def test_managed_label() -> None:
             {POLICY_ANNOTATION: "basic", DISRUPTION_MODE_ANNOTATION: "all"},
             4,
             'phalanx.dev/disruption-mode: "all" needs policy gang, but phalanx.dev/policy is basic',
+        ),
+        (
+            {POLICY_ANNOTATION: "basic", TOPOLOGY_KEY_ANNOTATION: "rack"},
+            4,
+            'phalanx.dev/topology-key: "rack" needs policy gang (pods placed one by one cannot be held in '
+            "one domain), but phalanx.dev/policy is basic",
         ),
     ],
 )
@@ -275,7 +281,7 @@ def valid_jobs(draw: st.DrawFn) -> dict[str, Any]:
         annotations[POLICY_ANNOTATION] = policy
     if policy != "basic" and parallelism != 0 and draw(st.booleans()):
         annotations[MIN_COUNT_ANNOTATION] = str(draw(st.integers(1, parallelism or 1)))
-    topology_key = draw(_topology_keys)
+    topology_key = draw(_topology_keys) if policy != "basic" else None
     if topology_key is not None:
         annotations[TOPOLOGY_KEY_ANNOTATION] = topology_key
     modes = [None, "single"] if policy == "basic" else [None, "single", "all"]

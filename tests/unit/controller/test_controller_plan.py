@@ -23,6 +23,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    UngatePod,
 )
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
 from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, node_info
@@ -393,3 +394,29 @@ def test_pods_pack_onto_the_fullest_nodes(gpus: int, expected_nodes: int) -> Non
     pods = [pod_body("train", i, gpus=gpus) for i in range(4)]
     result = plan(state([(job, group_of(job), pods)]), NOW)
     assert len({r.node for r in only(result.actions, ReleasePod)}) == expected_nodes
+
+
+def test_a_gang_whose_pods_carry_another_controllers_gate_waits_and_names_it() -> None:
+    job = job_body()
+    pods = [pod_body("train", i) for i in range(4)]
+    for body in pods[2:]:
+        body["spec"]["schedulingGates"].append({"name": "example.com/quota"})
+    result = plan(state([(job, group_of(job), pods)]), NOW)
+    assert not only(result.actions, ReleasePod)
+    flag, reason, message = admitted_reason(status_of(result))
+    assert (flag, reason) == ("False", c.REASON_WAITING_FOR_GATES)
+    assert "example.com/quota" in message and "2 pod(s)" in message
+
+    # Once the other gate is gone from enough pods, the gang is admitted (only pods whose last gate is ours).
+    pods[2]["spec"]["schedulingGates"] = [GATE]
+    pods[3]["spec"]["schedulingGates"] = [GATE]
+    assert len(only(plan(state([(job, group_of(job), pods)]), NOW).actions, ReleasePod)) == 4
+
+
+def test_a_basic_groups_pods_are_ungated_never_pinned() -> None:
+    job = job_body(annotations={"phalanx.dev/policy": "basic"})
+    pods = [pod_body("train", i) for i in range(2)]  # a template copied from a gang Job: gated
+    result = plan(state([(job, group_of(job), pods)]), NOW)
+    assert {u.pod.name for u in only(result.actions, UngatePod)} == {"train-0", "train-1"}
+    assert not only(result.actions, ReleasePod)
+    assert status_of(result).waiting == 0
