@@ -105,6 +105,11 @@ def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in pods if p["spec"].get("nodeName")]
 
 
+def pod_condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The pod's status condition of type `kind` (e.g. PodScheduled), if it has one."""
+    return next((dict(c) for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
 def node_labels(api: RestClient) -> dict[str, dict[str, str]]:
     return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in api.get("/api/v1/nodes")["items"]}
 
