@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 
 import kopf
 
+from phalanx.controller import logs
 from phalanx.controller.settings import Settings
 
 
@@ -15,13 +15,11 @@ def run_operator(settings: Settings) -> int:
     if settings.kubeconfig:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
-    kopf.configure(verbose=settings.verbose, log_format=kopf.LogFormat.FULL)
-    if not settings.verbose:
-        # Kopf reports every watch event it handled; our own loggers say what matters.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logs.configure(settings.log_format, settings.verbose)
     from phalanx.controller import handlers  # registers the handlers
 
     handlers.runtime.configure(settings)
-    # Always cluster-wide: every pod on a node takes capacity, whatever its namespace.
+    # Always cluster-wide for Kopf: every pod on a node takes capacity, whatever its namespace;
+    # settings.namespaces narrows the managed Jobs only.
     asyncio.run(kopf.operator(standalone=True, clusterwide=True))
     return 0

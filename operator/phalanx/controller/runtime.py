@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import fcntl
 import logging
 import os
 import tempfile
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,17 @@ from phalanx import certs
 from phalanx.api.crdgen import crd_documents
 from phalanx.api.group import GROUP, VERSION
 from phalanx.controller.cache import ClusterCache
+from phalanx.controller.events import EventRecorder
+from phalanx.controller.health import Health
+from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.scheduler import Scheduler
 from phalanx.controller.settings import Settings
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = "phalanx.dev"
+CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
+STOP_TIMEOUT = 3.0  # seconds the scheduling loop gets to end after its cancellation
 
 
 async def load_client_config(kubeconfig: str | None) -> None:
@@ -60,30 +66,73 @@ async def login(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | N
     )
 
 
+def ensure_webhook_certs(folder: Path, hosts: list[str]) -> None:
+    """Use ca.crt, tls.crt and tls.key in `folder`; if none is there, make them (under a file lock, so
+    replicas sharing the folder agree on one CA). Some but not all of them is an error."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".phalanx-certs.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        present = [name for name in CERT_FILES if (folder / name).is_file()]
+        if len(present) == len(CERT_FILES):
+            log.info("webhook certificate from %s", folder)
+            return
+        if present:
+            missing = sorted(set(CERT_FILES) - set(present))
+            raise RuntimeError(
+                f"webhook cert dir {folder} has {', '.join(present)} but not {', '.join(missing)}"
+            )
+        ca = certs.make_ca("phalanx-webhook-ca")
+        leaf = certs.issue(ca, "phalanx-webhook", hosts)
+        ca.write(folder / "ca.crt", folder / "ca.key")
+        leaf.write(folder / "tls.crt", folder / "tls.key")
+        log.info("made a webhook CA and certificate in %s", folder)
+
+
+class ObservedWebhookServer(kopf.WebhookServer):
+    """Kopf's webhook server, telling readiness once it listens (it yields its config after that)."""
+
+    on_listening: Callable[[], None] = staticmethod(lambda: None)
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for client_config in super().__call__(fn):
+            self.on_listening()
+            yield client_config
+
+
 class Runtime:
     def __init__(self) -> None:
         self.settings = Settings()
+        self.health = Health(self.settings.stale_after_seconds)
         self.cache = ClusterCache()
         self.api: client.ApiClient | None = None
+        self.kube: Kube | None = None
+        self.recorder: EventRecorder | None = None
         self.scheduler: Scheduler | None = None
         self._task: asyncio.Task[None] | None = None
+        self._http: HttpServer | None = None
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
+        self.health.stale_after = settings.stale_after_seconds
 
     async def start(self, kopf_settings: kopf.OperatorSettings) -> None:
+        if self.settings.metrics_enabled:
+            # First, so probes answer (not ready yet) while the CRDs and the cache come up.
+            self._http = HttpServer(self.health, self.settings.metrics_host, self.settings.metrics_port)
+            await self._http.start()
         await load_client_config(self.settings.kubeconfig)
         self.api = client.ApiClient()
-        kube = Kube(self.api)
+        self.kube = Kube(self.api)
+        self.recorder = EventRecorder(self.api, instance=self.settings.identity)
+        self.kube.recorder = self.recorder  # Kube.event posts through the same recorder (one LRU)
         self._configure_kopf(kopf_settings)
         if self.settings.install_crds:
             await install_crds(self.api)
+        self.health.mark_crds_installed()
         await self._prime_cache()
-        self.scheduler = Scheduler(
-            self.cache, kube, resync=self.settings.resync_seconds, debounce=self.settings.debounce_seconds
-        )
-        self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
+        self.health.mark_cache_primed()
+        self.start_loop()
         log.info(
             "scheduling loop started with %d nodes, %d pods, %d managed jobs",
             len(self.cache.nodes),
@@ -91,14 +140,41 @@ class Runtime:
             len(self.cache.jobs),
         )
 
+    # ------------------------------------------------------------------ the scheduling loop
+    def start_loop(self) -> None:
+        """Start the scheduling loop (at start, or when this replica becomes the leader)."""
+        assert self.kube is not None
+        if self._task is not None and not self._task.done():
+            return
+        self.scheduler = Scheduler(
+            self.cache,
+            self.kube,
+            self.recorder,
+            self.health.pass_done,
+            resync=self.settings.resync_seconds,
+            debounce=self.settings.debounce_seconds,
+        )
+        self.health.loop_started()
+        self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
+
+    async def stop_loop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Cancel the loop and wait (boundedly) for it to end; a decision is recorded before any pod is
+        released, so a cancelled pass is finished by the next leader or restart."""
+        self.health.loop_stopped()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            log.warning("the scheduling loop did not end %.0f s after its cancellation", timeout)
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("the scheduling loop had failed: %r", task.exception())
+
+    # ------------------------------------------------------------------ Kopf
     def _configure_kopf(self, settings: kopf.OperatorSettings) -> None:
-        self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
-        folder = Path(self._certdir.name)
-        ca = certs.make_ca("phalanx-webhook-ca")
-        leaf = certs.issue(ca, "phalanx-webhook", [self.settings.webhook_host, "localhost"])
-        ca.write(folder / "ca.crt", folder / "ca.key")
-        leaf.write(folder / "tls.crt", folder / "tls.key")
-        settings.admission.server = kopf.WebhookServer(
+        folder = self._webhook_cert_folder()
+        server = ObservedWebhookServer(
             addr=self.settings.webhook_host,
             port=self.settings.webhook_port,
             host=self.settings.webhook_host,
@@ -106,10 +182,25 @@ class Runtime:
             pkeyfile=str(folder / "tls.key"),
             cafile=str(folder / "ca.crt"),
         )
+        server.on_listening = self.health.mark_webhook_started
+        settings.admission.server = server
         settings.admission.managed = MANAGED_WEBHOOK_CONFIG
         settings.posting.level = logging.WARNING
+        settings.posting.reporting_component = "phalanx"
+        settings.posting.reporting_instance = self.settings.identity
         settings.watching.connect_timeout = 10
         settings.networking.request_timeout = 30
+
+    def _webhook_cert_folder(self) -> Path:
+        hosts = [self.settings.webhook_host, "localhost"]
+        if self.settings.webhook_cert_dir:
+            folder = Path(self.settings.webhook_cert_dir)
+            ensure_webhook_certs(folder, hosts)
+            return folder
+        self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
+        folder = Path(self._certdir.name)
+        ensure_webhook_certs(folder, hosts)
+        return folder
 
     async def _prime_cache(self) -> None:
         """One consistent LIST of everything before the first pass, so no pass decides on an empty view."""
@@ -118,12 +209,13 @@ class Runtime:
         batch = client.BatchV1Api(self.api)
         custom = client.CustomObjectsApi(self.api)
         nodes, pods, jobs = await asyncio.gather(
-            retrying(lambda: core.list_node(_preload_content=False)),
-            retrying(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
+            retrying(lambda: core.list_node(_preload_content=False), verb="list"),
+            retrying(lambda: core.list_pod_for_all_namespaces(_preload_content=False), verb="list"),
             retrying(
                 lambda: batch.list_job_for_all_namespaces(
                     label_selector="phalanx.dev/managed=true", _preload_content=False
-                )
+                ),
+                verb="list",
             ),
         )
         for item in (await nodes.json())["items"]:
@@ -138,7 +230,8 @@ class Runtime:
             self.cache.upsert_job(item)
         for plural in ("workloads", "podgroups"):
             listing: dict[str, Any] = await retrying(
-                lambda plural=plural: custom.list_cluster_custom_object(GROUP, VERSION, plural)  # type: ignore[misc]
+                lambda plural=plural: custom.list_cluster_custom_object(GROUP, VERSION, plural),  # type: ignore[misc]
+                verb="list",
             )
             for item in listing["items"]:
                 if plural == "workloads":
@@ -146,16 +239,17 @@ class Runtime:
                 else:
                     self.cache.upsert_pod_group(item)
         classes = await retrying(
-            lambda: client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False)
+            lambda: client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False),
+            verb="list",
         )
         for item in (await classes.json())["items"]:
             self.cache.upsert_priority_class(item)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        """Bounded: the loop is cancelled, the servers closed; nothing here waits on the apiserver."""
+        await self.stop_loop()
+        if self._http is not None:
+            await self._http.stop()
         if self.api is not None:
             await self.api.close()
         if self._certdir is not None:
@@ -170,7 +264,8 @@ async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
         await retrying(
             lambda crd=crd, name=name: ext.patch_custom_resource_definition(  # type: ignore[misc]
                 name, crd, field_manager="phalanx", force=True, _content_type="application/apply-patch+yaml"
-            )
+            ),
+            verb="patch",
         )
     deadline = asyncio.get_running_loop().time() + timeout
     for crd in crd_documents():

@@ -7,21 +7,49 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from phalanx.devcluster.cluster import ClusterState, free_port
+from phalanx.devcluster.cluster import ClusterState, free_port, free_ports
+from phalanx.devcluster.http import ApiError
 
 
 class OperatorProcess:
-    def __init__(self, cluster: ClusterState, log_dir: Path) -> None:
+    def __init__(
+        self,
+        cluster: ClusterState,
+        log_dir: Path,
+        args: Sequence[str] = (),
+        *,
+        name: str = "phalanx-operator",
+        webhook_port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`name` names the log file; `webhook_port` pins the webhook's port (replicas that share one,
+        leader election); `env` adds environment variables (e.g. PHALANX_<FLAG>)."""
         self.cluster = cluster
-        self.log_path = log_dir / "phalanx-operator.log"
-        self.port = free_port()
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.args = list(args)  # more `phalanx run` flags
+        self.fixed_port = webhook_port
+        self.env = dict(env or {})
+        self.port = webhook_port or free_port()
+        self.metrics_port = free_port()
         self.log_offset = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def metrics_url(self) -> str:
+        """Base URL of /metrics, /healthz and /readyz."""
+        return f"http://127.0.0.1:{self.metrics_port}"
+
     def start(self, timeout: float = 60.0) -> None:
-        self.port = free_port()  # a fresh port, so a stale webhook configuration cannot look ready
+        # Fresh ports, so a stale webhook configuration or a previous process cannot look ready.
+        self.port, self.metrics_port = free_ports(2)
+        if self.fixed_port:
+            self.port = self.fixed_port
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
@@ -34,16 +62,20 @@ class OperatorProcess:
                     str(self.cluster.kubeconfig),
                     "--webhook-port",
                     str(self.port),
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    *self.args,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
         self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
-        """Ready = the webhook configuration points at this process and the loop has started."""
+        """Ready = the webhook configuration points at this process and /readyz says yes (CRDs installed,
+        cache primed, webhook listening; the loop starts with the primed cache)."""
         api = self.cluster.client()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -55,10 +87,7 @@ class OperatorProcess:
                     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev"
                 )
                 urls = [w["clientConfig"].get("url", "") for w in config.get("webhooks", [])]
-                if (
-                    any(f":{self.port}/" in u for u in urls)
-                    and "scheduling loop started" in self.current_log()
-                ):
+                if any(f":{self.port}/" in u for u in urls) and self.http_status("/readyz") == 200:
                     return
             except Exception:
                 pass
@@ -75,6 +104,23 @@ class OperatorProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def http_status(self, path: str) -> int | None:
+        """The status code of a GET on the metrics server, or None if it does not answer."""
+        try:
+            with urllib.request.urlopen(self.metrics_url + path, timeout=2) as response:
+                status: int = response.status
+                return status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
+
+    def scrape(self) -> str:
+        """The /metrics text."""
+        with urllib.request.urlopen(self.metrics_url + "/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
     def current_log(self) -> str:
         """What this run of the operator logged so far."""
         try:
@@ -89,3 +135,15 @@ class OperatorProcess:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+
+def lease_holder(cluster: ClusterState, namespace: str, name: str) -> str | None:
+    """Who holds the leader Lease (`holderIdentity`): None if nobody does or it does not exist."""
+    try:
+        lease = cluster.client().get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+    holder: str | None = (lease.get("spec") or {}).get("holderIdentity") or None
+    return holder
