@@ -115,7 +115,11 @@ def job_body(i: int) -> dict[str, Any]:
             "labels": {"phalanx.dev/managed": "true"},
             "annotations": {"phalanx.dev/topology-key": RACK},
         },
-        "spec": {"parallelism": 8, "completions": 8, "template": {"spec": {"containers": []}}},
+        "spec": {
+            "parallelism": 8,
+            "completions": 8,
+            "template": {"spec": {"containers": [], "schedulingGates": [GATE]}},  # as the webhook leaves it
+        },
         "status": {},
     }
 

@@ -28,6 +28,8 @@ REASON_ADMITTED = "Admitted"
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 # Other controllers' gates are still on pods: releasing them would hold room kube-scheduler cannot see.
 REASON_WAITING_FOR_GATES = "WaitingForGates"
+# A Job labelled after its creation: its pods were never gated, so Phalanx admits nothing for it.
+REASON_NOT_GATED = "NotGated"
 REASON_SUSPENDED = "Suspended"
 REASON_FINISHED = "Finished"
 # REASON_UNSCHEDULABLE is also an Admitted reason.

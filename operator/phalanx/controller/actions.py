@@ -85,10 +85,17 @@ class PostEvent:
 
 @dataclass(frozen=True)
 class RememberAnnounced:
-    """Note in the cache that a Job's invalid policy was announced (one event per change, not per pass)."""
+    """Note in the cache that a problem was announced (one event per change, not one per pass)."""
 
-    job_uid: str
+    key: str  # the Job's uid, and what was announced (e.g. "<uid>/policy")
     message: str
+
+
+@dataclass(frozen=True)
+class DeleteObject:
+    """Delete one of our objects (a Workload or PodGroup of a Job released from Phalanx)."""
+
+    target: ObjectRef
 
 
 Action = (
@@ -102,6 +109,7 @@ Action = (
     | PatchStatus
     | PostEvent
     | RememberAnnounced
+    | DeleteObject
 )
 
 # Actions of these kinds that follow each other in a group's list are independent of each other:

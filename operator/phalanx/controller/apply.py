@@ -26,6 +26,7 @@ from phalanx.controller.actions import (
     Action,
     CreatePodGroup,
     CreateWorkload,
+    DeleteObject,
     EventType,
     GroupPlan,
     LabelPod,
@@ -124,6 +125,8 @@ def describe(action: Action) -> str:
             return f"posting event {r}"
         case RememberAnnounced():
             return "noting an announced problem"
+        case DeleteObject(target=t):
+            return f"deleting {t.kind} {t.name}"
     raise AssertionError(f"unknown action {action!r}")
 
 
@@ -274,7 +277,14 @@ class Applier:
                 cache.upsert_pod_group(patched, own_write=True)
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
                 await self._post(self._resolved(involved), type_, reason, message)
-            case RememberAnnounced(job_uid=uid, message=message):
-                cache.announced_invalid[uid] = message
+            case RememberAnnounced(key=key, message=message):
+                cache.announced[key] = message
+            case DeleteObject(target=target):
+                plural = WORKLOADS if target.kind == WORKLOAD_KIND else POD_GROUPS
+                await kube.delete_object(plural, target.namespace, target.name)
+                if target.kind == WORKLOAD_KIND:
+                    cache.delete_workload(target.namespace, target.name)
+                else:
+                    cache.delete_pod_group(target.namespace, target.name)
             case _:
                 raise AssertionError(f"unknown action {action!r}")

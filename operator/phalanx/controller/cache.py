@@ -119,8 +119,8 @@ class ClusterCache:
         self.live = LiveSnapshot()
         self.changed = asyncio.Event()
         self.generation = 0  # bumps on any change that can alter a decision
-        # Job uid -> the InvalidPolicy message already announced (one event per change, not per pass).
-        self.announced_invalid: dict[str, str] = {}
+        # "<Job uid>/<what>" -> the message already announced (one event per change, not per pass).
+        self.announced: dict[str, str] = {}
 
     def _touch(self, wake: bool = True) -> None:
         self.generation += 1
@@ -210,14 +210,26 @@ class ClusterCache:
 
     # -- jobs
     def upsert_job(self, body: Mapping[str, Any]) -> None:
+        """A managed Job, or one that was (its label removed: kept until Phalanx has let it go)."""
         record = JobRecord.from_body(body)
         old = self.jobs.get(record.uid)
+        if not record.managed and old is None and self.pod_groups.of_job(record.uid) is None:
+            return  # never ours: not worth a record
+        if (
+            not record.managed
+            and self.pod_groups.of_job(record.uid) is None
+            and (self.workloads.of_job(record.uid) is None)
+        ):
+            # Released and nothing of ours is left: forget it.
+            self.delete_job(record.uid)
+            return
         self.jobs[record.uid] = record
         if old != record:
             self._touch()
 
     def delete_job(self, uid: str) -> None:
-        self.announced_invalid.pop(uid, None)
+        for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
+            del self.announced[key]
         if self.jobs.pop(uid, None) is not None:
             self._touch()
 
@@ -274,6 +286,14 @@ class ClusterCache:
         if old is not None:
             if store.by_job.get(old.job_uid) == key:
                 del store.by_job[old.job_uid]
+            job = self.jobs.get(old.job_uid)
+            if (
+                job is not None
+                and not job.managed
+                and self.pod_groups.of_job(job.uid) is None
+                and (self.workloads.of_job(job.uid) is None)
+            ):
+                self.delete_job(job.uid)  # released, and nothing of ours is left
             self._touch()
 
     # -- priority classes

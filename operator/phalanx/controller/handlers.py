@@ -50,15 +50,13 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
             f"remove it, or set {names.POLICY_ANNOTATION}: basic",
             code=422,
         )
-    labels = dict((template.get("metadata") or {}).get("labels") or {})
-    labels[names.MANAGED_LABEL] = "true"
-    template_patch: dict[str, Any] = {"metadata": {"labels": labels}}
+    # The managed label is not copied into the pod template: a Job whose only label it is would get
+    # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
     if policy.is_gang:
         gates = list(pod_spec.get("schedulingGates") or [])
         if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
             gates.append({"name": names.ADMISSION_GATE})
-        template_patch["spec"] = {"schedulingGates": gates}
-    patch.spec["template"] = template_patch
+        patch.spec["template"] = {"spec": {"schedulingGates": gates}}
 
 
 @kopf.on.validate(
@@ -119,8 +117,9 @@ async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         runtime.cache.upsert_pod(body)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={names.MANAGED_LABEL: "true"})
+@kopf.on.event("batch", "v1", "jobs")
 async def job_event(event: kopf.RawEvent, **_: Any) -> None:
+    """Every Job, not only labelled ones: a Job whose label was removed must be seen to be released."""
     body = event["object"]
     if event["type"] == "DELETED":
         runtime.cache.delete_job(body["metadata"]["uid"])

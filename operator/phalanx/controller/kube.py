@@ -92,6 +92,17 @@ class Kube:
         )
         return existing
 
+    async def delete_object(self, plural: str, namespace: str, name: str) -> None:
+        """Delete (gone already is fine)."""
+        try:
+            await retrying(
+                lambda: self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+                verb="delete",
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from phalanx.api import conditions as c
+from phalanx.api import keys
 from phalanx.api.builders import build_pod_group, build_workload
+from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.job_policy import JobPolicy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.podgroup import PodGroup
 from phalanx.api.scheduling import SchedulingPolicy
@@ -28,6 +31,7 @@ from phalanx.controller.actions import (
     Action,
     CreatePodGroup,
     CreateWorkload,
+    DeleteObject,
     EventType,
     GroupPlan,
     LabelPod,
@@ -63,6 +67,7 @@ class JobState:
     pod_group: PodGroupRecord | None
     workload_name: str | None  # its Workload, if it exists
     pods: tuple[PodRecord, ...]
+    workload_uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class ClusterState:
     snapshot: Snapshot
     nodes: Mapping[str, NodeInfo]
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
-    announced_invalid: Mapping[str, str] = field(default_factory=dict)  # Job uid -> message announced
+    announced: Mapping[str, str] = field(default_factory=dict)  # "<Job uid>/<what>" -> message announced
     backing_off: frozenset[str] = frozenset()  # group keys that wait before their next try
 
 
@@ -227,6 +232,13 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         # A basic group's pods are never held (a template copied from a gang Job may carry the gate).
         actions.extend(UngatePod(pod_ref(p)) for p in view.waiting)
         ungated = len(view.waiting)
+    elif not job.gated_template:
+        outcome = st.Outcome(
+            c.REASON_NOT_GATED,
+            f"the Job was labelled {keys.MANAGED_LABEL} after its creation, so its pods are not held by "
+            f"{keys.ADMISSION_GATE} and Phalanx admits nothing for it (kube-scheduler places them one by "
+            "one); create the Job with the label to gang-schedule it",
+        )
     elif view.waiting:
         ready = [p for p in view.waiting if not p.other_gates]
         blocked = [p for p in view.waiting if p.other_gates]
@@ -297,6 +309,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         domain=domain,
         suspended=job.suspended,
         finished=job.finished,
+        held=job.gated_template or not view.gang,
     )
     # Every pod carries its PodGroup's name, also while it waits (a release sets it in the same request).
     label = pod_group_label_value(group.name)
@@ -336,18 +349,82 @@ def _announce(view: _View, current: PodGroupStatus, desired: PodGroupStatus) -> 
     ]
 
 
+def _announce_once(state: ClusterState, job: JobRecord, what: str, reason: str, message: str) -> list[Action]:
+    """A Warning on the Job, once per distinct message (not once per pass)."""
+    key = f"{job.uid}/{what}"
+    if state.announced.get(key) == message:
+        return []
+    return [_event(job.ref, "Warning", reason, message), RememberAnnounced(key, message)]
+
+
+def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
+    """Annotations changed after creation (around the webhook, e.g. with Phalanx down): said, not applied."""
+    current_policy = "gang" if group.gang_min_count is not None else "basic"
+    current_mode = "all" if group.spec.disruption_mode.all is not None else "single"
+    changes = [
+        f"{annotation}: {after!r} differs from {before!r}, which the PodGroup keeps"
+        for annotation, before, after in (
+            (keys.POLICY_ANNOTATION, current_policy, policy.policy),
+            (keys.TOPOLOGY_KEY_ANNOTATION, group.topology_key, policy.topology_key),
+            (keys.DISRUPTION_MODE_ANNOTATION, current_mode, policy.disruption_mode),
+        )
+        if before != after
+    ]
+    if not changes:
+        return ""
+    return (
+        "; ".join(changes)
+        + " (only min-count may change after creation; recreate the Job to change the rest)"
+    )
+
+
+def _let_go(state: JobState) -> list[Action]:
+    """A Job whose managed label was removed: ungate its pods, delete our objects, say so."""
+    job, group = state.job, state.pod_group
+    actions: list[Action] = [UngatePod(pod_ref(p)) for p in state.pods if p.gated]
+    if group is not None:
+        actions.append(DeleteObject(group.ref))
+    if state.workload_name is not None:
+        workload = ObjectRef(
+            API_VERSION, WORKLOAD_KIND, job.namespace, state.workload_name, state.workload_uid
+        )
+        actions.append(DeleteObject(workload))
+    if not actions:
+        return []
+    gated = sum(1 for p in state.pods if p.gated)
+    actions.append(
+        _event(
+            job.ref,
+            "Normal",
+            "ReleasedFromPhalanx",
+            f"the {keys.MANAGED_LABEL} label was removed: Phalanx no longer holds this Job's pods "
+            f"({gated} ungated, placed by kube-scheduler alone) and deleted its PodGroup and Workload",
+        )
+    )
+    return actions
+
+
 def plan(state: ClusterState, now: dt.datetime) -> Plan:
     ctx = _Pass(snapshot=state.snapshot, nodes=state.nodes, now=now)
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
+    groups_first: list[GroupPlan] = []  # Jobs released from Phalanx
     for job_state in state.jobs:
         job = job_state.job
         if job.key in state.backing_off:
             continue
+        if not job.managed:
+            letting_go = _let_go(job_state)
+            if letting_go:
+                groups_first.append(GroupPlan(job.key, tuple(letting_go), job.ref))
+            continue
         actions: list[Action] = []
-        if job.policy is None and state.announced_invalid.get(job.uid) != job.policy_error:
+        if job.policy is None:
             # Only reachable if the webhook was bypassed; said once per change, where the user looks.
-            actions.append(_event(job.ref, "Warning", "InvalidPolicy", job.policy_error))
-            actions.append(RememberAnnounced(job.uid, job.policy_error))
+            actions.extend(_announce_once(state, job, "policy", "InvalidPolicy", job.policy_error))
+        elif job_state.pod_group is not None:
+            ignored = _immutable_changes(job.policy, job_state.pod_group)
+            if ignored:
+                actions.extend(_announce_once(state, job, "immutable", "ImmutableChangeIgnored", ignored))
         group, created = _ensure_objects(job_state, state.priority_classes)
         actions.extend(created)
         prepared.append((job_state, actions, group))
@@ -363,7 +440,7 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
             else (1, dt.datetime.max.replace(tzinfo=dt.UTC), p[0].job.key)
         ),
     )
-    groups: list[GroupPlan] = []
+    groups: list[GroupPlan] = groups_first
     for job_state, actions, _ in ordered:
         view = views.get(job_state.job.key)
         released = 0

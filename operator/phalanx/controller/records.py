@@ -129,6 +129,8 @@ class JobRecord:
     uid: str
     namespace: str
     name: str
+    managed: bool  # carries phalanx.dev/managed=true now (False: released from Phalanx)
+    gated_template: bool  # its pod template carries Phalanx's gate (set by the webhook at creation)
     policy: JobPolicy | None  # None when the annotations are invalid (see policy_error)
     policy_error: str  # why the policy is invalid, "" when it is valid
     suspended: bool
@@ -172,11 +174,15 @@ class JobRecord:
         except JobPolicyError as e:
             policy, error = None, str(e)
         template = spec.get("template") or {}
-        priority_class = (template.get("spec") or {}).get("priorityClassName")
+        template_spec = template.get("spec") or {}
+        priority_class = template_spec.get("priorityClassName")
+        gates = [g.get("name") for g in template_spec.get("schedulingGates") or []]
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
+            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            gated_template=names.ADMISSION_GATE in gates,
             policy=policy,
             policy_error=error,
             suspended=bool(spec.get("suspend")),

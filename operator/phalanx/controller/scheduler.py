@@ -52,6 +52,7 @@ def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()
                 job=job,
                 pod_group=cache.pod_groups.of_job(uid),
                 workload_name=workload.name if workload is not None else None,
+                workload_uid=workload.uid if workload is not None else "",
                 pods=tuple(cache.job_pods(uid)),
             )
         )
@@ -60,7 +61,7 @@ def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()
         snapshot=cache.snapshot(),
         nodes=dict(cache.nodes),
         priority_classes=dict(cache.priority_classes),
-        announced_invalid=dict(cache.announced_invalid),
+        announced=dict(cache.announced),
         backing_off=backing_off,
     )
 

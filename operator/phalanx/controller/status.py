@@ -49,6 +49,7 @@ class GroupFacts:
     domain: str | None
     suspended: bool = False
     finished: bool = False
+    held: bool = True  # its pods are born behind Phalanx's gate (False: a Job labelled after creation)
 
 
 def _condition(
@@ -79,6 +80,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return Outcome(
             c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"
         )
+    if not facts.held and outcome is not None:
+        return outcome  # Phalanx admitted none of its pods: never say it did
     placed = facts.scheduled + facts.released
     need = facts.min_count if facts.gang else 1
     if outcome is not None and outcome.reason != c.REASON_ADMITTED and placed < need:

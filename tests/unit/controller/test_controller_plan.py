@@ -16,6 +16,7 @@ from phalanx.controller.actions import (
     Action,
     CreatePodGroup,
     CreateWorkload,
+    DeleteObject,
     LabelPod,
     PatchMinCount,
     PatchStatus,
@@ -59,8 +60,12 @@ def job_body(
     succeeded: int = 0,
     created: str = "2026-11-30T11:00:00Z",
     priority_class: str | None = None,
+    labelled_late: bool = False,
+    managed: bool = True,
 ) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": [{"name": "w", "image": "x"}]}
+    if not labelled_late and (annotations or {}).get("phalanx.dev/policy") != "basic":
+        pod_spec["schedulingGates"] = [GATE]  # what the webhook adds at creation
     if priority_class:
         pod_spec["priorityClassName"] = priority_class
     status: dict[str, Any] = {"succeeded": succeeded}
@@ -74,7 +79,7 @@ def job_body(
             "namespace": "ml",
             "uid": f"uid-{name}",
             "creationTimestamp": created,
-            "labels": {"phalanx.dev/managed": "true"},
+            "labels": {"phalanx.dev/managed": "true"} if managed else {},
             "annotations": dict(annotations or {}),
         },
         "spec": {
@@ -166,7 +171,7 @@ def state(
         snapshot=Snapshot.build(nodes, usage),
         nodes={n.name: n for n in nodes},
         backing_off=backing_off,
-        announced_invalid=announced or {},
+        announced=announced or {},
     )
 
 
@@ -384,7 +389,7 @@ def test_an_invalid_policy_is_announced_once_per_change() -> None:
     assert (event.type, event.reason) == ("Warning", "InvalidPolicy")
     assert "phalanx.dev/policy" in event.message
     (note,) = only(first.actions, RememberAnnounced)
-    again = plan(state([(job, None, [])], announced={note.job_uid: note.message}), NOW)
+    again = plan(state([(job, None, [])], announced={note.key: note.message}), NOW)
     assert again.actions == []
 
 
@@ -420,3 +425,40 @@ def test_a_basic_groups_pods_are_ungated_never_pinned() -> None:
     assert {u.pod.name for u in only(result.actions, UngatePod)} == {"train-0", "train-1"}
     assert not only(result.actions, ReleasePod)
     assert status_of(result).waiting == 0
+
+
+def test_a_job_labelled_after_its_creation_is_never_said_to_be_admitted() -> None:
+    job = job_body(labelled_late=True)
+    pods = [pod_body("train", i, gated=False, node=f"n{i + 1}", phase="Running") for i in range(4)]
+    result = plan(state([(job, group_of(job), pods)]), NOW)
+    status = status_of(result)
+    flag, reason, message = admitted_reason(status)
+    assert (flag, reason) == ("False", c.REASON_NOT_GATED)
+    assert "after its creation" in message
+    initial = status.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    assert initial is None
+    assert not only(result.actions, ReleasePod)
+
+
+def test_a_job_whose_label_was_removed_is_let_go_its_pods_ungated_and_our_objects_deleted() -> None:
+    job = job_body(annotations=TOPOLOGY, managed=False)
+    group = group_of(job_body(annotations=TOPOLOGY))
+    result = plan(state([(job, group, GATED4)]), NOW)
+    assert {u.pod.name for u in only(result.actions, UngatePod)} == {f"train-{i}" for i in range(4)}
+    deleted = {(d.target.kind, d.target.name) for d in only(result.actions, DeleteObject)}
+    assert deleted == {("PodGroup", group.name), ("Workload", "train-wl")}
+    (event,) = only(result.actions, PostEvent)
+    assert event.reason == "ReleasedFromPhalanx" and "4 ungated" in event.message
+    assert not only(result.actions, ReleasePod)
+
+
+def test_an_immutable_annotation_changed_around_the_webhook_is_said_once_and_not_applied() -> None:
+    group = group_of(job_body(annotations=TOPOLOGY))
+    job = job_body(annotations={"phalanx.dev/topology-key": "example.com/rack"})
+    first = plan(state([(job, group, GATED4)]), NOW)
+    warnings = [e for e in only(first.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
+    assert len(warnings) == 1 and "phalanx.dev/topology-key" in warnings[0].message
+    assert only(first.actions, RecordAdmission)[0].admission.domain == "nb-a"  # still the block key
+    (note,) = only(first.actions, RememberAnnounced)
+    again = plan(state([(job, group, GATED4)], announced={note.key: note.message}), NOW)
+    assert not [e for e in only(again.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
