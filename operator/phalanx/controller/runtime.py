@@ -22,6 +22,7 @@ from phalanx.controller.events import EventRecorder
 from phalanx.controller.health import Health
 from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
+from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
 from phalanx.controller.scheduler import Scheduler
 from phalanx.controller.settings import Settings
 
@@ -109,6 +110,7 @@ class Runtime:
         self.recorder: EventRecorder | None = None
         self.scheduler: Scheduler | None = None
         self._task: asyncio.Task[None] | None = None
+        self._election: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -132,6 +134,9 @@ class Runtime:
         self.health.mark_crds_installed()
         await self._prime_cache()
         self.health.mark_cache_primed()
+        if self.settings.leader_election:
+            self._start_election()
+            return
         self.start_loop()
         log.info(
             "scheduling loop started with %d nodes, %d pods, %d managed jobs",
@@ -139,6 +144,33 @@ class Runtime:
             len(self.cache.pods),
             len(self.cache.jobs),
         )
+
+    # ------------------------------------------------------------------ leader election
+    def _start_election(self) -> None:
+        """Watches, cache and webhook run on every replica; the loop only while this one holds the Lease."""
+        assert self.api is not None
+        s = self.settings
+        lease = f"Lease {s.lease_namespace}/{s.lease_name}"
+        elector = LeaderElector(
+            KubeLeaseStore(self.api, s.lease_namespace, s.lease_name),
+            s.identity,
+            self._lead,
+            Timing(s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds),
+            describe=lease,
+        )
+        self._election = asyncio.create_task(elector.run(), name="phalanx-leader-election")
+        log.info("cache primed; competing for %s as %s", lease, s.identity)
+
+    async def _lead(self) -> None:
+        """The leader's work: the loop on the warm cache, until the elector cancels this."""
+        self.cache.changed.set()  # a first pass at once
+        self.start_loop()
+        log.info("scheduling loop started (leader) with %d managed jobs", len(self.cache.jobs))
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            await self.stop_loop()
 
     # ------------------------------------------------------------------ the scheduling loop
     def start_loop(self) -> None:
@@ -246,7 +278,11 @@ class Runtime:
             self.cache.upsert_priority_class(item)
 
     async def stop(self) -> None:
-        """Bounded: the loop is cancelled, the servers closed; nothing here waits on the apiserver."""
+        """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the
+        apiserver (at most the renew deadline or 5 s)."""
+        if self._election is not None:
+            self._election.cancel()  # stops the loop, then releases the Lease
+            await asyncio.wait({self._election})
         await self.stop_loop()
         if self._http is not None:
             await self._http.stop()
