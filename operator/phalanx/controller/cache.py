@@ -210,22 +210,25 @@ class ClusterCache:
 
     # -- jobs
     def upsert_job(self, body: Mapping[str, Any]) -> None:
-        """A managed Job, or one that was (its label removed: kept until Phalanx has let it go)."""
+        """A managed Job, or one Phalanx still has to let go of (see _worth_keeping)."""
         record = JobRecord.from_body(body)
         old = self.jobs.get(record.uid)
-        if not record.managed and old is None and self.pod_groups.of_job(record.uid) is None:
-            return  # never ours: not worth a record
-        if (
-            not record.managed
-            and self.pod_groups.of_job(record.uid) is None
-            and (self.workloads.of_job(record.uid) is None)
-        ):
-            # Released and nothing of ours is left: forget it.
-            self.delete_job(record.uid)
+        if not self._worth_keeping(record):
+            if old is not None:
+                self.delete_job(record.uid)
             return
         self.jobs[record.uid] = record
         if old != record:
             self._touch()
+
+    def _worth_keeping(self, job: JobRecord) -> bool:
+        """Managed Jobs; and unmanaged ones Phalanx still has to let go of: objects of ours to delete, or
+        a template carrying our gate (label removed, or YAML copied from a gang Job) whose pods we ungate."""
+        if job.managed:
+            return True
+        if self.pod_groups.of_job(job.uid) is not None or self.workloads.of_job(job.uid) is not None:
+            return True
+        return job.gated_template and not job.finished
 
     def delete_job(self, uid: str) -> None:
         for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
@@ -287,13 +290,8 @@ class ClusterCache:
             if store.by_job.get(old.job_uid) == key:
                 del store.by_job[old.job_uid]
             job = self.jobs.get(old.job_uid)
-            if (
-                job is not None
-                and not job.managed
-                and self.pod_groups.of_job(job.uid) is None
-                and (self.workloads.of_job(job.uid) is None)
-            ):
-                self.delete_job(job.uid)  # released, and nothing of ours is left
+            if job is not None and not self._worth_keeping(job):
+                self.delete_job(job.uid)
             self._touch()
 
     # -- priority classes

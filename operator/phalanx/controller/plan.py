@@ -379,7 +379,7 @@ def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
 
 
 def _let_go(state: JobState) -> list[Action]:
-    """A Job whose managed label was removed: ungate its pods, delete our objects, say so."""
+    """A Job not (or no longer) managed: ungate its pods, delete our objects and say so (once)."""
     job, group = state.job, state.pod_group
     actions: list[Action] = [UngatePod(pod_ref(p)) for p in state.pods if p.gated]
     if group is not None:
@@ -389,15 +389,15 @@ def _let_go(state: JobState) -> list[Action]:
             API_VERSION, WORKLOAD_KIND, job.namespace, state.workload_name, state.workload_uid
         )
         actions.append(DeleteObject(workload))
-    if not actions:
-        return []
+    if group is None and state.workload_name is None:
+        return actions  # let go before: only pods born since to ungate
     gated = sum(1 for p in state.pods if p.gated)
     actions.append(
         _event(
             job.ref,
             "Normal",
             "ReleasedFromPhalanx",
-            f"the {keys.MANAGED_LABEL} label was removed: Phalanx no longer holds this Job's pods "
+            f"the Job is not labelled {keys.MANAGED_LABEL}=true: Phalanx no longer holds its pods "
             f"({gated} ungated, placed by kube-scheduler alone) and deleted its PodGroup and Workload",
         )
     )
