@@ -41,7 +41,7 @@ from phalanx.controller import metrics
 log = logging.getLogger("phalanx.leader")
 
 JITTER_FACTOR = 1.2  # client-go's: a candidate retries after retry_period * (1 + [0, 1.2))
-RELEASE_TIMEOUT_SECONDS = 5.0
+RELEASE_TIMEOUT_SECONDS = 2.0  # within `phalanx run`'s bounded stop (main.HARD_EXIT_SECONDS)
 
 
 # ---------------------------------------------------------------------- pure rules

@@ -279,7 +279,7 @@ class Runtime:
 
     async def stop(self) -> None:
         """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the
-        apiserver (at most the renew deadline or 5 s)."""
+        apiserver (at most 2 s)."""
         if self._election is not None:
             self._election.cancel()  # stops the loop, then releases the Lease
             await asyncio.wait({self._election})
