@@ -120,8 +120,13 @@ def default_min_count(parallelism: int) -> int:
     return max(1, parallelism)
 
 
-def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
-    """The policy a Job asks for; raises JobPolicyError listing every invalid annotation."""
+def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPolicy:
+    """The policy a Job asks for; raises JobPolicyError listing every invalid annotation.
+
+    `running`: the Job exists and may have been scaled below its min-count (to drain it, say); the gang
+    then clamps to what the Job runs at once, as for its last wave, instead of being an error. At
+    creation (`running=False`) such a min-count is refused.
+    """
     annotations: Mapping[str, Any] = (job.get("metadata") or {}).get("annotations") or {}
     spec: Mapping[str, Any] = job.get("spec") or {}
     problems: list[PolicyProblem] = []
@@ -161,6 +166,8 @@ def parse_job_policy(job: Mapping[str, Any]) -> JobPolicy:
             min_count = int(raw_min)
             if min_count < 1:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} must be at least 1")
+            elif running and min_count > at_once:
+                min_count = default_min_count(at_once)
             elif min_count > parallelism:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} is greater than parallelism {parallelism}")
             elif min_count > at_once:

@@ -77,6 +77,8 @@ class GroupStatus(ApiModel):
     """The topology domain the group was placed in, for kubectl get."""
     admission: Admission | None = None
     """The current placement decision, if any."""
+    admissions: int | None = Field(default=None, ge=0)
+    """How many placement decisions were made for this group so far (the next one's attempt number)."""
     scheduled: int | None = Field(default=None, ge=0)
     """How many members are bound to nodes."""
     waiting: int | None = Field(default=None, ge=0)

@@ -37,6 +37,8 @@ runtime = Runtime()
 )
 def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
+    if not runtime.settings.watches(str(body.get("metadata", {}).get("namespace") or "")):
+        return  # another operator's namespace (--namespaces): no gate nobody would remove
     try:
         policy = parse_job_policy(body)
     except JobPolicyError as e:
@@ -75,13 +77,13 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
     """Edited annotations get the same checks as at creation; as upstream, only the gang size may change."""
     try:
-        new_policy = parse_job_policy(body)
+        new_policy = parse_job_policy(body, running=True)
     except JobPolicyError as e:
         raise kopf.AdmissionError(str(e), code=422) from e
     if old is None:
         return
     try:
-        old_policy = parse_job_policy(old)
+        old_policy = parse_job_policy(old, running=True)
     except JobPolicyError:
         return  # it was invalid before (created around the webhook): let the user fix it
     changed = [
@@ -121,6 +123,8 @@ async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
 async def job_event(event: kopf.RawEvent, **_: Any) -> None:
     """Every Job, not only labelled ones: a Job whose label was removed must be seen to be released."""
     body = event["object"]
+    if not runtime.settings.watches(str(body["metadata"].get("namespace") or "")):
+        return
     if event["type"] == "DELETED":
         runtime.cache.delete_job(body["metadata"]["uid"])
     else:

@@ -149,16 +149,16 @@ def _ensure_objects(
         return None, actions
     priority = _priority(job, classes)
     workload_name = state.workload_name
+    made = ""
     if workload_name is None:
         workload = Workload.model_validate(build_workload(job.body, policy, priority))
         workload_name = str(workload.metadata["name"])
         actions.append(CreateWorkload(workload))
+        made = f"Workload {workload_name} and "
     pod_group = PodGroup.model_validate(build_pod_group(job.body, workload_name, policy, priority))
     actions.append(CreatePodGroup(pod_group, workload_name))
     name = str(pod_group.metadata["name"])
-    actions.append(
-        _event(job.ref, "Normal", "PodGroupCreated", f"created Workload {workload_name} and PodGroup {name}")
-    )
+    actions.append(_event(job.ref, "Normal", "PodGroupCreated", f"created {made}PodGroup {name}"))
     planned = PodGroupRecord(
         uid="",  # known once created; the applier fills it in where an event needs it
         namespace=job.namespace,
@@ -222,6 +222,8 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     group, job = view.group, view.job
     outcome: st.Outcome | None = None
     domain = _domain_of(view, ctx.nodes)
+    if domain is None and job.finished:
+        domain = group.status.domain  # where it ran: its pods are gone, the answer stays
     admission = group.status.admission
     released_now = 0
     ungated = 0
@@ -276,7 +278,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                         Assignment(pod=pod.split("/", 1)[1], node=node) for pod, node in decision.assignments
                     ],
                     admitted_at=ctx.now,
-                    attempt=group.status.admission.attempt + 1 if group.status.admission else 0,
+                    attempt=st.next_attempt(group.status),
                 )
                 by_key = {p.key: p for p in ready}
                 actions.append(RecordAdmission(group.ref, admission))
@@ -310,6 +312,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         suspended=job.suspended,
         finished=job.finished,
         held=job.gated_template or not view.gang,
+        finished_how=job.finished_how,
     )
     # Every pod carries its PodGroup's name, also while it waits (a release sets it in the same request).
     label = pod_group_label_value(group.name)

@@ -136,6 +136,7 @@ class JobRecord:
     suspended: bool
     finished: bool
     created: dt.datetime | None
+    finished_how: str  # "" while it runs; "succeeded", or "failed (<reason>: <message>)"
     remaining: int | None  # completions still to make (None: the Job has no completion count)
     # The builders of our objects need the Job's labels, annotations and template: a slim copy.
     body: Mapping[str, Any] = field(compare=False, hash=False)
@@ -155,10 +156,21 @@ class JobRecord:
         meta = _meta(body)
         spec = body.get("spec") or {}
         status = body.get("status") or {}
-        finished = any(
-            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-            for c in status.get("conditions") or []
+        final = next(
+            (
+                c
+                for c in status.get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
+            None,
         )
+        finished = final is not None
+        finished_how = ""
+        if final is not None and final.get("type") == "Complete":
+            finished_how = "succeeded"
+        elif final is not None:
+            why = ": ".join(str(x) for x in (final.get("reason"), final.get("message")) if x)
+            finished_how = f"failed ({why})" if why else "failed"
         slim = {
             "apiVersion": JOB_API_VERSION,
             "kind": "Job",
@@ -170,7 +182,7 @@ class JobRecord:
         }
         policy: JobPolicy | None
         try:
-            policy, error = parse_job_policy(slim), ""
+            policy, error = parse_job_policy(slim, running=True), ""
         except JobPolicyError as e:
             policy, error = None, str(e)
         template = spec.get("template") or {}
@@ -188,6 +200,7 @@ class JobRecord:
             suspended=bool(spec.get("suspend")),
             finished=finished,
             created=parse_time(meta.get("creationTimestamp")),
+            finished_how=finished_how,
             remaining=_remaining(spec, status),
             body=slim,
             body_digest=(

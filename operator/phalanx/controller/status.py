@@ -28,7 +28,7 @@ from phalanx.api.status import (
 )
 
 # A status patch replaces these whole; a None among them is written as null (cleared).
-STATUS_FIELDS = ("conditions", "phase", "policy", "domain", "admission", "scheduled", "waiting")
+STATUS_FIELDS = ("conditions", "phase", "policy", "domain", "admission", "admissions", "scheduled", "waiting")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class GroupFacts:
     suspended: bool = False
     finished: bool = False
     held: bool = True  # its pods are born behind Phalanx's gate (False: a Job labelled after creation)
+    finished_how: str = ""  # "succeeded" or "failed (...)" once finished
 
 
 def _condition(
@@ -75,7 +76,7 @@ def _condition(
 def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condition | None) -> Outcome:
     """The Admitted condition's reason and message now."""
     if facts.finished:
-        return Outcome(c.REASON_FINISHED, "the Job finished")
+        return Outcome(c.REASON_FINISHED, f"the Job {facts.finished_how or 'finished'}")
     if facts.suspended:
         return Outcome(
             c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"
@@ -163,9 +164,22 @@ def desired_status(
         policy=GANG if facts.gang else BASIC,
         domain=facts.domain,
         admission=admission,
+        admissions=_admissions(current, admission),
         scheduled=facts.scheduled,
         waiting=facts.waiting,
     )
+
+
+def next_attempt(current: PodGroupStatus) -> int:
+    """The attempt number of the next decision: it never goes back, also after a decision is cleared."""
+    recorded = current.admission.attempt + 1 if current.admission is not None else 0
+    return max(current.admissions or 0, recorded)
+
+
+def _admissions(current: PodGroupStatus, admission: Admission | None) -> int | None:
+    made = admission.attempt + 1 if admission is not None else 0
+    total = max(current.admissions or 0, made)
+    return total or None
 
 
 def _comparable(status: PodGroupStatus) -> tuple[Any, ...]:
@@ -185,6 +199,7 @@ def _comparable(status: PodGroupStatus) -> tuple[Any, ...]:
         status.policy,
         status.domain,
         decision,
+        status.admissions,
         status.scheduled,
         status.waiting,
     )

@@ -309,3 +309,13 @@ def test_valid_policies_round_trip_through_annotations(body: dict[str, Any]) -> 
     policy = parse_job_policy(body)
     body["metadata"]["annotations"] = annotations_for(policy)
     assert parse_job_policy(body) == policy
+
+
+def test_a_running_job_scaled_below_its_min_count_clamps_the_gang_instead_of_failing() -> None:
+    body = job({MIN_COUNT_ANNOTATION: "4"}, 4)
+    body["spec"]["parallelism"] = 0  # drained
+    with pytest.raises(JobPolicyError, match="greater than parallelism 0"):
+        parse_job_policy(body)  # at creation: refused
+    assert parse_job_policy(body, running=True).min_count == 1
+    body["spec"]["parallelism"] = 2
+    assert parse_job_policy(body, running=True).min_count == 2

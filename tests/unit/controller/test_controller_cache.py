@@ -189,7 +189,7 @@ def test_a_job_record_knows_what_is_left_of_the_job() -> None:
 
 def test_a_job_record_carries_its_parsed_policy_or_why_it_is_invalid() -> None:
     body = job_body(4, 0)
-    body["metadata"]["annotations"] = {"phalanx.dev/min-count": "9"}
+    body["metadata"]["annotations"] = {"phalanx.dev/min-count": "zero"}
     record = JobRecord.from_body(body)
     assert record.policy is None and "phalanx.dev/min-count" in record.policy_error
     body["metadata"]["annotations"] = {"phalanx.dev/min-count": "2"}

@@ -462,3 +462,31 @@ def test_an_immutable_annotation_changed_around_the_webhook_is_said_once_and_not
     (note,) = only(first.actions, RememberAnnounced)
     again = plan(state([(job, group, GATED4)], announced={note.key: note.message}), NOW)
     assert not [e for e in only(again.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
+
+
+def test_the_attempt_number_never_goes_back_after_a_decision_is_cleared() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    first = plan(state([(job, group_of(job), GATED4)]), NOW)
+    admitted = status_of(first)
+    assert admitted.admission is not None and admitted.admission.attempt == 0
+    assert admitted.admissions == 1
+    suspended = plan(
+        state([(job_body(annotations=TOPOLOGY, suspend=True), group_of(job, admitted), [])]), NOW
+    )
+    cleared = status_of(suspended)
+    assert cleared.admission is None and cleared.admissions == 1
+    resumed = plan(state([(job, group_of(job, cleared), GATED4)]), NOW)
+    (decision,) = only(resumed.actions, RecordAdmission)
+    assert decision.admission.attempt == 1
+
+
+def test_a_finished_job_keeps_its_domain_and_says_how_it_ended() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    running = status_of(plan(state([(job, group_of(job), GATED4)]), NOW))
+    failed = job_body(annotations=TOPOLOGY, finished=True)
+    failed["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "too many failures"}
+    ]
+    status = status_of(plan(state([(failed, group_of(job, running), [])]), NOW))
+    assert status.phase == "Finished" and status.domain == "nb-a"
+    assert admitted_reason(status)[2] == "the Job failed (BackoffLimitExceeded: too many failures)"
