@@ -7,12 +7,13 @@ import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
@@ -98,6 +99,23 @@ class ObservedWebhookServer(kopf.WebhookServer):
         async for client_config in super().__call__(fn):
             self.on_listening()
             yield client_config
+
+
+async def list_items(call: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+    """A LIST read raw (no model parsing of thousands of objects), retried like every call.
+
+    With `_preload_content=False` the client does not raise on an error status: check it here, so a
+    403 or 500 is an ApiException (retried when transient) rather than a KeyError on its body.
+    """
+
+    async def once() -> list[dict[str, Any]]:
+        response = await call()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason)
+        items: list[dict[str, Any]] = (await response.json())["items"]
+        return items
+
+    return await retrying(once, verb="list")
 
 
 class Runtime:
@@ -240,42 +258,39 @@ class Runtime:
         core = client.CoreV1Api(self.api)
         batch = client.BatchV1Api(self.api)
         custom = client.CustomObjectsApi(self.api)
-        nodes, pods, jobs = await asyncio.gather(
-            retrying(lambda: core.list_node(_preload_content=False), verb="list"),
-            retrying(lambda: core.list_pod_for_all_namespaces(_preload_content=False), verb="list"),
-            retrying(
+        scheduling = client.SchedulingV1Api(self.api)
+        nodes, pods, jobs, classes, workloads, groups = await asyncio.gather(
+            list_items(lambda: core.list_node(_preload_content=False)),
+            list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
+            list_items(
                 lambda: batch.list_job_for_all_namespaces(
                     label_selector="phalanx.dev/managed=true", _preload_content=False
-                ),
-                verb="list",
+                )
+            ),
+            list_items(lambda: scheduling.list_priority_class(_preload_content=False)),
+            list_items(
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "workloads", _preload_content=False)
+            ),
+            list_items(
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", _preload_content=False)
             ),
         )
-        for item in (await nodes.json())["items"]:
+        for item in nodes:
             self.cache.upsert_node(item)
-        for item in (await pods.json())["items"]:
+        for item in pods:
             self.cache.upsert_pod(item)
-        for item in (await jobs.json())["items"]:
+        for item in classes:
+            self.cache.upsert_priority_class(item)
+        for item in workloads:
+            self.cache.upsert_workload(item)
+        for item in groups:
+            self.cache.upsert_pod_group(item)
+        for item in jobs:  # after our objects: a Job is kept while objects of ours exist for it
             if not self.settings.watches(item["metadata"]["namespace"]):
                 continue
             item.setdefault("apiVersion", "batch/v1")
             item.setdefault("kind", "Job")
             self.cache.upsert_job(item)
-        for plural in ("workloads", "podgroups"):
-            listing: dict[str, Any] = await retrying(
-                lambda plural=plural: custom.list_cluster_custom_object(GROUP, VERSION, plural),  # type: ignore[misc]
-                verb="list",
-            )
-            for item in listing["items"]:
-                if plural == "workloads":
-                    self.cache.upsert_workload(item)
-                else:
-                    self.cache.upsert_pod_group(item)
-        classes = await retrying(
-            lambda: client.SchedulingV1Api(self.api).list_priority_class(_preload_content=False),
-            verb="list",
-        )
-        for item in (await classes.json())["items"]:
-            self.cache.upsert_priority_class(item)
 
     async def stop(self) -> None:
         """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the
