@@ -14,6 +14,8 @@ import asyncio
 import logging
 import os
 import signal
+import socket
+import sys
 
 import kopf
 
@@ -27,7 +29,28 @@ STOPPING_REQUEST_TIMEOUT = 2.0  # seconds for each of Kopf's requests once stopp
 STOPPING_CONNECT_TIMEOUT = 1.0
 
 
+def webhook_port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on the webhook's address (bound without SO_REUSEPORT, a test
+    bind fails then, also against a socket that was bound with it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def run_operator(settings: Settings) -> int:
+    if not settings.webhook_cert_dir and webhook_port_taken(settings.webhook_host, settings.webhook_port):
+        # Kopf's server binds with SO_REUSEPORT, so a second instance would start "fine", share the port
+        # and overwrite the webhook configuration's caBundle with its own CA: x509 errors for the first.
+        print(
+            f"phalanx run: {settings.webhook_host}:{settings.webhook_port} is already in use "
+            "(another phalanx run?). Give each instance its own --webhook-port, or let replicas share "
+            "the port and one CA with the same --webhook-cert-dir.",
+            file=sys.stderr,
+        )
+        return 1
     if settings.kubeconfig:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
