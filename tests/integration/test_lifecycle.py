@@ -114,3 +114,37 @@ def test_an_immutable_annotation_changed_while_phalanx_was_down_gets_one_warning
     )
     assert "phalanx.dev/topology-key" in event["message"]
     hold("said once", lambda: event_count(ns, "moved", "ImmutableChangeIgnored") == 1, seconds=3)
+
+
+def test_a_hand_edit_of_a_job_owned_pod_group_is_refused_and_the_job_is_the_way(ns: Namespace) -> None:
+    ns.create(managed_job("owned", 4, **{"phalanx.dev/min-count": "4"}))
+    group = wait_for("the PodGroup", lambda: group_of(ns, "owned"))
+    path = f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns.name}/podgroups/{group['metadata']['name']}"
+    edit = {"spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}
+    with pytest.raises(ApiError) as refused:
+        ns.api.request("PATCH", path, edit, "application/merge-patch+json")
+    assert "phalanx.dev/min-count" in str(refused.value)
+    # The Job is the source of truth: its annotation changes the gang size, through the same webhook.
+    ns.patch_job("owned", {"metadata": {"annotations": {"phalanx.dev/min-count": "3"}}})
+    wait_for(
+        "minCount 3 on the PodGroup",
+        lambda: ns.get(path)["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3,
+    )
+
+
+def test_a_pod_group_made_by_hand_stays_editable(ns: Namespace) -> None:
+    body = {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "by-hand"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    ns.create(body)
+    path = f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns.name}/podgroups/by-hand"
+    ns.api.request(
+        "PATCH",
+        path,
+        {"spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}},
+        "application/merge-patch+json",
+    )
+    assert ns.get(path)["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3

@@ -6,6 +6,7 @@ Pods: only `on.event` and admission handlers are used); decisions belong to the 
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -20,6 +21,7 @@ from phalanx.controller.runtime import login as runtime_login
 log = logging.getLogger("phalanx.handlers")
 WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>
 VALIDATE_ID = "validate-job"
+VALIDATE_POD_GROUP_ID = "validate-podgroup"
 runtime = Runtime()
 
 
@@ -97,6 +99,50 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
     ]
     if changed:
         raise kopf.AdmissionError("; ".join(changed), code=422)
+
+
+@kopf.on.validate(
+    GROUP,
+    VERSION,
+    "podgroups",
+    id=VALIDATE_POD_GROUP_ID,
+    operations=["UPDATE"],
+    labels={names.JOB_UID_LABEL: kopf.PRESENT},  # groups made for Jobs; hand-made ones stay editable
+    persistent=True,
+    # Fail open, as for Jobs: with Phalanx away, garbage collection's metadata updates must not block;
+    # the loop puts the Job's gang size back before it decides anything.
+    ignore_failures=True,
+    side_effects=False,
+)
+def validate_pod_group_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+    """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the Job's."""
+    if old is None or dict(body.get("spec") or {}) == dict(old.get("spec") or {}):
+        return
+    meta = body.get("metadata") or {}
+    job_uid = str((meta.get("labels") or {}).get(names.JOB_UID_LABEL) or "")
+    job_name = str((meta.get("labels") or {}).get(names.JOB_NAME_LABEL) or job_uid)
+    job = runtime.cache.jobs.get(job_uid)
+    wanted = job.policy.min_count if job is not None and job.policy is not None else None
+    if wanted is not None and _only_min_count_changed(old.get("spec") or {}, body.get("spec") or {}, wanted):
+        return
+    raise kopf.AdmissionError(
+        f"PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
+        f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; the other "
+        "settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay editable)",
+        code=422,
+    )
+
+
+def _only_min_count_changed(old: Any, new: Any, wanted: int) -> bool:
+    gang = ((new.get("schedulingPolicy") or {}).get("gang")) or {}
+    if gang.get("minCount") != wanted:
+        return False
+    expected = copy.deepcopy(dict(old))
+    old_gang = (expected.get("schedulingPolicy") or {}).get("gang")
+    if old_gang is None:
+        return False
+    old_gang["minCount"] = wanted
+    return bool(expected == dict(new))
 
 
 # ---------------------------------------------------------------------- watches → cache
