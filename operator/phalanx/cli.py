@@ -24,6 +24,14 @@ def _dev_cluster(args: argparse.Namespace) -> int:
             print(json.dumps(info, indent=2))
             return 0 if info["state"] == "running" else 3
         else:
+            state = cluster.status()["state"]
+            if state == "absent":
+                raise ClusterError(f"no dev cluster in {args.dir}; start one with `phalanx dev-cluster up`")
+            if state != "running":
+                raise ClusterError(
+                    f"the cluster in {args.dir} is stopped; start it with "
+                    f"`phalanx dev-cluster up --dir {args.dir}`"
+                )
             client = load_state(Path(args.dir)).client()
             if args.action == "fill":
                 print("\n".join(tools.fill(client, args.namespace, args.nodes)))

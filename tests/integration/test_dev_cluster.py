@@ -65,6 +65,9 @@ def test_up_status_down_through_the_cli_leaves_no_process(tmp_path: Path) -> Non
     assert all(not pid_alive(pid) for pid in running)
     status = subprocess.run([*cli, "status", "--dir", str(folder)], capture_output=True, text=True)
     assert status.returncode == 3 and '"state": "stopped"' in status.stdout
+    where = subprocess.run([*cli, "where", "--dir", str(folder)], capture_output=True, text=True)
+    assert where.returncode == 1
+    assert f"the cluster in {folder} is stopped" in where.stderr and "Traceback" not in where.stderr
 
 
 def node_ready(api: RestClient, node: str) -> str:
