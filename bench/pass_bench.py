@@ -248,8 +248,8 @@ def write_doc(rows: list[dict[str, Any]], rss: dict[str, Any] | None) -> None:
             f"Memory: a process whose cache holds {rss['nodes']:,} nodes and {rss['pods']:,} pods",
             "(records, indexes and the LiveSnapshot, parsed from API bodies like the watches') has an RSS",
             f"of {rss['rss_mib']:.0f} MiB, of which {rss['cache_mib']:.0f} MiB is the cache",
-            "(`python bench/pass_bench.py --rss`; goal under 300 MB). Kopf's watch streams come on top in",
-            "the operator; they keep no bodies (the handlers use `on.event` only).",
+            "(`python bench/pass_bench.py --rss`; goal under 300 MB). The running operator adds Kopf's",
+            "watch machinery on top, which this figure does not include.",
         ]
     section = "\n".join(lines) + "\n\n"
     text = DOC.read_text()

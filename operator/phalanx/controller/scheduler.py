@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from phalanx.controller import metrics
@@ -43,7 +44,7 @@ class KubeEvents:
 
 
 def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()) -> ClusterState:
-    """One consistent view of the cache for `plan()` (records are immutable; the snapshot too)."""
+    """One consistent view of the cache for `plan()` (records and the snapshot are immutable)."""
     jobs = []
     for uid, job in cache.jobs.items():
         workload = cache.workloads.of_job(uid)
@@ -59,8 +60,10 @@ def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()
     return ClusterState(
         jobs=tuple(jobs),
         snapshot=cache.snapshot(),
-        nodes=dict(cache.nodes),
-        priority_classes=dict(cache.priority_classes),
+        # Read-only views, not copies (50,000 nodes): plan() reads them synchronously, before the
+        # applier changes anything.
+        nodes=MappingProxyType(cache.nodes),
+        priority_classes=MappingProxyType(cache.priority_classes),
         announced=dict(cache.announced),
         backing_off=backing_off,
     )
