@@ -20,11 +20,13 @@ from phalanx.api.keys import (
     MANAGED_VALUE,
     MIN_COUNT_ANNOTATION,
     POLICY_ANNOTATION,
+    PREEMPTION_POLICY_ANNOTATION,
     TOPOLOGY_KEY_ANNOTATION,
 )
 
 PolicyKind = Literal["gang", "basic"]
 DisruptionModeKind = Literal["single", "all"]
+PreemptionPolicyKind = Literal["PreemptLowerPriority", "Never"]
 POLICY_GANG: Final = "gang"
 POLICY_BASIC: Final = "basic"
 MODE_SINGLE: Final = "single"
@@ -87,6 +89,8 @@ class JobPolicy:
     disruption_mode: DisruptionModeKind = DEFAULT_DISRUPTION_MODE
     priority_class_name: str | None = None
     """From the pod template."""
+    preemption_policy: PreemptionPolicyKind | None = None
+    """From the annotation; None: the PriorityClass's (PreemptLowerPriority without one)."""
     parallelism: int = 1
     """The Job's parallelism (1 when unset)."""
 
@@ -199,6 +203,14 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
             # KEP-5710: a basic group's pods are independent, so they cannot be disrupted as one.
             problem(DISRUPTION_MODE_ANNOTATION, f"{_quote(raw_mode)} needs policy gang, but {policy_text}")
 
+    raw_preemption = _value(annotations, PREEMPTION_POLICY_ANNOTATION)
+    preemption: PreemptionPolicyKind | None = None
+    if raw_preemption is not None:
+        preemption = _choice(raw_preemption, get_args(PreemptionPolicyKind))
+        if preemption is None:
+            choices = _listing(PreemptionPolicyKind)
+            problem(PREEMPTION_POLICY_ANNOTATION, f"{_quote(raw_preemption)} is not one of {choices}")
+
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
@@ -209,6 +221,7 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         topology_key=topology_key,
         disruption_mode=mode,
         priority_class_name=template_spec.get("priorityClassName") or None,
+        preemption_policy=preemption,
         parallelism=parallelism,
     )
 
@@ -242,6 +255,8 @@ def annotations_for(policy: JobPolicy) -> dict[str, str]:
         annotations[MIN_COUNT_ANNOTATION] = str(policy.min_count)
     if policy.topology_key is not None:
         annotations[TOPOLOGY_KEY_ANNOTATION] = policy.topology_key
+    if policy.preemption_policy is not None:
+        annotations[PREEMPTION_POLICY_ANNOTATION] = policy.preemption_policy
     return annotations
 
 

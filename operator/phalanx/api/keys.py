@@ -11,11 +11,13 @@ POLICY_ANNOTATION = f"{PREFIX}/policy"
 MIN_COUNT_ANNOTATION = f"{PREFIX}/min-count"
 TOPOLOGY_KEY_ANNOTATION = f"{PREFIX}/topology-key"
 DISRUPTION_MODE_ANNOTATION = f"{PREFIX}/disruption-mode"
+PREEMPTION_POLICY_ANNOTATION = f"{PREFIX}/preemption-policy"
 POLICY_ANNOTATIONS = (
     POLICY_ANNOTATION,
     MIN_COUNT_ANNOTATION,
     TOPOLOGY_KEY_ANNOTATION,
     DISRUPTION_MODE_ANNOTATION,
+    PREEMPTION_POLICY_ANNOTATION,
 )
 
 # On pods: held back by this scheduling gate until their group is admitted.

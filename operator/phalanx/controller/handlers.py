@@ -94,6 +94,7 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
             (names.POLICY_ANNOTATION, old_policy.policy, new_policy.policy),
             (names.TOPOLOGY_KEY_ANNOTATION, old_policy.topology_key, new_policy.topology_key),
             (names.DISRUPTION_MODE_ANNOTATION, old_policy.disruption_mode, new_policy.disruption_mode),
+            (names.PREEMPTION_POLICY_ANNOTATION, old_policy.preemption_policy, new_policy.preemption_policy),
         )
         if before != after
     ]

@@ -23,7 +23,7 @@ from phalanx.api.group import API_VERSION, WORKLOAD_KIND
 from phalanx.api.job_policy import JobPolicy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.podgroup import PodGroup
-from phalanx.api.scheduling import SchedulingPolicy
+from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy, SchedulingPolicy
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
 from phalanx.api.workload import Workload
 from phalanx.controller import status as st
@@ -118,10 +118,22 @@ def pod_ref(pod: PodRecord) -> ObjectRef:
     return ObjectRef(POD_API_VERSION, "Pod", pod.namespace, pod.name, pod.uid)
 
 
-def _priority(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> int | None:
+def _priority_class(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> PriorityClassRecord | None:
+    """The Job's PriorityClass, or the cluster's global default one when it names none (as the Priority
+    admission plugin does for its pods)."""
     name = job.policy.priority_class_name if job.policy else None
-    record = classes.get(name) if name else None
-    return record.value if record is not None else None
+    if name:
+        return classes.get(name)
+    return next((c for c in classes.values() if c.global_default), None)
+
+
+def _preemption_policy(job: JobRecord, priority_class: PriorityClassRecord | None) -> PreemptionPolicy:
+    """The Job's annotation, else its PriorityClass's, else PreemptLowerPriority."""
+    if job.policy is not None and job.policy.preemption_policy is not None:
+        return job.policy.preemption_policy
+    if priority_class is not None and priority_class.preemption_policy == PREEMPT_NEVER:
+        return PREEMPT_NEVER
+    return PREEMPT_LOWER_PRIORITY
 
 
 def _ensure_objects(
@@ -147,15 +159,19 @@ def _ensure_objects(
         return group, actions
     if policy is None:
         return None, actions
-    priority = _priority(job, classes)
+    priority_class = _priority_class(job, classes)
+    priority = priority_class.value if priority_class is not None else None
+    preemption = _preemption_policy(job, priority_class)
     workload_name = state.workload_name
     made = ""
     if workload_name is None:
-        workload = Workload.model_validate(build_workload(job.body, policy, priority))
+        workload = Workload.model_validate(build_workload(job.body, policy, priority, preemption))
         workload_name = str(workload.metadata["name"])
         actions.append(CreateWorkload(workload))
         made = f"Workload {workload_name} and "
-    pod_group = PodGroup.model_validate(build_pod_group(job.body, workload_name, policy, priority))
+    pod_group = PodGroup.model_validate(
+        build_pod_group(job.body, workload_name, policy, priority, preemption_policy=preemption)
+    )
     actions.append(CreatePodGroup(pod_group, workload_name))
     name = str(pod_group.metadata["name"])
     actions.append(_event(job.ref, "Normal", "PodGroupCreated", f"created {made}PodGroup {name}"))
@@ -370,6 +386,11 @@ def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
             (keys.POLICY_ANNOTATION, current_policy, policy.policy),
             (keys.TOPOLOGY_KEY_ANNOTATION, group.topology_key, policy.topology_key),
             (keys.DISRUPTION_MODE_ANNOTATION, current_mode, policy.disruption_mode),
+            (
+                keys.PREEMPTION_POLICY_ANNOTATION,
+                group.spec.preemption_policy,
+                policy.preemption_policy or group.spec.preemption_policy,
+            ),
         )
         if before != after
     ]

@@ -67,6 +67,8 @@ class PodRecord:
     requirements: PodRequirements
     priority: int
     pod_group: str  # label set by Phalanx
+    never_preempts: bool = False  # spec.preemptionPolicy Never (from its PriorityClass)
+    created: dt.datetime | None = None  # stands for its start when choosing the most recent victims
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -120,6 +122,8 @@ class PodRecord:
             requirements=pod_requirements(spec),
             priority=int(spec.get("priority") or 0),
             pod_group=labels.get(names.POD_GROUP_LABEL, ""),
+            never_preempts=spec.get("preemptionPolicy") == "Never",
+            created=parse_time(meta.get("creationTimestamp")),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 

@@ -200,10 +200,11 @@ def test_all_problems_are_reported_together() -> None:
             MIN_COUNT_ANNOTATION: "abc",
             TOPOLOGY_KEY_ANNOTATION: "a/b/c",
             DISRUPTION_MODE_ANNOTATION: "never",
+            "phalanx.dev/preemption-policy": "sometimes",
         }
     )
     assert error.annotations == POLICY_ANNOTATIONS
-    assert str(error).count("; ") >= 3
+    assert str(error).count("; ") >= 4
     assert str(error) == "; ".join(str(p) for p in error.problems)
 
 
@@ -319,3 +320,14 @@ def test_a_running_job_scaled_below_its_min_count_clamps_the_gang_instead_of_fai
     assert parse_job_policy(body, running=True).min_count == 1
     body["spec"]["parallelism"] = 2
     assert parse_job_policy(body, running=True).min_count == 2
+
+
+def test_the_preemption_policy_annotation() -> None:
+    from phalanx.api.keys import PREEMPTION_POLICY_ANNOTATION
+
+    assert parse_job_policy(job({})).preemption_policy is None
+    policy = parse_job_policy(job({PREEMPTION_POLICY_ANNOTATION: "Never"}))
+    assert policy.preemption_policy == "Never"
+    assert annotations_for(policy)[PREEMPTION_POLICY_ANNOTATION] == "Never"
+    with pytest.raises(JobPolicyError, match=r'phalanx\.dev/preemption-policy: "never" is not one of'):
+        parse_job_policy(job({PREEMPTION_POLICY_ANNOTATION: "never"}))
