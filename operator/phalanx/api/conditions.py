@@ -31,6 +31,8 @@ REASON_WAITING_FOR_GATES = "WaitingForGates"
 # A Job labelled after its creation: its pods were never gated, so Phalanx admits nothing for it.
 REASON_NOT_GATED = "NotGated"
 REASON_SUSPENDED = "Suspended"
+# Suspended by Phalanx to be placed again as a whole (preempted, or its domain failed).
+REASON_REQUEUED = "Requeued"
 REASON_FINISHED = "Finished"
 # REASON_UNSCHEDULABLE is also an Admitted reason.
 

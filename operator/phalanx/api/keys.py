@@ -20,6 +20,10 @@ POLICY_ANNOTATIONS = (
     PREEMPTION_POLICY_ANNOTATION,
 )
 
+# On a Job that Phalanx suspended to requeue it whole (preempted, or its domain failed): why. Phalanx resumes
+# the Job once its pods are gone and removes the annotation; its new pods wait for a whole placement.
+REQUEUED_ANNOTATION = f"{PREFIX}/requeued"
+
 # On pods: held back by this scheduling gate until their group is admitted.
 ADMISSION_GATE = f"{PREFIX}/admission"
 POD_GROUP_LABEL = f"{PREFIX}/pod-group"

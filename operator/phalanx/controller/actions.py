@@ -70,6 +70,30 @@ class LabelPod:
 
 
 @dataclass(frozen=True)
+class EvictPod:
+    """Evict one pod through the Eviction API with a DisruptionTarget condition saying why."""
+
+    pod: ObjectRef
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SuspendJob:
+    """Requeue a Job whole: suspend it (its pods go, no failure is counted), noting why on the Job."""
+
+    job: ObjectRef
+    why: str
+
+
+@dataclass(frozen=True)
+class ResumeJob:
+    """Resume a Job Phalanx requeued, once its pods are gone; its new pods are born gated."""
+
+    job: ObjectRef
+
+
+@dataclass(frozen=True)
 class PatchStatus:
     pod_group: ObjectRef
     status: PodGroupStatus
@@ -110,11 +134,14 @@ Action = (
     | PostEvent
     | RememberAnnounced
     | DeleteObject
+    | EvictPod
+    | SuspendJob
+    | ResumeJob
 )
 
 # Actions of these kinds that follow each other in a group's list are independent of each other:
 # the applier runs such a run of them concurrently (a gang's releases go out together).
-CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent)
+CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob)
 
 
 @dataclass(frozen=True)

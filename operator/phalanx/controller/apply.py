@@ -19,6 +19,7 @@ from typing import Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from phalanx.api import keys
 from phalanx.api.group import API_VERSION, POD_GROUP_KIND, POD_GROUPS, WORKLOAD_KIND, WORKLOADS
 from phalanx.controller import metrics
 from phalanx.controller.actions import (
@@ -28,6 +29,7 @@ from phalanx.controller.actions import (
     CreateWorkload,
     DeleteObject,
     EventType,
+    EvictPod,
     GroupPlan,
     LabelPod,
     PatchMinCount,
@@ -36,6 +38,8 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    ResumeJob,
+    SuspendJob,
     UngatePod,
 )
 from phalanx.controller.cache import ClusterCache
@@ -48,6 +52,10 @@ log = logging.getLogger("phalanx.apply")
 BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
 MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
+
+
+class EvictionBlockedError(RuntimeError):
+    """A PodDisruptionBudget refused an eviction: the next plan chooses other victims."""
 
 
 class EventSink(Protocol):
@@ -127,6 +135,12 @@ def describe(action: Action) -> str:
             return "noting an announced problem"
         case DeleteObject(target=t):
             return f"deleting {t.kind} {t.name}"
+        case EvictPod(pod=p):
+            return f"evicting pod {p.name}"
+        case SuspendJob(job=j):
+            return f"suspending Job {j.name} to requeue it"
+        case ResumeJob(job=j):
+            return f"resuming Job {j.name}"
     raise AssertionError(f"unknown action {action!r}")
 
 
@@ -286,5 +300,28 @@ class Applier:
                     cache.delete_workload(target.namespace, target.name)
                 else:
                     cache.delete_pod_group(target.namespace, target.name)
+            case EvictPod(pod=pod, reason=reason, message=message):
+                if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
+                    cache.eviction_blocked(pod.key)
+                    raise EvictionBlockedError(f"a PodDisruptionBudget does not allow evicting {pod.key} now")
+            case SuspendJob(job=job, why=why):
+                suspended = await kube.patch_job(
+                    job.namespace,
+                    job.name,
+                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"suspend": True}},
+                )
+                if suspended is not None:
+                    cache.upsert_job(suspended, own_write=True)
+            case ResumeJob(job=job):
+                resumed = await kube.patch_job(
+                    job.namespace,
+                    job.name,
+                    {
+                        "metadata": {"annotations": {keys.REQUEUED_ANNOTATION: None}},
+                        "spec": {"suspend": False},
+                    },
+                )
+                if resumed is not None:
+                    cache.upsert_job(resumed, own_write=True)
             case _:
                 raise AssertionError(f"unknown action {action!r}")

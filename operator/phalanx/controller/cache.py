@@ -38,6 +38,7 @@ from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
 log = logging.getLogger("phalanx.cache")
 
 EXPECTATION_TTL_SECONDS = 30.0  # how long a write of ours masks watch events older than it
+EVICTION_BLOCK_SECONDS = 30.0  # how long a pod a budget protected is left out of victim choices
 R = TypeVar("R")
 S = TypeVar("S", PodGroupRecord, WorkloadRecord)
 
@@ -121,6 +122,9 @@ class ClusterCache:
         self.generation = 0  # bumps on any change that can alter a decision
         # "<Job uid>/<what>" -> the message already announced (one event per change, not per pass).
         self.announced: dict[str, str] = {}
+        # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
+        self.blocked_evictions: dict[str, float] = {}
+        self._clock = clock
 
     def _touch(self, wake: bool = True) -> None:
         self.generation += 1
@@ -143,6 +147,8 @@ class ClusterCache:
             self._put_pod_group(body)
         elif kind == WORKLOAD:
             self._put_workload(WorkloadRecord.from_body(body))
+        elif kind == JOB:
+            self._put_job(JobRecord.from_body(body))
 
     # -- nodes
     def upsert_node(self, body: Mapping[str, Any]) -> None:
@@ -209,9 +215,16 @@ class ClusterCache:
                 yield pod
 
     # -- jobs
-    def upsert_job(self, body: Mapping[str, Any]) -> None:
+    def upsert_job(self, body: Mapping[str, Any], *, own_write: bool = False) -> None:
         """A managed Job, or one Phalanx still has to let go of (see _worth_keeping)."""
-        record = JobRecord.from_body(body)
+        key = _key(body)
+        if own_write:
+            self.expectations.wrote(JOB, key, _version(body))
+        elif not self.expectations.admit(JOB, key, body):
+            return
+        self._put_job(JobRecord.from_body(body), wake=not own_write)
+
+    def _put_job(self, record: JobRecord, wake: bool = True) -> None:
         old = self.jobs.get(record.uid)
         if not self._worth_keeping(record):
             if old is not None:
@@ -219,7 +232,17 @@ class ClusterCache:
             return
         self.jobs[record.uid] = record
         if old != record:
-            self._touch()
+            self._touch(wake)
+
+    def eviction_blocked(self, pod_key: str, seconds: float = EVICTION_BLOCK_SECONDS) -> None:
+        self.blocked_evictions[pod_key] = self._clock() + seconds
+
+    def unevictable(self) -> frozenset[str]:
+        """Pods whose eviction a budget refused recently (the victim search tries others first)."""
+        now = self._clock()
+        for key in [k for k, until in self.blocked_evictions.items() if until <= now]:
+            del self.blocked_evictions[key]
+        return frozenset(self.blocked_evictions)
 
     def _worth_keeping(self, job: JobRecord) -> bool:
         """Managed Jobs; and unmanaged ones Phalanx still has to let go of: objects of ours to delete, or

@@ -64,6 +64,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     def _dict(self, obj: Any) -> dict[str, Any]:
@@ -174,6 +175,53 @@ class Kube:
             name,
             {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
         )
+
+    async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
+        """Mark the pod a disruption target (as kube-scheduler's preemption does), then evict it through
+        the Eviction API, which honours PodDisruptionBudgets. False if a budget blocks it (429); True when
+        evicted or already gone."""
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": now_rfc3339(),
+        }
+        try:
+            await retrying(
+                lambda: self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    {"status": {"conditions": [condition]}},
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                ),
+                verb="patch",
+            )
+            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+            await self.core.create_namespaced_pod_eviction(name, namespace, eviction)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            if e.status == 429:
+                return False  # a PodDisruptionBudget does not allow it now
+            raise
+        return True
+
+    # -- Jobs
+    async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of a Job; None if the Job is gone."""
+        try:
+            job = await retrying(
+                lambda: self.batch.patch_namespaced_job(
+                    name, namespace, dict(patch), _content_type=MERGE_PATCH
+                ),
+                verb="patch",
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self._dict(job)
 
     # -- events
     async def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:

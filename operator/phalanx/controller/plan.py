@@ -41,6 +41,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    ResumeJob,
     UngatePod,
 )
 from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, PriorityClassRecord
@@ -329,6 +330,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         finished=job.finished,
         held=job.gated_template or not view.gang,
         finished_how=job.finished_how,
+        requeued=job.requeued,
     )
     # Every pod carries its PodGroup's name, also while it waits (a release sets it in the same request).
     label = pod_group_label_value(group.name)
@@ -451,6 +453,9 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
                 actions.extend(_announce_once(state, job, "immutable", "ImmutableChangeIgnored", ignored))
         group, created = _ensure_objects(job_state, state.priority_classes)
         actions.extend(created)
+        if job.requeued and (not job.suspended or not any(not p.terminal for p in job_state.pods)):
+            # Requeued by us and its pods are gone (or someone resumed it already): resume it, clear the note.
+            actions.append(ResumeJob(job.ref))
         prepared.append((job_state, actions, group))
 
     views = {

@@ -141,6 +141,7 @@ class JobRecord:
     finished: bool
     created: dt.datetime | None
     finished_how: str  # "" while it runs; "succeeded", or "failed (<reason>: <message>)"
+    requeued: str  # why Phalanx suspended it to requeue it ("" when it did not)
     remaining: int | None  # completions still to make (None: the Job has no completion count)
     # The builders of our objects need the Job's labels, annotations and template: a slim copy.
     body: Mapping[str, Any] = field(compare=False, hash=False)
@@ -205,6 +206,7 @@ class JobRecord:
             finished=finished,
             created=parse_time(meta.get("creationTimestamp")),
             finished_how=finished_how,
+            requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
             remaining=_remaining(spec, status),
             body=slim,
             body_digest=(

@@ -51,6 +51,7 @@ class GroupFacts:
     finished: bool = False
     held: bool = True  # its pods are born behind Phalanx's gate (False: a Job labelled after creation)
     finished_how: str = ""  # "succeeded" or "failed (...)" once finished
+    requeued: str = ""  # why Phalanx suspended the Job to place it again whole
 
 
 def _condition(
@@ -77,6 +78,12 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
     """The Admitted condition's reason and message now."""
     if facts.finished:
         return Outcome(c.REASON_FINISHED, f"the Job {facts.finished_how or 'finished'}")
+    if facts.suspended and facts.requeued:
+        return Outcome(
+            c.REASON_REQUEUED,
+            f"requeued by Phalanx: {facts.requeued}; the Job resumes once its pods are gone and its new pods "
+            "wait for a whole placement",
+        )
     if facts.suspended:
         return Outcome(
             c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"

@@ -24,6 +24,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    ResumeJob,
     UngatePod,
 )
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
@@ -490,3 +491,16 @@ def test_a_finished_job_keeps_its_domain_and_says_how_it_ended() -> None:
     status = status_of(plan(state([(failed, group_of(job, running), [])]), NOW))
     assert status.phase == "Finished" and status.domain == "nb-a"
     assert admitted_reason(status)[2] == "the Job failed (BackoffLimitExceeded: too many failures)"
+
+
+def test_a_requeued_job_is_resumed_once_its_pods_are_gone_and_says_why_meanwhile() -> None:
+    job = job_body(annotations=TOPOLOGY, suspend=True)
+    job["metadata"]["annotations"]["phalanx.dev/requeued"] = "preempted by podgroup ml/high"
+    running = [pod_body("train", i, gated=False, node=f"n{i + 1}", phase="Running") for i in range(4)]
+    waiting = plan(state([(job, group_of(job), running)]), NOW)
+    assert not only(waiting.actions, ResumeJob)
+    _, reason, message = admitted_reason(status_of(waiting))
+    assert reason == c.REASON_REQUEUED and "preempted by podgroup ml/high" in message
+    gone = plan(state([(job, group_of(job), [])]), NOW)
+    (resume,) = only(gone.actions, ResumeJob)
+    assert resume.job.name == "train"
