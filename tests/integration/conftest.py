@@ -57,8 +57,8 @@ def phalanx(
 ) -> Iterator[OperatorProcess]:
     """The Phalanx operator, running against the stock cluster for the whole session."""
     operator = OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator")))
-    operator.start()
     try:
+        operator.start()
         yield operator
     finally:
         operator.stop()

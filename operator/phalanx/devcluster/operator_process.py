@@ -71,7 +71,11 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()  # a process that never got ready is not left behind
+            raise
 
     def _wait_ready(self, timeout: float) -> None:
         """Ready = the webhook configuration points at this process and /readyz says yes (CRDs installed,
