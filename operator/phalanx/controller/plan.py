@@ -279,7 +279,9 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         else:
             request = GroupRequest(
                 name=group.key,
-                pending=tuple(PodRequest(id=p.key, requirements=p.requirements) for p in ready),
+                pending=tuple(
+                    PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in ready
+                ),
                 min_count=view.min_count,
                 topology_key=view.topology_key,
                 bound_nodes=tuple(p.usage_node for p in view.placed),

@@ -20,13 +20,16 @@ from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.status import PodGroupStatus
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
+    NO_TRAITS,
     BoundPod,
     NodeInfo,
     PodRequirements,
+    PodTraits,
     Taint,
     canonical_amount,
     pod_requests,
     pod_requirements,
+    pod_traits,
 )
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -69,6 +72,7 @@ class PodRecord:
     pod_group: str  # label set by Phalanx
     never_preempts: bool = False  # spec.preemptionPolicy Never (from its PriorityClass)
     created: dt.datetime | None = None  # stands for its start when choosing the most recent victims
+    traits: PodTraits = NO_TRAITS  # namespace, labels, mounted claims: what other pods' filters see
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -98,7 +102,21 @@ class PodRecord:
     def bound_pod(self) -> BoundPod | None:
         """The pod as the placement engine counts it, if it holds capacity."""
         node = self.usage_node
-        return BoundPod(id=self.key, node=node, requests=self.requests) if node else None
+        if not node:
+            return None
+        return BoundPod(
+            id=self.key,
+            node=node,
+            requests=self.requests,
+            traits=self.traits,
+            anti_affinity=self.requirements.pod_anti_affinity,
+            host_ports=self.requirements.host_ports,
+            assigned=self.bound,
+            terminating=self.deleting,
+            # While kube-scheduler has not bound it, pods placed meanwhile could break these.
+            affinity=() if self.bound else self.requirements.pod_affinity,
+            spread=() if self.bound else self.requirements.spread,
+        )
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
@@ -124,6 +142,7 @@ class PodRecord:
             pod_group=labels.get(names.POD_GROUP_LABEL, ""),
             never_preempts=spec.get("preemptionPolicy") == "Never",
             created=parse_time(meta.get("creationTimestamp")),
+            traits=pod_traits(meta, spec),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -351,4 +370,5 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
+        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or []),
     )

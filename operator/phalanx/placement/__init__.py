@@ -9,48 +9,76 @@ from .engine import admitted_usage, decide
 from .filters import node_eligible, taints_tolerated, tolerates
 from .live import LiveSnapshot
 from .model import (
+    NO_TRAITS,
     Admit,
     BoundPod,
+    ClaimInfo,
     Decision,
     GroupRequest,
+    HostPort,
+    LabelSelector,
     NodeInfo,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PodAffinityTerm,
     PodRequest,
     PodRequirements,
+    PodTraits,
     Reject,
     RejectReason,
+    SpreadConstraint,
     Taint,
     Toleration,
 )
+from .preemption import DEFAULT_MAX_STEPS, choose_victims
+from .preemption_model import Candidate, DisruptionMode, Preemption, VictimCost, VictimGroup
 from .quantity import QuantityError, canonical_amount, parse_quantity
-from .requests import pod_requests, pod_requirements
+from .requests import pod_requests, pod_requirements, pod_traits
+from .selectors import host_ports_conflict, selector_matches, term_matches
 from .snapshot import Snapshot
 
 __all__ = [
+    "DEFAULT_MAX_STEPS",
+    "NO_TRAITS",
     "Admit",
     "BoundPod",
+    "Candidate",
+    "ClaimInfo",
     "Decision",
+    "DisruptionMode",
     "GroupRequest",
+    "HostPort",
+    "LabelSelector",
     "LiveSnapshot",
     "NodeInfo",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
+    "PodAffinityTerm",
     "PodRequest",
     "PodRequirements",
+    "PodTraits",
+    "Preemption",
     "QuantityError",
     "Reject",
     "RejectReason",
     "Snapshot",
+    "SpreadConstraint",
     "Taint",
     "Toleration",
+    "VictimCost",
+    "VictimGroup",
     "admitted_usage",
     "canonical_amount",
+    "choose_victims",
     "decide",
+    "host_ports_conflict",
     "node_eligible",
     "parse_quantity",
     "pod_requests",
     "pod_requirements",
+    "pod_traits",
+    "selector_matches",
     "taints_tolerated",
+    "term_matches",
     "tolerates",
 ]

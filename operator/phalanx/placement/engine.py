@@ -13,7 +13,8 @@ import numpy as np
 
 from . import messages
 from .columns import BoolArray, IndexArray, IntArray
-from .model import PODS, Admit, Decision, GroupRequest, PodRequest, PodRequirements, Reject
+from .constraints import REASON_RESOURCES, GroupConstraints, Refusal
+from .model import PODS, Admit, BoundPod, Decision, GroupRequest, PodRequest, PodRequirements, Reject
 from .scoring import Scorer
 from .snapshot import Snapshot
 
@@ -67,6 +68,7 @@ class _Outcome:
     placed: int
     leftover: IntArray  # per scored resource
     targets: dict[int, int]  # pending position -> node index
+    why: str = ""  # the filter that refused the first pod left out (constrained packing only)
 
 
 def _capacity(free: IntArray, request: IntArray, cap: int) -> IntArray:
@@ -293,12 +295,91 @@ def _decide_mixed(ctx: _Decision, pl: _Placements, group: GroupRequest, min_coun
     return _admit(ctx, pl, best[0], group, best[2].targets)
 
 
-def _reject(pl: _Placements, placed: int, bound: int, min_count: int) -> Reject:
+def _pack_constrained(
+    ctx: _Decision,
+    cons: GroupConstraints,
+    pl: _Placements,
+    d: int,
+    order: list[int],
+    sig_of: list[_Signature],
+    domain_free: IntArray,
+) -> _Outcome:
+    """One pod at a time, biggest first, each on the first node (fullest first) where it passes every
+    filter given the pods of the group placed before it (see constraints.py)."""
+    nodes = pl.nodes(d)
+    nodes = ctx.node_order(nodes[ctx.eligible[nodes]])
+    free = ctx.free[:, nodes].copy()
+    state = cons.start()
+    targets: dict[int, int] = {}
+    placed_requests = np.zeros(len(ctx.score_pos), dtype=np.int64)
+    why = ""
+    for position in order:
+        sig = sig_of[position]
+        mask = sig.eligible[nodes].copy() if not sig.fits_nowhere else np.zeros(len(nodes), dtype=np.bool_)
+        for j in np.flatnonzero(sig.request > 0).tolist():
+            mask &= free[j] >= sig.request[j]
+        reason = REASON_RESOURCES
+        static = cons.static(position)
+        if static is not None and mask.any():
+            mask &= static[nodes]
+            reason = cons.pods[position].static_reason or reason
+        if mask.any():
+            mask, reason = state.allowed(position, nodes, mask)
+        hits = np.flatnonzero(mask)
+        if not hits.size:
+            why = why or reason
+            continue
+        k = int(hits[0])
+        free[:, k] -= sig.request
+        node = int(nodes[k])
+        state.place(position, node)
+        targets[position] = node
+        placed_requests += sig.request[ctx.score_pos]
+    leftover = domain_free[d] - placed_requests
+    return _Outcome(len(targets), leftover, targets, why)
+
+
+def _decide_constrained(
+    ctx: _Decision, cons: GroupConstraints, pl: _Placements, group: GroupRequest, min_count: int
+) -> Decision:
+    bound = len(group.bound_nodes)
+    sig_of: list[_Signature] = [ctx.signatures[0]] * len(group.pending)
+    for sig in ctx.signatures:
+        for position in sig.positions:
+            sig_of[position] = sig
+    order = sorted(range(len(group.pending)), key=lambda i: (-ctx.size(sig_of[i]), i))
+    # Resources alone bound what a domain can place; the other filters only take pods away.
+    upper = np.zeros(len(pl.names), dtype=np.int64)
+    for sig in ctx.signatures:
+        upper += np.minimum(pl.sums(ctx.capacity(sig)), len(sig.positions))
+
+    domain_free = pl.row_sums(ctx.score_free)
+    best: tuple[int, int, _Outcome] | None = None
+    closest: _Outcome | None = None
+    for d in sorted(range(len(pl.names)), key=lambda i: (-int(upper[i]), i)):
+        if closest is not None and upper[d] < closest.placed:
+            break
+        outcome = _pack_constrained(ctx, cons, pl, d, order, sig_of, domain_free)
+        if closest is None or outcome.placed > closest.placed:
+            closest = outcome
+        if outcome.placed + bound < min_count:
+            continue
+        score = ctx.scorer.exact(outcome.leftover)
+        if best is None or (-outcome.placed, score, d) < (-best[2].placed, best[1], best[0]):
+            best = (d, score, outcome)
+
+    if best is None:
+        why = closest.why if closest is not None and closest.why != REASON_RESOURCES else ""
+        return _reject(pl, closest.placed if closest is not None else 0, bound, min_count, why)
+    return _admit(ctx, pl, best[0], group, best[2].targets)
+
+
+def _reject(pl: _Placements, placed: int, bound: int, min_count: int, why: str = "") -> Reject:
     """Report the placement that came closest (most pods placed), in upstream's words."""
     scheduled = bound + placed
     # Upstream tries pods one by one and stops as soon as scheduled + remaining < minCount.
     remaining = max(0, min_count - scheduled - 1)
-    message = messages.unschedulable(len(pl.names), min_count, scheduled, remaining)
+    message = messages.unschedulable(len(pl.names), min_count, scheduled, remaining, why)
     return Reject(message, len(pl.names), 0, scheduled, remaining, "Unschedulable")
 
 
@@ -312,8 +393,11 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     """Place a pod group all-or-nothing in one topology domain.
 
     1. A node fits a pod if it is Ready and not cordoned, its NoSchedule/NoExecute taints are
-       tolerated, nodeSelector and required node affinity match, and used + request <= allocatable
-       for every resource the pod requests (plus one pod slot).
+       tolerated, nodeSelector, required node affinity and required node features match, and
+       used + request <= allocatable for every resource the pod requests (plus one pod slot); and
+       if the pod or the pods around it need it, the filters that depend on other pods and on
+       volumes pass for the whole group together (constraints.py: inter-pod affinity and
+       anti-affinity, host ports, topology spread, volume binding, zone and ReadWriteOncePod).
     2. Placements are the values of label `topology_key` (all nodes when None); nodes where the
        group already runs pin the placement.
     3. A placement is feasible if the pods that fit there plus the bound ones reach minCount;
@@ -332,12 +416,31 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     if pending == 0:
         return Admit(domain=pl.names[0], assignments=())
     ctx = _Decision(snapshot, group.pending)
+    cons = GroupConstraints.of(snapshot, group.pending, [sig.requirements for sig in ctx.signatures])
+    if isinstance(cons, Refusal):
+        return Reject(cons.message, 0, 0, bound, pending, cons.reason)
+    if cons is not None:
+        return _decide_constrained(ctx, cons, pl, group, min_count)
     if len(ctx.signatures) == 1:
         return _decide_homogeneous(ctx, pl, group, min_count)
     return _decide_mixed(ctx, pl, group, min_count)
 
 
-def admitted_usage(group: GroupRequest, admit: Admit) -> list[tuple[str, dict[str, int]]]:
-    """(node, requests) per assigned pod, ready for `Snapshot.assume`."""
-    requests = {pod.id: pod.requirements.request_map() for pod in group.pending}
-    return [(node, requests[pod_id]) for pod_id, node in admit.assignments]
+def admitted_usage(group: GroupRequest, admit: Admit) -> list[BoundPod]:
+    """The assigned pods as released pods on their nodes, ready for `Snapshot.assume` (usage, and what
+    the filters of later decisions see of them)."""
+    pods = {pod.id: pod for pod in group.pending}
+    return [
+        BoundPod(
+            id=pod_id,
+            node=node,
+            requests=pods[pod_id].requirements.request_map(),
+            traits=pods[pod_id].traits,
+            anti_affinity=pods[pod_id].requirements.pod_anti_affinity,
+            host_ports=pods[pod_id].requirements.host_ports,
+            assigned=False,
+            affinity=pods[pod_id].requirements.pod_affinity,
+            spread=pods[pod_id].requirements.spread,
+        )
+        for pod_id, node in admit.assignments
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .model import PODS, BoundPod, NodeInfo
+from .model import PODS, BoundPod, ClaimInfo, NodeInfo
 from .snapshot import NodeTable, Snapshot
 from .table_update import MASS_CHANGE, updated_table
 from .usage import UsageMatrix
@@ -30,6 +30,8 @@ class LiveSnapshot:
     """
 
     __slots__ = (
+        "_claims",
+        "_claims_shared",
         "_counted",
         "_counted_shared",
         "_last",
@@ -37,6 +39,8 @@ class LiveSnapshot:
         "_on_node",
         "_pods",
         "_requested",
+        "_special",
+        "_special_shared",
         "_stale",
         "_table",
         "_touched",
@@ -67,6 +71,11 @@ class LiveSnapshot:
         """Pods whose node is in the table: exactly those in the usage matrix."""
         self._counted_shared = False
         """Handed to a snapshot: copy before changing it."""
+        self._special = {pod_id: pod for pod_id, pod in self._counted.items() if pod.special}
+        """Counted pods with anti-affinity terms or host ports (few), kept so a pass never scans all pods."""
+        self._special_shared = False
+        self._claims: dict[str, ClaimInfo] = {}
+        self._claims_shared = False
         self._usage = UsageMatrix(len(index))
         self._usage.recount(len(index), ((index[p.node], p.requests) for p in self._counted.values()))
 
@@ -105,6 +114,19 @@ class LiveSnapshot:
         if old is not None:
             self._forget(old)
 
+    def set_claim(self, key: str, info: ClaimInfo | None) -> None:
+        """A PersistentVolumeClaim ("namespace/name") as the volume filters see it; None: it is gone."""
+        if self._claims.get(key) == info:
+            return
+        if self._claims_shared:
+            self._claims = dict(self._claims)
+            self._claims_shared = False
+        if info is None:
+            del self._claims[key]
+        else:
+            self._claims[key] = info
+        self._stale = True
+
     # --- the snapshot ------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -119,8 +141,10 @@ class LiveSnapshot:
             used = self._usage.select(table.resources)
         else:
             used = last.used_by_resource  # same usage, same rows: share the read-only array
-        self._counted_shared = True
-        self._last = Snapshot(table, used, self._counted, frozenset())
+        self._counted_shared = self._special_shared = self._claims_shared = True
+        self._last = Snapshot(
+            table, used, self._counted, frozenset(), special=self._special, claims=self._claims
+        )
         self._stale = self._usage_changed = False
         return self._last
 
@@ -146,11 +170,15 @@ class LiveSnapshot:
                     del self._requested[resource]
         if pod.id in self._counted:
             del self._own_counted()[pod.id]
+            if pod.special:
+                del self._own_special()[pod.id]
             self._usage.add(self._table.name_index[pod.node], pod.requests, -1)
             self._usage_changed = self._stale = True
 
     def _count(self, pod: BoundPod, node: int) -> None:
         self._own_counted()[pod.id] = pod
+        if pod.special:
+            self._own_special()[pod.id] = pod
         self._usage.add(node, pod.requests)
         self._usage_changed = self._stale = True
 
@@ -159,6 +187,12 @@ class LiveSnapshot:
             self._counted = dict(self._counted)
             self._counted_shared = False
         return self._counted
+
+    def _own_special(self) -> dict[str, BoundPod]:
+        if self._special_shared:
+            self._special = dict(self._special)
+            self._special_shared = False
+        return self._special
 
     def _apply_node_changes(self) -> None:
         update = updated_table(self._table, self._nodes, self._touched)
@@ -171,15 +205,18 @@ class LiveSnapshot:
             return  # same nodes in the same order: usage is unchanged
         self._usage_changed = True
         counted = self._own_counted()
+        special = self._own_special()
         for name in update.removed:
             for pod_id in self._on_node.get(name, ()):
                 del counted[pod_id]
+                special.pop(pod_id, None)
         arrivals = [self._pods[pod_id] for name in update.added for pod_id in self._on_node.get(name, ())]
         index = update.table.name_index
         # Clipping changed with the node count, or many pods arrive at once (the cache filling at
         # startup): one vectorised count of every pod beats adding them one by one.
         if self._usage.needs_recount(len(index)) or len(arrivals) > MASS_CHANGE + len(counted) // 8:
             counted.update((pod.id, pod) for pod in arrivals)
+            special.update((pod.id, pod) for pod in arrivals if pod.special)
             self._usage.recount(len(index), ((index[p.node], p.requests) for p in counted.values()))
             return
         self._usage.moved(update.remap, self._requested)

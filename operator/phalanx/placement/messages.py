@@ -15,6 +15,8 @@ __all__ = [
     "no_domain",
     "too_few_pods",
     "unschedulable",
+    "unsupported",
+    "volume_waiting",
 ]
 
 _PREFIX = "pod group is unschedulable"
@@ -24,12 +26,28 @@ def _min_count_status(min_count: int, scheduled: int, remaining: int) -> str:
     return f"minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
 
 
-def unschedulable(placements: int, min_count: int, scheduled: int, remaining: int) -> str:
-    """No placement can hold minCount pods; the status is the one of the closest placement."""
-    return (
+def unschedulable(placements: int, min_count: int, scheduled: int, remaining: int, why: str = "") -> str:
+    """No placement can hold minCount pods; the status is the one of the closest placement, and `why`
+    the filter that stopped its next pod when it was not resources alone (kube-scheduler's words)."""
+    message = (
         f"{_PREFIX}, 0/{placements} placements are available, first placement status: "
         f"{_min_count_status(min_count, scheduled, remaining)}"
     )
+    return f"{message}: {why}" if why else message
+
+
+def unsupported(pod: str, fields: str) -> str:
+    """A pod uses a field kube-scheduler filters on that Phalanx does not model: it is never released."""
+    return (
+        f"{_PREFIX}: pod {pod} uses {fields}, which Phalanx does not model; it would not know whether "
+        "kube-scheduler can bind the pod where it puts it, so it releases none (remove the field, or set "
+        "phalanx.dev/policy: basic)"
+    )
+
+
+def volume_waiting(pod: str, why: str) -> str:
+    """kube-scheduler refuses every node for the pod's volumes now (claim missing, unbound Immediate, ...)."""
+    return f"{_PREFIX}: pod {pod}: {why}"
 
 
 def too_few_pods(min_count: int, scheduled: int, remaining: int) -> str:

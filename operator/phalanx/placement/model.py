@@ -7,7 +7,7 @@ All frozen: a decision is a pure function of its inputs, and the hashable ones
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
 # Taint effects that keep pods off a node at scheduling time (PreferNoSchedule is only a score).
@@ -18,7 +18,11 @@ NO_EXECUTE: Final = "NoExecute"
 PODS: Final = "pods"
 """The pod-count resource: every pod uses exactly one, whatever its spec says."""
 
-RejectReason: TypeAlias = Literal["Unschedulable", "NoDomain", "DomainConflict"]
+RejectReason: TypeAlias = Literal["Unschedulable", "NoDomain", "DomainConflict", "Unsupported"]
+
+DEFAULT_BIND_ALL_IP: Final = "0.0.0.0"
+HONOR: Final = "Honor"
+IGNORE: Final = "Ignore"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,22 +56,156 @@ class NodeSelectorTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """metav1.LabelSelector: requirements ANDed (matchLabels become `In [value]`).
+
+    `nothing` is the nil selector, which matches no pod; no requirements match every pod.
+    Operators are In, NotIn, Exists, DoesNotExist (the API validates them).
+    """
+
+    requirements: tuple[NodeSelectorRequirement, ...] = ()
+    nothing: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """labels.Selector.Empty(): a selector with no requirements (it matches everything)."""
+        return not self.nothing and not self.requirements
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A required (anti-)affinity term as the scheduler processes it (framework.AffinityTerm).
+
+    Namespaces the term covers: `namespaces`, plus the owner's own namespace when both
+    namespaces and namespaceSelector are absent (`own_namespace`), plus every namespace when the
+    namespaceSelector is `{}` (`all_namespaces`), plus the namespaces a non-empty
+    `namespace_selector` picks (Phalanx does not read namespace labels: see selectors.py).
+    """
+
+    selector: LabelSelector
+    topology_key: str
+    namespaces: tuple[str, ...] = ()
+    own_namespace: bool = True
+    all_namespaces: bool = False
+    namespace_selector: LabelSelector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A container port with a hostPort, sanitised like HostPortInfo (empty ip 0.0.0.0, protocol TCP)."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = DEFAULT_BIND_ALL_IP
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A topologySpreadConstraint with whenUnsatisfiable: DoNotSchedule (ScheduleAnyway only scores)."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector
+    match_label_keys: tuple[str, ...] = ()
+    min_domains: int = 1
+    node_affinity_policy: str = HONOR
+    node_taints_policy: str = IGNORE
+
+
+@dataclass(frozen=True, slots=True)
 class PodRequirements:
-    """What a pod needs from a node; hashable so equal pods share cached filter results."""
+    """What a pod needs from a node; hashable so equal pods share cached filter results.
+
+    Everything here comes from the pod spec alone (pods of one template share it); what differs
+    per pod (labels, namespace, claim names) is in `PodTraits`.
+    """
 
     requests: tuple[tuple[str, int], ...]
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Required podAffinity terms."""
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Required podAntiAffinity terms."""
+    host_ports: tuple[HostPort, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    required_features: tuple[str, ...] = ()
+    """Node features (status.declaredFeatures) the pod needs, as NodeDeclaredFeatures infers them."""
+    unsupported: tuple[str, ...] = ()
+    """Fields the scheduler filters on that Phalanx does not model; such pods are never released."""
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Cached: requirements key the per-decision grouping and the snapshot's filter caches.
+        if not self._hash:
+            object.__setattr__(self, "_hash", hash(_fields_of(self)) or 1)
+        return self._hash
 
     def request_map(self) -> dict[str, int]:
         return dict(self.requests)
+
+    @property
+    def interpod(self) -> bool:
+        """Whether the pod carries a filter that depends on other pods (not only on its node)."""
+        return bool(self.pod_affinity or self.pod_anti_affinity or self.host_ports or self.spread)
+
+
+def _fields_of(req: PodRequirements) -> tuple[object, ...]:
+    return (
+        req.requests,
+        req.node_selector,
+        req.affinity_terms,
+        req.tolerations,
+        req.pod_affinity,
+        req.pod_anti_affinity,
+        req.host_ports,
+        req.spread,
+        req.required_features,
+        req.unsupported,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodTraits:
+    """What other pods' filters see of a pod, and its volumes: differs from pod to pod of a template."""
+
+    namespace: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    """Sorted (key, value) pairs."""
+    claims: tuple[str, ...] = ()
+    """PersistentVolumeClaims it mounts (ephemeral volumes as <pod>-<volume>), in its namespace."""
+
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+NO_TRAITS: Final = PodTraits()
 
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     id: str
     requirements: PodRequirements
+    traits: PodTraits = NO_TRAITS
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    """What kube-scheduler's volume filters make of one PersistentVolumeClaim, resolved by the controller.
+
+    `waiting` (the scheduler refuses every node) or `unsupported` (Phalanx does not model it) stop
+    the pods that mount it; otherwise the claim restricts nodes by `node_terms` (each entry is one
+    set of ORed terms, entries ANDed: PV node affinity, StorageClass allowedTopologies),
+    `zones` (VolumeZone: PV zone/region labels -> allowed values) and `selected_node`.
+    """
+
+    waiting: str = ""
+    unsupported: str = ""
+    node_terms: tuple[tuple[NodeSelectorTerm, ...], ...] = ()
+    zones: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    selected_node: str = ""
+    read_write_once_pod: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +216,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    declared_features: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +229,32 @@ class BoundPod:
     id: str
     node: str
     requests: Mapping[str, int]
+    traits: PodTraits = NO_TRAITS
+    anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Its required podAntiAffinity terms (they can refuse incoming pods)."""
+    host_ports: tuple[HostPort, ...] = ()
+    assigned: bool = True
+    """Bound to its node (False: released by Phalanx, kube-scheduler has not bound it yet)."""
+    terminating: bool = False
+    affinity: tuple[PodAffinityTerm, ...] = ()
+    """Its required podAffinity terms: they matter while it is not bound (see `unsettled`)."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """Its DoNotSchedule spread constraints: they matter while it is not bound (see `unsettled`)."""
+
+    @property
+    def unsettled(self) -> bool:
+        """Released but not bound, with filters other pods placed meanwhile could make fail: required
+        affinity, or spread constraints kube-scheduler still checks on a pinned pod (minDomains > 1 or
+        nodeAffinityPolicy Ignore)."""
+        return not self.assigned and (
+            bool(self.affinity)
+            or any(c.min_domains > 1 or c.node_affinity_policy != HONOR for c in self.spread)
+        )
+
+    @property
+    def special(self) -> bool:
+        """Whether it can refuse other pods by itself (anti-affinity, host ports) or is unsettled."""
+        return bool(self.anti_affinity or self.host_ports) or self.unsettled
 
 
 @dataclass(frozen=True, slots=True)

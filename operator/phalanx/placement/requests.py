@@ -10,10 +10,39 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from .model import PODS, NodeSelectorRequirement, NodeSelectorTerm, PodRequirements, Toleration
+from .model import (
+    DEFAULT_BIND_ALL_IP,
+    HONOR,
+    IGNORE,
+    PODS,
+    HostPort,
+    LabelSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodAffinityTerm,
+    PodRequirements,
+    PodTraits,
+    SpreadConstraint,
+    Toleration,
+)
 from .quantity import canonical_amount, parse_quantity
 
-__all__ = ["pod_requests", "pod_requirements"]
+__all__ = [
+    "host_ports",
+    "label_selector",
+    "pod_affinity_terms",
+    "pod_requests",
+    "pod_requirements",
+    "pod_traits",
+]
+
+# NodeDeclaredFeatures (v1.37): the features a pod spec needs from its node (component-helpers
+# nodedeclaredfeatures/features, the ones whose InferForScheduling can be true).
+RESTART_ALL_CONTAINERS_FEATURE = "RestartAllContainersOnContainerExits"
+USER_NAMESPACES_HOST_NETWORK_FEATURE = "UserNamespacesHostNetworkSupport"
+VOLUME_BIND_MOUNT_OPTIONS_FEATURE = "VolumeBindMountOptions"
+# Inline volume types whose same-node conflicts VolumeRestrictions checks.
+_RESTRICTED_INLINE_VOLUMES = ("gcePersistentDisk", "awsElasticBlockStore", "iscsi", "rbd")
 
 # Pod-level resources (spec.resources) the scheduler honours; hugepages-* are matched by prefix.
 _POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
@@ -136,8 +165,158 @@ def _toleration(raw: Any) -> Toleration:
     )
 
 
+def label_selector(raw: Any) -> LabelSelector:
+    """metav1.LabelSelector: None is the nil selector (matches nothing), {} matches everything."""
+    if not isinstance(raw, Mapping):
+        return LabelSelector(nothing=True)
+    match_labels = tuple(
+        NodeSelectorRequirement(str(k), "In", (str(v),))
+        for k, v in sorted(_as_mapping(raw.get("matchLabels")).items())
+    )
+    expressions = tuple(_requirement(r) for r in _as_list(raw.get("matchExpressions")))
+    return LabelSelector(requirements=match_labels + expressions)
+
+
+def _is_empty_selector(raw: Any) -> bool:
+    return (
+        isinstance(raw, Mapping) and not raw.get("matchLabels") and not _as_list(raw.get("matchExpressions"))
+    )
+
+
+def pod_affinity_terms(raw_terms: Any) -> tuple[PodAffinityTerm, ...]:
+    """Required PodAffinityTerms as framework.GetAffinityTerms reads them (labelSelector, namespaces)."""
+    terms = []
+    for raw in _as_list(raw_terms):
+        term = _as_mapping(raw)
+        namespaces = tuple(str(n) for n in _as_list(term.get("namespaces")))
+        ns_selector = term.get("namespaceSelector")
+        has_ns_selector = isinstance(ns_selector, Mapping)
+        terms.append(
+            PodAffinityTerm(
+                selector=label_selector(term.get("labelSelector")),
+                topology_key=str(term.get("topologyKey") or ""),
+                namespaces=namespaces,
+                own_namespace=not namespaces and not has_ns_selector,
+                all_namespaces=has_ns_selector and _is_empty_selector(ns_selector),
+                namespace_selector=(
+                    label_selector(ns_selector)
+                    if has_ns_selector and not _is_empty_selector(ns_selector)
+                    else None
+                ),
+            )
+        )
+    return tuple(terms)
+
+
+def _is_sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def host_ports(pod_spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """util.GetHostPorts: ports with hostPort > 0 of sidecars (restartable init containers) and containers."""
+    containers = [c for c in map(_as_mapping, _as_list(pod_spec.get("initContainers"))) if _is_sidecar(c)]
+    containers += [_as_mapping(c) for c in _as_list(pod_spec.get("containers"))]
+    ports = []
+    for container in containers:
+        for raw in _as_list(container.get("ports")):
+            port = _as_mapping(raw)
+            host_port = port.get("hostPort")
+            if isinstance(host_port, int) and host_port > 0:
+                ports.append(
+                    HostPort(
+                        port=host_port,
+                        protocol=str(port.get("protocol") or "TCP"),
+                        ip=str(port.get("hostIP") or DEFAULT_BIND_ALL_IP),
+                    )
+                )
+    return tuple(ports)
+
+
+def _spread_constraints(pod_spec: Mapping[str, Any]) -> tuple[SpreadConstraint, ...]:
+    out = []
+    for raw in _as_list(pod_spec.get("topologySpreadConstraints")):
+        c = _as_mapping(raw)
+        if c.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue  # ScheduleAnyway only scores
+        min_domains = c.get("minDomains")
+        out.append(
+            SpreadConstraint(
+                max_skew=int(c.get("maxSkew") or 1),
+                topology_key=str(c.get("topologyKey") or ""),
+                selector=label_selector(c.get("labelSelector")),
+                match_label_keys=tuple(str(k) for k in _as_list(c.get("matchLabelKeys"))),
+                min_domains=int(min_domains) if isinstance(min_domains, int) else 1,
+                node_affinity_policy=str(c.get("nodeAffinityPolicy") or HONOR),
+                node_taints_policy=str(c.get("nodeTaintsPolicy") or IGNORE),
+            )
+        )
+    return tuple(out)
+
+
+def _all_containers(pod_spec: Mapping[str, Any], *kinds: str) -> list[Mapping[str, Any]]:
+    return [_as_mapping(c) for kind in kinds for c in _as_list(pod_spec.get(kind))]
+
+
+def _required_features(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """NodeDeclaredFeatures' InferForPodScheduling for the v1.37 feature registry."""
+    features = set()
+    for container in _all_containers(pod_spec, "containers", "initContainers"):
+        if any(
+            _as_mapping(rule).get("action") == "RestartAllContainers"
+            for rule in _as_list(container.get("restartPolicyRules"))
+        ):
+            features.add(RESTART_ALL_CONTAINERS_FEATURE)
+    if pod_spec.get("hostNetwork") is True and pod_spec.get("hostUsers") is False:
+        features.add(USER_NAMESPACES_HOST_NETWORK_FEATURE)
+    for container in _all_containers(pod_spec, "containers", "initContainers", "ephemeralContainers"):
+        if any(_as_mapping(m).get("bindMountOptions") for m in _as_list(container.get("volumeMounts"))):
+            features.add(VOLUME_BIND_MOUNT_OPTIONS_FEATURE)
+    return tuple(sorted(features))
+
+
+def _unsupported(pod_spec: Mapping[str, Any], pod_affinity: tuple[PodAffinityTerm, ...]) -> tuple[str, ...]:
+    """Fields kube-scheduler filters on that the engine cannot check: such pods are never released."""
+    out = []
+    if _as_list(pod_spec.get("resourceClaims")):
+        out.append("spec.resourceClaims (DynamicResources: device claims are not modelled)")
+    for i, term in enumerate(pod_affinity):
+        if term.namespace_selector is not None:
+            out.append(
+                "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                f"[{i}].namespaceSelector (namespace labels are not modelled)"
+            )
+    for raw in _as_list(pod_spec.get("volumes")):
+        volume = _as_mapping(raw)
+        for kind in _RESTRICTED_INLINE_VOLUMES:
+            if volume.get(kind):
+                out.append(
+                    f"spec.volumes[{volume.get('name', '')}].{kind} "
+                    "(VolumeRestrictions: inline disk conflicts are not modelled)"
+                )
+    return tuple(out)
+
+
+def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodTraits:
+    """Namespace, labels and mounted claims (ephemeral.VolumeClaimName for ephemeral volumes)."""
+    name = str(metadata.get("name") or "")
+    claims = []
+    for raw in _as_list(pod_spec.get("volumes")):
+        volume = _as_mapping(raw)
+        claim = _as_mapping(volume.get("persistentVolumeClaim"))
+        if claim:
+            claims.append(str(claim.get("claimName") or ""))
+        elif isinstance(volume.get("ephemeral"), Mapping):
+            claims.append(f"{name}-{volume.get('name', '')}")
+    return PodTraits(
+        namespace=str(metadata.get("namespace") or ""),
+        labels=tuple(sorted((str(k), str(v)) for k, v in _as_mapping(metadata.get("labels")).items())),
+        claims=tuple(claims),
+    )
+
+
 def pod_requirements(pod_spec: Mapping[str, Any]) -> PodRequirements:
-    """What the engine filters on: positive requests, nodeSelector, required node affinity, tolerations."""
+    """What the engine filters on: positive requests, nodeSelector, required node affinity, tolerations,
+    required pod (anti-)affinity, host ports, DoNotSchedule spread constraints, node features."""
     requests = tuple((name, amount) for name, amount in pod_requests(pod_spec).items() if amount > 0)
     node_selector = tuple(
         sorted((str(k), str(v)) for k, v in _as_mapping(pod_spec.get("nodeSelector")).items())
@@ -151,9 +330,18 @@ def pod_requirements(pod_spec: Mapping[str, Any]) -> PodRequirements:
         affinity_terms = _terms(_as_list(required.get("nodeSelectorTerms")))
 
     tolerations = tuple(_toleration(t) for t in _as_list(pod_spec.get("tolerations")))
+    affinity = _as_mapping(pod_spec.get("affinity"))
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    pod_affinity = pod_affinity_terms(_as_mapping(affinity.get("podAffinity")).get(required))
     return PodRequirements(
         requests=requests,
         node_selector=node_selector,
         affinity_terms=affinity_terms,
         tolerations=tolerations,
+        pod_affinity=pod_affinity,
+        pod_anti_affinity=pod_affinity_terms(_as_mapping(affinity.get("podAntiAffinity")).get(required)),
+        host_ports=host_ports(pod_spec),
+        spread=_spread_constraints(pod_spec),
+        required_features=_required_features(pod_spec),
+        unsupported=_unsupported(pod_spec, pod_affinity),
     )

@@ -9,14 +9,25 @@ a snapshot's lifetime. `LiveSnapshot` (live.py) keeps one up to date between pas
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
 import numpy as np
 
 from .columns import BoolArray, DomainGroups, IndexArray, IntArray, LabelColumn, field_mask, readonly
 from .filters import scheduling_taints, taints_tolerated, term_is_valid
-from .model import PODS, BoundPod, NodeInfo, NodeSelectorTerm, PodRequirements, Taint, Toleration
+from .model import (
+    PODS,
+    BoundPod,
+    ClaimInfo,
+    NodeInfo,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodRequirements,
+    Taint,
+    Toleration,
+)
+from .podindex import PodIndex, SpecialIndex, indexed
 
 __all__ = ["SATURATED", "UNBOUNDED", "NodeTable", "Snapshot", "cap_for", "clipped"]
 
@@ -27,8 +38,22 @@ UNBOUNDED: Final = 2**63
 """An `alloc_bound` above every cap: some amount may have been clipped."""
 
 _EligibilityKey = tuple[
-    tuple[tuple[str, str], ...], tuple[NodeSelectorTerm, ...] | None, tuple[Toleration, ...]
+    tuple[tuple[str, str], ...],
+    tuple[NodeSelectorTerm, ...] | None,
+    tuple[Toleration, ...],
+    tuple[str, ...],
 ]
+# Labels VolumeZone compares between a PersistentVolume and a node (beta keys fall back to GA ones).
+ZONE_LABELS: Final = (
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+)
+_GA_ZONE_LABEL: Final = {
+    "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region",
+}
 
 
 def cap_for(node_count: int) -> int:
@@ -54,6 +79,7 @@ class NodeTable:
         "base_mask",
         "columns",
         "eligibility",
+        "feature_masks",
         "max_amount",
         "name_index",
         "names",
@@ -63,6 +89,7 @@ class NodeTable:
         "resources",
         "taint_codes",
         "taint_sets",
+        "term_masks",
         "toleration_masks",
         "totals",
     )
@@ -104,6 +131,8 @@ class NodeTable:
         self.columns: dict[str, LabelColumn] = columns if columns is not None else {}
         self.eligibility: dict[_EligibilityKey, BoolArray] = {}
         self.toleration_masks: dict[tuple[Toleration, ...], BoolArray] = {}
+        self.feature_masks: dict[tuple[str, ...], BoolArray] = {}
+        self.term_masks: dict[tuple[tuple[NodeSelectorTerm, ...], bool], BoolArray] = {}
 
     @classmethod
     def of(cls, nodes: Iterable[NodeInfo]) -> NodeTable:
@@ -167,7 +196,51 @@ class NodeTable:
             self.toleration_masks[tolerations] = mask
         return mask
 
-    def affinity(self, terms: tuple[NodeSelectorTerm, ...]) -> BoolArray:
+    def features(self, required: tuple[str, ...]) -> BoolArray:
+        """Nodes whose status.declaredFeatures include every required feature (NodeDeclaredFeatures)."""
+        mask = self.feature_masks.get(required)
+        if mask is None:
+            wanted = frozenset(required)
+            mask = readonly(
+                np.fromiter(
+                    (wanted <= node.declared_features for node in self.nodes),
+                    dtype=np.bool_,
+                    count=len(self.nodes),
+                )
+            )
+            self.feature_masks[required] = mask
+        return mask
+
+    def terms(self, terms: tuple[NodeSelectorTerm, ...], *, by_name: bool = True) -> BoolArray:
+        """Nodes matching any of the terms, cached. `by_name=False` matches fields against an empty node
+        name, as volume.CheckNodeAffinity does (it builds a node from the labels alone)."""
+        key = (terms, by_name)
+        mask = self.term_masks.get(key)
+        if mask is None:
+            mask = readonly(self.affinity(terms, by_name=by_name))
+            self.term_masks[key] = mask
+        return mask
+
+    def zones(self, zones: tuple[tuple[str, tuple[str, ...]], ...]) -> BoolArray:
+        """VolumeZone: nodes without any zone/region label pass; others need each PV label's value."""
+        n = len(self.names)
+        labelled = np.zeros(n, dtype=np.bool_)
+        for key in ZONE_LABELS:
+            labelled |= self.column(key).codes >= 0
+        mask = np.ones(n, dtype=np.bool_)
+        for key, values in zones:
+            own = self.column(key)
+            ok = own.requirement_mask(NodeSelectorRequirement(key, "In", values))
+            ga = _GA_ZONE_LABEL.get(key)
+            if ga is not None:
+                ok |= (own.codes < 0) & self.column(ga).requirement_mask(
+                    NodeSelectorRequirement(ga, "In", values)
+                )
+            mask &= ok
+        result: BoolArray = ~labelled | mask
+        return result
+
+    def affinity(self, terms: tuple[NodeSelectorTerm, ...], *, by_name: bool = True) -> BoolArray:
         n = len(self.names)
         any_term = np.zeros(n, dtype=np.bool_)
         for term in terms:
@@ -177,22 +250,35 @@ class NodeTable:
             for req in term.match_expressions:
                 mask &= self.column(req.key).requirement_mask(req)
             for req in term.match_fields:
-                mask &= field_mask(req, self.name_index, n)
+                mask &= field_mask(req, self.name_index if by_name else {}, n)
             any_term |= mask
         return any_term
 
     def eligible(self, req: PodRequirements) -> BoolArray:
-        key: _EligibilityKey = (req.node_selector, req.affinity_terms, req.tolerations)
+        key: _EligibilityKey = (
+            req.node_selector,
+            req.affinity_terms,
+            req.tolerations,
+            req.required_features,
+        )
         mask = self.eligibility.get(key)
         if mask is None:
             m = self.base_mask & self.tolerated(req.tolerations)
-            for label, value in req.node_selector:
-                m &= self.column(label).equals_mask(value)
-            if req.affinity_terms is not None:
-                m &= self.affinity(req.affinity_terms)
+            m &= self.node_affinity(req)
+            if req.required_features:
+                m &= self.features(req.required_features)
             mask = readonly(m)
             self.eligibility[key] = mask
         return mask
+
+    def node_affinity(self, req: PodRequirements) -> BoolArray:
+        """nodeSelector and required node affinity only (what a spread constraint's Honor policy checks)."""
+        m = np.ones(len(self.names), dtype=np.bool_)
+        for label, value in req.node_selector:
+            m &= self.column(label).equals_mask(value)
+        if req.affinity_terms is not None:
+            m &= self.terms(req.affinity_terms)
+        return m
 
     def entries(self, node: int, requests: Mapping[str, int]) -> list[tuple[int, int]]:
         """(flat index into the resources x nodes usage, amount) for one pod: a pod slot plus its requests."""
@@ -226,9 +312,24 @@ def _accumulate(entries: list[tuple[int, int]], size: int) -> IntArray:
 
 
 class Snapshot:
-    """Nodes, their capacity and what is already using it; never mutated after build."""
+    """Nodes, their capacity and what is already using it; never mutated after build.
 
-    __slots__ = ("_pods", "_removed", "_s", "_used")
+    Besides usage it knows, for the filters that depend on other pods, every pod's traits (built into
+    a `PodIndex` only when a decision needs them), the pods with anti-affinity or host ports
+    (`special`), and the PersistentVolumeClaims as the controller resolved them (`claims`).
+    """
+
+    __slots__ = (
+        "_assumed",
+        "_claims",
+        "_index",
+        "_pods",
+        "_removed",
+        "_s",
+        "_special",
+        "_special_index",
+        "_used",
+    )
 
     def __init__(
         self,
@@ -236,15 +337,34 @@ class Snapshot:
         used: IntArray,
         pods: Mapping[str, BoundPod],
         removed: frozenset[str],
+        *,
+        special: Mapping[str, BoundPod] | None = None,
+        claims: Mapping[str, ClaimInfo] | None = None,
+        assumed: tuple[BoundPod, ...] = (),
+        index: PodIndex | None = None,
     ) -> None:
-        """`pods`: the pods counted in `used`, all on nodes of `table`, by id."""
+        """`pods`: the pods counted in `used`, all on nodes of `table`, by id; `special`: those of them
+        with anti-affinity terms or host ports (computed from `pods` when None)."""
         self._s = table
         self._used = readonly(used)
         self._pods = pods  # shared between derived snapshots; read-only by convention
         self._removed = removed
+        if special is None:
+            special = {pod_id: pod for pod_id, pod in pods.items() if pod.special}
+        self._special = special
+        self._claims: Mapping[str, ClaimInfo] = claims if claims is not None else {}
+        self._assumed = assumed
+        """Pods assumed in this pass (with traits), for the pod index; not in `pods`."""
+        self._index = index
+        self._special_index: SpecialIndex | None = None
 
     @classmethod
-    def build(cls, nodes: Iterable[NodeInfo], pods: Iterable[BoundPod]) -> Snapshot:
+    def build(
+        cls,
+        nodes: Iterable[NodeInfo],
+        pods: Iterable[BoundPod],
+        claims: Mapping[str, ClaimInfo] | None = None,
+    ) -> Snapshot:
         """Pods on nodes that are not in `nodes` are ignored; with duplicate pod ids the last one wins."""
         table = NodeTable.of(nodes)
         latest: dict[str, BoundPod] = {}
@@ -259,17 +379,25 @@ class Snapshot:
             counted[pod_id] = pod
             flat.extend(table.entries(node, pod.requests))
         used = _accumulate(flat, table.alloc.size).reshape(table.alloc.shape)
-        return cls(table, used, counted, frozenset())
+        return cls(table, used, counted, frozenset(), claims=dict(claims or {}))
 
-    def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]]]) -> Snapshot:
+    def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]] | BoundPod]) -> Snapshot:
         """A snapshot where each (node, requests) entry is one more pod on that node (plus pods=1).
 
-        Shares the node table and its caches; copies only the usage array. Raises KeyError for an
-        unknown node. Assumed usage has no pod id, so `without` cannot remove it.
+        A `BoundPod` entry (what `admitted_usage` gives) also brings its traits, anti-affinity and
+        ports, so the filters of later decisions see it. Shares the node table and its caches; copies
+        only the usage array. Raises KeyError for an unknown node. Assumed pods are not in
+        `bound_pod_ids`, so `without` cannot remove them.
         """
         s = self._s
         entries: list[tuple[int, int]] = []
-        for node_name, requests in assignments:
+        pods: list[BoundPod] = []
+        for item in assignments:
+            if isinstance(item, BoundPod):
+                node_name, requests = item.node, item.requests
+                pods.append(item)
+            else:
+                node_name, requests = item
             node = s.name_index.get(node_name)
             if node is None:
                 raise KeyError(f"node {node_name!r} is not in the snapshot")
@@ -278,7 +406,19 @@ class Snapshot:
             return self
         delta = _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
         used = np.minimum(self._used + delta, SATURATED)
-        return Snapshot(s, used, self._pods, self._removed)
+        index = None
+        if self._index is not None:
+            index = self._index.extended(indexed(s.name_index[p.node], p) for p in pods)
+        return Snapshot(
+            s,
+            used,
+            self._pods,
+            self._removed,
+            special=self._special,
+            claims=self._claims,
+            assumed=self._assumed + tuple(pods),
+            index=index,
+        )
 
     def without(self, pod_ids: Iterable[str]) -> Snapshot:
         """A snapshot where those bound pods no longer use capacity; unknown or removed ids are ignored."""
@@ -291,7 +431,51 @@ class Snapshot:
         ]
         delta = _accumulate(entries, self._s.alloc.size).reshape(self._s.alloc.shape)
         used = np.maximum(self._used - delta, 0)
-        return Snapshot(self._s, used, self._pods, self._removed | gone)
+        return Snapshot(
+            self._s,
+            used,
+            self._pods,
+            self._removed | gone,
+            special=self._special,
+            claims=self._claims,
+            assumed=self._assumed,
+        )
+
+    # --- other pods, volumes ----------------------------------------------------------------
+
+    def _present(self, pods: Iterable[BoundPod], *, assumed: bool = False) -> Iterator[tuple[int, BoundPod]]:
+        """(node index, pod) of those pods that count here: removed ones do not (assumed ones always do)."""
+        index, removed = self._s.name_index, self._removed
+        for pod in pods:
+            if assumed or pod.id not in removed:
+                node = index.get(pod.node)
+                if node is not None:
+                    yield node, pod
+
+    def special_index(self) -> SpecialIndex:
+        """Anti-affinity terms and host ports of the pods here (cheap: only pods that have them)."""
+        if self._special_index is None:
+            assumed = [p for p in self._assumed if p.special]
+            self._special_index = SpecialIndex.of(
+                [*self._present(self._special.values()), *self._present(assumed, assumed=True)]
+            )
+        return self._special_index
+
+    def pod_index(self) -> PodIndex:
+        """Every pod's namespace, labels and claims; built on first use (O(pods)), then cached."""
+        if self._index is None:
+            index = PodIndex.of(indexed(node, pod) for node, pod in self._present(self._pods.values()))
+            if self._assumed:
+                index = index.extended(
+                    indexed(node, pod) for node, pod in self._present(self._assumed, assumed=True)
+                )
+            self._index = index
+        return self._index
+
+    @property
+    def claims(self) -> Mapping[str, ClaimInfo]:
+        """PersistentVolumeClaims by "namespace/name", as the controller resolved them."""
+        return self._claims
 
     # --- read access -------------------------------------------------------------------------
 
@@ -376,5 +560,9 @@ class Snapshot:
         return self._s.column(key).values
 
     def eligible(self, requirements: PodRequirements) -> BoolArray:
-        """Static filters per node (ready, not cordoned, taints, nodeSelector, affinity), cached."""
+        """Static filters per node (ready, not cordoned, taints, nodeSelector, affinity, features), cached."""
         return self._s.eligible(requirements)
+
+    @property
+    def table(self) -> NodeTable:
+        return self._s

@@ -12,14 +12,20 @@ from hypothesis import strategies as st
 
 from phalanx.placement import (
     BoundPod,
+    ClaimInfo,
     GroupRequest,
+    HostPort,
+    LabelSelector,
     LiveSnapshot,
     NodeInfo,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PodAffinityTerm,
     PodRequest,
     PodRequirements,
+    PodTraits,
     Snapshot,
+    SpreadConstraint,
     Taint,
     Toleration,
     decide,
@@ -63,6 +69,12 @@ def node_infos(draw: st.DrawFn, name: str | None = None) -> NodeInfo:
     )
 
 
+APP_A = LabelSelector(requirements=(NodeSelectorRequirement("app", "In", ("a",)),))
+ANTI_HOST = PodAffinityTerm(APP_A, HOST)
+ANTI_BLOCK = PodAffinityTerm(APP_A, BLOCK)
+SPREAD_IGNORE = SpreadConstraint(1, HOST, APP_A, node_affinity_policy="Ignore")
+
+
 @st.composite
 def bound_pods(draw: st.DrawFn) -> BoundPod:
     resources = draw(st.lists(st.sampled_from(["cpu", GPU, FPGA, "example.com/none", "pods"]), max_size=3))
@@ -70,6 +82,15 @@ def bound_pods(draw: st.DrawFn) -> BoundPod:
         id=draw(st.sampled_from(POD_IDS)),
         node=draw(st.sampled_from([*NODE_NAMES, "ghost"])),
         requests={r: draw(st.one_of(st.integers(0, 5), st.just(HUGE))) for r in resources},
+        traits=PodTraits(
+            "ns", (("app", draw(st.sampled_from("ab"))),), ("data",) if draw(st.booleans()) else ()
+        ),
+        anti_affinity=draw(st.sampled_from([(), (), (ANTI_HOST,), (ANTI_BLOCK,)])),
+        host_ports=draw(st.sampled_from([(), (), (HostPort(80),)])),
+        assigned=draw(st.booleans()),
+        terminating=not draw(st.integers(0, 5)),
+        affinity=draw(st.sampled_from([(), (ANTI_BLOCK,)])),
+        spread=draw(st.sampled_from([(), (SPREAD_IGNORE,)])),
     )
 
 
@@ -83,6 +104,15 @@ def ops() -> st.SearchStrategy[Op]:
         st.tuples(st.just("upsert_pod"), bound_pods()),
         st.tuples(st.just("upsert_pod"), bound_pods()),
         st.tuples(st.just("remove_pod"), st.sampled_from(POD_IDS)),
+        st.tuples(
+            st.just("set_claim"),
+            st.tuples(
+                st.sampled_from(["ns/data", "ns/other"]),
+                st.sampled_from(
+                    [None, ClaimInfo(), ClaimInfo(read_write_once_pod=True), ClaimInfo(waiting="x")]
+                ),
+            ),
+        ),
         st.tuples(st.just("check"), st.none()),
     )
 
@@ -99,6 +129,10 @@ REQUIREMENTS = [
         ),
     ),
     PodRequirements(requests=(), node_selector=((BLOCK, "b1"),)),
+    PodRequirements(requests=(("cpu", 1),), pod_anti_affinity=(ANTI_HOST,), host_ports=(HostPort(80),)),
+    PodRequirements(
+        requests=((GPU, 1),), spread=(SpreadConstraint(1, ZONE, APP_A),), pod_affinity=(ANTI_BLOCK,)
+    ),
 ]
 
 
@@ -106,7 +140,11 @@ REQUIREMENTS = [
 def groups(draw: st.DrawFn) -> GroupRequest:
     kinds = draw(st.lists(st.sampled_from(REQUIREMENTS), min_size=1, max_size=2))
     count = draw(st.integers(1, 4))
-    pending = tuple(PodRequest(f"g-{i}", kinds[i % len(kinds)]) for i in range(count))
+    claims = draw(st.sampled_from([(), ("data",)]))
+    pending = tuple(
+        PodRequest(f"ns/g-{i}", kinds[i % len(kinds)], PodTraits("ns", (("app", "a"),), claims))
+        for i in range(count)
+    )
     return GroupRequest(
         name="g",
         pending=pending,
@@ -134,9 +172,13 @@ class Observed:
     free: dict[str, dict[str, int]]
     domains: dict[str, tuple[object, ...]]
     eligible: list[list[bool]]
+    special: tuple[object, ...]
+    pods: list[tuple[object, ...]]
+    claims: dict[str, ClaimInfo]
 
 
 def observe(s: Snapshot) -> Observed:
+    special = s.special_index()
     domains: dict[str, tuple[object, ...]] = {}
     for key in (BLOCK, ZONE, HOST, "absent"):
         g = s.domain_groups(key)
@@ -154,6 +196,16 @@ def observe(s: Snapshot) -> Observed:
         free={name: s.free(name) for name in s.node_names},
         domains=domains,
         eligible=[s.eligible(req).tolist() for req in REQUIREMENTS],
+        special=(
+            special.anti,
+            {node: sorted(ports, key=repr) for node, ports in special.ports.items()},
+            special.unsettled,
+        ),
+        pods=sorted(
+            (p.node, p.namespace, sorted(p.labels.items()), p.assigned, p.terminating, p.claims)
+            for p in s.pod_index().pods()
+        ),
+        claims=dict(s.claims),
     )
 
 
@@ -172,6 +224,7 @@ class Model:
     def __init__(self, nodes: list[NodeInfo], pods: list[BoundPod]) -> None:
         self.nodes = {n.name: n for n in nodes}
         self.pods = {p.id: p for p in pods}
+        self.claims: dict[str, ClaimInfo] = {}
 
     def apply(self, live: LiveSnapshot, op: Op) -> None:
         kind, arg = op
@@ -191,9 +244,17 @@ class Model:
             assert isinstance(arg, str)
             self.pods.pop(arg, None)
             live.remove_pod(arg)
+        elif kind == "set_claim":
+            assert isinstance(arg, tuple)
+            key, info = arg
+            if info is None:
+                self.claims.pop(key, None)
+            else:
+                self.claims[key] = info
+            live.set_claim(key, info)
 
     def build(self) -> Snapshot:
-        return Snapshot.build(self.nodes.values(), self.pods.values())
+        return Snapshot.build(self.nodes.values(), self.pods.values(), self.claims)
 
 
 # --- properties ---------------------------------------------------------------------------------
