@@ -80,7 +80,10 @@ class ClusterState:
         return RestClient(self.api_port, self.token, str(self.ca_file))
 
     def save(self) -> None:
-        (self.path / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+        # Write and rename: a reader (status, a test polling for pids) never sees a half-written file.
+        partial = self.path / f".{STATE_FILE}.tmp"
+        partial.write_text(json.dumps(asdict(self), indent=2))
+        partial.replace(self.path / STATE_FILE)
 
     @classmethod
     def load(cls, directory: Path) -> ClusterState | None:
