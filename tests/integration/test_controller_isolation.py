@@ -29,12 +29,16 @@ def quota_ns(
             "spec": {"hard": {"count/podgroups.scheduling.phalanx.dev": "1"}},
         }
     )
+    # The quota admission refuses every PodGroup until the quota controller has counted what is used.
     wait_for(
-        "the quota to be enforced",
+        "the quota to be counted",
         lambda: (
-            namespace.get("/api/v1/namespaces/{ns}/resourcequotas/one-podgroup").get("status", {}).get("hard")
+            "count/podgroups.scheduling.phalanx.dev"
+            in namespace.get("/api/v1/namespaces/{ns}/resourcequotas/one-podgroup")
+            .get("status", {})
+            .get("used", {})
         ),
-        timeout=30,
+        timeout=60,
     )
     yield namespace
     delete_namespace(namespace)
@@ -44,7 +48,7 @@ def test_a_quota_refusing_one_pod_group_does_not_stop_other_jobs(quota_ns: Names
     """Two gangs in the quota namespace (the second PodGroup is refused with 403), one elsewhere: the
     refused Job gets a Warning saying why; the other Jobs — in both namespaces — are admitted."""
     quota_ns.create(managed_job("first", 1))
-    wait_for("the first PodGroup", lambda: group_of(quota_ns, "first"), timeout=30)
+    wait_for("the first PodGroup", lambda: group_of(quota_ns, "first"), timeout=60)
     quota_ns.create(managed_job("second", 1))
     ns.create(managed_job("elsewhere", 2))
 
