@@ -33,7 +33,8 @@ from phalanx.controller.records import (
     WorkloadRecord,
     node_info,
 )
-from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
+from phalanx.controller.volumes import VolumeCatalog
+from phalanx.placement import ClaimInfo, LiveSnapshot, NodeInfo, Snapshot
 
 log = logging.getLogger("phalanx.cache")
 
@@ -47,6 +48,7 @@ S = TypeVar("S", PodGroupRecord, WorkloadRecord)
 class _Expectation:
     resource_version: str
     deadline: float
+    reflects: Callable[[Mapping[str, Any]], bool] | None = None  # does an object already carry our write?
     held_back: Mapping[str, Any] | None = None  # the newest event masked meanwhile
 
 
@@ -58,9 +60,18 @@ class Expectations:
     ttl: float = EXPECTATION_TTL_SECONDS
     pending: dict[tuple[str, str], _Expectation] = field(default_factory=dict)
 
-    def wrote(self, kind: str, key: str, resource_version: str) -> None:
+    def wrote(
+        self,
+        kind: str,
+        key: str,
+        resource_version: str,
+        reflects: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        """`reflects` tells a later version from an older one by content: a watch may skip versions
+        (Kopf hands handlers the newest state of an object, not each version), so the event with our
+        exact version may never come; one that already carries what we wrote is not older."""
         if resource_version:
-            self.pending[(kind, key)] = _Expectation(resource_version, self.clock() + self.ttl)
+            self.pending[(kind, key)] = _Expectation(resource_version, self.clock() + self.ttl, reflects)
 
     def admit(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
         """Whether a watch event's object may replace what the cache holds."""
@@ -68,7 +79,9 @@ class Expectations:
         if expected is None:
             return True
         version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        if version == expected.resource_version:
+        if version == expected.resource_version or (
+            expected.reflects is not None and expected.reflects(body)
+        ):
             del self.pending[(kind, key)]
             return True
         expected.held_back = body  # older than our write, or a re-list past it: decided on expiry
@@ -118,6 +131,7 @@ class ClusterCache:
         self.pods_by_job: dict[str, set[str]] = defaultdict(set)
         self.expectations = Expectations(clock=clock)
         self.live = LiveSnapshot()
+        self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
         self.changed = asyncio.Event()
         self.generation = 0  # bumps on any change that can alter a decision
         # "<Job uid>/<what>" -> the message already announced (one event per change, not per pass).
@@ -166,11 +180,12 @@ class ClusterCache:
     # -- pods
     def upsert_pod(self, body: Mapping[str, Any], *, own_write: bool = False) -> PodRecord | None:
         key = _key(body)
+        record = PodRecord.from_body(body)
         if own_write:
-            self.expectations.wrote(POD, key, _version(body))
+            self.expectations.wrote(POD, key, _version(body), _pod_reflects(record))
         elif not self.expectations.admit(POD, key, body):
             return self.pods.get(key)
-        return self._put_pod(PodRecord.from_body(body), wake=not own_write)
+        return self._put_pod(record, wake=not own_write)
 
     def _put_pod(self, record: PodRecord, wake: bool = True) -> PodRecord:
         old = self.pods.get(record.key)
@@ -218,11 +233,12 @@ class ClusterCache:
     def upsert_job(self, body: Mapping[str, Any], *, own_write: bool = False) -> None:
         """A managed Job, or one Phalanx still has to let go of (see _worth_keeping)."""
         key = _key(body)
+        record = JobRecord.from_body(body)
         if own_write:
-            self.expectations.wrote(JOB, key, _version(body))
+            self.expectations.wrote(JOB, key, _version(body), _job_reflects(record))
         elif not self.expectations.admit(JOB, key, body):
             return
-        self._put_job(JobRecord.from_body(body), wake=not own_write)
+        self._put_job(record, wake=not own_write)
 
     def _put_job(self, record: JobRecord, wake: bool = True) -> None:
         old = self.jobs.get(record.uid)
@@ -263,7 +279,7 @@ class ClusterCache:
     def upsert_pod_group(self, body: Mapping[str, Any], *, own_write: bool = False) -> PodGroupRecord | None:
         key = _key(body)
         if own_write:
-            self.expectations.wrote(POD_GROUP, key, _version(body))
+            self.expectations.wrote(POD_GROUP, key, _version(body), _pod_group_reflects(body))
         elif not self.expectations.admit(POD_GROUP, key, body):
             return self.pod_groups.get(key)
         return self._put_pod_group(body, wake=not own_write)
@@ -280,7 +296,8 @@ class ClusterCache:
     def upsert_workload(self, body: Mapping[str, Any], *, own_write: bool = False) -> WorkloadRecord:
         key = _key(body)
         if own_write:
-            self.expectations.wrote(WORKLOAD, key, _version(body))
+            uid = str((body.get("metadata") or {}).get("uid") or "")
+            self.expectations.wrote(WORKLOAD, key, _version(body), lambda b: _uid(b) == uid)
         elif not self.expectations.admit(WORKLOAD, key, body):
             current = self.workloads.get(key)
             if current is not None:
@@ -327,6 +344,70 @@ class ClusterCache:
     def delete_priority_class(self, name: str) -> None:
         if self.priority_classes.pop(name, None) is not None:
             self._touch()
+
+    # -- volumes: a claim's resolution changes only when something the volume filters read changed
+    def upsert_claim(self, body: Mapping[str, Any]) -> None:
+        self._claims_changed(self.volumes.upsert_claim(body))
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        self._claims_changed(self.volumes.delete_claim(namespace, name))
+
+    def upsert_volume(self, body: Mapping[str, Any]) -> None:
+        self._claims_changed(self.volumes.upsert_volume(body))
+
+    def delete_volume(self, name: str) -> None:
+        self._claims_changed(self.volumes.delete_volume(name))
+
+    def upsert_storage_class(self, body: Mapping[str, Any]) -> None:
+        self._claims_changed(self.volumes.upsert_class(body))
+
+    def delete_storage_class(self, name: str) -> None:
+        self._claims_changed(self.volumes.delete_class(name))
+
+    def _claims_changed(self, changes: list[tuple[str, ClaimInfo | None]]) -> None:
+        for key, info in changes:
+            self.live.set_claim(key, info)
+        if changes:
+            self._touch()
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+# What each kind of write of ours changes, and never changes back: an object that shows it is not older
+# than our write. (A pod's gate is only ever removed, its nodeSelector fixed once ungated.)
+def _pod_reflects(written: PodRecord) -> Callable[[Mapping[str, Any]], bool]:
+    def reflects(body: Mapping[str, Any]) -> bool:
+        seen = PodRecord.from_body(body)
+        return (seen.uid, seen.gated, seen.node_selector_host, seen.pod_group) == (
+            written.uid,
+            written.gated,
+            written.node_selector_host,
+            written.pod_group,
+        )
+
+    return reflects
+
+
+def _job_reflects(written: JobRecord) -> Callable[[Mapping[str, Any]], bool]:
+    def reflects(body: Mapping[str, Any]) -> bool:
+        seen = JobRecord.from_body(body)
+        return (seen.uid, seen.suspended, seen.requeued) == (written.uid, written.suspended, written.requeued)
+
+    return reflects
+
+
+def _pod_group_reflects(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """Phalanx is the only writer of a PodGroup's status: a different status is an older one."""
+    uid, status = _uid(written), written.get("status")
+    generation = int((written.get("metadata") or {}).get("generation") or 0)
+
+    def reflects(body: Mapping[str, Any]) -> bool:
+        seen_generation = int((body.get("metadata") or {}).get("generation") or 0)
+        return _uid(body) == uid and body.get("status") == status and seen_generation >= generation
+
+    return reflects
 
 
 def _key(body: Mapping[str, Any]) -> str:

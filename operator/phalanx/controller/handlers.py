@@ -207,6 +207,35 @@ async def priority_class_event(event: kopf.RawEvent, **_: Any) -> None:
         runtime.cache.upsert_priority_class(body)
 
 
+# Volumes: kube-scheduler's volume filters read claims, volumes and classes, so the engine does too.
+@kopf.on.event("", "v1", "persistentvolumeclaims")
+async def claim_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_claim(meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_claim(body)
+
+
+@kopf.on.event("", "v1", "persistentvolumes")
+async def volume_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_volume(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_volume(body)
+
+
+@kopf.on.event("storage.k8s.io", "v1", "storageclasses")
+async def storage_class_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_storage_class(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_storage_class(body)
+
+
 # ---------------------------------------------------------------------- lifecycle
 @kopf.on.login()
 async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -33,7 +33,7 @@ from .model import (
 from .preemption import DEFAULT_MAX_STEPS, choose_victims
 from .preemption_model import Candidate, DisruptionMode, Preemption, VictimCost, VictimGroup
 from .quantity import QuantityError, canonical_amount, parse_quantity
-from .requests import pod_requests, pod_requirements, pod_traits
+from .requests import node_selector_terms, pod_requests, pod_requirements, pod_traits
 from .selectors import host_ports_conflict, selector_matches, term_matches
 from .snapshot import Snapshot
 
@@ -73,6 +73,7 @@ __all__ = [
     "decide",
     "host_ports_conflict",
     "node_eligible",
+    "node_selector_terms",
     "parse_quantity",
     "pod_requests",
     "pod_requirements",

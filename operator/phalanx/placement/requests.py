@@ -30,6 +30,7 @@ from .quantity import canonical_amount, parse_quantity
 __all__ = [
     "host_ports",
     "label_selector",
+    "node_selector_terms",
     "pod_affinity_terms",
     "pod_requests",
     "pod_requirements",
@@ -153,6 +154,11 @@ def _terms(raw_terms: Iterable[Any]) -> tuple[NodeSelectorTerm, ...]:
             )
         )
     return tuple(terms)
+
+
+def node_selector_terms(raw_terms: Any) -> tuple[NodeSelectorTerm, ...]:
+    """A core/v1 NodeSelector's nodeSelectorTerms (as a PersistentVolume's node affinity has them)."""
+    return _terms(_as_list(raw_terms))
 
 
 def _toleration(raw: Any) -> Toleration:
