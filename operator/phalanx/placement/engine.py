@@ -354,10 +354,16 @@ def _decide_constrained(
         upper += np.minimum(pl.sums(ctx.capacity(sig)), len(sig.positions))
 
     domain_free = pl.row_sums(ctx.score_free)
+    # Branch and bound: no packing of a domain places more than `upper` pods nor leaves less free than
+    # if its `upper` biggest pods (per resource) were placed, so domains are packed in the order of that
+    # optimistic (placed, score) and the search stops once none can beat the best found.
+    optimistic = [ctx.scorer.exact(row) for row in domain_free - _top_sums(ctx, sig_of, upper)]
     best: tuple[int, int, _Outcome] | None = None
     closest: _Outcome | None = None
-    for d in sorted(range(len(pl.names)), key=lambda i: (-int(upper[i]), i)):
+    for d in sorted(range(len(pl.names)), key=lambda i: (-int(upper[i]), optimistic[i], i)):
         if closest is not None and upper[d] < closest.placed:
+            break
+        if best is not None and (-int(upper[d]), optimistic[d], d) > (-best[2].placed, best[1], best[0]):
             break
         outcome = _pack_constrained(ctx, cons, pl, d, order, sig_of, domain_free)
         if closest is None or outcome.placed > closest.placed:
@@ -372,6 +378,18 @@ def _decide_constrained(
         why = closest.why if closest is not None and closest.why != REASON_RESOURCES else ""
         return _reject(pl, closest.placed if closest is not None else 0, bound, min_count, why)
     return _admit(ctx, pl, best[0], group, best[2].targets)
+
+
+def _top_sums(ctx: _Decision, sig_of: list[_Signature], upper: IntArray) -> IntArray:
+    """Per domain and scored resource: the sum of that resource over the `upper[d]` pods asking most of it."""
+    requests = np.array([sig.request[ctx.score_pos] for sig in sig_of], dtype=np.int64).reshape(
+        len(sig_of), len(ctx.score_pos)
+    )
+    prefix = np.zeros((len(sig_of) + 1, len(ctx.score_pos)), dtype=np.int64)
+    if len(sig_of):
+        np.cumsum(-np.sort(-requests, axis=0), axis=0, out=prefix[1:])
+    result: IntArray = prefix[np.minimum(upper, len(sig_of))]
+    return result
 
 
 def _reject(pl: _Placements, placed: int, bound: int, min_count: int, why: str = "") -> Reject:

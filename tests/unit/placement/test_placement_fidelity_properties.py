@@ -253,3 +253,41 @@ def test_assumed_groups_are_seen_by_the_next_decision(sc: Scenario) -> None:
         sc.nodes, [existing(p) for p in sc.pods] + released, first_pods, sc.claims
     )
     assert failing is None, f"the first group breaks on the second one's pods in the order {failing}"
+
+
+@SETTINGS
+@given(scenarios())
+def test_the_domain_search_stops_only_when_no_domain_can_do_better(sc: Scenario) -> None:
+    """The engine's branch and bound picks what packing every domain would: most pods, best fit, name."""
+    from phalanx.placement import engine
+
+    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims)
+    decision = decide(snapshot, sc.group)
+    if isinstance(decision, Reject) and decision.reason != "Unschedulable":
+        return
+    ctx = engine._Decision(snapshot, sc.group.pending)
+    cons = engine.GroupConstraints.of(snapshot, sc.group.pending, [s.requirements for s in ctx.signatures])
+    if not isinstance(cons, engine.GroupConstraints):
+        return
+    pl = engine._placements(snapshot, sc.group)
+    assert not isinstance(pl, Reject)
+    sig_of = [ctx.signatures[0]] * len(sc.group.pending)
+    for sig in ctx.signatures:
+        for position in sig.positions:
+            sig_of[position] = sig
+    order = sorted(range(len(sc.group.pending)), key=lambda i: (-ctx.size(sig_of[i]), i))
+    domain_free = pl.row_sums(ctx.score_free)
+    outcomes = [
+        engine._pack_constrained(ctx, cons, pl, d, order, sig_of, domain_free) for d in range(len(pl.names))
+    ]
+    need = max(1, sc.group.min_count) - len(sc.group.bound_nodes)
+    feasible = [
+        (-o.placed, ctx.scorer.exact(o.leftover), d) for d, o in enumerate(outcomes) if o.placed >= need
+    ]
+    if not feasible:
+        assert isinstance(decision, Reject)
+        return
+    _, _, d = min(feasible)
+    assert isinstance(decision, Admit)
+    assert decision.domain == pl.names[d]
+    assert len(decision.assignments) == outcomes[d].placed
