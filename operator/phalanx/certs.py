@@ -53,9 +53,12 @@ def _sans(hosts: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
-def make_ca(common_name: str) -> KeyPair:
+def make_ca(
+    common_name: str, *, validity: dt.timedelta = _VALIDITY, now: dt.datetime | None = None
+) -> KeyPair:
+    """A self-signed CA, valid from 5 minutes before `now` (default: the present) for `validity`."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -63,7 +66,7 @@ def make_ca(common_name: str) -> KeyPair:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -90,14 +93,22 @@ def make_ca(common_name: str) -> KeyPair:
 
 
 def issue(
-    ca: KeyPair, common_name: str, hosts: list[str], *, organization: str | None = None, client: bool = False
+    ca: KeyPair,
+    common_name: str,
+    hosts: list[str],
+    *,
+    organization: str | None = None,
+    client: bool = False,
+    validity: dt.timedelta = _VALIDITY,
+    now: dt.datetime | None = None,
 ) -> KeyPair:
-    """A leaf certificate signed by `ca`, valid for the given DNS names and IPs."""
+    """A leaf certificate signed by `ca`, valid for the given DNS names and IPs, from 5 minutes before
+    `now` (default: the present) for `validity`."""
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
     builder = (
         x509.CertificateBuilder()
@@ -106,7 +117,7 @@ def issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     )

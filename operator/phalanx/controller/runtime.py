@@ -25,10 +25,11 @@ from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
 from phalanx.controller.scheduler import Scheduler
-from phalanx.controller.settings import Settings
+from phalanx.controller.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
+from phalanx.controller.webhook_tls import WebhookTLS
 
 log = logging.getLogger("phalanx.runtime")
-MANAGED_WEBHOOK_CONFIG = "phalanx.dev"
+MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default
 CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 STOP_TIMEOUT = 3.0  # seconds the scheduling loop gets to end after its cancellation
 
@@ -70,7 +71,11 @@ async def login(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | N
 
 def ensure_webhook_certs(folder: Path, hosts: list[str]) -> None:
     """Use ca.crt, tls.crt and tls.key in `folder`; if none is there, make them (under a file lock, so
-    replicas sharing the folder agree on one CA). Some but not all of them is an error."""
+    replicas sharing the folder agree on one CA). Some but not all of them is an error. A folder that
+    has all three may be read-only (a mounted Secret): it is only read."""
+    if all((folder / name).is_file() for name in CERT_FILES):
+        log.info("webhook certificate from %s", folder)
+        return
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".phalanx-certs.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -131,6 +136,8 @@ class Runtime:
         self._election: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
+        self.tls: WebhookTLS | None = None
+        self._tls_task: asyncio.Task[None] | None = None
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -146,7 +153,10 @@ class Runtime:
         self.kube = Kube(self.api)
         self.recorder = EventRecorder(self.api, instance=self.settings.identity)
         self.kube.recorder = self.recorder  # Kube.event posts through the same recorder (one LRU)
-        self._configure_kopf(kopf_settings)
+        folder = self._webhook_cert_folder()
+        if self.settings.webhook_secret:
+            await self._start_webhook_tls(folder)
+        self._configure_kopf(kopf_settings, folder)
         if self.settings.install_crds:
             await install_crds(self.api)
         self.health.mark_crds_installed()
@@ -221,9 +231,25 @@ class Runtime:
         elif not task.cancelled() and task.exception() is not None:
             log.warning("the scheduling loop had failed: %r", task.exception())
 
+    # ------------------------------------------------------------------ webhook TLS
+    async def _start_webhook_tls(self, folder: Path) -> None:
+        """The certificate from the Secret (made or renewed first if due) into `folder`, the CA into our
+        own webhook configurations when they are installed with Phalanx; then checked every minute."""
+        s = self.settings
+        assert self.api is not None and s.webhook_secret is not None
+        self.tls = WebhookTLS(
+            self.api,
+            s.webhook_namespace,
+            s.webhook_secret,
+            s.webhook_hosts(),
+            folder,
+            inject_into=None if s.kopf_manages_webhooks else s.webhook_config_name,
+        )
+        await self.tls.ensure()
+        self._tls_task = asyncio.create_task(self.tls.run(), name="phalanx-webhook-tls")
+
     # ------------------------------------------------------------------ Kopf
-    def _configure_kopf(self, settings: kopf.OperatorSettings) -> None:
-        folder = self._webhook_cert_folder()
+    def _configure_kopf(self, settings: kopf.OperatorSettings, folder: Path) -> None:
         server = ObservedWebhookServer(
             addr=self.settings.webhook_host,
             port=self.settings.webhook_port,
@@ -234,7 +260,10 @@ class Runtime:
         )
         server.on_listening = self.health.mark_webhook_started
         settings.admission.server = server
-        settings.admission.managed = MANAGED_WEBHOOK_CONFIG
+        # Kopf writes the configurations (a url to this process) unless they come with the chart.
+        settings.admission.managed = (
+            self.settings.webhook_config_name if self.settings.kopf_manages_webhooks else None
+        )
         settings.posting.level = logging.WARNING
         settings.posting.reporting_component = "phalanx"
         settings.posting.reporting_instance = self.settings.identity
@@ -242,14 +271,15 @@ class Runtime:
         settings.networking.request_timeout = 30
 
     def _webhook_cert_folder(self) -> Path:
-        hosts = [self.settings.webhook_host, "localhost"]
+        """Where Kopf's server reads the certificate: --webhook-cert-dir, else a temporary folder. Its
+        files are made here, unless the --webhook-secret's content is written there."""
         if self.settings.webhook_cert_dir:
             folder = Path(self.settings.webhook_cert_dir)
-            ensure_webhook_certs(folder, hosts)
-            return folder
-        self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
-        folder = Path(self._certdir.name)
-        ensure_webhook_certs(folder, hosts)
+        else:
+            self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
+            folder = Path(self._certdir.name)
+        if not self.settings.webhook_secret:
+            ensure_webhook_certs(folder, self.settings.webhook_hosts())
         return folder
 
     async def _prime_cache(self) -> None:
@@ -299,6 +329,9 @@ class Runtime:
             self._election.cancel()  # stops the loop, then releases the Lease
             await asyncio.wait({self._election})
         await self.stop_loop()
+        if self._tls_task is not None:
+            self._tls_task.cancel()
+            await asyncio.wait({self._tls_task})
         if self._http is not None:
             await self._http.stop()
         if self.api is not None:

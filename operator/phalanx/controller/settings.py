@@ -18,6 +18,8 @@ from typing import Any
 
 ENV_PREFIX = "PHALANX_"
 LOG_FORMATS = ("plain", "json")
+WEBHOOK_CONFIG_MODES = ("managed", "external")
+DEFAULT_WEBHOOK_CONFIG_NAME = "phalanx.dev"
 
 
 def default_lease_namespace(env: Mapping[str, str] | None = None) -> str:
@@ -36,6 +38,11 @@ class Settings:
     webhook_host: str = "127.0.0.1"
     webhook_port: int = 9443
     webhook_cert_dir: str | None = None
+    webhook_config: str = "managed"
+    webhook_config_name: str = DEFAULT_WEBHOOK_CONFIG_NAME
+    webhook_service: str | None = None
+    webhook_secret: str | None = None
+    webhook_namespace: str = field(default_factory=default_lease_namespace)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8080
     resync_seconds: float = 10.0
@@ -61,6 +68,20 @@ class Settings:
         """How long the scheduling loop may go without a pass before /healthz fails."""
         return max(3 * self.resync_seconds, 60.0)
 
+    @property
+    def kopf_manages_webhooks(self) -> bool:
+        """Kopf writes the webhook configurations (a `url` to this process); else they are installed
+        with Phalanx (the chart) and point at its Service."""
+        return self.webhook_config == "managed"
+
+    def webhook_hosts(self) -> list[str]:
+        """The names the webhook's certificate must cover: the Service's DNS names when there is one
+        (the apiserver calls `<service>.<namespace>.svc`), else the listening address and localhost."""
+        if self.webhook_service:
+            svc, ns = self.webhook_service, self.webhook_namespace
+            return [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
+        return [self.webhook_host, "localhost"]
+
     def watches(self, namespace: str) -> bool:
         """Whether managed Jobs in `namespace` are this operator's (all of them when none are listed)."""
         return not self.namespaces or namespace in self.namespaces
@@ -78,13 +99,28 @@ class Settings:
                 f"--renew-deadline-seconds ({self.renew_deadline_seconds:g}) must be greater than "
                 f"--retry-period-seconds ({self.retry_period_seconds:g})"
             )
+        if self.webhook_secret and not self.webhook_service:
+            found.append(
+                "--webhook-secret needs --webhook-service: the certificate Phalanx makes is for "
+                "<service>.<namespace>.svc"
+            )
+        if not self.kopf_manages_webhooks and not (self.webhook_secret or self.webhook_cert_dir):
+            found.append(
+                "--webhook-config external needs --webhook-secret (Phalanx makes the certificate and puts "
+                "its CA into the configurations) or --webhook-cert-dir (e.g. a mounted cert-manager Secret): "
+                "a temporary CA would be unknown to the configurations"
+            )
         return found
 
     # ------------------------------------------------------------------ flags and environment
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """Add one flag per setting; every default is None, so `from_args_and_env` sees what was given."""
-        defaults = Settings(lease_namespace="$POD_NAMESPACE or default", identity="<hostname>_<pid>")
+        defaults = Settings(
+            lease_namespace="$POD_NAMESPACE or default",
+            webhook_namespace="$POD_NAMESPACE or default",
+            identity="<hostname>_<pid>",
+        )
         for option in OPTIONS:
             default = option.show_default or _show(getattr(defaults, option.name))
             text = f"{option.help} (env {option.env}; default: {default})"
@@ -132,6 +168,7 @@ class Settings:
                 elif option.env in env:
                     values[option.name] = option.from_env(env[option.env])
             values.setdefault("lease_namespace", default_lease_namespace(env))
+            values.setdefault("webhook_namespace", default_lease_namespace(env))
             settings = cls(**values)
             problems = settings.problems()
             if problems:
@@ -224,6 +261,12 @@ def _dns_subdomain(text: str) -> str:
     return text
 
 
+def _webhook_config(text: str) -> str:
+    if text not in WEBHOOK_CONFIG_MODES:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(WEBHOOK_CONFIG_MODES)}")
+    return text
+
+
 def _identity(text: str) -> str:
     text = _text(text)
     if len(text) > 128:  # an Event's reportingInstance and a Lease's holderIdentity allow 128
@@ -307,6 +350,43 @@ OPTIONS: tuple[Option, ...] = (
         "replicas can share one; unset: a new CA and certificate in a temporary folder at each start",
         _path,
         metavar="DIR",
+    ),
+    Option(
+        "webhook_config",
+        "who writes the Mutating/ValidatingWebhookConfigurations: managed = Kopf, pointing them at this "
+        "process's URL (development); external = they are installed with Phalanx (the Helm chart) and "
+        "point at its Service",
+        _webhook_config,
+        metavar="{managed,external}",
+    ),
+    Option(
+        "webhook_config_name",
+        "name of the two webhook configurations (Kopf's when managed; with --webhook-secret, the ones "
+        "whose caBundle Phalanx keeps up to date)",
+        _dns_subdomain,
+        metavar="NAME",
+    ),
+    Option(
+        "webhook_service",
+        "the Service in front of the webhook (in --webhook-namespace): the certificate Phalanx makes "
+        "covers <service>.<namespace>.svc",
+        _dns_label,
+        metavar="NAME",
+    ),
+    Option(
+        "webhook_secret",
+        "a Secret (in --webhook-namespace) with the webhook's CA and certificate, made by Phalanx if absent, "
+        "renewed before expiry and written into --webhook-cert-dir; with --webhook-config external its CA "
+        "is put into the configurations' caBundle. Unset: the files of --webhook-cert-dir are used",
+        _dns_subdomain,
+        metavar="NAME",
+    ),
+    Option(
+        "webhook_namespace",
+        "namespace of --webhook-service and --webhook-secret",
+        _dns_label,
+        metavar="NS",
+        show_default="$POD_NAMESPACE, else default",
     ),
     Option("metrics_host", "address of the /metrics, /healthz and /readyz endpoints", _text, metavar="ADDR"),
     Option(
