@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the Kubernetes control plane (v1.37.2), kubectl, etcd and kwok from the Go module proxy
+# Build the Kubernetes control plane (v1.37.2), kubectl, etcd, kwok and helm from the Go module proxy
 # into an ignored cache folder. Reuses binaries that are already there (keyed by version).
 #
 # Usage: hack/build.sh [OUT_DIR]     (default: .cache/k8s/<versions>/bin)
@@ -8,6 +8,7 @@ set -euo pipefail
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0  # hack/helm/go.mod pins the same
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 out=${1:-"$root/.cache/k8s/${K8S_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}/bin"}
@@ -55,6 +56,23 @@ if [[ ! -x "$out/kwok" ]]; then
   log "built kwok in $((SECONDS - start)) s"
 else
   log "kwok $KWOK_VERSION present"
+fi
+
+# helm: for the chart (charts/phalanx) and manifests/phalanx.yaml. Not keyed by the folder's name, so
+# the binary's own version decides: another version is rebuilt. Cold: about 2 minutes on 2 cores.
+if [[ ! -x "$out/helm" ]] || [[ "$("$out/helm" version --template '{{.Version}}' 2>/dev/null)" != "$HELM_VERSION" ]]; then
+  log "building helm $HELM_VERSION"
+  start=$SECONDS
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  # As helm's Makefile: the Kubernetes version `helm template` and `helm lint` assume (its client-go's, v0.37).
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=37"
+  done
+  (cd "$here/helm" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$out/helm.tmp" "$out/helm"
+  log "built helm in $((SECONDS - start)) s"
+else
+  log "helm $HELM_VERSION present"
 fi
 
 echo "$out"

@@ -1,0 +1,470 @@
+"""Installing Phalanx into a cluster, against the stock dev cluster's real apiserver.
+
+- `kubectl apply --dry-run=server -f manifests/phalanx.yaml`: every object of the single-file install is
+  validated (and admitted: the operator's pod meets the restricted Pod Security Standard of its namespace).
+- Least privilege: the chart's ServiceAccount, ClusterRole, Role and bindings are created from the rendered
+  chart; `phalanx run` runs as a local process with a token of that ServiceAccount (TokenRequest) and the
+  Deployment's own flags, serving the chart's own webhook configurations (their `service` clientConfig
+  reaches it through an ExternalName Service to localhost: the apiserver resolves ExternalName Services for
+  webhooks, and the certificate Phalanx makes is for `<service>.<namespace>.svc`). A gang Job is admitted end
+  to end under that identity, with no Forbidden in the operator's log; actions outside the role are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from phalanx.devcluster.cluster import ClusterState, free_ports
+from phalanx.devcluster.http import ApiError, RestClient
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .kube import NB_KEY, Namespace, bound, delete_namespace, domains_of, gpu_job, new_namespace, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "manifests" / "phalanx.yaml"
+CHART = ROOT / "charts" / "phalanx"
+NAMESPACE = "phalanx-system"
+SA = "phalanx"
+CONFIG = "phalanx.dev"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+IDENTITY = "phalanx-lp-0"
+
+
+def helm_binary(cluster: ClusterState) -> str:
+    """The helm hack/build.sh builds next to kubectl (or $HELM)."""
+    helm = os.environ.get("HELM") or str(Path(cluster.bin_dir) / "helm")
+    if not os.access(helm, os.X_OK):
+        pytest.skip(f"no helm at {helm}: hack/build.sh builds it")
+    return helm
+
+
+def kubectl(cluster: ClusterState, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def delete(api: RestClient, path: str) -> None:
+    try:
+        api.request("DELETE", path)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+@pytest.fixture(scope="module")
+def phalanx_system(stock_cluster: ClusterState) -> Iterator[str]:
+    """The release namespace, as the manifest makes it (labelled for the restricted Pod Security Standard)."""
+    namespace = next(d for d in documents(MANIFEST.read_text()) if d["kind"] == "Namespace")
+    created = kubectl(stock_cluster, "apply", "-f", "-", stdin=json.dumps(namespace))
+    assert created.returncode == 0, created.stderr
+    yield NAMESPACE
+    api = stock_cluster.client()
+    delete(api, f"/api/v1/namespaces/{NAMESPACE}")
+    wait_for(
+        f"namespace {NAMESPACE} gone",
+        lambda: not any(n["metadata"]["name"] == NAMESPACE for n in api.get("/api/v1/namespaces")["items"]),
+        timeout=90,
+    )
+
+
+# ---------------------------------------------------------------------- the single-file install
+def test_every_object_of_the_single_file_install_is_accepted_by_the_apiserver(
+    stock_cluster: ClusterState, phalanx_system: str
+) -> None:
+    result = kubectl(stock_cluster, "apply", "--dry-run=server", "-f", str(MANIFEST))
+    print(result.stdout, result.stderr)
+    assert result.returncode == 0, result.stderr
+    expected = documents(MANIFEST.read_text())
+    lines = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    assert len(lines) == len(expected), "one answer per object"
+    for doc in expected:
+        assert any(f"/{doc['metadata']['name']} " in line for line in lines), doc["metadata"]["name"]
+    assert "Warning" not in result.stderr, "no deprecation or Pod Security warning"
+
+    # The absence of a Pod Security warning means something: a pod breaking the restricted standard gets one.
+    deployment = next(d for d in expected if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"] = {
+        "add": ["NET_ADMIN"]
+    }
+    worse = kubectl(stock_cluster, "apply", "--dry-run=server", "-f", "-", stdin=json.dumps(deployment))
+    assert worse.returncode == 0 and "would violate PodSecurity" in worse.stderr, worse.stderr
+
+
+# ---------------------------------------------------------------------- least privilege, end to end
+@dataclass
+class Installed:
+    docs: list[dict[str, Any]]
+    webhook_port: int
+    metrics_port: int
+    token: str
+    kubeconfig: Path
+
+
+def run_args(docs: list[dict[str, Any]], installed: Installed, cert_dir: Path) -> list[str]:
+    """The Deployment's `phalanx run` flags (after `run`), with a local process's addresses, not a pod's."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "run"
+    local = {
+        "--webhook-host": "127.0.0.1",
+        "--webhook-port": str(installed.webhook_port),  # the ExternalName Service sends the apiserver here
+        "--webhook-cert-dir": str(cert_dir),
+        "--metrics-host": "127.0.0.1",
+        "--metrics-port": str(installed.metrics_port),
+    }
+    args = []
+    for arg in container["args"][1:]:
+        flag, _, _ = arg.partition("=")
+        args.append(f"{flag}={local[flag]}" if flag in local else arg)
+    return [*args, f"--kubeconfig={installed.kubeconfig}"]
+
+
+def service_account_kubeconfig(cluster: ClusterState, token: str, path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "dev",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{cluster.api_port}",
+                            "certificate-authority": str(cluster.ca_file),
+                        },
+                    }
+                ],
+                "users": [{"name": SA, "user": {"token": token}}],
+                "contexts": [{"name": SA, "context": {"cluster": "dev", "user": SA, "namespace": NAMESPACE}}],
+                "current-context": SA,
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def installed(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, phalanx_system: str, tmp_path: Path
+) -> Iterator[Installed]:
+    """The chart's objects but its Deployment, on the cluster; its Service an ExternalName to localhost. The
+    session's operator (which writes a Kopf-managed configuration of the same name) is stopped meanwhile."""
+    phalanx.stop()
+    api = stock_cluster.client()
+    webhook_port, metrics_port = free_ports(2)
+    rendered = subprocess.run(
+        [
+            helm_binary(stock_cluster),
+            "template",
+            "phalanx",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--include-crds",
+            "--set",
+            f"service.webhookPort={webhook_port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    docs = documents(rendered.stdout)
+    kinds = {d["kind"] for d in docs}
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds
+    # Kopf's managed configuration of the session's operator goes; the chart's takes its name.
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        delete(api, f"{ADMISSION}/{kind}/{CONFIG}")
+    service = next(d for d in docs if d["kind"] == "Service")
+    external = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service["metadata"]["name"], "namespace": NAMESPACE},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }
+    objects = [d for d in docs if d["kind"] not in ("Deployment", "Service")] + [external]
+    applied = kubectl(
+        stock_cluster,
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}),
+    )
+    assert applied.returncode == 0, applied.stderr
+    established = kubectl(
+        stock_cluster,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *[f"crd/{d['metadata']['name']}" for d in docs if d["kind"] == "CustomResourceDefinition"],
+    )
+    assert established.returncode == 0, established.stderr
+    token = api.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SA}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )["status"]["token"]
+    kubeconfig = service_account_kubeconfig(stock_cluster, token, tmp_path / "phalanx-sa.kubeconfig")
+    try:
+        yield Installed(docs, webhook_port, metrics_port, token, kubeconfig)
+    finally:
+        # Everything but the CRDs (the session's operator uses them) and the namespace (the module's).
+        ours = [d for d in objects if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+        removed = kubectl(
+            stock_cluster,
+            "delete",
+            "--ignore-not-found",
+            "-f",
+            "-",
+            stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": ours}),
+        )
+        assert removed.returncode == 0, removed.stderr
+        delete(api, f"/api/v1/namespaces/{NAMESPACE}/secrets/phalanx-webhook-tls")
+        delete(api, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/phalanx-leader")
+        phalanx.start()  # its Kopf-managed configuration again
+
+
+def status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            code: int = response.status
+            return code
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def forbidden(api: RestClient, method: str, path: str, body: Any = None) -> bool:
+    try:
+        api.request(method, path, body)
+    except ApiError as e:
+        return e.status == 403
+    return False
+
+
+def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
+    stock_cluster: ClusterState, installed: Installed, tmp_path: Path
+) -> None:
+    admin = stock_cluster.client()
+    as_phalanx = RestClient(stock_cluster.api_port, installed.token, str(stock_cluster.ca_file))
+    review = as_phalanx.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )["status"]["userInfo"]
+    assert review["username"] == f"system:serviceaccount:{NAMESPACE}:{SA}"
+    assert "system:masters" not in review["groups"]
+
+    log_path = tmp_path / "phalanx.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") and k != "KUBECONFIG"}
+    env.update({"PYTHONUNBUFFERED": "1", "POD_NAMESPACE": NAMESPACE, "PHALANX_IDENTITY": IDENTITY})
+    args = run_args(installed.docs, installed, tmp_path / "webhook-tls")
+    print("phalanx run", " ".join(args))
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "phalanx.cli", "run", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    ns: Namespace | None = None
+    try:
+        secret_path = f"/api/v1/namespaces/{NAMESPACE}/secrets/phalanx-webhook-tls"
+
+        def ready() -> bool:
+            assert process.poll() is None, log_path.read_text()[-6000:]
+            if status(f"http://127.0.0.1:{installed.metrics_port}/readyz") != 200:
+                return False
+            try:
+                ca = admin.get(secret_path)["data"]["ca.crt"]
+                bundles = [
+                    w["clientConfig"].get("caBundle")
+                    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+                    for w in admin.get(f"{ADMISSION}/{kind}/{CONFIG}")["webhooks"]
+                ]
+            except ApiError:
+                return False
+            lease = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/phalanx-leader")
+            return bundles == [ca] * 3 and lease["spec"].get("holderIdentity") == IDENTITY
+
+        started = time.monotonic()
+        wait_for("phalanx ready: Secret made, caBundle injected, Lease held", ready, timeout=90)
+        print(f"ready as {SA} in {time.monotonic() - started:.1f} s")
+
+        # A gang through the chart's webhook (Service clientConfig, Phalanx's own TLS) and scheduling loop.
+        ns = new_namespace(stock_cluster, "least-privilege")
+        job = gpu_job(
+            "gang-2",
+            2,
+            labels={"phalanx.dev/managed": "true"},
+            annotations={"phalanx.dev/topology-key": NB_KEY},
+        )
+        created = ns.create(job)
+        gates = created["spec"]["template"]["spec"].get("schedulingGates") or []
+        assert {"name": "phalanx.dev/admission"} in gates, "the gate webhook was called"
+        pods = wait_for(
+            "both pods of the gang bound",
+            lambda: ps if len(bound(ps := ns.job_pods("gang-2"))) == 2 else None,
+            timeout=60,
+        )
+        assert len(domains_of(admin, pods, NB_KEY)) == 1
+        groups = ns.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups")["items"]
+        (group,) = groups
+        admitted = next(c for c in group["status"]["conditions"] if c["type"] == "Admitted")
+        assert admitted["status"] == "True", admitted
+        assert any(e.get("reportingComponent") == "phalanx" for e in ns.events()), "Events posted"
+
+        # The PodGroup validator answers through the Service too: a hand edit of the gang size is refused.
+        with pytest.raises(ApiError) as refused:
+            ns.api.request(
+                "PATCH",
+                f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns.name}/podgroups/{group['metadata']['name']}",
+                {"spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}},
+                "application/merge-patch+json",
+            )
+        assert refused.value.status == 422 and "follows its Job" in refused.value.body
+
+        # Outside the role: refused (dry runs, so nothing would happen if they were not).
+        node = admin.get("/api/v1/nodes")["items"][0]["metadata"]["name"]
+        assert forbidden(as_phalanx, "DELETE", f"/api/v1/nodes/{node}?dryRun=All")
+        assert forbidden(as_phalanx, "GET", "/api/v1/namespaces/kube-system/secrets")
+        assert forbidden(as_phalanx, "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/someone-elses")
+        assert forbidden(as_phalanx, "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/gang-2?dryRun=All")
+        assert forbidden(
+            as_phalanx,
+            "PATCH",
+            f"{ADMISSION}/validatingwebhookconfigurations/someone-elses.example.com",
+            {"metadata": {"labels": {"x": "y"}}},
+        )
+        assert forbidden(
+            as_phalanx,
+            "DELETE",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+            "podgroups.scheduling.phalanx.dev?dryRun=All",
+        )
+        assert as_phalanx.get(secret_path)["metadata"]["name"] == "phalanx-webhook-tls", "its own: allowed"
+
+        log = log_path.read_text()
+        for word in ("Forbidden", "forbidden", " 403", "Not enough permissions"):
+            assert word not in log, f"{word!r} in the operator's log:\n{log[-6000:]}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        print(f"operator log: {log_path}")
+        if ns is not None:
+            delete_namespace(ns)
+
+
+# ---------------------------------------------------------------------- helm install / uninstall
+def test_helm_uninstall_removes_the_webhook_configurations_and_keeps_the_crds(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, phalanx_system: str
+) -> None:
+    """The release's lifecycle with the real helm (the dev cluster's simulated kubelet only pretends to run
+    the pods: this is about what Helm installs and removes, not about Phalanx in a pod)."""
+    helm = helm_binary(stock_cluster)
+    api = stock_cluster.client()
+    phalanx.stop()
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        delete(api, f"{ADMISSION}/{kind}/{CONFIG}")  # Kopf's: Helm adopts nothing it did not make
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [helm, "--kubeconfig", str(stock_cluster.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    try:
+        installed = run(
+            "install", "phalanx", str(CHART), "--namespace", NAMESPACE, "--wait", "--timeout", "120s"
+        )
+        assert installed.returncode == 0, installed.stderr
+        assert "phalanx.dev/managed" in installed.stdout, "NOTES.txt tells how to label a Job"
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            config = api.get(f"{ADMISSION}/{kind}/{CONFIG}")
+            assert config["metadata"]["annotations"]["meta.helm.sh/release-name"] == "phalanx"
+        deployment = api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/phalanx")
+        assert deployment["status"].get("readyReplicas") == 2
+
+        # A caBundle (Phalanx's doing in a real cluster) survives an upgrade that changes the webhooks.
+        bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+        api.request(
+            "PATCH",
+            f"{ADMISSION}/mutatingwebhookconfigurations/{CONFIG}",
+            [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}],
+            "application/json-patch+json",
+        )
+        upgraded = run(
+            "upgrade",
+            "phalanx",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "webhook.timeoutSeconds=7",
+            "--wait",
+            "--timeout",
+            "120s",
+        )
+        assert upgraded.returncode == 0, upgraded.stderr
+        (gate,) = api.get(f"{ADMISSION}/mutatingwebhookconfigurations/{CONFIG}")["webhooks"]
+        assert gate["timeoutSeconds"] == 7 and gate["clientConfig"].get("caBundle") == bundle
+
+        uninstalled = run("uninstall", "phalanx", "--namespace", NAMESPACE, "--wait")
+        assert uninstalled.returncode == 0, uninstalled.stderr
+        for path in (
+            f"{ADMISSION}/mutatingwebhookconfigurations/{CONFIG}",
+            f"{ADMISSION}/validatingwebhookconfigurations/{CONFIG}",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/phalanx",
+            f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/phalanx",
+        ):
+            with pytest.raises(ApiError) as gone:
+                api.get(path)
+            assert gone.value.status == 404, path
+        for plural in ("workloads", "podgroups", "compositepodgroups"):
+            crd = api.get(
+                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.scheduling.phalanx.dev"
+            )
+            assert crd["metadata"]["name"].startswith(plural), "CRDs stay (crds/ of the chart)"
+    finally:
+        run("uninstall", "phalanx", "--namespace", NAMESPACE, "--wait", "--ignore-not-found")
+        phalanx.start()
