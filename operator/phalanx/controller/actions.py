@@ -43,6 +43,9 @@ class RecordAdmission:
 
     pod_group: ObjectRef
     admission: Admission
+    # The PodGroup version the decision was planned on: the write fails (409) if the group changed since,
+    # so a replica whose view lags (a new leader) never records a second decision over a newer one.
+    resource_version: str = ""
 
 
 @dataclass(frozen=True)

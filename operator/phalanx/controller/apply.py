@@ -267,9 +267,9 @@ class Applier:
                     POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
                 )
                 cache.upsert_pod_group(patched, own_write=True)
-            case RecordAdmission(pod_group=ref, admission=admission):
+            case RecordAdmission(pod_group=ref, admission=admission, resource_version=version):
                 patched = await kube.patch_status(
-                    POD_GROUPS, ref.namespace, ref.name, {"admission": admission.to_api()}
+                    POD_GROUPS, ref.namespace, ref.name, {"admission": admission.to_api()}, version
                 )
                 cache.upsert_pod_group(patched, own_write=True)
             case ReleasePod(pod=pod, node=node, pod_group=group_name):

@@ -105,11 +105,18 @@ class Kube:
                 raise
 
     async def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str = "",
     ) -> dict[str, Any]:
-        return await self._merge_patch(
-            plural, namespace, name, {"status": dict(status)}, status_subresource=True
-        )
+        """With `resource_version`, only if the object is still at that version (else 409 Conflict)."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self._merge_patch(plural, namespace, name, body, status_subresource=True)
 
     async def patch_spec(
         self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]

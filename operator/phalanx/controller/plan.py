@@ -55,7 +55,9 @@ from phalanx.placement import (
     Snapshot,
     admitted_usage,
     decide,
+    node_eligible,
 )
+from phalanx.placement.model import PODS
 
 POD_API_VERSION = "v1"
 
@@ -156,7 +158,10 @@ def _ensure_objects(
             # Schedule this pass with the size being written, as the patched object will say.
             policy_now = SchedulingPolicy.of_gang(wanted)
             spec = group.spec.model_copy(update={"scheduling_policy": policy_now})
-            group = dataclasses.replace(group, spec=spec, generation=group.generation + 1)
+            # Its version changes with that write: no precondition on a decision in the same pass.
+            group = dataclasses.replace(
+                group, spec=spec, generation=group.generation + 1, resource_version=""
+            )
         return group, actions
     if policy is None:
         return None, actions
@@ -270,6 +275,17 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 f"scheduling gates of other controllers ({', '.join(gates)}); Phalanx admits a pod only "
                 "when its gate is the last one",
             )
+        elif (finish := _finish_recorded(view, ready, ctx)) is not None:
+            # A decision recorded earlier names these gated pods: release them where it said (a restart
+            # after a partial release, or a view that lags behind a release made by a previous leader —
+            # releasing again is then a no-op). No second decision is made.
+            actions.extend(ReleasePod(pod_ref(p), node, group.name) for p, node in finish)
+            released_now = len(finish)
+            ctx.snapshot = ctx.snapshot.assume([(node, p.requests) for p, node in finish])
+            outcome = st.Outcome(c.REASON_ADMITTED, "")
+            nodes = ", ".join(node for _, node in finish)
+            message = f"released {released_now} more pod(s) of the recorded decision on {nodes}"
+            actions.append(_event(job.ref, "Normal", "Admitted", message))
         elif have < view.min_count:
             outcome = st.Outcome(
                 c.REASON_WAITING_FOR_PODS,
@@ -300,7 +316,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                     attempt=st.next_attempt(group.status),
                 )
                 by_key = {p.key: p for p in ready}
-                actions.append(RecordAdmission(group.ref, admission))
+                actions.append(RecordAdmission(group.ref, admission, group.resource_version))
                 actions.extend(
                     ReleasePod(pod_ref(by_key[pod]), node, group.name) for pod, node in decision.assignments
                 )
@@ -350,6 +366,34 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     if view.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
     return released_now, first
+
+
+def _finish_recorded(view: _View, ready: list[PodRecord], ctx: _Pass) -> list[tuple[PodRecord, str]] | None:
+    """The ready pods the group's recorded decision assigned, with their nodes — if every one of them
+    still fits there (node present, schedulable, its taints tolerated and selectors met, room left) and
+    the recorded decision with the pods already placed reaches minCount. Else None: decide afresh."""
+    admission = view.group.status.admission
+    if admission is None:
+        return None
+    recorded = {a.pod: a.node for a in admission.assignments}
+    chosen = [(p, recorded[p.name]) for p in ready if p.name in recorded]
+    if not chosen or len(chosen) + len(view.placed) < view.min_count:
+        return None
+    room: dict[str, dict[str, int]] = {}
+    for pod, node_name in chosen:
+        node = ctx.nodes.get(node_name)
+        req = pod.requirements
+        if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
+            return None
+        if ctx.snapshot.node_index(node_name) is None:
+            return None
+        free = room.setdefault(node_name, ctx.snapshot.free(node_name))
+        free[PODS] = free.get(PODS, 0) - 1
+        for resource, amount in pod.requests.items():
+            free[resource] = free.get(resource, 0) - amount
+        if any(v < 0 for v in free.values()):
+            return None
+    return chosen
 
 
 def _never_admitted(group: PodGroupRecord) -> bool:

@@ -39,7 +39,7 @@ class RecordingKube:
             raise self.failing[namespace]
 
     async def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any], resource_version: str = ""
     ) -> dict[str, Any]:
         self._check("patch_status", namespace, name)
         return {

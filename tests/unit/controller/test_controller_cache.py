@@ -195,3 +195,16 @@ def test_a_job_record_carries_its_parsed_policy_or_why_it_is_invalid() -> None:
     body["metadata"]["annotations"] = {"phalanx.dev/min-count": "2"}
     record = JobRecord.from_body(body)
     assert record.policy is not None and record.policy.min_count == 2 and record.policy_error == ""
+
+
+def test_a_watch_that_skips_our_version_is_taken_once_it_shows_our_write() -> None:
+    """Kopf hands handlers the newest state of an object: the event with our exact version may never come."""
+    cache = ClusterCache()
+    cache.upsert_pod(pod("a", 5, gated=True))
+    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)  # our release
+    cache.upsert_pod(pod("a", 6, gated=True))  # older: still gated, held back
+    assert cache.pods["ns/a"].released
+    bound_later = pod("a", 9, node="n1", selector="n1", group="g")  # kube-scheduler bound it; 7 never seen
+    cache.upsert_pod(bound_later)
+    assert cache.pods["ns/a"].bound
+    assert not cache.expectations.pending

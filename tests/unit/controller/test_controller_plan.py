@@ -283,10 +283,20 @@ def test_after_a_crash_mid_release_the_rest_of_the_gang_joins_the_same_domain() 
     fillers = [filler("n1"), filler("n2")]  # nb-a has 2 free nodes, nb-b 2 (after the released pods)
     result = plan(state([(job, group, pods)], others=fillers), NOW)
     releases = only(result.actions, ReleasePod)
-    assert {r.node for r in releases} == {"n7", "n8"}
-    (decision,) = only(result.actions, RecordAdmission)
-    assert decision.admission.domain == "nb-b"
-    assert decision.admission.attempt == 1
+    assert {(r.pod.name, r.node) for r in releases} == {("train-2", "n7"), ("train-3", "n8")}
+    assert not only(result.actions, RecordAdmission)  # the recorded decision is finished, not made again
+    assert status_of(result).admission == recorded
+
+    # If a recorded node was taken meanwhile, the decision is made afresh (in the domain the released
+    # pods pin), with the next attempt number.
+    taken = plan(state([(job, group, pods)], others=[*fillers, filler("n7")]), NOW)
+    assert not only(taken.actions, ReleasePod)
+    assert admitted_reason(status_of(taken))[1] == c.REASON_UNSCHEDULABLE
+    half = [pod_body("train", i, gpus=4, group=group.name) for i in (2, 3)]  # two fit one node
+    moved = plan(state([(job, group, [*pods[:2], *half])], others=[*fillers, filler("n7")]), NOW)
+    (decision,) = only(moved.actions, RecordAdmission)
+    assert decision.admission.domain == "nb-b" and decision.admission.attempt == 1
+    assert {r.node for r in only(moved.actions, ReleasePod)} == {"n8"}
 
 
 def test_min_count_follows_the_job_and_the_smaller_gang_is_admitted_in_the_same_pass() -> None:
