@@ -54,6 +54,18 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+_REQUIREMENTS: dict[PodRequirements, PodRequirements] = {}
+_REQUIREMENTS_LIMIT = 4096
+
+
+def _interned(requirements: PodRequirements) -> PodRequirements:
+    """One object per distinct pod spec requirements (pods of a template share it): the engine groups
+    pods by requirements, and a dictionary finds the same object without comparing every field."""
+    if len(_REQUIREMENTS) >= _REQUIREMENTS_LIMIT:
+        _REQUIREMENTS.clear()  # many distinct specs: start over rather than grow without bound
+    return _REQUIREMENTS.setdefault(requirements, requirements)
+
+
 @dataclass(frozen=True, slots=True)
 class PodRecord:
     uid: str
@@ -125,6 +137,7 @@ class PodRecord:
         status = body.get("status") or {}
         gates = tuple(str(g.get("name")) for g in spec.get("schedulingGates") or [])
         labels = meta.get("labels") or {}
+        requests = pod_requests(spec)
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
@@ -136,8 +149,8 @@ class PodRecord:
             other_gates=tuple(g for g in gates if g != names.ADMISSION_GATE),
             job_uid=labels.get(CONTROLLER_UID_LABEL, "") or labels.get(LEGACY_CONTROLLER_UID_LABEL, ""),
             node_selector_host=(spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, ""),
-            requests=pod_requests(spec),
-            requirements=pod_requirements(spec),
+            requests=requests,
+            requirements=_interned(pod_requirements(spec, requests)),
             priority=int(spec.get("priority") or 0),
             pod_group=labels.get(names.POD_GROUP_LABEL, ""),
             never_preempts=spec.get("preemptionPolicy") == "Never",

@@ -11,6 +11,7 @@ from .live import LiveSnapshot
 from .model import (
     NO_TRAITS,
     Admit,
+    AssumedPod,
     BoundPod,
     ClaimInfo,
     Decision,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "NO_TRAITS",
     "Admit",
+    "AssumedPod",
     "BoundPod",
     "Candidate",
     "ClaimInfo",

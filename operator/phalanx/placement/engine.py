@@ -14,7 +14,7 @@ import numpy as np
 from . import messages
 from .columns import BoolArray, IndexArray, IntArray
 from .constraints import REASON_RESOURCES, GroupConstraints, Refusal
-from .model import PODS, Admit, BoundPod, Decision, GroupRequest, PodRequest, PodRequirements, Reject
+from .model import PODS, Admit, AssumedPod, Decision, GroupRequest, PodRequest, PodRequirements, Reject
 from .scoring import Scorer
 from .snapshot import Snapshot
 
@@ -444,21 +444,11 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     return _decide_mixed(ctx, pl, group, min_count)
 
 
-def admitted_usage(group: GroupRequest, admit: Admit) -> list[BoundPod]:
-    """The assigned pods as released pods on their nodes, ready for `Snapshot.assume` (usage, and what
-    the filters of later decisions see of them)."""
+def admitted_usage(group: GroupRequest, admit: Admit) -> list[AssumedPod]:
+    """The assigned pods on their nodes, ready for `Snapshot.assume` (their usage, and what the filters of
+    later decisions see of them: released pods kube-scheduler has not bound yet)."""
     pods = {pod.id: pod for pod in group.pending}
     return [
-        BoundPod(
-            id=pod_id,
-            node=node,
-            requests=pods[pod_id].requirements.request_map(),
-            traits=pods[pod_id].traits,
-            anti_affinity=pods[pod_id].requirements.pod_anti_affinity,
-            host_ports=pods[pod_id].requirements.host_ports,
-            assigned=False,
-            affinity=pods[pod_id].requirements.pod_affinity,
-            spread=pods[pod_id].requirements.spread,
-        )
+        AssumedPod(node, pods[pod_id].requirements.request_map(), pods[pod_id])
         for pod_id, node in admit.assignments
     ]

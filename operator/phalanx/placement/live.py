@@ -22,8 +22,8 @@ __all__ = ["LiveSnapshot"]
 class LiveSnapshot:
     """The cluster as the placement engine sees it, mutable; owned by the controller's cache.
 
-    `snapshot()` is always equal, for every engine query, to `Snapshot.build(nodes, pods)` of the
-    current nodes and pods. A pod on a node that is not (or no longer) there is kept by id and
+    `snapshot()` is always equal, for every engine query, to `Snapshot.build(nodes, pods, claims)` of
+    the current nodes, pods and claims. A pod on a node that is not (or no longer) there is kept by id and
     counts from the moment its node is there, as `Snapshot.build` ignores it while the node is absent.
 
     Not thread-safe: use it from one thread (the operator's asyncio loop).

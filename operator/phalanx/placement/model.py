@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias
 
 # Taint effects that keep pods off a node at scheduling time (PreferNoSchedule is only a score).
 NO_SCHEDULE: Final = "NoSchedule"
@@ -255,6 +255,37 @@ class BoundPod:
     def special(self) -> bool:
         """Whether it can refuse other pods by itself (anti-affinity, host ports) or is unsettled."""
         return bool(self.anti_affinity or self.host_ports) or self.unsettled
+
+
+class AssumedPod(NamedTuple):
+    """A pod admitted earlier in the same pass (what `admitted_usage` gives `Snapshot.assume`): it takes
+    capacity on `node`, and later decisions' filters see it as a released, not yet bound pod."""
+
+    node: str
+    requests: Mapping[str, int]
+    pod: PodRequest
+
+    def bound_pod(self) -> BoundPod:
+        req = self.pod.requirements
+        return BoundPod(
+            id=self.pod.id,
+            node=self.node,
+            requests=self.requests,
+            traits=self.pod.traits,
+            anti_affinity=req.pod_anti_affinity,
+            host_ports=req.host_ports,
+            assigned=False,
+            affinity=req.pod_affinity,
+            spread=req.spread,
+        )
+
+    @property
+    def special(self) -> bool:
+        """`BoundPod.special` of `bound_pod()`, without building it."""
+        req = self.pod.requirements
+        return bool(req.pod_anti_affinity or req.host_ports or req.pod_affinity) or any(
+            c.min_domains > 1 or c.node_affinity_policy != HONOR for c in req.spread
+        )
 
 
 @dataclass(frozen=True, slots=True)

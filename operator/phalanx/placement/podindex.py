@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .model import BoundPod, HostPort, LabelSelector, PodAffinityTerm
 from .selectors import selector_matches
 
-__all__ = ["IndexedPod", "PodIndex", "SpecialIndex"]
+__all__ = ["NO_SPECIAL", "IndexedPod", "PodIndex", "SpecialIndex"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +120,6 @@ class SpecialIndex:
     @property
     def empty(self) -> bool:
         return not self.anti and not self.ports and not self.unsettled
+
+
+NO_SPECIAL = SpecialIndex(anti={}, ports={})

@@ -259,24 +259,24 @@ def _spread_constraints(pod_spec: Mapping[str, Any]) -> tuple[SpreadConstraint, 
     return tuple(out)
 
 
-def _all_containers(pod_spec: Mapping[str, Any], *kinds: str) -> list[Mapping[str, Any]]:
-    return [_as_mapping(c) for kind in kinds for c in _as_list(pod_spec.get(kind))]
-
-
 def _required_features(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
     """NodeDeclaredFeatures' InferForPodScheduling for the v1.37 feature registry."""
     features = set()
-    for container in _all_containers(pod_spec, "containers", "initContainers"):
-        if any(
-            _as_mapping(rule).get("action") == "RestartAllContainers"
-            for rule in _as_list(container.get("restartPolicyRules"))
-        ):
-            features.add(RESTART_ALL_CONTAINERS_FEATURE)
     if pod_spec.get("hostNetwork") is True and pod_spec.get("hostUsers") is False:
         features.add(USER_NAMESPACES_HOST_NETWORK_FEATURE)
-    for container in _all_containers(pod_spec, "containers", "initContainers", "ephemeralContainers"):
-        if any(_as_mapping(m).get("bindMountOptions") for m in _as_list(container.get("volumeMounts"))):
-            features.add(VOLUME_BIND_MOUNT_OPTIONS_FEATURE)
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for raw in _as_list(pod_spec.get(kind)):
+            container = _as_mapping(raw)
+            rules = container.get("restartPolicyRules")
+            if (
+                rules
+                and kind != "ephemeralContainers"
+                and any(_as_mapping(rule).get("action") == "RestartAllContainers" for rule in _as_list(rules))
+            ):
+                features.add(RESTART_ALL_CONTAINERS_FEATURE)
+            mounts = container.get("volumeMounts")
+            if mounts and any(_as_mapping(m).get("bindMountOptions") for m in _as_list(mounts)):
+                features.add(VOLUME_BIND_MOUNT_OPTIONS_FEATURE)
     return tuple(sorted(features))
 
 
@@ -320,27 +320,33 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
     )
 
 
-def pod_requirements(pod_spec: Mapping[str, Any]) -> PodRequirements:
+def pod_requirements(
+    pod_spec: Mapping[str, Any], requests: Mapping[str, int] | None = None
+) -> PodRequirements:
     """What the engine filters on: positive requests, nodeSelector, required node affinity, tolerations,
-    required pod (anti-)affinity, host ports, DoNotSchedule spread constraints, node features."""
-    requests = tuple((name, amount) for name, amount in pod_requests(pod_spec).items() if amount > 0)
+    required pod (anti-)affinity, host ports, DoNotSchedule spread constraints, node features.
+
+    `requests`: `pod_requests(pod_spec)` when the caller has it already (it is the costly part)."""
+    if requests is None:
+        requests = pod_requests(pod_spec)
+    positive = tuple((name, amount) for name, amount in requests.items() if amount > 0)
     node_selector = tuple(
         sorted((str(k), str(v)) for k, v in _as_mapping(pod_spec.get("nodeSelector")).items())
     )
 
     affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
-    node_affinity = _as_mapping(_as_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
+    affinity = _as_mapping(pod_spec.get("affinity"))
+    node_affinity = _as_mapping(affinity.get("nodeAffinity"))
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if isinstance(required, Mapping):
         # Present but without terms matches no node, exactly like the scheduler.
         affinity_terms = _terms(_as_list(required.get("nodeSelectorTerms")))
 
     tolerations = tuple(_toleration(t) for t in _as_list(pod_spec.get("tolerations")))
-    affinity = _as_mapping(pod_spec.get("affinity"))
     required = "requiredDuringSchedulingIgnoredDuringExecution"
     pod_affinity = pod_affinity_terms(_as_mapping(affinity.get("podAffinity")).get(required))
     return PodRequirements(
-        requests=requests,
+        requests=positive,
         node_selector=node_selector,
         affinity_terms=affinity_terms,
         tolerations=tolerations,

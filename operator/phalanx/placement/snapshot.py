@@ -18,6 +18,7 @@ from .columns import BoolArray, DomainGroups, IndexArray, IntArray, LabelColumn,
 from .filters import scheduling_taints, taints_tolerated, term_is_valid
 from .model import (
     PODS,
+    AssumedPod,
     BoundPod,
     ClaimInfo,
     NodeInfo,
@@ -27,7 +28,7 @@ from .model import (
     Taint,
     Toleration,
 )
-from .podindex import PodIndex, SpecialIndex, indexed
+from .podindex import NO_SPECIAL, PodIndex, SpecialIndex, indexed
 
 __all__ = ["SATURATED", "UNBOUNDED", "NodeTable", "Snapshot", "cap_for", "clipped"]
 
@@ -321,6 +322,7 @@ class Snapshot:
 
     __slots__ = (
         "_assumed",
+        "_assumed_special",
         "_claims",
         "_index",
         "_pods",
@@ -340,7 +342,8 @@ class Snapshot:
         *,
         special: Mapping[str, BoundPod] | None = None,
         claims: Mapping[str, ClaimInfo] | None = None,
-        assumed: tuple[BoundPod, ...] = (),
+        assumed: tuple[AssumedPod, ...] = (),
+        assumed_special: tuple[BoundPod, ...] = (),
         index: PodIndex | None = None,
     ) -> None:
         """`pods`: the pods counted in `used`, all on nodes of `table`, by id; `special`: those of them
@@ -355,6 +358,8 @@ class Snapshot:
         self._claims: Mapping[str, ClaimInfo] = claims if claims is not None else {}
         self._assumed = assumed
         """Pods assumed in this pass (with traits), for the pod index; not in `pods`."""
+        self._assumed_special = assumed_special
+        """Those of them that are `special` (few), as BoundPods."""
         self._index = index
         self._special_index: SpecialIndex | None = None
 
@@ -381,23 +386,21 @@ class Snapshot:
         used = _accumulate(flat, table.alloc.size).reshape(table.alloc.shape)
         return cls(table, used, counted, frozenset(), claims=dict(claims or {}))
 
-    def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]] | BoundPod]) -> Snapshot:
+    def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]] | AssumedPod]) -> Snapshot:
         """A snapshot where each (node, requests) entry is one more pod on that node (plus pods=1).
 
-        A `BoundPod` entry (what `admitted_usage` gives) also brings its traits, anti-affinity and
-        ports, so the filters of later decisions see it. Shares the node table and its caches; copies
-        only the usage array. Raises KeyError for an unknown node. Assumed pods are not in
+        An `AssumedPod` entry (what `admitted_usage` gives) also brings the pod's traits and filters, so
+        later decisions see it as a released, not yet bound pod. Shares the node table and its caches;
+        copies only the usage array. Raises KeyError for an unknown node. Assumed pods are not in
         `bound_pod_ids`, so `without` cannot remove them.
         """
         s = self._s
         entries: list[tuple[int, int]] = []
-        pods: list[BoundPod] = []
+        pods: list[AssumedPod] = []
         for item in assignments:
-            if isinstance(item, BoundPod):
-                node_name, requests = item.node, item.requests
+            node_name, requests = item[0], item[1]
+            if isinstance(item, AssumedPod):
                 pods.append(item)
-            else:
-                node_name, requests = item
             node = s.name_index.get(node_name)
             if node is None:
                 raise KeyError(f"node {node_name!r} is not in the snapshot")
@@ -408,7 +411,8 @@ class Snapshot:
         used = np.minimum(self._used + delta, SATURATED)
         index = None
         if self._index is not None:
-            index = self._index.extended(indexed(s.name_index[p.node], p) for p in pods)
+            index = self._index.extended(indexed(s.name_index[p.node], p.bound_pod()) for p in pods)
+        special = tuple(p.bound_pod() for p in pods if p.special)
         return Snapshot(
             s,
             used,
@@ -417,6 +421,7 @@ class Snapshot:
             special=self._special,
             claims=self._claims,
             assumed=self._assumed + tuple(pods),
+            assumed_special=self._assumed_special + special,
             index=index,
         )
 
@@ -439,6 +444,7 @@ class Snapshot:
             special=self._special,
             claims=self._claims,
             assumed=self._assumed,
+            assumed_special=self._assumed_special,
         )
 
     # --- other pods, volumes ----------------------------------------------------------------
@@ -455,10 +461,15 @@ class Snapshot:
     def special_index(self) -> SpecialIndex:
         """Anti-affinity terms and host ports of the pods here (cheap: only pods that have them)."""
         if self._special_index is None:
-            assumed = [p for p in self._assumed if p.special]
-            self._special_index = SpecialIndex.of(
-                [*self._present(self._special.values()), *self._present(assumed, assumed=True)]
-            )
+            if not self._special and not self._assumed_special:
+                self._special_index = NO_SPECIAL
+            else:
+                self._special_index = SpecialIndex.of(
+                    [
+                        *self._present(self._special.values()),
+                        *self._present(self._assumed_special, assumed=True),
+                    ]
+                )
         return self._special_index
 
     def pod_index(self) -> PodIndex:
@@ -466,8 +477,9 @@ class Snapshot:
         if self._index is None:
             index = PodIndex.of(indexed(node, pod) for node, pod in self._present(self._pods.values()))
             if self._assumed:
+                assumed = (p.bound_pod() for p in self._assumed)
                 index = index.extended(
-                    indexed(node, pod) for node, pod in self._present(self._assumed, assumed=True)
+                    indexed(node, pod) for node, pod in self._present(assumed, assumed=True)
                 )
             self._index = index
         return self._index
