@@ -39,6 +39,10 @@ REASON_FINISHED = "Finished"
 # Upstream's condition: the group is about to be terminated by a disruption.
 DISRUPTION_TARGET = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+# Phalanx's: the group's pods are preempted by Phalanx to make room for a higher-priority group.
+REASON_PREEMPTION_BY_PHALANX = "PreemptionByPhalanx"
+# A group waits for the pods it preempted to terminate; the room is reserved for it.
+REASON_PREEMPTING = "Preempting"
 
 
 class Condition(ApiModel):

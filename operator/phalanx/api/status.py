@@ -64,6 +64,25 @@ class Admission(ApiModel):
         return self
 
 
+class Reservation(ApiModel):
+    """Room being freed for this group by preemption, held for it until it is admitted.
+
+    No other group is admitted into these nodes meanwhile. It ends when the group is admitted, when
+    the group no longer waits (deleted, suspended, admitted elsewhere), or at `expiresAt`.
+    """
+
+    domain: str | None = None
+    """The topology domain the room is in."""
+    nodes: list[DNSSubdomain] = Field(default_factory=list)
+    """The nodes the group's pods go to once the victims are gone (one entry per pod)."""
+    victims: list[str] = Field(default_factory=list)
+    """The preempted pods (namespace/name) being waited for."""
+    reserved_at: AwareDatetime
+    """When the victims were chosen."""
+    expires_at: AwareDatetime
+    """When the reservation lapses if the group was not admitted by then."""
+
+
 class GroupStatus(ApiModel):
     """The observed state of a PodGroup or CompositePodGroup."""
 
@@ -77,6 +96,8 @@ class GroupStatus(ApiModel):
     """The topology domain the group was placed in, for kubectl get."""
     admission: Admission | None = None
     """The current placement decision, if any."""
+    reservation: Reservation | None = None
+    """Room being freed for the group by preemption, if any."""
     admissions: int | None = Field(default=None, ge=0)
     """How many placement decisions were made for this group so far (the next one's attempt number)."""
     scheduled: int | None = Field(default=None, ge=0)

@@ -156,3 +156,4 @@ class GroupPlan:
     job: ObjectRef | None = None  # told with a Warning event when an action fails
     admitted_pods: int = 0  # pods this plan releases (for metrics)
     admission_latency: float | None = None  # seconds from the Job's creation to its first admission
+    preempted_pods: int = 0  # pods this plan preempts (for metrics)

@@ -73,3 +73,20 @@ LEADER = Gauge(
     "1 while this replica holds the leader Lease and runs the scheduling loop",
     registry=REGISTRY,
 )
+PREEMPTIONS = Counter(
+    "phalanx_preemptions_total",
+    "Preemptions made for a pending group, by how its victims go: whole (requeued) or partial (evicted pods)",
+    ["mode"],
+    registry=REGISTRY,
+)
+PREEMPTED_PODS = Counter(
+    "phalanx_preempted_pods_total",
+    "Pods preempted to make room for higher-priority groups",
+    registry=REGISTRY,
+)
+REQUEUES = Counter(
+    "phalanx_requeues_total",
+    "Jobs suspended by Phalanx to be placed again as a whole, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)

@@ -24,7 +24,7 @@ from phalanx.api.job_policy import JobPolicy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.podgroup import PodGroup
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy, SchedulingPolicy
-from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
 from phalanx.api.workload import Workload
 from phalanx.controller import status as st
 from phalanx.controller.actions import (
@@ -44,6 +44,13 @@ from phalanx.controller.actions import (
     ResumeJob,
     UngatePod,
 )
+from phalanx.controller.preempt import (
+    GroupOfJob,
+    Victims,
+    actuate,
+    reservation_active,
+    reserved_usage,
+)
 from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, PriorityClassRecord
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
@@ -54,6 +61,7 @@ from phalanx.placement import (
     Reject,
     Snapshot,
     admitted_usage,
+    choose_victims,
     decide,
     node_eligible,
 )
@@ -81,6 +89,8 @@ class ClusterState:
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     announced: Mapping[str, str] = field(default_factory=dict)  # "<Job uid>/<what>" -> message announced
     backing_off: frozenset[str] = frozenset()  # group keys that wait before their next try
+    pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
+    unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
 
 
 @dataclass(frozen=True)
@@ -235,8 +245,10 @@ class _Pass:
     snapshot: Snapshot
     nodes: Mapping[str, NodeInfo]
     now: dt.datetime
+    victims: Victims
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
+    preempted: Counter[str] = field(default_factory=Counter)  # group key -> pods it preempted this pass
 
 
 def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool]:
@@ -247,6 +259,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     if domain is None and job.finished:
         domain = group.status.domain  # where it ran: its pods are gone, the answer stays
     admission = group.status.admission
+    reservation: Reservation | None = None  # kept only while the group waits for room freed for it
     released_now = 0
     ungated = 0
     first = False
@@ -330,7 +343,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 actions.append(_event(job.ref, "Normal", "Admitted", message))
                 actions.append(_event(group.ref, "Normal", "Admitted", message))
             elif isinstance(decision, Reject):
-                outcome = st.Outcome(c.REASON_UNSCHEDULABLE, decision.message)
+                outcome, reservation = _wait_or_preempt(view, request, decision, ctx, actions, ready)
             # An Admit without assignments: minCount is met by placed pods; the extras wait for room.
 
     if job.suspended or job.finished:
@@ -358,7 +371,9 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         for p in (*view.waiting, *view.placed)
         if p.pod_group != label and p.key not in released
     )
-    desired = st.desired_status(group.status, facts, outcome, ctx.now, group.generation, admission)
+    desired = st.desired_status(
+        group.status, facts, outcome, ctx.now, group.generation, admission, reservation
+    )
     if st.status_changed(group.status, desired):
         actions.append(PatchStatus(group.ref, desired))
         actions.extend(_announce(view, group.status, desired))
@@ -366,6 +381,60 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     if view.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
     return released_now, first
+
+
+def _may_preempt(view: _View) -> bool:
+    """Not if its PodGroup, its Job's annotation or any of its pods (from their PriorityClass) say Never."""
+    if view.group.spec.preemption_policy == PREEMPT_NEVER:
+        return False
+    policy = view.job.policy
+    if policy is not None and policy.preemption_policy == PREEMPT_NEVER:
+        return False
+    return not any(p.never_preempts for p in view.waiting)
+
+
+def _wait_or_preempt(
+    view: _View,
+    request: GroupRequest,
+    rejected: Reject,
+    ctx: _Pass,
+    actions: list[Action],
+    ready: list[PodRecord],
+) -> tuple[st.Outcome, Reservation | None]:
+    """A gang that does not fit now: wait for room being freed for it, preempt, or just wait."""
+    group = view.group
+    current = group.status.reservation
+    if reservation_active(current, ctx.victims.pods, ctx.now):
+        assert current is not None
+        left = [v for v in current.victims if v in ctx.victims.pods]
+        # Nobody else may be admitted into the room: later groups of this pass see it taken.
+        ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, ready))
+        where = f" in {current.domain}" if current.domain else ""
+        message = (
+            f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
+            f"reserved for this group until {current.expires_at.strftime('%H:%M:%SZ')}"
+        )
+        return st.Outcome(c.REASON_PREEMPTING, message), current
+    if not _may_preempt(view):
+        hint = "; it does not preempt (preemptionPolicy Never) and waits for room"
+        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected.message + hint), None
+    started = time.perf_counter()
+    preemption = choose_victims(
+        ctx.snapshot,
+        request,
+        view.priority,
+        ctx.victims.candidates,
+        ctx.victims.groups,
+        excluded_pods=ctx.victims.unevictable,
+    )
+    ctx.decision_seconds.append(time.perf_counter() - started)
+    if preemption is None:
+        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected.message), None
+    freeing, reservation, summary = actuate(preemption, group, view.job, ctx.victims, ctx.now)
+    actions.extend(freeing)
+    ctx.preempted[view.job.key] += len(preemption.victims)
+    ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, preemption.admit))
+    return st.Outcome(c.REASON_PREEMPTING, summary), reservation
 
 
 def _finish_recorded(view: _View, ready: list[PodRecord], ctx: _Pass) -> list[tuple[PodRecord, str]] | None:
@@ -477,7 +546,11 @@ def _let_go(state: JobState) -> list[Action]:
 
 
 def plan(state: ClusterState, now: dt.datetime) -> Plan:
-    ctx = _Pass(snapshot=state.snapshot, nodes=state.nodes, now=now)
+    groups_by_job = {
+        js.job.uid: GroupOfJob(js.job, js.pod_group) for js in state.jobs if js.pod_group is not None
+    }
+    victims = Victims(state.pods, groups_by_job, state.unevictable)
+    ctx = _Pass(snapshot=state.snapshot, nodes=state.nodes, now=now, victims=victims)
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
     groups_first: list[GroupPlan] = []  # Jobs released from Phalanx
     for job_state in state.jobs:
@@ -525,5 +598,9 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
             if released and first and job_state.job.created is not None:
                 latency = max(0.0, (now - job_state.job.created).total_seconds())
         if actions:
-            groups.append(GroupPlan(job_state.job.key, tuple(actions), job_state.job.ref, released, latency))
+            preempted = ctx.preempted[job_state.job.key]
+            plan_of_group = GroupPlan(
+                job_state.job.key, tuple(actions), job_state.job.ref, released, latency, preempted
+            )
+            groups.append(plan_of_group)
     return Plan(tuple(groups), dict(ctx.waiting), tuple(ctx.decision_seconds))

@@ -65,6 +65,8 @@ def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()
         nodes=MappingProxyType(cache.nodes),
         priority_classes=MappingProxyType(cache.priority_classes),
         announced=dict(cache.announced),
+        pods=MappingProxyType(cache.pods),
+        unevictable=cache.unevictable(),
         backing_off=backing_off,
     )
 

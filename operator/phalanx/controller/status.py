@@ -25,10 +25,23 @@ from phalanx.api.status import (
     Admission,
     Phase,
     PodGroupStatus,
+    Reservation,
 )
 
+PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
+
 # A status patch replaces these whole; a None among them is written as null (cleared).
-STATUS_FIELDS = ("conditions", "phase", "policy", "domain", "admission", "admissions", "scheduled", "waiting")
+STATUS_FIELDS = (
+    "conditions",
+    "phase",
+    "policy",
+    "domain",
+    "admission",
+    "reservation",
+    "admissions",
+    "scheduled",
+    "waiting",
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,7 @@ def desired_status(
     now: dt.datetime,
     generation: int,
     admission: Admission | None,
+    reservation: Reservation | None = None,
 ) -> PodGroupStatus:
     """The full status: conditions (a merge patch replaces the list whole), counters and the admission."""
     initial = current.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
@@ -161,20 +175,43 @@ def desired_status(
     new_admitted = _condition(
         admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation
     )
-    others = [
-        x for x in current.conditions or [] if x.type not in (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED)
-    ]
-    conditions = [x for x in (new_initial, new_admitted) if x is not None] + others
+    disruption = _disruption(current.condition(c.DISRUPTION_TARGET), facts, now, generation)
+    mine = (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED, c.DISRUPTION_TARGET)
+    others = [x for x in current.conditions or [] if x.type not in mine]
+    conditions = [x for x in (new_initial, new_admitted, disruption) if x is not None] + others
     return PodGroupStatus(
         conditions=conditions,
         phase=phase_of(facts, present),
         policy=GANG if facts.gang else BASIC,
         domain=facts.domain,
         admission=admission,
+        reservation=reservation,
         admissions=_admissions(current, admission),
         scheduled=facts.scheduled,
         waiting=facts.waiting,
     )
+
+
+def _disruption(
+    current: Condition | None, facts: GroupFacts, now: dt.datetime, generation: int
+) -> Condition | None:
+    """Upstream's DisruptionTarget, on the group: True while it is requeued because it was preempted."""
+    if facts.requeued.startswith(PREEMPTED_PREFIX):
+        message = f"phalanx: {facts.requeued}; the whole group is requeued"
+        return _condition(
+            current, c.DISRUPTION_TARGET, c.TRUE, c.REASON_PREEMPTION_BY_PHALANX, message, now, generation
+        )
+    if current is not None and current.status == c.TRUE:
+        return _condition(
+            current,
+            c.DISRUPTION_TARGET,
+            c.FALSE,
+            c.REASON_REQUEUED,
+            "the Job was resumed after its preemption",
+            now,
+            generation,
+        )
+    return current
 
 
 def next_attempt(current: PodGroupStatus) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from phalanx.controller.actions import (
     CreatePodGroup,
     CreateWorkload,
     DeleteObject,
+    EvictPod,
     LabelPod,
     PatchMinCount,
     PatchStatus,
@@ -25,6 +27,7 @@ from phalanx.controller.actions import (
     ReleasePod,
     RememberAnnounced,
     ResumeJob,
+    SuspendJob,
     UngatePod,
 )
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
@@ -514,3 +517,91 @@ def test_a_requeued_job_is_resumed_once_its_pods_are_gone_and_says_why_meanwhile
     gone = plan(state([(job, group_of(job), [])]), NOW)
     (resume,) = only(gone.actions, ResumeJob)
     assert resume.job.name == "train"
+
+
+# ---------------------------------------------------------------------- preemption
+LB = "oci.oraclecloud.com/rdma.local_block_id"
+
+
+def blocks_state(
+    jobs: Sequence[tuple[dict[str, Any], PodGroupRecord | None, Sequence[dict[str, Any]]]],
+    unevictable: frozenset[str] = frozenset(),
+) -> ClusterState:
+    """The seed cluster with local blocks: lb-a1 n1-n2, lb-a2 n3-n4, lb-b1 n5-n6, lb-b2 n7-n8."""
+    base = state(jobs)
+    nodes = []
+    for name in NODES:
+        body = node_body(name)
+        index = int(name[1:])
+        body["metadata"]["labels"][LB] = ["lb-a1", "lb-a2", "lb-b1", "lb-b2"][(index - 1) // 2]
+        nodes.append(node_info(body))
+    records = {p.key: p for js in base.jobs for p in js.pods}
+    usage = [bp for p in records.values() if (bp := p.bound_pod()) is not None]
+    return dataclasses.replace(
+        base,
+        snapshot=Snapshot.build(nodes, usage),
+        nodes={n.name: n for n in nodes},
+        pods=records,
+        unevictable=unevictable,
+    )
+
+
+def running_gang(name: str, first_node: int, priority: int, mode: str = "single") -> tuple[Any, Any, Any]:
+    job = job_body(name, 4, annotations={"phalanx.dev/disruption-mode": mode}, created="2026-11-30T10:00:00Z")
+    group = group_of(job)
+    pods = [
+        pod_body(
+            name,
+            i,
+            gated=False,
+            node=f"n{first_node + i}",
+            phase="Running",
+            priority=priority,
+            group=group.name,
+        )
+        for i in range(4)
+    ]
+    return job, group, pods
+
+
+def preemptor(priority: int = 1000, **annotations: str) -> tuple[Any, Any, Any]:
+    job = job_body("high", 2, annotations={"phalanx.dev/topology-key": LB, **annotations})
+    group = group_of(job)
+    if priority:
+        group = dataclasses.replace(group, spec=group.spec.model_copy(update={"priority": priority}))
+    pods = [pod_body("high", i, priority=priority, group=group.name) for i in range(2)]
+    return job, group, pods
+
+
+def test_the_articles_preemption_requeues_one_low_gang_whole_and_reserves_its_local_block() -> None:
+    low_a = running_gang("low-a", 1, priority=10)
+    low_b = running_gang("low-b", 5, priority=10)
+    result = plan(blocks_state([low_a, low_b, preemptor()]), NOW)
+    (suspend,) = only(result.actions, SuspendJob)
+    assert suspend.job.name in {"low-a", "low-b"}
+    assert suspend.why.startswith("preempted by podgroup ml/")
+    assert not only(result.actions, EvictPod)  # minCount 4: the whole gang goes, never 2 of 4
+    high_status = next(
+        a.status for a in only(result.actions, PatchStatus) if a.pod_group.name.startswith("high")
+    )
+    assert admitted_reason(high_status)[1] == c.REASON_PREEMPTING
+    reservation = high_status.reservation
+    assert reservation is not None and len(reservation.nodes) == 2
+    assert reservation.domain in {"lb-a1", "lb-a2", "lb-b1", "lb-b2"}
+    assert not only(result.actions, ReleasePod)
+    assert result.groups[-1].preempted_pods == 4 or any(g.preempted_pods == 4 for g in result.groups)
+
+
+def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
+    low_a = running_gang("low-a", 1, priority=1000)
+    low_b = running_gang("low-b", 5, priority=1000)
+    equal = plan(blocks_state([low_a, low_b, preemptor()]), NOW)
+    assert not only(equal.actions, SuspendJob) and not only(equal.actions, EvictPod)
+
+    low_a = running_gang("low-a", 1, priority=10)
+    low_b = running_gang("low-b", 5, priority=10)
+    never = plan(blocks_state([low_a, low_b, preemptor(**{"phalanx.dev/preemption-policy": "Never"})]), NOW)
+    assert not only(never.actions, SuspendJob) and not only(never.actions, EvictPod)
+    patches = only(never.actions, PatchStatus)
+    high_status = next(a.status for a in patches if a.pod_group.name.startswith("high"))
+    assert "preemptionPolicy Never" in admitted_reason(high_status)[2]
