@@ -1,4 +1,4 @@
-"""The `phalanx` command: run the operator, and manage the local dev cluster."""
+"""The `phalanx` command: run the operator, manage the local dev cluster, and the tools for any cluster."""
 
 from __future__ import annotations
 
@@ -45,6 +45,95 @@ def _dev_cluster(args: argparse.Namespace) -> int:
         print(f"phalanx dev-cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from phalanx.tools import explain, kube
+
+    try:
+        target = explain.parse_target(args.target)
+    except ValueError as e:
+        print(f"phalanx explain: {e}", file=sys.stderr)
+        return 2
+
+    async def run() -> str:
+        async with kube.connect(args.kubeconfig, args.context) as reader:
+            facts = await explain.gather(reader, target, args.namespace or reader.namespace)
+        return explain.explain(facts)
+
+    try:
+        print(asyncio.run(run()))
+    except kube.KubeError as e:
+        print(f"phalanx explain: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _where(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from phalanx.tools import kube, where
+
+    selector = args.selector or args.selector_arg
+    levels = where.parse_levels(args.levels)
+
+    async def run() -> str:
+        async with kube.connect(args.kubeconfig, args.context) as reader:
+            ns = args.namespace or reader.namespace
+            path = "/api/v1/pods" if args.all_namespaces else f"/api/v1/namespaces/{ns}/pods"
+            pods = await reader.list(path, {"labelSelector": selector} if selector else None)
+            nodes = await reader.list("/api/v1/nodes")
+        return where.where_table(pods, nodes, levels, namespaces=args.all_namespaces)
+
+    try:
+        print(asyncio.run(run()))
+    except kube.KubeError as e:
+        print(f"phalanx where: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from phalanx.tools.convert import ConvertError, convert_text
+
+    outputs = []
+    try:
+        for name in args.filename:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text()
+            result = convert_text(text, "stdin" if name == "-" else name)
+            for warning in result.warnings:
+                print(f"phalanx convert: warning: {warning}", file=sys.stderr)
+            outputs.append(result.text)
+    except ConvertError as e:
+        for problem in e.problems:
+            print(f"phalanx convert: {problem}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"phalanx convert: {e}", file=sys.stderr)
+        return 1
+    joined = ""
+    for text in outputs:
+        if joined and text.strip():
+            joined += "" if joined.endswith("\n") else "\n"
+            joined += "---\n"
+        joined += text
+    sys.stdout.write(joined)
+    return 0
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)",
+    )
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--namespace", "-n", default=None, help="namespace (default: the context's, else default)"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,6 +196,53 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "fail-node":
             p.add_argument("--how", choices=("heartbeat", "taint"), default="heartbeat")
     dev.set_defaults(func=_dev_cluster)
+
+    explain = sub.add_parser(
+        "explain",
+        help="why a Job's gang waits now, in plain words",
+        description="Why a Job's gang waits now: its PodGroup's conditions, phase and pods, and for a "
+        "waiting gang the placement engine run on the live cluster (per topology domain how many pods fit, "
+        "and what blocks the other nodes). Reads only.",
+    )
+    explain.add_argument("target", metavar="job/NAME|podgroup/NAME")
+    _cluster_arguments(explain)
+    explain.set_defaults(func=_explain)
+
+    where = sub.add_parser(
+        "where",
+        help="each pod with its phase, node and topology domains (the article's where.sh), any cluster",
+        description="Each pod with its phase, its node and the node's topology labels, one column per "
+        "label key. Reads only.",
+    )
+    where.add_argument("selector_arg", nargs="?", metavar="SELECTOR", help="label selector, as where.sh")
+    where.add_argument("--selector", "-l", default=None, help="label selector, e.g. job-name=gang-4")
+    where.add_argument(
+        "--all-namespaces", "-A", action="store_true", help="pods of every namespace (adds NAMESPACE)"
+    )
+    where.add_argument(
+        "--levels",
+        action="append",
+        default=None,
+        metavar="KEY[,KEY...]",
+        help="node label keys, one column each (default: oci.oraclecloud.com/rdma.network_block_id,"
+        "oci.oraclecloud.com/rdma.local_block_id, shown as NB and LB)",
+    )
+    _cluster_arguments(where)
+    where.set_defaults(func=_where)
+
+    convert = sub.add_parser(
+        "convert",
+        help="rewrite Jobs written for upstream's spec.scheduling in the Phalanx form",
+        description="Rewrite Jobs (and CronJobs) that use upstream Kubernetes 1.37's spec.scheduling "
+        "(gate WorkloadWithJob) in the Phalanx form: the label phalanx.dev/managed and phalanx.dev/* "
+        "annotations, spec.scheduling dropped. A stock apiserver silently drops spec.scheduling, so apply "
+        "the converted file: phalanx convert -f job.yaml | kubectl apply -f -. Other documents pass "
+        "through unchanged. Nothing is written if anything cannot be converted.",
+    )
+    convert.add_argument(
+        "--filename", "-f", action="append", required=True, metavar="FILE", help="YAML file; - for stdin"
+    )
+    convert.set_defaults(func=_convert)
 
     from phalanx.controller.settings import PRECEDENCE, Settings
 

@@ -1,0 +1,82 @@
+"""`phalanx where`: each pod with its phase, node and topology domains (the article's where.sh), any cluster.
+
+The table is the dev cluster's (`phalanx dev-cluster where`, same `format_table`); the topology columns are
+chosen with `--levels` (default: the article's RDMA network block and local block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from phalanx.devcluster.tools import format_table
+from phalanx.devcluster.topology import ISLAND_KEY, LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
+
+DEFAULT_LEVELS = (NETWORK_BLOCK_KEY, LOCAL_BLOCK_KEY)
+# The article's column names for its RDMA keys; other keys are named by their last word.
+KNOWN_HEADERS = {NETWORK_BLOCK_KEY: "NB", LOCAL_BLOCK_KEY: "LB", ISLAND_KEY: "ISLAND"}
+
+
+def level_header(key: str) -> str:
+    """The column name of a label key: NB and LB for the article's keys, else e.g. ZONE for …/zone."""
+    if key in KNOWN_HEADERS:
+        return KNOWN_HEADERS[key]
+    return key.rsplit("/", 1)[-1].upper() or key.upper()
+
+
+def parse_levels(values: Iterable[str] | None) -> tuple[str, ...]:
+    """Label keys from repeated and/or comma-separated --levels values (default: the article's two)."""
+    if values is None:
+        return DEFAULT_LEVELS
+    keys = [k.strip() for v in values for k in v.split(",")]
+    return tuple(k for k in keys if k)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def where_rows(
+    pods: Iterable[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]],
+    levels: Sequence[str] = DEFAULT_LEVELS,
+    *,
+    namespaces: bool = False,
+) -> list[tuple[str, ...]]:
+    """One row per pod, sorted (by namespace and) name: [NAMESPACE,] POD, PHASE, NODE, one cell per level."""
+    rows = []
+    for pod in pods:
+        meta, spec, status = (
+            _mapping(pod.get("metadata")),
+            _mapping(pod.get("spec")),
+            _mapping(pod.get("status")),
+        )
+        node = str(spec.get("nodeName") or "")
+        labels = node_labels.get(node, {})
+        row = (
+            str(meta.get("name", "")),
+            str(status.get("phase") or "-"),
+            node or "-",
+            *(labels.get(key) or "-" for key in levels),
+        )
+        rows.append((str(meta.get("namespace", "")), *row) if namespaces else row)
+    return sorted(rows)
+
+
+def where_table(
+    pods: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]],
+    levels: Sequence[str] = DEFAULT_LEVELS,
+    *,
+    namespaces: bool = False,
+) -> str:
+    labels = {
+        str(_mapping(n.get("metadata")).get("name", "")): dict(
+            _mapping(n.get("metadata")).get("labels") or {}
+        )
+        for n in nodes
+    }
+    header = ("POD", "PHASE", "NODE", *(level_header(k) for k in levels))
+    if namespaces:
+        header = ("NAMESPACE", *header)
+    return format_table(header, where_rows(pods, labels, levels, namespaces=namespaces))

@@ -1,0 +1,130 @@
+"""The CLI tools load any kubeconfig as kubectl does: contexts, namespaces, certificates, tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx import certs
+from phalanx.cli import main
+from phalanx.devcluster.cluster import free_port
+from phalanx.tools.kube import KubeError, connect
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture(scope="module")
+def pki() -> tuple[certs.KeyPair, certs.KeyPair]:
+    ca = certs.make_ca("test-ca")
+    return ca, certs.issue(ca, "admin", [], organization="system:masters", client=True)
+
+
+def write_kubeconfig(path: Path, pki: tuple[certs.KeyPair, certs.KeyPair], server: str) -> Path:
+    ca, leaf = pki
+    (path.parent / "ca.crt").write_bytes(ca.cert_pem)
+    (path.parent / "token").write_text("from-a-file\n")
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "embedded",
+                "cluster": {"server": server, "certificate-authority-data": b64(ca.cert_pem)},
+            },
+            {"name": "files", "cluster": {"server": server, "certificate-authority": "ca.crt"}},
+        ],
+        "users": [
+            {
+                "name": "cert",
+                "user": {"client-certificate-data": b64(leaf.cert_pem), "client-key-data": b64(leaf.key_pem)},
+            },
+            {"name": "token", "user": {"token": "abc"}},
+            {"name": "token-file", "user": {"tokenFile": "token"}},
+        ],
+        "contexts": [
+            {"name": "certs", "context": {"cluster": "embedded", "user": "cert", "namespace": "ml"}},
+            {"name": "token", "context": {"cluster": "files", "user": "token"}},
+            {"name": "token-file", "context": {"cluster": "files", "user": "token-file", "namespace": "x"}},
+        ],
+        "current-context": "certs",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+async def test_embedded_client_certificates_ca_and_the_contexts_namespace(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
+    async with connect(str(path)) as reader:
+        configuration = reader.api.configuration
+        assert reader.namespace == "ml"
+        assert reader.server == "https://127.0.0.1:6443"
+        assert Path(configuration.cert_file).read_bytes() == pki[1].cert_pem
+        assert Path(configuration.key_file).read_bytes() == pki[1].key_pem
+        assert Path(configuration.ssl_ca_cert).read_bytes() == pki[0].cert_pem
+
+
+async def test_tokens_ca_files_and_the_default_namespace(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
+    async with connect(str(path), context="token") as reader:
+        assert reader.namespace == "default"
+        assert reader.api.configuration.api_key == {"BearerToken": "Bearer abc"}
+        assert reader.api.configuration.ssl_ca_cert == str(tmp_path / "ca.crt")
+    async with connect(str(path), context="token-file") as reader:
+        assert reader.namespace == "x"
+        headers: dict[str, str] = {}
+        await reader.api.update_params_for_auth(headers, [], ["BearerToken"])
+        assert headers == {"authorization": "Bearer from-a-file"}
+
+
+async def test_kubeconfig_from_the_environment(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    async with connect(context="token") as reader:
+        assert reader.api.configuration.api_key == {"BearerToken": "Bearer abc"}
+
+
+async def test_unreadable_and_unknown_configs_are_one_line_errors(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
+) -> None:
+    with pytest.raises(KubeError, match="cannot load"):
+        async with connect(str(tmp_path / "missing")):
+            pass
+    path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
+    with pytest.raises(KubeError, match=r"cannot load .*nope"):
+        async with connect(str(path), context="nope"):
+            pass
+
+
+async def test_a_cluster_that_does_not_answer_is_named(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
+) -> None:
+    server = f"https://127.0.0.1:{free_port()}"
+    path = write_kubeconfig(tmp_path / "config", pki, server)
+    async with connect(str(path)) as reader:
+        with pytest.raises(KubeError, match=f"cannot reach the cluster at {server}"):
+            await reader.get("/api/v1/nodes")
+
+
+def test_the_commands_say_why_they_cannot_read(
+    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = f"https://127.0.0.1:{free_port()}"
+    path = str(write_kubeconfig(tmp_path / "config", pki, server))
+    assert main(["where", "--kubeconfig", path]) == 1
+    assert capsys.readouterr().err.startswith(f"phalanx where: cannot reach the cluster at {server}")
+    assert main(["explain", "job/x", "--kubeconfig", path]) == 1
+    assert capsys.readouterr().err.startswith(f"phalanx explain: cannot reach the cluster at {server}")
+    assert main(["explain", "deployment/x", "--kubeconfig", path]) == 2
+    assert "say job/NAME or podgroup/NAME" in capsys.readouterr().err
