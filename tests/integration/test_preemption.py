@@ -1,4 +1,4 @@
-"""Workload-aware preemption on a stock cluster (issue 9): the article's cases, upstream's mistakes avoided."""
+"""Workload-aware preemption on a stock cluster (issue 9): the article's cases, without upstream's faults."""
 
 from __future__ import annotations
 
