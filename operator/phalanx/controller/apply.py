@@ -210,14 +210,16 @@ class Applier:
             metrics.PODS_RELEASED.inc(group.admitted_pods)
         if group.admission_latency is not None:
             metrics.ADMISSION_LATENCY.observe(group.admission_latency)
+        requeues = [a for a in group.actions if isinstance(a, SuspendJob)]
+        for requeue in requeues:
+            metrics.REQUEUES.labels(
+                "preempted" if requeue.why.startswith("preempted") else "below-min-count"
+            ).inc()
         if group.preempted_pods:
             metrics.PREEMPTED_PODS.inc(group.preempted_pods)
-            requeues = sum(1 for a in group.actions if isinstance(a, SuspendJob))
-            evictions = sum(1 for a in group.actions if isinstance(a, EvictPod))
             if requeues:
                 metrics.PREEMPTIONS.labels("whole").inc()
-                metrics.REQUEUES.labels("preempted").inc(requeues)
-            if evictions:
+            if any(isinstance(a, EvictPod) for a in group.actions):
                 metrics.PREEMPTIONS.labels("partial").inc()
 
     async def _failed(self, group: GroupPlan, action: Action, error: BaseException) -> GroupResult:

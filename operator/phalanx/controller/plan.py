@@ -42,6 +42,7 @@ from phalanx.controller.actions import (
     ReleasePod,
     RememberAnnounced,
     ResumeJob,
+    SuspendJob,
     UngatePod,
 )
 from phalanx.controller.preempt import (
@@ -68,6 +69,7 @@ from phalanx.placement import (
 from phalanx.placement.model import PODS
 
 POD_API_VERSION = "v1"
+REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class ClusterState:
     backing_off: frozenset[str] = frozenset()  # group keys that wait before their next try
     pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
+    node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,7 @@ class _Pass:
     nodes: Mapping[str, NodeInfo]
     now: dt.datetime
     victims: Victims
+    node_failure_grace: float = 30.0
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
     preempted: Counter[str] = field(default_factory=Counter)  # group key -> pods it preempted this pass
@@ -344,6 +348,8 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 actions.append(_event(group.ref, "Normal", "Admitted", message))
             elif isinstance(decision, Reject):
                 outcome, reservation = _wait_or_preempt(view, request, decision, ctx, actions, ready)
+                if outcome.reason == c.REASON_UNSCHEDULABLE:
+                    outcome = _requeue_if_broken(view, outcome, ctx, actions) or outcome
             # An Admit without assignments: minCount is met by placed pods; the extras wait for room.
 
     if job.suspended or job.finished:
@@ -381,6 +387,35 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     if view.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
     return released_now, first
+
+
+def _requeue_if_broken(
+    view: _View, outcome: st.Outcome, ctx: _Pass, actions: list[Action]
+) -> st.Outcome | None:
+    """A running gang left below minCount (a node failed, its pods went) whose other pods do not fit in its
+    domain any more holds nodes for nothing: after the grace period (at once for disruptionMode all), requeue
+    the Job whole so that it is placed again as a whole, possibly in another domain."""
+    job, group = view.job, view.group
+    if not 0 < len(view.placed) < view.min_count or job.requeued:
+        return None
+    admitted = group.status.condition(c.ADMITTED)
+    since = ctx.now
+    if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
+        since = admitted.last_transition_time
+    all_mode = group.spec.disruption_mode.all is not None
+    waited = (ctx.now - since).total_seconds()
+    if not all_mode and waited < ctx.node_failure_grace:
+        return None
+    domain = _domain_of(view, ctx.nodes)
+    where = f" in {domain}" if domain else ""
+    why = (
+        f"{REQUEUED_BELOW_MIN_COUNT}: {len(view.placed)} of its {view.min_count} pods were left{where} "
+        f"and the others no longer fit there (after {waited:.0f} s)"
+    )
+    actions.append(SuspendJob(job.ref, why))
+    actions.append(_event(job.ref, "Warning", "Requeued", why))
+    actions.append(_event(group.ref, "Warning", "Requeued", why))
+    return st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
 
 
 def _may_preempt(view: _View) -> bool:
@@ -550,7 +585,13 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
         js.job.uid: GroupOfJob(js.job, js.pod_group) for js in state.jobs if js.pod_group is not None
     }
     victims = Victims(state.pods, groups_by_job, state.unevictable)
-    ctx = _Pass(snapshot=state.snapshot, nodes=state.nodes, now=now, victims=victims)
+    ctx = _Pass(
+        snapshot=state.snapshot,
+        nodes=state.nodes,
+        now=now,
+        victims=victims,
+        node_failure_grace=state.node_failure_grace,
+    )
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
     groups_first: list[GroupPlan] = []  # Jobs released from Phalanx
     for job_state in state.jobs:

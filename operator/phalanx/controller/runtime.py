@@ -213,6 +213,7 @@ class Runtime:
             self.health.pass_done,
             resync=self.settings.resync_seconds,
             debounce=self.settings.debounce_seconds,
+            node_failure_grace=self.settings.node_failure_grace,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")

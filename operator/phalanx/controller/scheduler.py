@@ -26,6 +26,7 @@ log = logging.getLogger("phalanx.scheduler")
 
 RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety net
 DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
+NODE_FAILURE_GRACE_SECONDS = 30.0
 
 
 class KubeEvents:
@@ -43,7 +44,11 @@ class KubeEvents:
         await self.kube.event(body, type_, reason, message)
 
 
-def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()) -> ClusterState:
+def cluster_state(
+    cache: ClusterCache,
+    backing_off: frozenset[str] = frozenset(),
+    node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
+) -> ClusterState:
     """One consistent view of the cache for `plan()` (records and the snapshot are immutable)."""
     jobs = []
     for uid, job in cache.jobs.items():
@@ -67,6 +72,7 @@ def cluster_state(cache: ClusterCache, backing_off: frozenset[str] = frozenset()
         announced=dict(cache.announced),
         pods=MappingProxyType(cache.pods),
         unevictable=cache.unevictable(),
+        node_failure_grace=node_failure_grace,
         backing_off=backing_off,
     )
 
@@ -82,7 +88,9 @@ class Scheduler:
         resync: float = RESYNC_SECONDS,
         debounce: float = DEBOUNCE_SECONDS,
         backoff: Backoff | None = None,
+        node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
     ) -> None:
+        self.node_failure_grace = node_failure_grace
         self.cache = cache
         self.applier = Applier(cache, kube, events or KubeEvents(kube), backoff)
         self.on_pass = on_pass
@@ -119,7 +127,7 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         backoff.forget_missing({job.key for job in self.cache.jobs.values()})
-        state = cluster_state(self.cache, backoff.waiting())
+        state = cluster_state(self.cache, backoff.waiting(), self.node_failure_grace)
         decided = plan(state, dt.datetime.now(dt.UTC))
         metrics.PLAN_DURATION.observe(time.perf_counter() - started)
         self._observe(decided)

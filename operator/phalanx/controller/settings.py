@@ -47,6 +47,7 @@ class Settings:
     metrics_port: int = 8080
     resync_seconds: float = 10.0
     debounce_seconds: float = 0.05
+    node_failure_grace: float = 30.0
     leader_election: bool = False
     lease_name: str = "phalanx-leader"
     lease_namespace: str = field(default_factory=default_lease_namespace)
@@ -398,6 +399,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "debounce_seconds",
         "wait this long after a change so a burst of events makes one pass",
+        _seconds(0, True),
+        metavar="SECONDS",
+    ),
+    Option(
+        "node_failure_grace",
+        "a running gang left below its min-count with no room for the rest in its domain (a node failed) "
+        "is requeued whole after this long; 0 = at once",
         _seconds(0, True),
         metavar="SECONDS",
     ),

@@ -605,3 +605,34 @@ def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
     patches = only(never.actions, PatchStatus)
     high_status = next(a.status for a in patches if a.pod_group.name.startswith("high"))
     assert "preemptionPolicy Never" in admitted_reason(high_status)[2]
+
+
+# ---------------------------------------------------------------------- node failure
+def test_a_running_gang_below_min_count_with_no_room_left_is_requeued_after_the_grace_period() -> None:
+    """train-3 ran in nb-a on n1-n3; n3 failed (its pod is gone, the replacement waits) and nb-a has no
+    free node: after the grace period the Job is requeued whole; before it, it waits."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    base = group_of(job)
+    pods = [
+        pod_body("train", 0, gated=False, node="n1", phase="Running", group=base.name),
+        pod_body("train", 1, gated=False, node="n2", phase="Running", group=base.name),
+        pod_body("train", 3, group=base.name),  # the replacement, gated
+    ]
+    fillers = [filler("n4")]  # nb-a's last free node is taken (n3 is the failed one, tainted away)
+    tainted = node_body("n3")
+    tainted["spec"]["taints"] = [{"key": "example.com/failed", "value": "true", "effect": "NoExecute"}]
+
+    def at(now: dt.datetime, group: PodGroupRecord) -> Plan:
+        s = state([(job, group, pods)], others=fillers)
+        nodes = [node_info(tainted if n == "n3" else node_body(n)) for n in NODES]
+        usage = [bp for p in [*pods, *fillers] if (bp := PodRecord.from_body(p).bound_pod()) is not None]
+        return plan(dataclasses.replace(s, snapshot=Snapshot.build(nodes, usage), node_failure_grace=30), now)
+
+    first = at(NOW, base)
+    assert not only(first.actions, SuspendJob)
+    waiting = status_of(first)
+    assert admitted_reason(waiting)[1] == c.REASON_UNSCHEDULABLE
+    later = at(NOW + dt.timedelta(seconds=31), group_of(job, waiting))
+    (suspend,) = only(later.actions, SuspendJob)
+    assert "2 of its 3 pods were left in nb-a" in suspend.why
+    assert admitted_reason(status_of(later))[1] == c.REASON_REQUEUED
