@@ -152,7 +152,8 @@ class _Unit:
 
 
 class _Pool:
-    """The candidates that may be preempted, as arrays (one entry per takeable pod), and their units."""
+    """The candidates that may be preempted: one entry per pod that may go (arrays), and per unit
+    (arrays; the `_Unit` record of a unit is built when a domain search needs it)."""
 
     def __init__(
         self,
@@ -177,70 +178,93 @@ class _Pool:
             else:
                 members.setdefault(key, []).append(c)
         definitions = {g.key: g for g in groups}
+        keys = [k for k in sorted(members) if k in definitions and k not in excluded_groups]
 
-        self.units: list[_Unit] = []
-        # One entry per pod that may go: id, node, unit, start, requests.
-        ids: list[str] = []
-        nodes: list[int] = []
-        unit_of: list[int] = []
-        starts: list[int] = []
-        requests: list[Mapping[str, int]] = []
-        for key in sorted(members):
-            definition = definitions.get(key)
-            if definition is None or key in excluded_groups:
-                continue
-            running = [c for c in members[key] if c.id in counted]
-            where = [node_index(c.node) for c in running]
-            if None in where:
-                running = [c for c, node in zip(running, where, strict=True) if node is not None]
-                where = [node for node in where if node is not None]
-            top = max((c.priority for c in running), default=priority)
-            if top >= priority:
-                continue
-            single = definition.disruption == "single"
-            limit = max(0, len(running) - max(1, definition.min_count)) if single else 0
-            going = [i for i, c in enumerate(running) if c.id not in excluded_pods]
-            whole = len(going) == len(running)
-            if not going or not (whole or limit > 0):
-                continue
-            times = [round(c.started * _US) for c in running]
-            u = len(self.units)
-            self.units.append(
-                _Unit(key, True, top, [c.id for c in running], whole, limit, sum(times), max(times))
-            )
-            if not whole:
-                running = [running[i] for i in going]
-                where = [where[i] for i in going]
-                times = [times[i] for i in going]
-            ids.extend(c.id for c in running)
-            nodes.extend(where)  # type: ignore[arg-type]
-            unit_of.extend([u] * len(running))
-            starts.extend(times)
-            requests.extend(c.requests for c in running)
-        for c in loose:
-            node = node_index(c.node)
-            if node is None or c.id not in counted:
-                continue
-            start = round(c.started * _US)
-            ids.append(c.id)
-            nodes.append(node)
-            unit_of.append(len(self.units))
-            starts.append(start)
-            requests.append(c.requests)
-            self.units.append(_Unit(c.id, False, c.priority, [c.id], True, 0, start, start))
+        # Group members, contiguous per group; only pods the snapshot counts are running.
+        flat = [c for k in keys for c in members[k]]
+        where = [node_index(c.node) for c in flat]
+        running = np.fromiter(
+            (node is not None and c.id in counted for c, node in zip(flat, where, strict=True)),
+            dtype=np.bool_,
+            count=len(flat),
+        )
+        code = np.repeat(np.arange(len(keys)), [len(members[k]) for k in keys])[running]
+        keep = running.tolist()
+        flat = [c for c, k in zip(flat, keep, strict=True) if k]
+        node = np.array([n for n, k in zip(where, keep, strict=True) if k], dtype=np.intp)
+        prio = np.array([c.priority for c in flat], dtype=np.int64)
+        start = np.array([round(c.started * _US) for c in flat], dtype=np.int64)
+        out = np.fromiter((c.id in excluded_pods for c in flat), dtype=np.bool_, count=len(flat))
+        g = len(keys)
+        size = np.bincount(code, minlength=g)
+        top = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(top, code, prio)
+        held = np.bincount(code[out], minlength=g)  # excluded pods: the group never goes all at once
+        single = np.array([definitions[k].disruption == "single" for k in keys], dtype=np.bool_)
+        min_count = np.array([max(1, definitions[k].min_count) for k in keys], dtype=np.int64)
+        limit = np.where(single, np.maximum(size - min_count, 0), 0)
+        whole = held == 0
+        useful = (size > held) & (top < priority) & (whole | (limit > 0))
+        n_groups = int(useful.sum())
+        group_unit = np.full(g, -1, dtype=np.intp)
+        group_unit[useful] = np.arange(n_groups)
+        go = useful[code] & ~out  # pods that may go
 
-        self.ids = ids
-        self.node: IndexArray = np.array(nodes, dtype=np.intp)
-        self.unit: IndexArray = np.array(unit_of, dtype=np.intp)
-        self.start: IntArray = np.array(starts, dtype=np.int64)
-        self.unit_priority: IntArray = np.array([u.priority for u in self.units], dtype=np.int64)
-        self.priority: IntArray = self.unit_priority[self.unit]
-        self.unit_size: IntArray = np.array([len(u.ids) for u in self.units], dtype=np.int64)
-        self.unit_limit: IntArray = np.array([u.limit for u in self.units], dtype=np.int64)
-        self.unit_whole: BoolArray = np.array([u.whole for u in self.units], dtype=np.bool_)
+        # Units: useful groups (members _ids[first:first + size]), then loose pods.
+        loose = [c for c in loose if c.id in counted and node_index(c.node) is not None]
+        self._keys = [k for k, u in zip(keys, useful.tolist(), strict=True) if u] + [c.id for c in loose]
+        self._managed = n_groups
+        self._first = np.searchsorted(code, np.flatnonzero(useful))
+        self._ids = [c.id for c in flat]
+        self._starts: list[int] = start.tolist()
+        loose_start = np.array([round(c.started * _US) for c in loose], dtype=np.int64)
+        newest = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(newest, code, start)
+        self.unit_priority: IntArray = np.concatenate(
+            [top[useful], np.array([c.priority for c in loose], dtype=np.int64)]
+        )
+        self.unit_size: IntArray = np.concatenate([size[useful], np.ones(len(loose), dtype=np.int64)])
+        self.unit_limit: IntArray = np.concatenate([limit[useful], np.zeros(len(loose), dtype=np.int64)])
+        self.unit_whole: BoolArray = np.concatenate([whole[useful], np.ones(len(loose), dtype=np.bool_)])
         self.unit_min_pods: IntArray = np.where(self.unit_limit > 0, 1, self.unit_size)
-        self.unit_max_start: IntArray = np.array([u.max_start for u in self.units], dtype=np.int64)
+        self.unit_max_start: IntArray = np.concatenate([newest[useful], loose_start])
+        self._units: dict[int, _Unit] = {}
+
+        # Pods that may go: group members, then loose pods.
+        picked = np.flatnonzero(go)
+        self.ids = [flat[i].id for i in picked.tolist()] + [c.id for c in loose]
+        self.node: IndexArray = np.concatenate(
+            [node[picked], np.array([node_index(c.node) for c in loose], dtype=np.intp)]
+        ).astype(np.intp)
+        self.unit: IndexArray = np.concatenate(
+            [group_unit[code[picked]], n_groups + np.arange(len(loose), dtype=np.intp)]
+        ).astype(np.intp)
+        self.start: IntArray = np.concatenate([start[picked], loose_start])
+        self.priority: IntArray = self.unit_priority[self.unit]
+        requests = [flat[i].requests for i in picked.tolist()] + [c.requests for c in loose]
         self.delta = _deltas(fit, requests)
+
+    def unit_record(self, u: int) -> _Unit:
+        record = self._units.get(u)
+        if record is None:
+            managed = u < self._managed
+            if managed:
+                first, last = int(self._first[u]), int(self._first[u] + self.unit_size[u])
+                ids, start_total = self._ids[first:last], sum(self._starts[first:last])
+            else:
+                ids, start_total = [self._keys[u]], int(self.unit_max_start[u])
+            record = _Unit(
+                self._keys[u],
+                managed,
+                int(self.unit_priority[u]),
+                ids,
+                bool(self.unit_whole[u]),
+                int(self.unit_limit[u]),
+                start_total,
+                int(self.unit_max_start[u]),
+            )
+            self._units[u] = record
+        return record
 
 
 def _deltas(fit: _Fit, requests: list[Mapping[str, int]]) -> IntArray:
@@ -310,7 +334,7 @@ class _Level:
 
 
 def _levels(fit: _Fit, domains: _Domains, pool: _Pool) -> Iterable[tuple[int, _Level]]:
-    levels = sorted({u.priority for u in pool.units})
+    levels = sorted(set(pool.unit_priority.tolist()))
     freed = np.zeros_like(fit.free)
     useful = fit.eligible_any[pool.node] & (domains.of_node[pool.node] >= 0)
     for level in levels:
@@ -520,21 +544,23 @@ class _DomainSearch:
 
         by_unit: dict[int, list[_DPod]] = {}
         buckets: dict[tuple[int, int, tuple[tuple[int, int], ...]], int] = {}
-        deltas = pool.delta[:, pods].T.tolist()
+        shapes: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}
         for unit, slot, start, pod_id, delta in zip(
             pool.unit[pods].tolist(),
             slot_of.tolist(),
             pool.start[pods].tolist(),
             [pool.ids[p] for p in pods.tolist()],
-            deltas,
+            map(tuple, pool.delta[:, pods].T.tolist()),
             strict=True,
         ):
-            nz = tuple((j, v) for j, v in enumerate(delta) if v)
+            nz = shapes.get(delta)
+            if nz is None:
+                nz = shapes[delta] = tuple((j, v) for j, v in enumerate(delta) if v)
             bucket = buckets.setdefault((unit, slot, nz), len(buckets))
             by_unit.setdefault(unit, []).append(_DPod(pod_id, slot, nz, start, bucket))
         self.units: list[_DUnit] = []
         for u, dpods in by_unit.items():
-            unit = pool.units[u]
+            unit = pool.unit_record(u)
             # Most useful node first, newest first, the pods of one bucket next to each other.
             first: dict[int, tuple[int, int, str]] = {}
             for dp in dpods:

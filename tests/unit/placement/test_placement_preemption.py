@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, gang, worker
 
 from phalanx.placement import (
+    DEFAULT_MAX_STEPS,
     Admit,
     BoundPod,
     Candidate,
+    DisruptionMode,
     GroupRequest,
     HostPort,
     NodeInfo,
@@ -28,7 +30,6 @@ from phalanx.placement import (
     choose_victims,
     decide,
 )
-from phalanx.placement.preemption_model import DisruptionMode
 
 LOW, HIGH = 100, 1000
 
@@ -76,10 +77,28 @@ class Cluster:
     def snapshot(self) -> Snapshot:
         return Snapshot.build(self.nodes, self.pods)
 
-    def preempt(self, group: GroupRequest, priority: int = HIGH, **kwargs: object) -> Preemption | None:
-        result = choose_victims(self.snapshot(), group, priority, self.candidates, self.groups, **kwargs)  # type: ignore[arg-type]
+    def preempt(
+        self,
+        group: GroupRequest,
+        priority: int = HIGH,
+        *,
+        excluded_pods: frozenset[str] = frozenset(),
+        excluded_groups: frozenset[str] = frozenset(),
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> Preemption | None:
+        excluded = (excluded_pods, excluded_groups)
+        result = choose_victims(
+            self.snapshot(),
+            group,
+            priority,
+            self.candidates,
+            self.groups,
+            excluded_pods=excluded_pods,
+            excluded_groups=excluded_groups,
+            max_steps=max_steps,
+        )
         if result is not None:
-            check_result(self.snapshot(), group, priority, self.candidates, self.groups, result)
+            check_result(self.snapshot(), group, priority, self.candidates, self.groups, result, *excluded)
         return result
 
 
@@ -205,7 +224,7 @@ def test_network_block_needs_a_whole_job() -> None:
 def test_no_preemption_when_the_group_fits() -> None:
     c = Cluster(article_nodes())
     c.job("low-a", [1, 2, 3], min_count=1)
-    assert c.preempt(high(2, LOCAL_BLOCK)) is None  # lb-a2 has worker 4 free... and lb-b* are free
+    assert c.preempt(high(2, LOCAL_BLOCK)) is None  # lb-b1 and lb-b2 are free
 
 
 def test_free_capacity_is_used_before_victims() -> None:
@@ -357,7 +376,7 @@ def test_filters_the_model_does_not_know_are_decided_by_decide() -> None:
     assert result.exact
 
 
-def test_unlimited_steps_and_no_steps() -> None:
+def test_without_steps_the_greedy_set_is_returned() -> None:
     c = article("single", 2, started_b=5.0)
     exact = c.preempt(high(2, LOCAL_BLOCK))
     greedy = c.preempt(high(2, LOCAL_BLOCK), max_steps=0)
@@ -604,7 +623,7 @@ def test_greedy_alone_keeps_every_promise(sc: Scenario) -> None:
     result = run(sc, max_steps=0)
     check(sc, result)
     full = run(sc)
-    assert (result is None) == (full is None) or (result is None and full is not None)
+    assert full is not None or result is None
     if result is not None and full is not None:
         assert not result.exact
         assert full.cost <= result.cost
@@ -618,6 +637,12 @@ def test_a_search_cut_short_still_keeps_every_promise(steps: int) -> None:
     c = Cluster(article_nodes())
     for w in range(1, 9):
         c.run({GPU: 4}, worker(w), pod_id=f"a-{w}", started=float(w))
-        c.run({GPU: 4}, worker(w), pod_id=f"b-{w}", started=float(10 - w))
-    result = c.preempt(high(4, NETWORK_BLOCK), max_steps=steps)
+        c.run({GPU: 4}, worker(w), pod_id=f"b-{w}", started=float(w * w))
+    result = c.preempt(high(4, NETWORK_BLOCK), max_steps=steps)  # checks every promise
     assert result is not None
+    assert result.cost.pods == 8  # both pods on each of four nodes of one network block
+    assert steps > 1 or not result.exact  # one step cannot prove anything
+    full = c.preempt(high(4, NETWORK_BLOCK))
+    assert full is not None and full.exact
+    assert full.cost <= result.cost
+    assert full.victims == ("a-5", "a-6", "a-7", "a-8", "b-5", "b-6", "b-7", "b-8")  # nb-b: newer
