@@ -59,7 +59,8 @@ _ORACLE_STEPS: Final = 25
 """A capacity check through `decide` (groups with several pod shapes) counts as this many steps."""
 
 _MAX_DEPTH: Final = 250
-"""Deeper branches (pods taken one by one) are not explored; the result is then not exact."""
+"""The branch and bound recurses once per unit or single pod taken (two frames each); deeper branches
+are not explored, and the result is then not exact."""
 
 _US: Final = 1_000_000
 _NEVER: Final = (1 << 62, 0, 0, 0)

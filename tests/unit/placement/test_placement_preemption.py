@@ -385,6 +385,18 @@ def test_without_steps_the_greedy_set_is_returned() -> None:
     assert greedy.victims == exact.victims  # the greedy is right on this one
 
 
+def test_very_many_victims_fall_back_to_the_greedy_set() -> None:
+    # More victim units than the branch and bound recurses into: the greedy set, said to be so.
+    nodes = [NodeInfo(f"n{i:03d}", {}, {GPU: 8, "pods": 4}) for i in range(300)]
+    c = Cluster(nodes)
+    for i, node in enumerate(nodes):
+        c.run({GPU: 8}, node.name, pod_id=f"loose-{i:03d}", started=float(i))
+    result = c.preempt(high(280, None))
+    assert result is not None
+    assert not result.exact
+    assert result.victims == tuple(f"loose-{i:03d}" for i in range(20, 300))  # the newest
+
+
 # --- properties against a brute-force search -----------------------------------------------------
 
 KEY = "example.com/block"
