@@ -64,6 +64,7 @@ from phalanx.placement import (
     admitted_usage,
     choose_victims,
     decide,
+    diagnose,
     node_eligible,
 )
 from phalanx.placement.model import PODS
@@ -347,7 +348,11 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 actions.append(_event(job.ref, "Normal", "Admitted", message))
                 actions.append(_event(group.ref, "Normal", "Admitted", message))
             elif isinstance(decision, Reject):
-                outcome, reservation = _wait_or_preempt(view, request, decision, ctx, actions, ready)
+                message = decision.message
+                if decision.reason == "Unschedulable":
+                    # Upstream's sentence first, then why, per domain, in kube-scheduler's words.
+                    message = f"{message}; {diagnose(ctx.snapshot, request).summary()}"
+                outcome, reservation = _wait_or_preempt(view, request, message, ctx, actions, ready)
                 if outcome.reason == c.REASON_UNSCHEDULABLE:
                     outcome = _requeue_if_broken(view, outcome, ctx, actions) or outcome
             # An Admit without assignments: minCount is met by placed pods; the extras wait for room.
@@ -431,7 +436,7 @@ def _may_preempt(view: _View) -> bool:
 def _wait_or_preempt(
     view: _View,
     request: GroupRequest,
-    rejected: Reject,
+    rejected: str,
     ctx: _Pass,
     actions: list[Action],
     ready: list[PodRecord],
@@ -452,7 +457,7 @@ def _wait_or_preempt(
         return st.Outcome(c.REASON_PREEMPTING, message), current
     if not _may_preempt(view):
         hint = "; it does not preempt (preemptionPolicy Never) and waits for room"
-        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected.message + hint), None
+        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected + hint), None
     started = time.perf_counter()
     preemption = choose_victims(
         ctx.snapshot,
@@ -464,7 +469,7 @@ def _wait_or_preempt(
     )
     ctx.decision_seconds.append(time.perf_counter() - started)
     if preemption is None:
-        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected.message), None
+        return st.Outcome(c.REASON_UNSCHEDULABLE, rejected), None
     freeing, reservation, summary = actuate(preemption, group, view.job, ctx.victims, ctx.now)
     actions.extend(freeing)
     ctx.preempted[view.job.key] += len(preemption.victims)

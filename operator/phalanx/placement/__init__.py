@@ -5,6 +5,7 @@ No Kubernetes client, no I/O: the controller turns API objects into these values
 and calls `decide` per group.
 """
 
+from .diagnosis import Diagnosis, DomainReport, diagnose
 from .engine import admitted_usage, decide
 from .filters import node_eligible, taints_tolerated, tolerates
 from .live import LiveSnapshot
@@ -47,7 +48,9 @@ __all__ = [
     "Candidate",
     "ClaimInfo",
     "Decision",
+    "Diagnosis",
     "DisruptionMode",
+    "DomainReport",
     "GroupRequest",
     "HostPort",
     "LabelSelector",
@@ -73,6 +76,7 @@ __all__ = [
     "canonical_amount",
     "choose_victims",
     "decide",
+    "diagnose",
     "host_ports_conflict",
     "node_eligible",
     "node_selector_terms",

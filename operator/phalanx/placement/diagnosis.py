@@ -1,0 +1,154 @@
+"""Why a gang does not fit, per domain, in kube-scheduler's words (pure, vectorised).
+
+`diagnose(snapshot, group)` says, for the closest domains, how many of the gang's waiting pods fit there
+now and which filter or resource keeps the other nodes out ("1 node: Insufficient nvidia.com/gpu",
+"2 nodes: untolerated taint example.com/x"), and whether the gang could fit at all in this cluster with
+every node empty — so a gang that only has to wait is told apart from one that never fits. Counts per
+domain are exact for a gang whose pods are alike (the usual case) and an upper bound otherwise. The
+decision itself stays `decide`'s; this only explains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .columns import BoolArray, IndexArray, IntArray
+from .model import PODS, GroupRequest, PodRequirements
+from .snapshot import Snapshot
+
+__all__ = ["Diagnosis", "DomainReport", "diagnose"]
+
+SHOWN_DOMAINS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DomainReport:
+    domain: str | None  # None: the whole cluster (no topology key)
+    fit: int  # of the gang's waiting pods, how many fit here now
+    reasons: tuple[tuple[str, int], ...]  # (reason, nodes) for nodes that take none, most nodes first
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    need: int  # pods that must fit together now
+    domains: tuple[DomainReport, ...]  # the closest ones first
+    never_fits: bool  # not even with every node of the cluster empty
+    best_when_empty: int  # the most pods one domain holds with every node empty
+
+    def summary(self) -> str:
+        parts = []
+        for report in self.domains:
+            where = f"{report.domain}: " if report.domain is not None else ""
+            text = f"{where}{report.fit} of {self.need} pods fit"
+            if report.reasons:
+                text += " (" + ", ".join(f"{_nodes(n)}: {why}" for why, n in report.reasons) + ")"
+            parts.append(text)
+        line = "; ".join(parts)
+        if self.never_fits:
+            line += (
+                f"; it can never fit in this cluster: with every node empty the largest domain holds "
+                f"{self.best_when_empty} of the {self.need} pods"
+            )
+        return line
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def _per_node(snapshot: Snapshot, free: IntArray, req: PodRequirements, cap: int) -> IntArray:
+    """How many pods with `req` fit on each node alone (at most `cap`), statically eligible nodes only."""
+    n = len(snapshot.node_names)
+    count = np.full(n, cap, dtype=np.int64)
+    for resource, amount in (*req.requests, (PODS, 1)):
+        if amount <= 0:
+            continue
+        row = snapshot.resource_index(resource)
+        if row is None:
+            return np.zeros(n, dtype=np.int64)
+        np.minimum(count, free[row] // amount, out=count)
+    np.maximum(count, 0, out=count)
+    result: IntArray = count * snapshot.eligible(req)
+    return result
+
+
+def _reasons(
+    snapshot: Snapshot, free: IntArray, req: PodRequirements, nodes: IntArray
+) -> list[tuple[str, int]]:
+    """Why the given nodes take no pod with `req`: the first failing filter per node, as kube-scheduler
+    reports it (static filters, then each requested resource)."""
+    table = snapshot.table
+    left = np.ones(len(nodes), dtype=np.bool_)
+    out: list[tuple[str, int]] = []
+
+    def take(mask: BoolArray, why: str) -> None:
+        nonlocal left
+        hit = left & mask
+        count = int(np.count_nonzero(hit))
+        if count:
+            out.append((why, count))
+        left &= ~mask
+
+    take(~table.base_mask[nodes], "not ready or unschedulable")
+    take(~table.tolerated(req.tolerations)[nodes], "untolerated taint")
+    take(~table.node_affinity(req)[nodes], "node(s) didn't match Pod's node affinity/selector")
+    if req.required_features:
+        take(~table.features(req.required_features)[nodes], "node(s) lack a required feature")
+    for resource, amount in (*req.requests, (PODS, 1)):
+        if amount <= 0:
+            continue
+        row = snapshot.resource_index(resource)
+        if row is None:
+            take(np.ones(len(nodes), dtype=np.bool_), f"Insufficient {resource}")
+            continue
+        take(free[row][nodes] < amount, "Too many pods" if resource == PODS else f"Insufficient {resource}")
+    out.sort(key=lambda item: -item[1])
+    return out
+
+
+def _domains(snapshot: Snapshot, group: GroupRequest) -> list[tuple[str | None, IndexArray]]:
+    n = len(snapshot.node_names)
+    if group.topology_key is None:
+        return [(None, np.arange(n, dtype=np.intp))]
+    groups = snapshot.domain_groups(group.topology_key)
+    out: list[tuple[str | None, IndexArray]] = [
+        (name, groups.order[groups.starts[d] : groups.ends[d]]) for d, name in enumerate(groups.names)
+    ]
+    pinned = {
+        groups.names[int(groups.codes[i])]
+        for node in group.bound_nodes
+        if (i := snapshot.node_index(node)) is not None and groups.codes[i] >= 0
+    }
+    return [(name, nodes) for name, nodes in out if name in pinned] if pinned else out
+
+
+def diagnose(snapshot: Snapshot, group: GroupRequest) -> Diagnosis:
+    need = max(0, group.min_count - len(group.bound_nodes))
+    pending = len(group.pending)
+    signatures: dict[PodRequirements, int] = {}
+    for pod in group.pending:
+        signatures[pod.requirements] = signatures.get(pod.requirements, 0) + 1
+    alloc = np.asarray(snapshot.allocatable_by_resource)
+    free = alloc - np.asarray(snapshot.used_by_resource)
+    now = [_per_node(snapshot, free, req, count) for req, count in signatures.items()]
+    empty = [_per_node(snapshot, alloc, req, count) for req, count in signatures.items()]
+    domains = _domains(snapshot, group)
+
+    def fits(per_node: Sequence[IntArray], nodes: IndexArray) -> int:
+        return min(pending, sum(int(counts[nodes].sum()) for counts in per_node))
+
+    ranked = sorted(domains, key=lambda d: (-fits(now, d[1]), d[0] or ""))
+    reports = []
+    for name, nodes in ranked[:SHOWN_DOMAINS]:
+        taking_none = nodes[np.sum([counts[nodes] for counts in now], axis=0) == 0] if now else nodes
+        reasons: dict[str, int] = {}
+        for req in signatures:
+            for why, count in _reasons(snapshot, free, req, taking_none):
+                reasons[why] = max(reasons.get(why, 0), count)
+        ordered = tuple(sorted(reasons.items(), key=lambda item: -item[1]))
+        reports.append(DomainReport(name, fits(now, nodes), ordered))
+    best_empty = max((fits(empty, nodes) for _, nodes in domains), default=0)
+    return Diagnosis(need, tuple(reports), best_empty < need, best_empty)

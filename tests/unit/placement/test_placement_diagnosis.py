@@ -1,0 +1,48 @@
+"""Why a gang does not fit, per domain, in kube-scheduler's words."""
+
+from __future__ import annotations
+
+from phalanx.placement import (
+    BoundPod,
+    GroupRequest,
+    NodeInfo,
+    PodRequest,
+    PodRequirements,
+    Snapshot,
+    Taint,
+    diagnose,
+)
+
+GPU = "nvidia.com/gpu"
+KEY = "block"
+
+
+def node(name: str, block: str, taints: tuple[Taint, ...] = ()) -> NodeInfo:
+    return NodeInfo(
+        name=name, labels={KEY: block}, allocatable={GPU: 8, "cpu": 64_000, "pods": 110}, taints=taints
+    )
+
+
+def gang(count: int, gpus: int = 8) -> GroupRequest:
+    req = PodRequirements(requests=((GPU, gpus),))
+    return GroupRequest("g", tuple(PodRequest(f"p{i}", req) for i in range(count)), count, KEY)
+
+
+def test_each_domain_says_how_many_fit_and_what_keeps_the_other_nodes_out() -> None:
+    taint = Taint("example.com/x", "", "NoSchedule")
+    nodes = [node("a1", "a"), node("a2", "a"), node("a3", "a"), node("a4", "a")]
+    nodes += [node("b1", "b"), node("b2", "b", (taint,)), node("b3", "b", (taint,)), node("b4", "b")]
+    busy = [BoundPod("x", "a1", {GPU: 8}), BoundPod("y", "b1", {GPU: 8})]
+    diagnosis = diagnose(Snapshot.build(nodes, busy), gang(4))
+    assert not diagnosis.never_fits
+    assert diagnosis.summary() == (
+        "a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu); "
+        "b: 1 of 4 pods fit (2 nodes: untolerated taint, 1 node: Insufficient nvidia.com/gpu)"
+    )
+
+
+def test_a_gang_larger_than_any_domain_is_told_it_never_fits() -> None:
+    nodes = [node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b")]
+    diagnosis = diagnose(Snapshot.build(nodes, []), gang(3))
+    assert diagnosis.never_fits and diagnosis.best_when_empty == 2
+    assert "it can never fit in this cluster" in diagnosis.summary()
