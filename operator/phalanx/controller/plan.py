@@ -350,9 +350,12 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
             elif isinstance(decision, Reject):
                 message = decision.message
                 if decision.reason == "Unschedulable":
-                    # Upstream's sentence first, then why, per domain, in kube-scheduler's words.
+                    # Upstream's sentence first, then why, per domain, in kube-scheduler's words (in
+                    # Phalanx's Admitted condition; upstream's own condition keeps upstream's sentence).
                     message = f"{message}; {diagnose(ctx.snapshot, request).summary()}"
                 outcome, reservation = _wait_or_preempt(view, request, message, ctx, actions, ready)
+                if outcome.reason == c.REASON_UNSCHEDULABLE:
+                    outcome = dataclasses.replace(outcome, upstream=decision.message)
                 if outcome.reason == c.REASON_UNSCHEDULABLE:
                     outcome = _requeue_if_broken(view, outcome, ctx, actions) or outcome
             # An Admit without assignments: minCount is met by placed pods; the extras wait for room.

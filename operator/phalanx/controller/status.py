@@ -50,6 +50,9 @@ class Outcome:
 
     reason: str  # one of the c.REASON_* of the Admitted condition
     message: str
+    # Upstream's sentence alone, for upstream's own condition (PodGroupInitiallyScheduled), when `message`
+    # adds Phalanx's explanation to it; None: the same as `message`.
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,13 +161,15 @@ def desired_status(
         new_initial = _condition(
             initial, c.POD_GROUP_INITIALLY_SCHEDULED, c.TRUE, c.REASON_SCHEDULED, "", now, generation
         )
+    elif present.reason == c.REASON_UNSCHEDULABLE and outcome is None and initial is not None:
+        new_initial = initial  # nothing new decided: upstream's sentence stays as it was
     elif present.reason == c.REASON_UNSCHEDULABLE:
         new_initial = _condition(
             initial,
             c.POD_GROUP_INITIALLY_SCHEDULED,
             c.FALSE,
             c.REASON_UNSCHEDULABLE,
-            present.message,
+            present.upstream if present.upstream is not None else present.message,
             now,
             generation,
         )
