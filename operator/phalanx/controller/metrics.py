@@ -84,6 +84,11 @@ PREEMPTED_PODS = Counter(
     "Pods preempted to make room for higher-priority groups",
     registry=REGISTRY,
 )
+RELEASES_ROLLED_BACK = Counter(
+    "phalanx_releases_rolled_back_total",
+    "Groups whose released pods kube-scheduler could not bind, requeued to be placed again",
+    registry=REGISTRY,
+)
 REQUEUES = Counter(
     "phalanx_requeues_total",
     "Jobs suspended by Phalanx to be placed again as a whole, by reason",

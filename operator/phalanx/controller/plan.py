@@ -71,6 +71,7 @@ from phalanx.placement.model import PODS
 
 POD_API_VERSION = "v1"
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
+REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,9 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
             f"{keys.ADMISSION_GATE} and Phalanx admits nothing for it (kube-scheduler places them one by "
             "one); create the Job with the label to gang-schedule it",
         )
+    elif (stranded := _stranded(view)) is not None:
+        outcome = stranded  # released pods kube-scheduler cannot bind: the release is rolled back whole
+        actions.extend(_requeue(view, outcome.message.removeprefix("requeued by Phalanx: ")))
     elif view.waiting:
         ready = [p for p in view.waiting if not p.other_gates]
         blocked = [p for p in view.waiting if p.other_gates]
@@ -397,6 +401,31 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     return released_now, first
 
 
+def _stranded(view: _View) -> st.Outcome | None:
+    """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or
+    went away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
+    if view.job.requeued:
+        return None
+    refused = [p for p in view.placed if p.released and p.unschedulable]
+    if not refused:
+        return None
+    first = refused[0]
+    why = (
+        f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
+        f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
+    )
+    return st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
+
+
+def _requeue(view: _View, why: str) -> list[Action]:
+    """Suspend the Job to place it again whole; it is resumed once its pods are gone."""
+    return [
+        SuspendJob(view.job.ref, why),
+        _event(view.job.ref, "Warning", "Requeued", why),
+        _event(view.group.ref, "Warning", "Requeued", why),
+    ]
+
+
 def _requeue_if_broken(
     view: _View, outcome: st.Outcome, ctx: _Pass, actions: list[Action]
 ) -> st.Outcome | None:
@@ -420,9 +449,7 @@ def _requeue_if_broken(
         f"{REQUEUED_BELOW_MIN_COUNT}: {len(view.placed)} of its {view.min_count} pods were left{where} "
         f"and the others no longer fit there (after {waited:.0f} s)"
     )
-    actions.append(SuspendJob(job.ref, why))
-    actions.append(_event(job.ref, "Warning", "Requeued", why))
-    actions.append(_event(group.ref, "Warning", "Requeued", why))
+    actions.extend(_requeue(view, why))
     return st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
 
 

@@ -85,6 +85,9 @@ class PodRecord:
     never_preempts: bool = False  # spec.preemptionPolicy Never (from its PriorityClass)
     created: dt.datetime | None = None  # stands for its start when choosing the most recent victims
     traits: PodTraits = NO_TRAITS  # namespace, labels, mounted claims: what other pods' filters see
+    # kube-scheduler's PodScheduled=False message while the pod is not bound ("" otherwise): a pod Phalanx
+    # released that the scheduler cannot bind says why here.
+    unschedulable: str = ""
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -156,8 +159,24 @@ class PodRecord:
             never_preempts=spec.get("preemptionPolicy") == "Never",
             created=parse_time(meta.get("creationTimestamp")),
             traits=pod_traits(meta, spec),
+            unschedulable=_unschedulable(spec, status),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
+
+
+def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    if spec.get("nodeName"):
+        return ""
+    for condition in status.get("conditions") or []:
+        # "Unschedulable": the scheduler tried and refused. Not "SchedulingGated", which a pod keeps from
+        # its gated days until the scheduler looks at it again.
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message") or "Unschedulable")
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

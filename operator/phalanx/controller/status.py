@@ -104,6 +104,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return Outcome(
             c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"
         )
+    if outcome is not None and outcome.reason == c.REASON_REQUEUED:
+        return outcome  # being taken back whole: whatever is placed is about to go
     if not facts.held and outcome is not None:
         return outcome  # Phalanx admitted none of its pods: never say it did
     placed = facts.scheduled + facts.released

@@ -636,3 +636,23 @@ def test_a_running_gang_below_min_count_with_no_room_left_is_requeued_after_the_
     (suspend,) = only(later.actions, SuspendJob)
     assert "2 of its 3 pods were left in nb-a" in suspend.why
     assert admitted_reason(status_of(later))[1] == c.REASON_REQUEUED
+
+
+def test_released_pods_the_scheduler_cannot_bind_are_rolled_back_through_a_requeue() -> None:
+    job = job_body("train", 2, annotations=TOPOLOGY)
+    group = group_of(job)
+    pods = [pod_body("train", i, gated=False, released_to=f"n{i + 1}", group=group.name) for i in range(2)]
+    fine = plan(state([(job, group, pods)]), NOW)
+    assert not only(fine.actions, SuspendJob)  # released and not bound yet: normal, for a moment
+    pods[1]["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/8 nodes are available",
+        }
+    ]
+    stuck = plan(state([(job, group, pods)]), NOW)
+    (suspend,) = only(stuck.actions, SuspendJob)
+    assert suspend.why.startswith("released but not bound") and "train-1 on n2" in suspend.why
+    assert admitted_reason(status_of(stuck))[1] == c.REASON_REQUEUED
