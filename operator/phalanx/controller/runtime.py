@@ -290,6 +290,18 @@ class Runtime:
         batch = client.BatchV1Api(self.api)
         custom = client.CustomObjectsApi(self.api)
         scheduling = client.SchedulingV1Api(self.api)
+        storage = client.StorageV1Api(self.api)
+        storage_classes, volumes, claims = await asyncio.gather(
+            list_items(lambda: storage.list_storage_class(_preload_content=False)),
+            list_items(lambda: core.list_persistent_volume(_preload_content=False)),
+            list_items(lambda: core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False)),
+        )
+        for item in storage_classes:
+            self.cache.upsert_storage_class(item)
+        for item in volumes:
+            self.cache.upsert_volume(item)
+        for item in claims:  # before pods: their claims resolve at once
+            self.cache.upsert_claim(item)
         nodes, pods, jobs, classes, workloads, groups = await asyncio.gather(
             list_items(lambda: core.list_node(_preload_content=False)),
             list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
