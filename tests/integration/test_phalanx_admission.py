@@ -106,6 +106,9 @@ def test_gang_4_with_three_free_nodes_binds_none_then_all_four_together(ns: Name
     hold("no gang-4 pod bound", lambda: not bound(ns.job_pods("gang-4")), seconds=3)
     admitted = condition(group_of(ns, "gang-4"), "Admitted")
     assert admitted and admitted["status"] == "False" and admitted["reason"] == "Unschedulable"
+    # Phalanx's own condition adds why, in kube-scheduler's words, after upstream's sentence.
+    assert admitted["message"].startswith(cond["message"])
+    assert "3 of 4 pods fit (5 nodes: Insufficient nvidia.com/gpu)" in admitted["message"]
     print(ns.where("job-name=gang-4"))
 
     ns.unfill("was-worker")
@@ -135,6 +138,10 @@ def test_local_4_waits_with_zero_of_four_placements(ns: Namespace) -> None:
     assert "0/4 placements are available" in cond["message"]
     assert "minCount (4) cannot be satisfied: 2 scheduled, 1 remaining" in cond["message"]
     hold("no local-4 pod bound", lambda: not bound(ns.job_pods("local-4")), seconds=2)
+    # A gang larger than any local block is told apart from one that only has to wait.
+    admitted = condition(group_of(ns, "local-4"), "Admitted")
+    assert admitted is not None and "it can never fit in this cluster" in admitted["message"]
+    assert "the largest domain holds 2 of the 4 pods" in admitted["message"]
 
 
 def test_block_4_takes_the_four_nodes_of_one_network_block(ns: Namespace) -> None:
