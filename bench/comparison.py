@@ -48,7 +48,8 @@ Machine: {machine}. Phalanx: {commit}.
 The same control-plane binaries (Kubernetes {k8s}) and the article's 8 GPU nodes (kwok); each scenario runs
 once on a dev cluster in `--mode upstream` (gates on, Job `spec.scheduling`, the default scheduler
 configuration) and once on a stock dev cluster with Phalanx (Job annotations, see [api.md](api.md)), each in a
-fresh namespace. Every pod asks for a whole node (8 GPUs). The scenarios are in
+fresh namespace. Every pod asks for a whole node (8 GPUs); the preemption rows use the PriorityClasses `low`
+(100), `middle` (500) and `high` (1000), set as the pod template's `priorityClassName`. The scenarios are in
 `tests/integration/scenarios.py`; `tests/integration/test_side_by_side.py` runs them and asserts both columns
 wherever the outcome is certain.
 
@@ -60,10 +61,22 @@ What to read in it:
   takes the first by name. Both always keep a group in one domain.
 - **Suspend/resume.** After a resume upstream's only condition still says `Scheduled` while every pod waits;
   only the pods' own `PodScheduled` condition says why. Phalanx keeps upstream's sticky
-  `PodGroupInitiallyScheduled` and adds `Admitted`, which says why it waits now.
+  `PodGroupInitiallyScheduled` and adds `Admitted`, which says why it waits now and what blocks each domain.
+- **Preemption.** Upstream chooses the preemptor's placement on a cluster with every lower-priority pod
+  removed, where all local blocks tie (broken at random), and the pods in the chosen block are the victims.
+  With `single` that is 2 pods of a 4-pod gang, which keeps 2 nodes and cannot run: the 2 pods the Job makes
+  in their place wait for a whole placement. With `all` the whole gang goes; both ways the deleted pods are
+  counted as failures (`status.failed`), so the Job controller makes new pods only after its failure backoff
+  (10 s, doubled per failure: 20 s after 2, 80 s after 4). Which gang goes is the same tie, so the
+  middle-priority gang goes about as often as the low one (kubernetes/kubernetes#142718). Phalanx takes the
+  cheapest victims (the lowest priority, then the fewest groups and pods, then the newest) and requeues a
+  Job's gang whole in either mode: it suspends the Job and resumes it once its pods are gone, so the new pods
+  exist at once, held by the admission gate until a whole placement fits, and no failure is counted. When a
+  free local block fits, neither preempts.
 - The messages keep upstream's shape (`0/K placements are available, first placement status: minCount (M)
   cannot be satisfied: S scheduled, R remaining`), so tooling that reads one reads the other. Upstream appends
-  the result of its preemption attempt; Phalanx does not preempt yet, so its message stops before that.
+  the result of its preemption attempt; Phalanx reports preemption in events (`Preempting`, `Preempted`) and
+  the victim's `DisruptionTarget` condition instead, so its message stops before that.
 - "0 bound" means no pod of the group got a node while the scenario watched it for a few seconds after the
   system said it waits.
 
