@@ -69,8 +69,10 @@ def test_train_3_is_replaced_in_its_block_then_requeued_whole_into_the_other(ns:
         assert int(job.get("status", {}).get("failed") or 0) == len(failed)
         reasons = [e["reason"] for e in ns.events("involvedObject.name=train-3")]
         assert "Requeued" in reasons
-        group = group_of(ns, "train-3")
-        assert group is not None and group["status"]["domain"] == "nb-b"
+        wait_for(
+            "the PodGroup says nb-b",
+            lambda: ((group_of(ns, "train-3") or {}).get("status") or {}).get("domain") == "nb-b",
+        )
         hold("it stays whole in nb-b", lambda: len(bound(ns.job_pods("train-3"))) == 3, seconds=2)
     finally:
         for node in failed:

@@ -1,63 +1,58 @@
-"""Released but not bound (issue 10): a node goes bad between Phalanx's release and kube-scheduler's
+"""Released but not bound (issue 10): a node goes bad between Phalanx's decision and kube-scheduler's
 binding. Phalanx sees the scheduler refuse (PodScheduled=False), rolls the release back by requeueing the
 Job, and places the gang again whole — no pod is left Pending behind a stale nodeSelector."""
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kube import NB_KEY, Namespace, bound, domains_of, wait_for
-from .test_phalanx_admission import managed_job
+from .test_phalanx_admission import group_of, managed_job
 
 pytestmark = pytest.mark.integration
+PAUSE = "8"  # seconds between the recorded decision and the release (the test-only fault switch)
 
 
 @pytest.fixture
-def paused_scheduler(stock_cluster: ClusterState) -> Iterator[Any]:
-    """kube-scheduler stopped (SIGSTOP) until the test resumes it: the window between release and binding."""
-    pid = stock_cluster.pids["kube-scheduler"]
-
-    class Scheduler:
-        def pause(self) -> None:
-            os.kill(pid, signal.SIGSTOP)
-
-        def resume(self) -> None:
-            os.kill(pid, signal.SIGCONT)
-
-    scheduler = Scheduler()
-    scheduler.pause()
+def pausing_operator(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """Phalanx with a pause between recording a decision and releasing its pods, instead of the session's."""
+    phalanx.stop()
+    operator = OperatorProcess(
+        stock_cluster, tmp_path, name="pausing", env={"PHALANX_FAULT_PAUSE_BEFORE_RELEASE": PAUSE}
+    )
     try:
-        yield scheduler
+        operator.start()
+        yield operator
     finally:
-        scheduler.resume()
-
-
-def released(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in pods
-        if not p["spec"].get("schedulingGates")
-        and (p["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
-    ]
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        phalanx.start()
 
 
 def test_a_release_the_scheduler_cannot_bind_is_rolled_back_and_placed_again(
-    ns: Namespace, paused_scheduler: Any
+    ns: Namespace, pausing_operator: Any
 ) -> None:
     ns.create(managed_job("train", 2, key=NB_KEY))
-    pods = wait_for("2 pods released", lambda: ps if len(released(ps := ns.job_pods("train"))) == 2 else None)
-    doomed = pods[0]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
-    fail_node(ns.api, doomed, how="taint")  # the node goes bad before the scheduler binds
+
+    def decided() -> str | None:
+        group = group_of(ns, "train")
+        admission = (group or {}).get("status", {}).get("admission")
+        return admission["assignments"][0]["node"] if admission else None
+
+    doomed = wait_for("the decision recorded", decided)
+    assert all(p["spec"].get("schedulingGates") for p in ns.job_pods("train")), "released before the pause"
+    fail_node(ns.api, doomed, how="taint")  # the node goes bad before its pod is released and bound
     try:
-        paused_scheduler.resume()
         final = wait_for(
             "2 pods bound, none on the failed node",
             lambda: (
@@ -66,7 +61,7 @@ def test_a_release_the_scheduler_cannot_bind_is_rolled_back_and_placed_again(
                 and doomed not in {p["spec"]["nodeName"] for p in ps}
                 else None
             ),
-            timeout=90,
+            timeout=120,
         )
         assert len(domains_of(ns.api, final, NB_KEY)) == 1
         messages = [e["message"] for e in ns.events("involvedObject.name=train") if e["reason"] == "Requeued"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ log = logging.getLogger("phalanx.apply")
 BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
 MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
+# Test-only fault injection: seconds to wait between recording a decision and releasing its pods, so a
+# test can change the cluster in that window (a node that goes bad before the pods are released).
+PAUSE_BEFORE_RELEASE_ENV = "PHALANX_FAULT_PAUSE_BEFORE_RELEASE"
 
 
 class EvictionBlockedError(RuntimeError):
@@ -185,6 +189,7 @@ class Applier:
         self.events = events
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
+        self._pause_before_release = float(os.environ.get(PAUSE_BEFORE_RELEASE_ENV) or 0)
 
     async def apply(self, groups: Sequence[GroupPlan]) -> list[GroupResult]:
         results = await asyncio.gather(*(self._group(g) for g in groups))
@@ -194,6 +199,11 @@ class Applier:
     async def _group(self, group: GroupPlan) -> GroupResult:
         async with self._limit:
             for run in _runs(group.actions):
+                if self._pause_before_release and isinstance(run[0], ReleasePod):
+                    log.warning(
+                        "fault injection: pausing %.1f s before releasing pods", self._pause_before_release
+                    )
+                    await asyncio.sleep(self._pause_before_release)
                 outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
                 for action, outcome in zip(run, outcomes, strict=True):
                     if isinstance(outcome, asyncio.CancelledError):
