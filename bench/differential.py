@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import re
 import sys
 import tempfile
 import time
@@ -109,6 +110,13 @@ count, the same topology constraint) and upstream's in-tree gang scheduler decid
   is a field the engine refuses because it does not model it. With two gangs, each decided beside the
   other's pods, only "Phalanx placed neither, upstream placed one" counts as a disagreement.
 
+The oracle catches engine bugs. Run once by hand (2026-11-30) with `--operator-path` on a copy of
+`operator/` with a deliberate bug: where host ports never conflict (`host_ports_conflict` returns False),
+10 of the 22 seeds of this run that place a gang with a host port came out `BUG` (39 56 63 80 87 112 136
+145 165 187; kube-scheduler: "didn't have free ports for the requested pod ports"); where every request
+counts twice (`pod_requests`), 7 of the first 20 seeds both systems placed came out `DISAGREE` (7 13 16 17
+24 45 46).
+
 """
 
 
@@ -186,6 +194,16 @@ def _refused_fields(result: Result) -> str:
     return "; ".join(fields)
 
 
+def _explanation_says_it_fits(observed: Observed) -> bool:
+    """An Unschedulable message whose per-domain detail says some domain fits every pod minCount needs."""
+    found = re.search(r"minCount \((\d+)\) cannot be satisfied", observed.message)
+    if observed.kind != "unschedulable" or not found:
+        return False
+    need = found.group(1)
+    detail = observed.message.split(" remaining", 1)[-1]
+    return re.search(rf"(^|[:;] )(\S+: )?{need} of {need} pods fit", detail) is not None
+
+
 def _side(result: Result, side: str) -> str:
     run = result.phalanx if side == "phalanx" else result.upstream
     if len(run.gangs) == 1:
@@ -260,6 +278,17 @@ def document(
         f"- seed {r.scenario.seed}: {_cell(_refused_fields(r))}; upstream: {_cell(_side(r, 'upstream'))}"
         for r in refused
     ] or ["None."]
+
+    lines.append("\n## Phalanx's explanations\n")
+    contradicted = [(r, o) for r in results for o in r.phalanx.gangs if _explanation_says_it_fits(o)]
+    lines.append(
+        "Not part of the oracle. After upstream's sentence, Phalanx's Unschedulable message says per closest "
+        "domain how many pods fit (placement/diagnosis.py). Messages of refused gangs whose detail says a "
+        f"domain holds all minCount pods (it counts resources and node filters, not the filters between "
+        f"pods or volumes): {len(contradicted)} of "
+        f"{sum(o.kind == 'unschedulable' for r in results for o in r.phalanx.gangs)}."
+    )
+    lines += [f"- seed {r.scenario.seed}: {_cell(o.message)}" for r, o in contradicted[:3]]
 
     lines.append("\n## Coverage: scenarios per feature and what came of them\n")
     by_feature: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
