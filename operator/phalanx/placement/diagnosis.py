@@ -42,6 +42,13 @@ class Diagnosis:
         parts = []
         for report in self.domains:
             where = f"{report.domain}: " if report.domain is not None else ""
+            if report.fit >= self.need:
+                # Resources and node filters would allow it: what refuses is a rule between pods.
+                parts.append(
+                    f"{where}room for {self.need} pods, but their pod (anti-)affinity, topology spread, "
+                    "host ports or volumes do not allow them there together"
+                )
+                continue
             text = f"{where}{report.fit} of {self.need} pods fit"
             if report.reasons:
                 text += " (" + ", ".join(f"{_nodes(n)}: {why}" for why, n in report.reasons) + ")"

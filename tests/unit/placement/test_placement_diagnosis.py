@@ -46,3 +46,11 @@ def test_a_gang_larger_than_any_domain_is_told_it_never_fits() -> None:
     diagnosis = diagnose(Snapshot.build(nodes, []), gang(3))
     assert diagnosis.never_fits and diagnosis.best_when_empty == 2
     assert "it can never fit in this cluster" in diagnosis.summary()
+
+
+def test_room_that_only_rules_between_pods_refuse_is_not_reported_as_fitting() -> None:
+    from phalanx.placement import Diagnosis, DomainReport
+
+    diagnosis = Diagnosis(need=3, domains=(DomainReport("nb-b", 3, ()),), never_fits=False, best_when_empty=4)
+    assert "3 of 3 pods fit" not in diagnosis.summary()
+    assert "room for 3 pods, but their pod (anti-)affinity" in diagnosis.summary()
