@@ -436,8 +436,8 @@ def verdict(a: Analysis) -> str:
         )
     if d.reason == "NoDomain":
         return f"no node has the label {a.topology_key}, so there is no domain to place the gang in"
-    if d.reason == "DomainConflict":
-        return d.message
+    if d.reason in ("DomainConflict", "Unsupported"):
+        return d.message  # the engine's own words: a conflict, or a field it refuses, named
     best = a.domains[0] if a.domains else None
     got = best.fit if best else 0
     if a.topology_key is None:

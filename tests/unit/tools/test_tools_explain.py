@@ -394,3 +394,14 @@ def test_a_labelled_job_created_without_the_webhook_is_not_held() -> None:
         "kube-scheduler places its pods one by one"
     )
     assert "Placement now" not in text
+
+
+def test_a_field_the_engine_refuses_is_named_in_the_verdict() -> None:
+    nodes = [node_info(n) for n in seed_nodes()]
+    snapshot = snapshot_of(nodes, [])
+    spec = {"containers": [{"name": "w"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}
+    req = pod_requirements(spec)
+    group = GroupRequest("ml/g", tuple(PodRequest(f"p{i}", req) for i in range(2)), 2, NB)
+    analysis = analyze(snapshot, group)
+    assert analysis.decision.reason == "Unsupported"  # type: ignore[union-attr]
+    assert "resourceClaims" in verdict(analysis)
