@@ -17,7 +17,6 @@ from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
-from phalanx.controller.refs import ObjectRef
 
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
@@ -229,16 +228,3 @@ class Kube:
                 return None
             raise
         return self._dict(job)
-
-    # -- events
-    async def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Post (or bump) a core/v1 Event through the EventRecorder; never raises.
-
-        Kept for the callers that pass a body; new code calls `EventRecorder.post` with an ObjectRef.
-        The runtime sets `recorder` (one per process, for the LRU and the reporting instance)."""
-        from phalanx.controller.events import EventRecorder  # events imports this module
-
-        recorder: EventRecorder | None = getattr(self, "recorder", None)
-        if recorder is None:
-            recorder = self.recorder = EventRecorder(self.api)
-        await recorder.post(ObjectRef.of(involved), event_type, reason, message)

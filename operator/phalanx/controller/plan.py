@@ -69,7 +69,6 @@ from phalanx.placement import (
 )
 from phalanx.placement.model import PODS
 
-POD_API_VERSION = "v1"
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 
@@ -130,10 +129,6 @@ class _View:
     def order(self) -> tuple[int, dt.datetime, str]:
         created = self.job.created or dt.datetime.max.replace(tzinfo=dt.UTC)
         return (-self.priority, created, self.job.key)
-
-
-def pod_ref(pod: PodRecord) -> ObjectRef:
-    return ObjectRef(POD_API_VERSION, "Pod", pod.namespace, pod.name, pod.uid)
 
 
 def _priority_class(job: JobRecord, classes: Mapping[str, PriorityClassRecord]) -> PriorityClassRecord | None:
@@ -273,7 +268,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         pass  # nothing to place
     elif not view.gang:
         # A basic group's pods are never held (a template copied from a gang Job may carry the gate).
-        actions.extend(UngatePod(pod_ref(p)) for p in view.waiting)
+        actions.extend(UngatePod(p.ref) for p in view.waiting)
         ungated = len(view.waiting)
     elif not job.gated_template:
         outcome = st.Outcome(
@@ -301,7 +296,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
             # A decision recorded earlier names these gated pods: release them where it said (a restart
             # after a partial release, or a view that lags behind a release made by a previous leader —
             # releasing again is then a no-op). No second decision is made.
-            actions.extend(ReleasePod(pod_ref(p), node, group.name) for p, node in finish)
+            actions.extend(ReleasePod(p.ref, node, group.name) for p, node in finish)
             released_now = len(finish)
             ctx.snapshot = ctx.snapshot.assume([(node, p.requests) for p, node in finish])
             outcome = st.Outcome(c.REASON_ADMITTED, "")
@@ -340,7 +335,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 by_key = {p.key: p for p in ready}
                 actions.append(RecordAdmission(group.ref, admission, group.resource_version))
                 actions.extend(
-                    ReleasePod(pod_ref(by_key[pod]), node, group.name) for pod, node in decision.assignments
+                    ReleasePod(by_key[pod].ref, node, group.name) for pod, node in decision.assignments
                 )
                 released_now = len(decision.assignments)
                 ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
@@ -385,7 +380,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     label = pod_group_label_value(group.name)
     released = {a.pod.key for a in actions if isinstance(a, ReleasePod)}
     actions.extend(
-        LabelPod(pod_ref(p), group.name)
+        LabelPod(p.ref, group.name)
         for p in (*view.waiting, *view.placed)
         if p.pod_group != label and p.key not in released
     )
@@ -592,7 +587,7 @@ def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
 def _let_go(state: JobState) -> list[Action]:
     """A Job not (or no longer) managed: ungate its pods, delete our objects and say so (once)."""
     job, group = state.job, state.pod_group
-    actions: list[Action] = [UngatePod(pod_ref(p)) for p in state.pods if p.gated]
+    actions: list[Action] = [UngatePod(p.ref) for p in state.pods if p.gated]
     if group is not None:
         actions.append(DeleteObject(group.ref))
     if state.workload_name is not None:

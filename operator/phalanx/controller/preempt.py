@@ -18,13 +18,11 @@ from functools import cached_property
 from phalanx.api.status import Reservation
 from phalanx.controller.actions import Action, EvictPod, PostEvent, SuspendJob
 from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord
-from phalanx.controller.refs import ObjectRef
 from phalanx.controller.status import PREEMPTED_PREFIX
 from phalanx.placement import Candidate, Preemption, VictimGroup
 
 RESERVATION_SECONDS = 120.0  # how long freed room is held for a preemptor that is not admitted
 EVICTION_REASON = "PreemptionByPhalanx"
-POD_API_VERSION = "v1"
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,6 @@ class Victims:
         return self._by_key.get(group_key)
 
 
-def pod_ref(pod: PodRecord) -> ObjectRef:
-    return ObjectRef(POD_API_VERSION, "Pod", pod.namespace, pod.name, pod.uid)
-
-
 def reservation_active(
     reservation: Reservation | None, pods: Mapping[str, PodRecord], now: dt.datetime
 ) -> bool:
@@ -132,9 +126,9 @@ def actuate(
         owner = victims.groups_by_job.get(pod.job_uid) if pod.job_uid else None
         if owner is not None and owner.group.key in whole:
             continue  # the Job's suspension takes its pods
-        actions.append(EvictPod(pod_ref(pod), EVICTION_REASON, message))
+        actions.append(EvictPod(pod.ref, EVICTION_REASON, message))
         evicted += 1
-        target = owner.job.ref if owner is not None else pod_ref(pod)
+        target = owner.job.ref if owner is not None else pod.ref
         actions.append(PostEvent(target, "Warning", "Preempted", f"Preempted by podgroup {preemptor.key}"))
     where = f" in {preemption.domain}" if preemption.domain else ""
     parts = []

@@ -95,6 +95,10 @@ class PodRecord:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("v1", "Pod", self.namespace, self.name, self.uid)
+
+    @property
     def bound(self) -> bool:
         return bool(self.node_name)
 

@@ -152,7 +152,6 @@ class Runtime:
         self.api = client.ApiClient()
         self.kube = Kube(self.api)
         self.recorder = EventRecorder(self.api, instance=self.settings.identity)
-        self.kube.recorder = self.recorder  # Kube.event posts through the same recorder (one LRU)
         folder = self._webhook_cert_folder()
         if self.settings.webhook_secret:
             await self._start_webhook_tls(folder)
@@ -203,7 +202,7 @@ class Runtime:
     # ------------------------------------------------------------------ the scheduling loop
     def start_loop(self) -> None:
         """Start the scheduling loop (at start, or when this replica becomes the leader)."""
-        assert self.kube is not None
+        assert self.kube is not None and self.recorder is not None
         if self._task is not None and not self._task.done():
             return
         self.scheduler = Scheduler(

@@ -11,37 +11,20 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
 
 from phalanx.controller import metrics
 from phalanx.controller.apply import Applier, Backoff, EventSink, GroupResult
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
-from phalanx.controller.refs import ObjectRef
 
 log = logging.getLogger("phalanx.scheduler")
 
 RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety net
 DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
-
-
-class KubeEvents:
-    """Events through `Kube.event` (used when no aggregating recorder is given)."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-
-    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None:
-        body: Mapping[str, Any] = {
-            "apiVersion": involved.api_version,
-            "kind": involved.kind,
-            "metadata": {"name": involved.name, "namespace": involved.namespace, "uid": involved.uid},
-        }
-        await self.kube.event(body, type_, reason, message)
 
 
 def cluster_state(
@@ -82,7 +65,7 @@ class Scheduler:
         self,
         cache: ClusterCache,
         kube: Kube,
-        events: EventSink | None = None,
+        events: EventSink,
         on_pass: Callable[[], None] | None = None,
         *,
         resync: float = RESYNC_SECONDS,
@@ -92,7 +75,7 @@ class Scheduler:
     ) -> None:
         self.node_failure_grace = node_failure_grace
         self.cache = cache
-        self.applier = Applier(cache, kube, events or KubeEvents(kube), backoff)
+        self.applier = Applier(cache, kube, events, backoff)
         self.on_pass = on_pass
         self.resync = resync
         self.debounce = debounce
