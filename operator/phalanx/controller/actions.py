@@ -16,6 +16,7 @@ from phalanx.api.workload import Workload
 from phalanx.controller.refs import ObjectRef
 
 EventType = Literal["Normal", "Warning"]
+RequeueCause = Literal["preempted", "below-min-count", "unbindable"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class SuspendJob:
 
     job: ObjectRef
     why: str
+    cause: RequeueCause
 
 
 @dataclass(frozen=True)

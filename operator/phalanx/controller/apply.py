@@ -222,13 +222,9 @@ class Applier:
             metrics.ADMISSION_LATENCY.observe(group.admission_latency)
         requeues = [a for a in group.actions if isinstance(a, SuspendJob)]
         for requeue in requeues:
-            if requeue.why.startswith("preempted"):
-                metrics.REQUEUES.labels("preempted").inc()
-            elif requeue.why.startswith("released but not bound"):
-                metrics.REQUEUES.labels("unbindable").inc()
+            metrics.REQUEUES.labels(requeue.cause).inc()
+            if requeue.cause == "unbindable":
                 metrics.RELEASES_ROLLED_BACK.inc()
-            else:
-                metrics.REQUEUES.labels("below-min-count").inc()
         if group.preempted_pods:
             metrics.PREEMPTED_PODS.inc(group.preempted_pods)
             if requeues:

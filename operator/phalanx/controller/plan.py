@@ -41,6 +41,7 @@ from phalanx.controller.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    RequeueCause,
     ResumeJob,
     SuspendJob,
     UngatePod,
@@ -278,8 +279,9 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
             "one); create the Job with the label to gang-schedule it",
         )
     elif (stranded := _stranded(view)) is not None:
-        outcome = stranded  # released pods kube-scheduler cannot bind: the release is rolled back whole
-        actions.extend(_requeue(view, outcome.message.removeprefix("requeued by Phalanx: ")))
+        # Released pods kube-scheduler cannot bind: the release is rolled back whole.
+        outcome = st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {stranded}")
+        actions.extend(_requeue(view, stranded, "unbindable"))
     elif view.waiting:
         ready = [p for p in view.waiting if not p.other_gates]
         blocked = [p for p in view.waiting if p.other_gates]
@@ -396,7 +398,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     return released_now, first
 
 
-def _stranded(view: _View) -> st.Outcome | None:
+def _stranded(view: _View) -> str | None:
     """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or
     went away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
     if view.job.requeued:
@@ -409,13 +411,13 @@ def _stranded(view: _View) -> st.Outcome | None:
         f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
         f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
     )
-    return st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
+    return why
 
 
-def _requeue(view: _View, why: str) -> list[Action]:
+def _requeue(view: _View, why: str, cause: RequeueCause) -> list[Action]:
     """Suspend the Job to place it again whole; it is resumed once its pods are gone."""
     return [
-        SuspendJob(view.job.ref, why),
+        SuspendJob(view.job.ref, why, cause),
         _event(view.job.ref, "Warning", "Requeued", why),
         _event(view.group.ref, "Warning", "Requeued", why),
     ]
@@ -444,7 +446,7 @@ def _requeue_if_broken(
         f"{REQUEUED_BELOW_MIN_COUNT}: {len(view.placed)} of its {view.min_count} pods were left{where} "
         f"and the others no longer fit there (after {waited:.0f} s)"
     )
-    actions.extend(_requeue(view, why))
+    actions.extend(_requeue(view, why, "below-min-count"))
     return st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
 
 

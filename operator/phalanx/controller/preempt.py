@@ -108,7 +108,7 @@ def actuate(
         owner = victims.owner(key)
         if owner is None:
             continue
-        actions.append(SuspendJob(owner.job.ref, why))
+        actions.append(SuspendJob(owner.job.ref, why, "preempted"))
         actions.append(
             PostEvent(owner.job.ref, "Warning", "Preempted", f"Preempted by podgroup {preemptor.key}")
         )
