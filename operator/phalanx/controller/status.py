@@ -31,17 +31,7 @@ from phalanx.api.status import (
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
 
 # A status patch replaces these whole; a None among them is written as null (cleared).
-STATUS_FIELDS = (
-    "conditions",
-    "phase",
-    "policy",
-    "domain",
-    "admission",
-    "reservation",
-    "admissions",
-    "scheduled",
-    "waiting",
-)
+STATUS_FIELDS = tuple(PodGroupStatus.model_fields)
 
 
 @dataclass(frozen=True)
