@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
@@ -42,7 +42,8 @@ async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb:
     """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total."""
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(_transient),
-        wait=wait_exponential_jitter(initial=0.1, max=3.0),
+        # Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
+        wait=wait_exponential(multiplier=0.1, max=3.0) + wait_random(0, 0.1),
         stop=stop_after_attempt(attempts),
         reraise=True,
     ):
