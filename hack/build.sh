@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the Kubernetes control plane (v1.37.2), kubectl, etcd, kwok and helm from the Go module proxy
-# into an ignored cache folder. Reuses binaries that are already there (keyed by version).
+# Build the Kubernetes control plane (v1.37.2), kubectl, kubelet (for `dev-cluster up --real-node`), etcd,
+# kwok and helm from the Go module proxy into an ignored cache folder. Reuses binaries that are already
+# there (keyed by version).
 #
 # Usage: hack/build.sh [OUT_DIR]     (default: .cache/k8s/<versions>/bin)
 set -euo pipefail
@@ -17,7 +18,7 @@ mkdir -p "$out"
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 need_k8s=()
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   [[ -x "$out/$b" ]] || need_k8s+=("$b")
 done
 
@@ -30,8 +31,10 @@ if ((${#need_k8s[@]})); then
   for b in "${need_k8s[@]}"; do
     log "building $b $K8S_VERSION (cold: several minutes on 2 cores)"
     start=$SECONDS
-    (cd "$here/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
-    mv "$out/$b.tmp" "$out/$b"
+    # A temporary name of this run's own: two builds at once (several checkouts share the cache) never
+    # write the same file.
+    (cd "$here/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp.$$" "k8s.io/kubernetes/cmd/$b")
+    mv "$out/$b.tmp.$$" "$out/$b"
     log "built $b in $((SECONDS - start)) s"
   done
 else
@@ -56,6 +59,14 @@ if [[ ! -x "$out/kwok" ]]; then
   log "built kwok in $((SECONDS - start)) s"
 else
   log "kwok $KWOK_VERSION present"
+fi
+
+# pause: the sandbox image of the real node (dev-cluster up --real-node), a static "wait for SIGTERM, reap
+# children" program; it has no version of its own, so it is rebuilt only when absent (well under a second).
+if [[ ! -x "$out/pause" ]]; then
+  (cd "$here/pause" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/pause.tmp.$$" .)
+  mv "$out/pause.tmp.$$" "$out/pause"
+  log "built pause"
 fi
 
 # helm: for the chart (charts/phalanx) and manifests/phalanx.yaml. Not keyed by the folder's name, so

@@ -1,0 +1,3 @@
+module phalanx.dev/hack/pause
+
+go 1.26.0
