@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from phalanx.controller.actions import (
     UngatePod,
 )
 from phalanx.controller.cache import ClusterCache
+from phalanx.controller.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 from phalanx.controller.kube import Kube
 from phalanx.controller.refs import ObjectRef
 from phalanx.controller.status import status_patch
@@ -53,9 +53,6 @@ log = logging.getLogger("phalanx.apply")
 BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
 MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
-# Test-only fault injection: seconds to wait between recording a decision and releasing its pods, so a
-# test can change the cluster in that window (a node that goes bad before the pods are released).
-PAUSE_BEFORE_RELEASE_ENV = "PHALANX_FAULT_PAUSE_BEFORE_RELEASE"
 
 
 class EvictionBlockedError(RuntimeError):
@@ -189,7 +186,7 @@ class Applier:
         self.events = events
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
-        self._pause_before_release = float(os.environ.get(PAUSE_BEFORE_RELEASE_ENV) or 0)
+        self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
     async def apply(self, groups: Sequence[GroupPlan]) -> list[GroupResult]:
         results = await asyncio.gather(*(self._group(g) for g in groups))
@@ -199,11 +196,8 @@ class Applier:
     async def _group(self, group: GroupPlan) -> GroupResult:
         async with self._limit:
             for run in _runs(group.actions):
-                if self._pause_before_release and isinstance(run[0], ReleasePod):
-                    log.warning(
-                        "fault injection: pausing %.1f s before releasing pods", self._pause_before_release
-                    )
-                    await asyncio.sleep(self._pause_before_release)
+                if isinstance(run[0], ReleasePod):
+                    await self.faults.before_release()
                 outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
                 for action, outcome in zip(run, outcomes, strict=True):
                     if isinstance(outcome, asyncio.CancelledError):
@@ -293,10 +287,12 @@ class Applier:
                     POD_GROUPS, ref.namespace, ref.name, {"admission": admission.to_api()}, version
                 )
                 cache.upsert_pod_group(patched, own_write=True)
+                self.faults.reached(AFTER_RECORD)
             case ReleasePod(pod=pod, node=node, pod_group=group_name):
                 released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
                 if released is not None:  # None: the pod is gone, nothing to release
                     cache.upsert_pod(released, own_write=True)
+                self.faults.reached(AFTER_RELEASES)
             case UngatePod(pod=pod):
                 ungated = await kube.ungate_pod(pod.namespace, pod.name)
                 if ungated is not None:
@@ -306,6 +302,7 @@ class Applier:
                 if labelled is not None:
                     cache.upsert_pod(labelled, own_write=True)
             case PatchStatus(pod_group=ref, status=status):
+                self.faults.reached(BEFORE_STATUS)
                 patched = await kube.patch_status(
                     POD_GROUPS, ref.namespace, ref.name, status_patch(status)["status"]
                 )

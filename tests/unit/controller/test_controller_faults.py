@@ -1,0 +1,58 @@
+"""The test-only fault switches: inert by default, and an armed abort kills at exactly the counted passage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from phalanx.controller.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+
+
+def test_no_variable_set_means_nothing_armed() -> None:
+    faults = Faults.from_env({})
+    assert not faults.armed
+    killed: list[bool] = []
+    faults.kill = lambda: killed.append(True)
+    for _ in range(100):
+        for point in (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS):
+            faults.reached(point)
+    assert killed == []
+
+
+def test_zero_or_empty_is_inert() -> None:
+    assert not Faults.from_env({AFTER_RELEASES: "0", BEFORE_STATUS: "", AFTER_RECORD: "0"}).armed
+
+
+def test_the_nth_passage_of_the_armed_point_kills_and_no_other_point_counts() -> None:
+    faults = Faults.from_env({AFTER_RELEASES: "3"})
+    killed: list[int] = []
+    faults.kill = lambda: killed.append(faults.seen[AFTER_RELEASES])
+    faults.reached(BEFORE_STATUS)
+    faults.reached(AFTER_RECORD)
+    faults.reached(AFTER_RELEASES)
+    faults.reached(AFTER_RELEASES)
+    assert killed == []
+    faults.reached(AFTER_RELEASES)
+    assert killed == [3]
+
+
+def test_an_armed_abort_is_a_real_sigkill_of_the_process() -> None:
+    code = (
+        "from phalanx.controller.faults import Faults, BEFORE_STATUS\n"
+        "f = Faults.from_env()\n"
+        "f.reached(BEFORE_STATUS)\n"
+        "print('after first', flush=True)\n"
+        "f.reached(BEFORE_STATUS)\n"
+        "print('after second', flush=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, BEFORE_STATUS: "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == -signal.SIGKILL
+    assert "after first" in result.stdout and "after second" not in result.stdout
