@@ -25,13 +25,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from phalanx.api.cluster_objects import node_info
 from phalanx.controller.records import (
     JobRecord,
     PodGroupRecord,
     PodRecord,
     PriorityClassRecord,
     WorkloadRecord,
-    node_info,
 )
 from phalanx.controller.volumes import VolumeCatalog
 from phalanx.placement import ClaimInfo, LiveSnapshot, NodeInfo, Snapshot

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.api import cluster_objects
 from phalanx.api import keys as names
+from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
 from phalanx.api.group import API_VERSION, POD_GROUP_KIND, WORKLOAD_KIND
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
@@ -22,11 +24,8 @@ from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
     NO_TRAITS,
     BoundPod,
-    NodeInfo,
     PodRequirements,
     PodTraits,
-    Taint,
-    canonical_amount,
     pod_requests,
     pod_requirements,
     pod_traits,
@@ -34,8 +33,6 @@ from phalanx.placement import (
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
-HOSTNAME_KEY = "kubernetes.io/hostname"
-TERMINAL_PHASES = ("Succeeded", "Failed")
 JOB_API_VERSION = "batch/v1"
 
 
@@ -105,18 +102,23 @@ class PodRecord:
     @property
     def released(self) -> bool:
         """Ungated by Phalanx, pinned to a node, not yet bound: capacity Phalanx has promised."""
-        return not self.bound and not self.gated and bool(self.node_selector_host) and bool(self.pod_group)
+        return cluster_objects.released(
+            node_name=self.node_name,
+            gated=self.gated,
+            pinned_node=self.node_selector_host,
+            pod_group=self.pod_group,
+        )
 
     @property
     def usage_node(self) -> str:
         """The node whose capacity this pod takes now ("" if none)."""
-        if self.terminal:
-            return ""
-        if self.bound:
-            return self.node_name
-        if self.released:
-            return self.node_selector_host
-        return ""
+        return cluster_objects.usage_node(
+            terminal=self.terminal,
+            node_name=self.node_name,
+            gated=self.gated,
+            pinned_node=self.node_selector_host,
+            pod_group=self.pod_group,
+        )
 
     def bound_pod(self) -> BoundPod | None:
         """The pod as the placement engine counts it, if it holds capacity."""
@@ -385,26 +387,3 @@ class PriorityClassRecord:
             preemption_policy=str(body.get("preemptionPolicy") or "PreemptLowerPriority"),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
-
-
-def node_info(body: Mapping[str, Any]) -> NodeInfo:
-    meta = _meta(body)
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-    taints = tuple(
-        Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", ""))
-        for t in spec.get("taints") or []
-    )
-    allocatable = {r: canonical_amount(r, q) for r, q in (status.get("allocatable") or {}).items()}
-    return NodeInfo(
-        name=str(meta.get("name", "")),
-        labels=dict(meta.get("labels") or {}),
-        allocatable=allocatable,
-        taints=taints,
-        unschedulable=bool(spec.get("unschedulable")),
-        ready=ready,
-        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or []),
-    )

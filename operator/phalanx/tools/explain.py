@@ -18,6 +18,7 @@ import numpy as np
 
 from phalanx.api import conditions as c
 from phalanx.api import keys
+from phalanx.api.cluster_objects import node_info
 from phalanx.api.group import API_VERSION
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
@@ -34,7 +35,7 @@ from phalanx.placement import (
 from phalanx.placement.filters import affinity_matches, scheduling_taints, tolerates
 from phalanx.placement.model import PODS, Taint
 from phalanx.tools.kube import KubeError, NotFoundError, Reader
-from phalanx.tools.view import PodView, node_info, snapshot_of
+from phalanx.tools.view import PodView, snapshot_of
 
 MAX_DOMAINS = 8
 """Domains listed, best first; the rest are summed up in one line."""

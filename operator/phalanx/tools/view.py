@@ -1,9 +1,8 @@
 """Live nodes and pods as the placement engine sees them, read from plain API dicts.
 
-The same rules as the controller's records (`phalanx.controller.records`), written again here because the
-CLI tools must not import the controller: a pod holds capacity on its node while it is bound, or while
-Phalanx has released it (ungated, pinned to a node by nodeSelector, labelled with its group) and
-kube-scheduler has not bound it yet; terminal pods hold none, terminating ones still do.
+The rules are the controller's too (`phalanx.api.cluster_objects`): a pod holds capacity on its node
+while it is bound, or while Phalanx has released it (ungated, pinned to a node by nodeSelector, labelled
+with its group) and kube-scheduler has not bound it yet; terminal pods hold none, terminating ones do.
 """
 
 from __future__ import annotations
@@ -12,47 +11,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys
+from phalanx.api import cluster_objects, keys
+from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
 from phalanx.placement import (
     BoundPod,
     NodeInfo,
     PodRequirements,
     Snapshot,
-    Taint,
-    canonical_amount,
     pod_requests,
     pod_requirements,
 )
 
-HOSTNAME_KEY = "kubernetes.io/hostname"
-TERMINAL_PHASES = ("Succeeded", "Failed")
-
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def node_info(body: Mapping[str, Any]) -> NodeInfo:
-    meta, spec, status = (
-        _mapping(body.get("metadata")),
-        _mapping(body.get("spec")),
-        _mapping(body.get("status")),
-    )
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-    taints = tuple(
-        Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t.get("effect", "")))
-        for t in spec.get("taints") or []
-    )
-    return NodeInfo(
-        name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        allocatable={r: canonical_amount(r, q) for r, q in (status.get("allocatable") or {}).items()},
-        taints=taints,
-        unschedulable=bool(spec.get("unschedulable")),
-        ready=ready,
-    )
 
 
 @dataclass(frozen=True)
@@ -86,16 +58,20 @@ class PodView:
     @property
     def released(self) -> bool:
         """Released by Phalanx to a node, not yet bound by kube-scheduler."""
-        return not self.bound and not self.gated and bool(self.pinned_node) and bool(self.pod_group)
+        return cluster_objects.released(
+            node_name=self.node_name, gated=self.gated, pinned_node=self.pinned_node, pod_group=self.pod_group
+        )
 
     @property
     def usage_node(self) -> str:
         """The node whose capacity the pod takes now ("" if none)."""
-        if self.terminal:
-            return ""
-        if self.bound:
-            return self.node_name
-        return self.pinned_node if self.released else ""
+        return cluster_objects.usage_node(
+            terminal=self.terminal,
+            node_name=self.node_name,
+            gated=self.gated,
+            pinned_node=self.pinned_node,
+            pod_group=self.pod_group,
+        )
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PodView:

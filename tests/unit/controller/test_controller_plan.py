@@ -11,6 +11,7 @@ import pytest
 
 from phalanx.api import conditions as c
 from phalanx.api.builders import build_pod_group
+from phalanx.api.cluster_objects import node_info
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
 from phalanx.controller.actions import (
@@ -31,7 +32,7 @@ from phalanx.controller.actions import (
     UngatePod,
 )
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
-from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, node_info
+from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord
 from phalanx.placement import Snapshot
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache import ClusterCache
-from phalanx.controller.records import PodRecord, node_info
+from phalanx.controller.records import PodRecord
 from phalanx.controller.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
 from phalanx.placement import ClaimInfo, NodeSelectorRequirement, NodeSelectorTerm
 

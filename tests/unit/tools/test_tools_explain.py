@@ -20,6 +20,7 @@ from tools_testkit import (
     seed_nodes,
 )
 
+from phalanx.api.cluster_objects import node_info
 from phalanx.placement import GroupRequest, PodRequest, pod_requirements
 from phalanx.tools.explain import (
     MAX_DOMAINS,
@@ -31,7 +32,7 @@ from phalanx.tools.explain import (
     parse_target,
     verdict,
 )
-from phalanx.tools.view import PodView, node_info, snapshot_of
+from phalanx.tools.view import PodView, snapshot_of
 
 JOB = Target("job", "gang-4")
 

@@ -1,0 +1,67 @@
+"""How Phalanx reads Nodes and Pods: one set of rules for the controller's records and the CLI tools.
+
+The controller (`phalanx.controller.records`) and the tools (`phalanx.tools.view`) must agree on which
+node a pod holds capacity on, or `phalanx explain` would describe a cluster the operator does not see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from phalanx.placement import NodeInfo, Taint, canonical_amount
+
+HOSTNAME_KEY: Final = "kubernetes.io/hostname"
+TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    """A Node as the placement engine sees it."""
+    meta, spec, status = (
+        _mapping(body.get("metadata")),
+        _mapping(body.get("spec")),
+        _mapping(body.get("status")),
+    )
+    ready = any(
+        _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    taints = tuple(
+        Taint(
+            key=str(_mapping(t).get("key", "")),
+            value=str(_mapping(t).get("value") or ""),
+            effect=str(_mapping(t).get("effect", "")),
+        )
+        for t in spec.get("taints") or []
+    )
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels={str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
+        allocatable={r: canonical_amount(r, q) for r, q in _mapping(status.get("allocatable")).items()},
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or []),
+    )
+
+
+def released(*, node_name: str, gated: bool, pinned_node: str, pod_group: str) -> bool:
+    """Released by Phalanx (ungated, pinned to a node by nodeSelector, labelled with its group) and not yet
+    bound by kube-scheduler: capacity Phalanx has promised."""
+    return not node_name and not gated and bool(pinned_node) and bool(pod_group)
+
+
+def usage_node(*, terminal: bool, node_name: str, gated: bool, pinned_node: str, pod_group: str) -> str:
+    """The node whose capacity a pod takes now ("" if none): its node while bound, the node Phalanx pinned it
+    to while released; terminal pods hold none, terminating ones still do."""
+    if terminal:
+        return ""
+    if node_name:
+        return node_name
+    if released(node_name=node_name, gated=gated, pinned_node=pinned_node, pod_group=pod_group):
+        return pinned_node
+    return ""
