@@ -19,10 +19,11 @@ import yaml
 from pydantic import BaseModel
 
 from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
-from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS, VERSION, WORKLOADS
+from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.schema import Schema, structural_schema
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.api.topology import Topology, TopologySpec, TopologyStatus
 from phalanx.api.workload import MAX_COMPOSITE_LEVELS, Workload, WorkloadSpec, WorkloadStatus
 
 CATEGORIES = ["phalanx"]
@@ -53,6 +54,7 @@ class Kind:
     plural: str
     short_names: tuple[str, ...]
     columns: tuple[Schema, ...]
+    scope: str = "Namespaced"
 
     @property
     def name(self) -> str:
@@ -105,6 +107,19 @@ KINDS = (
             _AGE,
         ),
     ),
+    Kind(
+        model=Topology,
+        spec=TopologySpec,
+        status=TopologyStatus,
+        plural=TOPOLOGIES,
+        short_names=("topo",),
+        columns=(
+            _column("Nodes", ".status.nodes", "integer", description="Nodes with the labels of all levels"),
+            _column("Levels", ".spec.levels[*].nodeLabel", priority=1, description="Coarse to fine"),
+            _AGE,
+        ),
+        scope="Cluster",
+    ),
 )
 
 # The composite template tree is the one recursive model; inline it as deep as upstream allows.
@@ -143,7 +158,7 @@ def crd_document(kind: Kind) -> dict[str, Any]:
                 "shortNames": list(kind.short_names),
                 "categories": list(CATEGORIES),
             },
-            "scope": "Namespaced",
+            "scope": kind.scope,
             "versions": [
                 {
                     "name": VERSION,
@@ -163,7 +178,7 @@ def crd_document(kind: Kind) -> dict[str, Any]:
 
 
 def crd_documents() -> list[dict[str, Any]]:
-    """Every Phalanx CRD (Workload, PodGroup, CompositePodGroup), as dicts ready to apply."""
+    """Every Phalanx CRD (Workload, PodGroup, CompositePodGroup, Topology), as dicts ready to apply."""
     return [crd_document(kind) for kind in KINDS]
 
 

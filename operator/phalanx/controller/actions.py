@@ -12,6 +12,7 @@ from typing import Literal
 
 from phalanx.api.podgroup import PodGroup
 from phalanx.api.status import Admission, PodGroupStatus
+from phalanx.api.topology import TopologyStatus
 from phalanx.api.workload import Workload
 from phalanx.controller.refs import ObjectRef
 
@@ -105,6 +106,14 @@ class PatchStatus:
 
 
 @dataclass(frozen=True)
+class PatchTopologyStatus:
+    """Write a Topology's status (node count, Active): planned only when it differs from the present one."""
+
+    topology: ObjectRef
+    status: TopologyStatus
+
+
+@dataclass(frozen=True)
 class PostEvent:
     involved: ObjectRef
     type: EventType
@@ -136,6 +145,7 @@ Action = (
     | UngatePod
     | LabelPod
     | PatchStatus
+    | PatchTopologyStatus
     | PostEvent
     | RememberAnnounced
     | DeleteObject

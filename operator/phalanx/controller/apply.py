@@ -20,7 +20,7 @@ from typing import Protocol
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api import keys
-from phalanx.api.group import API_VERSION, POD_GROUP_KIND, POD_GROUPS, WORKLOAD_KIND, WORKLOADS
+from phalanx.api.group import API_VERSION, POD_GROUP_KIND, POD_GROUPS, TOPOLOGIES, WORKLOAD_KIND, WORKLOADS
 from phalanx.controller import metrics
 from phalanx.controller.actions import (
     CONCURRENT,
@@ -34,6 +34,7 @@ from phalanx.controller.actions import (
     LabelPod,
     PatchMinCount,
     PatchStatus,
+    PatchTopologyStatus,
     PostEvent,
     RecordAdmission,
     ReleasePod,
@@ -130,6 +131,8 @@ def describe(action: Action) -> str:
             return f"removing the gate of pod {p.name}"
         case PatchStatus(pod_group=g):
             return f"writing the status of PodGroup {g.name}"
+        case PatchTopologyStatus(topology=t):
+            return f"writing the status of Topology {t.name}"
         case PostEvent(reason=r):
             return f"posting event {r}"
         case RememberAnnounced():
@@ -307,6 +310,9 @@ class Applier:
                     POD_GROUPS, ref.namespace, ref.name, status_patch(status)["status"]
                 )
                 cache.upsert_pod_group(patched, own_write=True)
+            case PatchTopologyStatus(topology=ref, status=topology_status):
+                written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
+                cache.upsert_topology(written, own_write=True)
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
                 await self._post(self._resolved(involved), type_, reason, message)
             case RememberAnnounced(key=key, message=message):

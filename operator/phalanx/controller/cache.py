@@ -33,6 +33,7 @@ from phalanx.controller.records import (
     PriorityClassRecord,
     WorkloadRecord,
 )
+from phalanx.controller.topology import TopologyIndex, TopologyRecord
 from phalanx.controller.volumes import VolumeCatalog
 from phalanx.placement import ClaimInfo, LiveSnapshot, NodeInfo, Snapshot
 
@@ -117,7 +118,7 @@ class _Store(Generic[R]):
         return self.items.get(key) if key else None
 
 
-POD, JOB, POD_GROUP, WORKLOAD = "Pod", "Job", "PodGroup", "Workload"
+POD, JOB, POD_GROUP, WORKLOAD, TOPOLOGY = "Pod", "Job", "PodGroup", "Workload", "Topology"
 
 
 class ClusterCache:
@@ -129,6 +130,12 @@ class ClusterCache:
         self.workloads: _Store[WorkloadRecord] = _Store()
         self.priority_classes: dict[str, PriorityClassRecord] = {}
         self.pods_by_job: dict[str, set[str]] = defaultdict(set)
+        # Pods no Job made that join a PodGroup by label, by "<namespace>/<label value>".
+        self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
+        self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
+        # Which Topology each node label belongs to: `topology_index.levels_for(key)` for placement.
+        self.topology_index = TopologyIndex()
+        self.node_labels_generation = 0  # bumps when a node comes, goes or changes its labels
         self.expectations = Expectations(clock=clock)
         self.live = LiveSnapshot()
         self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
@@ -163,17 +170,23 @@ class ClusterCache:
             self._put_workload(WorkloadRecord.from_body(body))
         elif kind == JOB:
             self._put_job(JobRecord.from_body(body))
+        elif kind == TOPOLOGY:
+            self._put_topology(body)
 
     # -- nodes
     def upsert_node(self, body: Mapping[str, Any]) -> None:
         info = node_info(body)
-        if self.nodes.get(info.name) != info:
+        old = self.nodes.get(info.name)
+        if old != info:
+            if old is None or old.labels != info.labels:
+                self.node_labels_generation += 1
             self.nodes[info.name] = info
             self.live.upsert_node(info)
             self._touch()
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self.node_labels_generation += 1
             self.live.remove_node(name)
             self._touch()
 
@@ -191,9 +204,13 @@ class ClusterCache:
         old = self.pods.get(record.key)
         if old is not None and old.job_uid and (old.uid != record.uid or old.job_uid != record.job_uid):
             self._unindex_pod(old)
+        if old is not None and old.joins_group and old.joins_group != record.joins_group:
+            self._unindex_group_label(old)
         self.pods[record.key] = record
         if record.job_uid:
             self.pods_by_job[record.job_uid].add(record.key)
+        if record.joins_group:
+            self.pods_by_group_label[f"{record.namespace}/{record.joins_group}"].add(record.key)
         if old != record:
             usage = record.bound_pod()
             if usage is not None:
@@ -210,6 +227,21 @@ class ClusterCache:
             if not keys:
                 del self.pods_by_job[old.job_uid]
 
+    def _unindex_group_label(self, old: PodRecord) -> None:
+        index = f"{old.namespace}/{old.joins_group}"
+        keys = self.pods_by_group_label.get(index)
+        if keys is not None:
+            keys.discard(old.key)
+            if not keys:
+                del self.pods_by_group_label[index]
+
+    def group_label_pods(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
+        """Pods no Job made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""
+        for key in self.pods_by_group_label.get(f"{namespace}/{label_value}", ()):
+            pod = self.pods.get(key)
+            if pod is not None:
+                yield pod
+
     def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
         key = f"{namespace}/{name}"
         old = self.pods.get(key)
@@ -219,6 +251,8 @@ class ClusterCache:
         del self.pods[key]
         if old.job_uid:
             self._unindex_pod(old)
+        if old.joins_group:
+            self._unindex_group_label(old)
         if old.usage_node:
             self.live.remove_pod(key)
         self._touch()
@@ -334,6 +368,34 @@ class ClusterCache:
                 self.delete_job(job.uid)
             self._touch()
 
+    # -- topologies (cluster-scoped)
+    def upsert_topology(self, body: Mapping[str, Any], *, own_write: bool = False) -> TopologyRecord | None:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        if own_write:
+            self.expectations.wrote(TOPOLOGY, name, _version(body), _topology_reflects(body))
+        elif not self.expectations.admit(TOPOLOGY, name, body):
+            return self.topologies.get(name)
+        return self._put_topology(body, wake=not own_write)
+
+    def _put_topology(self, body: Mapping[str, Any], wake: bool = True) -> TopologyRecord | None:
+        try:
+            record = TopologyRecord.from_body(body)
+        except ValidationError as e:
+            log.warning("ignoring Topology %s: %s", _key(body), e.errors()[:3])
+            return None
+        old = self.topologies.get(record.name)
+        self.topologies[record.name] = record
+        if old != record:
+            self.topology_index = TopologyIndex.build(self.topologies.values())
+            self._touch(wake)
+        return record
+
+    def delete_topology(self, name: str) -> None:
+        self.expectations.forget(TOPOLOGY, name)
+        if self.topologies.pop(name, None) is not None:
+            self.topology_index = TopologyIndex.build(self.topologies.values())
+            self._touch()
+
     # -- priority classes
     def upsert_priority_class(self, body: Mapping[str, Any]) -> None:
         record = PriorityClassRecord.from_body(body)
@@ -408,6 +470,12 @@ def _pod_group_reflects(written: Mapping[str, Any]) -> Callable[[Mapping[str, An
         return _uid(body) == uid and body.get("status") == status and seen_generation >= generation
 
     return reflects
+
+
+def _topology_reflects(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
+    """Phalanx is the only writer of a Topology's status: a different status is an older one."""
+    uid, status = _uid(written), written.get("status")
+    return lambda body: _uid(body) == uid and body.get("status") == status
 
 
 def _key(body: Mapping[str, Any]) -> str:

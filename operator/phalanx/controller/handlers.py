@@ -13,15 +13,20 @@ from typing import Any
 import kopf
 
 from phalanx.api import keys as names
-from phalanx.api.group import GROUP, VERSION
+from phalanx.api.formats import dns_subdomain_problems
+from phalanx.api.group import GROUP, TOPOLOGIES, VERSION
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.controller.runtime import Runtime
 from phalanx.controller.runtime import login as runtime_login
+from phalanx.controller.topology import label_conflicts
 
 log = logging.getLogger("phalanx.handlers")
 WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>
 VALIDATE_ID = "validate-job"
 VALIDATE_POD_GROUP_ID = "validate-podgroup"
+GATE_POD_ID = "gate-pod"
+VALIDATE_TOPOLOGY_ID = "validate-topology"
+JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 runtime = Runtime()
 
 
@@ -146,6 +151,81 @@ def _only_min_count_changed(old: Any, new: Any, wanted: int) -> bool:
     return bool(expected == dict(new))
 
 
+@kopf.on.mutate(
+    "",
+    "v1",
+    "pods",
+    id=GATE_POD_ID,
+    operations=["CREATE"],
+    # Pods that join a PodGroup by label. A Job's pods are not: they are held through their Job's template,
+    # and Phalanx writes this label on them itself.
+    labels={names.POD_GROUP_LABEL: kopf.PRESENT, JOB_CONTROLLER_UID_LABEL: kopf.ABSENT},
+    persistent=True,  # as for Jobs: no labelled pod slips through ungated while the operator is away
+    ignore_failures=False,  # failurePolicy: Fail
+    side_effects=False,
+)
+def gate_pod(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
+    meta = body.get("metadata", {}) or {}
+    namespace = str(meta.get("namespace") or "")
+    if namespace == "kube-system" or not runtime.settings.watches(namespace):
+        return  # the chart's namespaceSelector skips these; Kopf's own configuration (dev) has none
+    if any(o.get("kind") == "Job" and o.get("controller") for o in meta.get("ownerReferences") or []):
+        return  # a Job's pod (see the label selector above)
+    group = str((meta.get("labels") or {}).get(names.POD_GROUP_LABEL) or "")
+    problems = dns_subdomain_problems(group)
+    if problems:
+        raise kopf.AdmissionError(
+            f"label {names.POD_GROUP_LABEL}: {group!r} is not a PodGroup name: {'; '.join(problems)}",
+            code=422,
+        )
+    spec = body.get("spec", {}) or {}
+    if spec.get("nodeName"):
+        # A bound pod bypasses scheduling and cannot carry a scheduling gate.
+        raise kopf.AdmissionError(
+            f"spec.nodeName is set: a pod bound by hand cannot join PodGroup {group!r}; remove nodeName, "
+            f"or the {names.POD_GROUP_LABEL} label",
+            code=422,
+        )
+    gates = list(spec.get("schedulingGates") or [])
+    if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
+        gates.append({"name": names.ADMISSION_GATE})
+        patch.spec["schedulingGates"] = gates
+
+
+@kopf.on.validate(
+    GROUP,
+    VERSION,
+    TOPOLOGIES,
+    id=VALIDATE_TOPOLOGY_ID,
+    operations=["CREATE", "UPDATE"],
+    persistent=True,
+    # Fail open: with Phalanx away, Topologies stay editable; a second one listing a label then is not
+    # used, and its Active condition says why (controller/topology.py).
+    ignore_failures=True,
+    side_effects=False,
+)
+async def validate_topology(body: kopf.Body, **_: Any) -> None:
+    """At most one Topology may list a given node label (the CRD checks each Topology alone)."""
+    name = str((body.get("metadata") or {}).get("name") or "")
+    levels = [str(level.get("nodeLabel") or "") for level in (body.get("spec") or {}).get("levels") or []]
+    if runtime.kube is not None:
+        # Read live: two Topologies applied together must not both pass a cache that has seen neither.
+        items = await runtime.kube.list_cluster_objects(TOPOLOGIES)
+        others = [
+            (
+                str(item["metadata"]["name"]),
+                [str(x.get("nodeLabel") or "") for x in (item.get("spec") or {}).get("levels") or []],
+            )
+            for item in items
+        ]
+    else:
+        others = [(t.name, list(t.levels)) for t in runtime.cache.topologies.values()]
+    problems = label_conflicts(name, levels, others)
+    if problems:
+        raise kopf.AdmissionError(f"Topology {name}: " + "; ".join(problems), code=422)
+
+
 # ---------------------------------------------------------------------- watches → cache
 @kopf.on.event("", "v1", "nodes")
 async def node_event(event: kopf.RawEvent, **_: Any) -> None:
@@ -196,6 +276,15 @@ async def workload_event(event: kopf.RawEvent, **_: Any) -> None:
         runtime.cache.delete_workload(meta["namespace"], meta["name"])
     else:
         runtime.cache.upsert_workload(body)
+
+
+@kopf.on.event(GROUP, VERSION, TOPOLOGIES)
+async def topology_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_topology(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_topology(body)
 
 
 @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses")

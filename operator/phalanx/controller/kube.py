@@ -118,6 +118,24 @@ class Kube:
             body["metadata"] = {"resourceVersion": resource_version}
         return await self._merge_patch(plural, namespace, name, body, status_subresource=True)
 
+    async def patch_cluster_status(self, plural: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status of a cluster-scoped object of ours (a Topology)."""
+        patched: dict[str, Any] = await retrying(
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
+            ),
+            verb="patch",
+        )
+        return patched
+
+    async def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-scoped kind of ours (few: read live by the Topology webhook)."""
+        listed: dict[str, Any] = await retrying(
+            lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, plural), verb="list"
+        )
+        items: list[dict[str, Any]] = listed.get("items") or []
+        return items
+
     async def patch_spec(
         self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -110,6 +110,13 @@ class PodRecord:
         )
 
     @property
+    def joins_group(self) -> str:
+        """The value of its `phalanx.dev/pod-group` label if no Job made it: a pod made by hand (or by another
+        controller) joins the PodGroup of that name in its namespace ("" otherwise). A Job's pods carry
+        the label too, written by Phalanx; they belong to their Job's group whatever it says."""
+        return "" if self.job_uid else self.pod_group
+
+    @property
     def usage_node(self) -> str:
         """The node whose capacity this pod takes now ("" if none)."""
         return cluster_objects.usage_node(

@@ -17,7 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
-from phalanx.api.group import GROUP, VERSION
+from phalanx.api.group import GROUP, TOPOLOGIES, VERSION
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.events import EventRecorder
 from phalanx.controller.health import Health
@@ -301,7 +301,7 @@ class Runtime:
             self.cache.upsert_volume(item)
         for item in claims:  # before pods: their claims resolve at once
             self.cache.upsert_claim(item)
-        nodes, pods, jobs, classes, workloads, groups = await asyncio.gather(
+        nodes, pods, jobs, classes, workloads, groups, topologies = await asyncio.gather(
             list_items(lambda: core.list_node(_preload_content=False)),
             list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
             list_items(
@@ -316,6 +316,9 @@ class Runtime:
             list_items(
                 lambda: custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", _preload_content=False)
             ),
+            list_items(
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, TOPOLOGIES, _preload_content=False)
+            ),
         )
         for item in nodes:
             self.cache.upsert_node(item)
@@ -327,6 +330,8 @@ class Runtime:
             self.cache.upsert_workload(item)
         for item in groups:
             self.cache.upsert_pod_group(item)
+        for item in topologies:
+            self.cache.upsert_topology(item)
         for item in jobs:  # after our objects: a Job is kept while objects of ours exist for it
             if not self.settings.watches(item["metadata"]["namespace"]):
                 continue

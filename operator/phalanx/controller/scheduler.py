@@ -19,6 +19,7 @@ from phalanx.controller.apply import Applier, Backoff, EventSink, GroupResult
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
+from phalanx.controller.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
 
 log = logging.getLogger("phalanx.scheduler")
 
@@ -81,6 +82,7 @@ class Scheduler:
         self.debounce = debounce
         self.passes = 0
         self._reasons: set[str] = set()
+        self._node_counts = NodeCounts()
 
     async def run(self) -> None:
         while True:
@@ -109,12 +111,19 @@ class Scheduler:
         self.passes += 1
         self.cache.settle_expectations()
         backoff = self.applier.backoff
-        backoff.forget_missing({job.key for job in self.cache.jobs.values()})
+        topologies = self.cache.topologies.values()
+        backoff.forget_missing(
+            {job.key for job in self.cache.jobs.values()} | {GROUP_KEY_PREFIX + t.name for t in topologies}
+        )
         state = cluster_state(self.cache, backoff.waiting(), self.node_failure_grace)
-        decided = plan(state, dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        decided = plan(state, now)
+        # Topologies' status (node count, Active): patched only when it differs from what it should be.
+        counts = self._node_counts.get(self.cache.node_labels_generation, topologies, self.cache.nodes)
+        statuses = plan_status(topologies, self.cache.topology_index, counts, now, backoff.waiting())
         metrics.PLAN_DURATION.observe(time.perf_counter() - started)
         self._observe(decided)
-        results = await self.applier.apply(decided.groups)
+        results = await self.applier.apply((*decided.groups, *statuses))
         metrics.PASS_DURATION.observe(time.perf_counter() - started)
         if self.on_pass is not None:
             self.on_pass()

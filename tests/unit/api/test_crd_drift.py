@@ -71,19 +71,20 @@ def test_check_mode_reports_drift_and_write_mode_fixes_it(
 
 
 @pytest.mark.parametrize(
-    ("kind", "plural", "short"),
+    ("kind", "plural", "short", "scope"),
     [
-        ("Workload", "workloads", "wl"),
-        ("PodGroup", "podgroups", "pg"),
-        ("CompositePodGroup", "compositepodgroups", "cpg"),
+        ("Workload", "workloads", "wl", "Namespaced"),
+        ("PodGroup", "podgroups", "pg", "Namespaced"),
+        ("CompositePodGroup", "compositepodgroups", "cpg", "Namespaced"),
+        ("Topology", "topologies", "topo", "Cluster"),
     ],
 )
-def test_names_scope_and_subresources(kind: str, plural: str, short: str) -> None:
+def test_names_scope_and_subresources(kind: str, plural: str, short: str, scope: str) -> None:
     document = DOCUMENTS[kind]
     assert document["metadata"]["name"] == f"{plural}.{GROUP}"
     spec = document["spec"]
     assert spec["group"] == GROUP
-    assert spec["scope"] == "Namespaced"
+    assert spec["scope"] == scope
     assert spec["names"] == {
         "kind": kind,
         "listKind": f"{kind}List",

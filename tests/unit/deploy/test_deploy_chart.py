@@ -113,7 +113,7 @@ def test_the_webhooks_are_the_handlers_kopf_serves() -> None:
                 [selector.plural or selector.any_name],
             )
             expected = (_build_labels_selector(handler.labels) or {}).get("matchExpressions") or []
-            assert selector_expressions(webhook["objectSelector"]) == expected
+            assert selector_expressions(webhook.get("objectSelector") or {}) == expected
             assert webhook["clientConfig"]["service"] == {
                 "name": "phalanx",
                 "namespace": NAMESPACE,
@@ -121,6 +121,10 @@ def test_the_webhooks_are_the_handlers_kopf_serves() -> None:
                 "path": path,
             }
             assert "caBundle" not in webhook["clientConfig"], "Phalanx (or cert-manager) injects it"
+            if rule["scope"] == "Cluster":
+                assert "namespaceSelector" not in webhook, "it never applies to cluster-scoped objects"
+                continue
+            assert rule["scope"] == "Namespaced"
             (excluded,) = webhook["namespaceSelector"]["matchExpressions"]
             assert excluded == {
                 "key": "kubernetes.io/metadata.name",
@@ -130,12 +134,16 @@ def test_the_webhooks_are_the_handlers_kopf_serves() -> None:
     assert served.keys() == handlers.keys(), "every handler has a webhook and no webhook lacks a handler"
     assert served["gate-job"]["failurePolicy"] == "Fail"
     assert served["validate-job"]["failurePolicy"] == served["validate-podgroup"]["failurePolicy"] == "Ignore"
+    assert served["gate-pod"]["failurePolicy"] == "Fail"
+    assert served["validate-topology"]["failurePolicy"] == "Ignore"
 
 
 def test_the_namespace_selector_follows_the_operators_namespaces() -> None:
     docs = render("operator.namespaces={ml,research}", "webhook.excludeNamespaces={ml,batch}")
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for webhook in one(docs, kind)["webhooks"]:
+            if webhook["rules"][0]["scope"] == "Cluster":
+                continue
             assert webhook["namespaceSelector"]["matchExpressions"] == [
                 {
                     "key": "kubernetes.io/metadata.name",

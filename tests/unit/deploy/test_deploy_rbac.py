@@ -27,9 +27,9 @@ CUSTOM_PLURALS: dict[tuple[str, str], tuple[str, ...]] = {
     ("create", ""): ("workloads", "podgroups"),
     ("get", ""): ("workloads", "podgroups"),  # a create that meets 409 reads the existing object
     ("delete", ""): ("workloads", "podgroups"),
-    ("list", ""): ("workloads", "podgroups"),
+    ("list", ""): ("workloads", "podgroups", "topologies"),  # topologies: the cache and the webhook
     ("patch", ""): ("podgroups",),
-    ("patch", "status"): ("podgroups",),
+    ("patch", "status"): ("podgroups", "topologies"),
 }
 # Calls the chart never makes: the CRDs come with it (--no-install-crds).
 NOT_IN_THE_CHART = {"patch_custom_resource_definition", "read_custom_resource_definition"}
