@@ -5,6 +5,17 @@ No Kubernetes client, no I/O: the controller turns API objects into these values
 and calls `decide` per group.
 """
 
+from .composite import (
+    CompositeAdmit,
+    CompositeDecision,
+    CompositeReject,
+    CompositeRejectReason,
+    CompositeRequest,
+    GroupVerdict,
+    composite_usage,
+    decide_composite,
+    leaves,
+)
 from .diagnosis import Diagnosis, DomainReport, diagnose
 from .engine import admitted_usage, decide
 from .filters import node_eligible, taints_tolerated, tolerates
@@ -31,6 +42,7 @@ from .model import (
     SpreadConstraint,
     Taint,
     Toleration,
+    TopologyMode,
 )
 from .preemption import DEFAULT_MAX_STEPS, choose_victims
 from .preemption_model import Candidate, DisruptionMode, Preemption, VictimCost, VictimGroup
@@ -47,11 +59,17 @@ __all__ = [
     "BoundPod",
     "Candidate",
     "ClaimInfo",
+    "CompositeAdmit",
+    "CompositeDecision",
+    "CompositeReject",
+    "CompositeRejectReason",
+    "CompositeRequest",
     "Decision",
     "Diagnosis",
     "DisruptionMode",
     "DomainReport",
     "GroupRequest",
+    "GroupVerdict",
     "HostPort",
     "LabelSelector",
     "LiveSnapshot",
@@ -70,14 +88,18 @@ __all__ = [
     "SpreadConstraint",
     "Taint",
     "Toleration",
+    "TopologyMode",
     "VictimCost",
     "VictimGroup",
     "admitted_usage",
     "canonical_amount",
     "choose_victims",
+    "composite_usage",
     "decide",
+    "decide_composite",
     "diagnose",
     "host_ports_conflict",
+    "leaves",
     "node_eligible",
     "node_selector_terms",
     "parse_quantity",

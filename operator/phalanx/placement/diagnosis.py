@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import BoolArray, IndexArray, IntArray
+from .levels import effective_levels, level_of, path_column
 from .model import PODS, GroupRequest, PodRequirements
 from .snapshot import Snapshot
 
@@ -116,14 +117,25 @@ def _reasons(
     return out
 
 
-def _domains(snapshot: Snapshot, group: GroupRequest) -> list[tuple[str | None, IndexArray]]:
+def _domains(
+    snapshot: Snapshot, group: GroupRequest, within: BoolArray | None = None
+) -> list[tuple[str | None, IndexArray]]:
     n = len(snapshot.node_names)
     if group.topology_key is None:
-        return [(None, np.arange(n, dtype=np.intp))]
-    groups = snapshot.domain_groups(group.topology_key)
+        everywhere = np.arange(n, dtype=np.intp)
+        return [(None, everywhere if within is None else everywhere[within])]
+    levels = effective_levels(group.levels, group.topology_key)
+    depth = level_of(levels, group.topology_key)
+    if depth is None:
+        groups = snapshot.domain_groups(group.topology_key)
+    else:
+        groups = path_column(snapshot, levels, depth).groups()
     out: list[tuple[str | None, IndexArray]] = [
         (name, groups.order[groups.starts[d] : groups.ends[d]]) for d, name in enumerate(groups.names)
     ]
+    if within is not None:
+        out = [(name, nodes[within[nodes]]) for name, nodes in out]
+        out = [(name, nodes) for name, nodes in out if nodes.size]
     pinned = {
         groups.names[int(groups.codes[i])]
         for node in group.bound_nodes
@@ -132,7 +144,8 @@ def _domains(snapshot: Snapshot, group: GroupRequest) -> list[tuple[str | None, 
     return [(name, nodes) for name, nodes in out if name in pinned] if pinned else out
 
 
-def diagnose(snapshot: Snapshot, group: GroupRequest) -> Diagnosis:
+def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | None = None) -> Diagnosis:
+    """`within`: only nodes in this mask count (a composite child inside its parent's domain)."""
     need = max(0, group.min_count - len(group.bound_nodes))
     pending = len(group.pending)
     signatures: dict[PodRequirements, int] = {}
@@ -142,7 +155,7 @@ def diagnose(snapshot: Snapshot, group: GroupRequest) -> Diagnosis:
     free = alloc - np.asarray(snapshot.used_by_resource)
     now = [_per_node(snapshot, free, req, count) for req, count in signatures.items()]
     empty = [_per_node(snapshot, alloc, req, count) for req, count in signatures.items()]
-    domains = _domains(snapshot, group)
+    domains = _domains(snapshot, group, within)
 
     def fits(per_node: Sequence[IntArray], nodes: IndexArray) -> int:
         return min(pending, sum(int(counts[nodes].sum()) for counts in per_node))

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -14,6 +14,7 @@ import numpy as np
 from . import messages
 from .columns import BoolArray, IndexArray, IntArray
 from .constraints import REASON_RESOURCES, GroupConstraints, Refusal
+from .levels import Levels, effective_levels, fewest_domains_order, level_codes, level_of, path_column
 from .model import PODS, Admit, AssumedPod, Decision, GroupRequest, PodRequest, PodRequirements, Reject
 from .scoring import Scorer
 from .snapshot import Snapshot
@@ -85,8 +86,15 @@ def _capacity(free: IntArray, request: IntArray, cap: int) -> IntArray:
 
 
 def _placements(snapshot: Snapshot, group: GroupRequest) -> _Placements | Reject:
+    """Domains of the group's own key, without levels."""
+    return _placements_at(snapshot, group, group.topology_key, ())
+
+
+def _placements_at(
+    snapshot: Snapshot, group: GroupRequest, key: str | None, levels: Levels
+) -> _Placements | Reject:
+    """Domains of `key` (paths when it is one of `levels`), or all nodes for None."""
     scheduled, remaining = len(group.bound_nodes), len(group.pending)
-    key = group.topology_key
     if key is None:
         n = len(snapshot.node_names)
         return _Placements(
@@ -96,7 +104,8 @@ def _placements(snapshot: Snapshot, group: GroupRequest) -> _Placements | Reject
             ends=np.full(1, n, dtype=np.intp),
             all_nodes=True,
         )
-    groups = snapshot.domain_groups(key)
+    depth = level_of(levels, key)
+    groups = snapshot.domain_groups(key) if depth is None else path_column(snapshot, levels, depth).groups()
     if not groups.names:
         return Reject(messages.no_domain(key), 0, 0, scheduled, remaining, "NoDomain")
     if not group.bound_nodes:
@@ -129,8 +138,12 @@ def _placements(snapshot: Snapshot, group: GroupRequest) -> _Placements | Reject
 class _Decision:
     """State of one decide() call: the columns it needs and the per-signature data."""
 
-    def __init__(self, snapshot: Snapshot, pending: Sequence[PodRequest]) -> None:
+    def __init__(
+        self, snapshot: Snapshot, pending: Sequence[PodRequest], lower: list[IndexArray] | None = None
+    ) -> None:
         self.snapshot = snapshot
+        self.lower = lower
+        """Path codes of the levels below the placements' level (None: no levels, fullest nodes first)."""
         by_requirements: dict[PodRequirements, list[int]] = {}
         for i, pod in enumerate(pending):
             by_requirements.setdefault(pod.requirements, []).append(i)
@@ -202,13 +215,27 @@ class _Decision:
         """Fullest first: normalised free capacity ascending, then name (= node index)."""
         return nodes[self.scorer.order(self.score_free[:, nodes].T, nodes)]
 
+    def fill_order(self, nodes: IndexArray, capacity: IntArray | None, need: int) -> IndexArray:
+        """The order to fill a domain's nodes: fullest first without levels; with levels the BestFit descent
+        (fewest lower-level domains, fewest nodes, tightest fit) for `need` pods of per-node `capacity`
+        (the sum over signatures for mixed pods: an upper bound)."""
+        if self.lower is None:
+            return self.node_order(nodes)
+        if capacity is None:
+            capacity = self.capacity(self.signatures[0])
+            for sig in self.signatures[1:]:
+                capacity = capacity + self.capacity(sig)
+        free = np.zeros(self.free.shape[1], dtype=np.float64)
+        free[nodes] = self.scorer.floats(self.score_free[:, nodes].T)
+        return fewest_domains_order(nodes, capacity, need, self.lower, free)
+
 
 def _pack_homogeneous(
     ctx: _Decision, pl: _Placements, d: int, count: IntArray, placed: int
 ) -> dict[int, int]:
     sig = ctx.signatures[0]
     nodes = pl.nodes(d)
-    nodes = ctx.node_order(nodes[count[nodes] > 0])
+    nodes = ctx.fill_order(nodes[count[nodes] > 0], count, placed)
     caps = count[nodes]
     # Only the first nodes whose capacity covers `placed` are used.
     used_nodes = int(np.searchsorted(np.cumsum(caps), placed)) + 1
@@ -243,7 +270,7 @@ def _pack_mixed(
     signature is placed in one vectorised step.
     """
     nodes = pl.nodes(d)
-    nodes = ctx.node_order(nodes[ctx.eligible[nodes]])
+    nodes = ctx.fill_order(nodes[ctx.eligible[nodes]], None, sum(len(s.positions) for s in order))
     free = ctx.free[:, nodes]
     targets: dict[int, int] = {}
     placed_requests = np.zeros(len(ctx.score_pos), dtype=np.int64)
@@ -307,7 +334,7 @@ def _pack_constrained(
     """One pod at a time, biggest first, each on the first node (fullest first) where it passes every
     filter given the pods of the group placed before it (see constraints.py)."""
     nodes = pl.nodes(d)
-    nodes = ctx.node_order(nodes[ctx.eligible[nodes]])
+    nodes = ctx.fill_order(nodes[ctx.eligible[nodes]], None, len(order))
     free = ctx.free[:, nodes].copy()
     state = cons.start()
     targets: dict[int, int] = {}
@@ -417,23 +444,55 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
        volumes pass for the whole group together (constraints.py: inter-pod affinity and
        anti-affinity, host ports, topology spread, volume binding, zone and ReadWriteOncePod).
     2. Placements are the values of label `topology_key` (all nodes when None); nodes where the
-       group already runs pin the placement.
+       group already runs pin the placement. With `levels` that list the key, a placement is the path
+       of level values down to the key (b1/r1 != b2/r1), so it never spans two parent domains.
     3. A placement is feasible if the pods that fit there plus the bound ones reach minCount;
        every pending pod that fits is placed, not only minCount of them.
     4. Among feasible placements: most pods placed, then least normalised free capacity left
        (best fit), then smallest domain name.
-    5. Inside it, fullest nodes first.
+    5. Inside it, fullest nodes first; with levels, Kueue's BestFit: the fewest domains of each lower
+       level, then the fewest nodes, the last one the tightest fit (levels.py).
+    6. `mode: preferred`: if no domain of the key is feasible, the next wider level is tried (one
+       domain of it, the fewest domains of the finer levels inside), and so on up to all nodes;
+       `Admit.level` then names the level used ("" for all nodes).
     """
+    levels = effective_levels(group.levels, group.topology_key)
+    if group.mode != "preferred" or group.topology_key is None:
+        return _decide_at(snapshot, group, group.topology_key, levels)
+    decision: Decision = Reject("", 0, 0, 0, 0, "Unschedulable")
+    for key, at_levels in _wider(group.topology_key, levels):
+        decision = _decide_at(snapshot, group, key, at_levels)
+        if isinstance(decision, Admit):
+            return decision if key == group.topology_key else replace(decision, level=key or "")
+        # A narrower level that cannot hold the group (no domain fits, no node carries it, or pods that
+        # already run span its domains) gives way to the next wider one.
+    return decision
+
+
+def _wider(key: str, levels: Levels) -> list[tuple[str | None, Levels]]:
+    """The levels a preferred group tries, narrowest first: its key, each wider level, then all nodes.
+    Without levels the key alone is a level (all nodes: fewest domains of the key)."""
+    depth = level_of(levels, key)
+    if depth is None:
+        return [(key, ()), (None, (key,))]
+    return [*((levels[d], levels) for d in range(depth, -1, -1)), (None, levels)]
+
+
+def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels: Levels) -> Decision:
     min_count = max(1, group.min_count)
     bound, pending = len(group.bound_nodes), len(group.pending)
     if pending + bound < min_count:
         return Reject(messages.too_few_pods(min_count, bound, pending), 0, 0, bound, pending, "Unschedulable")
-    pl = _placements(snapshot, group)
+    pl = _placements_at(snapshot, group, key, levels)
     if isinstance(pl, Reject):
         return pl
     if pending == 0:
         return Admit(domain=pl.names[0], assignments=())
-    ctx = _Decision(snapshot, group.pending)
+    lower = None
+    if levels:
+        depth = level_of(levels, key)
+        lower = level_codes(snapshot, levels, -1 if depth is None else depth)
+    ctx = _Decision(snapshot, group.pending, lower)
     cons = GroupConstraints.of(snapshot, group.pending, [sig.requirements for sig in ctx.signatures])
     if isinstance(cons, Refusal):
         return Reject(cons.message, 0, 0, bound, pending, cons.reason)

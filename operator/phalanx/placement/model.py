@@ -20,6 +20,10 @@ PODS: Final = "pods"
 
 RejectReason: TypeAlias = Literal["Unschedulable", "NoDomain", "DomainConflict", "Unsupported"]
 
+TopologyMode: TypeAlias = Literal["required", "preferred"]
+"""required: one domain of the key or wait; preferred: one domain of the key if any fits, else one domain of
+each wider level in turn (fewest domains of the key inside it), else anywhere."""
+
 DEFAULT_BIND_ALL_IP: Final = "0.0.0.0"
 HONOR: Final = "Honor"
 IGNORE: Final = "Ignore"
@@ -296,6 +300,10 @@ class GroupRequest:
     topology_key: str | None
     bound_nodes: tuple[str, ...] = ()
     """One entry per pod of this group that already holds a node; they pin the domain."""
+    levels: tuple[str, ...] = ()
+    """The topology levels (node labels, coarse -> fine) of the Topology listing `topology_key`; empty: none
+    known, `topology_key` alone decides (see levels.py: domains become paths, BestFit inside the domain)."""
+    mode: TopologyMode = "required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +311,9 @@ class Admit:
     domain: str | None
     assignments: tuple[tuple[str, str], ...]
     """(pod id, node name) in pending order; pods that got no node are absent."""
+    level: str | None = None
+    """Set only when a `preferred` group was placed at a wider level than its key: that level's label
+    (`domain` is then its path), or "" for anywhere (`domain` None)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ class NodeTable:
         "names",
         "nodes",
         "offered",
+        "path_columns",
         "resource_index",
         "resources",
         "taint_codes",
@@ -130,6 +131,8 @@ class NodeTable:
         self.taint_codes: IndexArray = readonly(taint_codes)
         self.taint_sets = taint_sets
         self.columns: dict[str, LabelColumn] = columns if columns is not None else {}
+        self.path_columns: dict[tuple[str, ...], LabelColumn] = {}
+        """Domains as paths of level values (levels.py), by the levels down to the one wanted."""
         self.eligibility: dict[_EligibilityKey, BoolArray] = {}
         self.toleration_masks: dict[tuple[Toleration, ...], BoolArray] = {}
         self.feature_masks: dict[tuple[str, ...], BoolArray] = {}
