@@ -123,6 +123,41 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from phalanx.devcluster.cluster import DevCluster, load_state
+    from phalanx.tools import walkthrough
+    from phalanx.tools.walkthrough_steps import STEPS
+
+    try:
+        steps = walkthrough.select(
+            STEPS, short=args.short, only=[s for v in args.steps or [] for s in v.split(",")]
+        )
+    except ValueError as e:
+        print(f"phalanx demo: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for step in steps:
+            print(f"{step.id:15} {step.title}" + (f"  [skipped: {step.skip}]" if step.run is None else ""))
+        return 0
+    if DevCluster(Path(args.dir)).status()["state"] != "running":
+        print(
+            f"phalanx demo: no running dev cluster in {args.dir}; start one with "
+            f"`phalanx dev-cluster up --dir {args.dir}` (or run ./hack/demo.sh)",
+            file=sys.stderr,
+        )
+        return 1
+    state = load_state(Path(args.dir))
+    demo = walkthrough.Demo(
+        api=state.client(),
+        kubectl=state.kubectl,
+        kubeconfig=state.kubeconfig,
+        out=sys.stdout,
+        namespace=args.namespace,
+        short=args.short,
+    )
+    return walkthrough.walk(demo, steps, ready_timeout=args.ready_timeout)
+
+
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
@@ -243,6 +278,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--filename", "-f", action="append", required=True, metavar="FILE", help="YAML file; - for stdin"
     )
     convert.set_defaults(func=_convert)
+
+    demo = sub.add_parser(
+        "demo",
+        help="the article's experiments, one after another, on the dev cluster with Phalanx running",
+        description="Play the article's experiments on the dev cluster (phalanx dev-cluster up) with Phalanx "
+        "running (phalanx run): plain vs gang, topology, best fit, preemption, node failure, suspend/resume. "
+        "After each: the where table, kubectl get podgroups, and what to notice. Each step waits for what "
+        "Phalanx must do and fails loudly if it does not; each cleans up after itself. Exit code 0 if every "
+        "step passed. ./hack/demo.sh runs it.",
+    )
+    demo.add_argument(
+        "--dir", default=".dev-cluster", help="work folder of the dev cluster (default: .dev-cluster)"
+    )
+    demo.add_argument("--short", action="store_true", help="fewer repeats, no optional steps (CI)")
+    demo.add_argument(
+        "--steps", action="append", default=None, metavar="ID[,ID...]", help="play only these steps"
+    )
+    demo.add_argument("--list", action="store_true", help="list the steps and exit")
+    demo.add_argument(
+        "--namespace",
+        "-n",
+        default="phalanx-demo",
+        help="namespace it works in, emptied (default: phalanx-demo)",
+    )
+    demo.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for Phalanx's webhook to answer before the first step (default: 60)",
+    )
+    demo.set_defaults(func=_demo)
 
     from phalanx.controller.settings import PRECEDENCE, Settings
 
