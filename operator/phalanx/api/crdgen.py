@@ -115,7 +115,9 @@ KINDS = (
         short_names=("topo",),
         columns=(
             _column("Nodes", ".status.nodes", "integer", description="Nodes with the labels of all levels"),
-            _column("Levels", ".spec.levels[*].nodeLabel", priority=1, description="Coarse to fine"),
+            # A printer column shows only the first value a JSONPath yields: the two ends, not the list.
+            _column("Coarsest", ".spec.levels[0].nodeLabel", priority=1),
+            _column("Finest", ".spec.levels[-1:].nodeLabel", priority=1),
             _AGE,
         ),
         scope="Cluster",
