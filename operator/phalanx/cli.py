@@ -16,7 +16,7 @@ def _dev_cluster(args: argparse.Namespace) -> int:
     cluster = DevCluster(Path(args.dir))
     try:
         if args.action == "up":
-            cluster.up(mode=args.mode, topology=args.topology)
+            cluster.up(mode=args.mode, topology=args.topology, real_node=args.real_node)
         elif args.action == "down":
             cluster.down()
         elif args.action == "status":
@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
                 default="seed",
                 help="seed: the article's 8 nodes in 2 network blocks x 2 local blocks; "
                 "BxRxN: B network blocks x R local blocks x N nodes",
+            )
+            p.add_argument(
+                "--real-node",
+                action="store_true",
+                help="also one real kubelet (node real-0) with containerd, for real pods (root; changes the "
+                "host's network, undone by down: docs/dev-cluster.md)",
             )
     helpers = {
         "fill": "keep nodes busy with a pod taking all 8 GPUs (the article's fill.sh)",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import certs
+from phalanx.devcluster import hostnet, realnode
 from phalanx.devcluster.binaries import K8S_VERSION, ensure_binaries
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.topology import SIMULATED_LABEL, SIMULATED_VALUE, NodeSpec, parse_topology
@@ -59,6 +60,8 @@ class ClusterState:
     ports: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0
     ready_seconds: float = 0.0
+    # `up --real-node`: what realnode.py started and changed on the host (empty without it).
+    real_node: dict[str, Any] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -166,6 +169,7 @@ class DevCluster:
         topology: str = "seed",
         log: Callable[[str], None] = print,
         ready_timeout: float = 180.0,
+        real_node: bool = False,
     ) -> ClusterState:
         if mode not in MODES:
             raise ClusterError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -176,6 +180,11 @@ class DevCluster:
                 f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first"
             )
         bins = ensure_binaries()
+        if real_node:
+            realnode.ensure_binaries(bins)
+            reason = realnode.unavailable_reason(bins)
+            if reason:
+                raise ClusterError(f"--real-node: {reason}")
         started = time.monotonic()
         self._reset_dir()
         names = ("kube-apiserver", "etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -194,17 +203,24 @@ class DevCluster:
         state.save()
         try:
             with _terminate_as_exception():
+                if real_node:  # the host's network first: before any Service exists
+                    realnode.prepare(state, log)
                 self._start_control_plane(state, log, ready_timeout)
                 self._create_nodes(state, nodes, log)
                 self._wait_nodes_ready(state, [n.name for n in nodes], ready_timeout)
-        except BaseException:
+                if real_node:
+                    realnode.start(state, log, ready_timeout)
+        except BaseException as e:
             log(f"dev cluster failed to start; logs are in {self.dir / 'logs'}")
             self.down(log=lambda _m: None)
+            if isinstance(e, realnode.RealNodeError | hostnet.HostNetError):
+                raise ClusterError(f"--real-node: {e}") from e
             raise
         state.ready_seconds = round(time.monotonic() - started, 2)
         state.save()
+        real = f" + real node {realnode.NODE_NAME}" if real_node else ""
         log(
-            f"dev cluster ({mode}, Kubernetes {K8S_VERSION}, {len(nodes)} nodes) ready "
+            f"dev cluster ({mode}, Kubernetes {K8S_VERSION}, {len(nodes)} nodes{real}) ready "
             f"in {state.ready_seconds:.1f} s"
         )
         log(f"  export KUBECONFIG={state.kubeconfig}")
@@ -350,6 +366,8 @@ class DevCluster:
         ]
         if state.mode == "upstream":
             apiserver_args.append(f"--runtime-config={UPSTREAM_RUNTIME_CONFIG}")
+        if state.real_node:
+            apiserver_args = realnode.apiserver_args(apiserver_args, self.dir)
         self._spawn(state, "kube-apiserver", apiserver_args)
         client = state.client()
         _wait(
@@ -463,7 +481,11 @@ class DevCluster:
         if state is None:
             log(f"no dev cluster state in {self.dir}")
             return []
-        stopped = []
+        real: list[str] = []
+        if state.real_node:  # first, while the apiserver still answers: its pods go through kubelet
+            real = [name for name in ("kubelet", "containerd") if name in state.pids]
+            realnode.stop(state, log)
+        stopped: list[str] = []
         for name in reversed(list(state.pids)):
             pid = state.pids[name]
             if pid_alive(pid) and _owned(pid, self.dir):
@@ -481,6 +503,7 @@ class DevCluster:
             _wait(f"{name} (pid {pid}) to exit", lambda pid=pid: not pid_alive(pid), 5)  # type: ignore[misc]
         state.pids = {}
         state.save()
+        stopped = real + stopped
         log(f"stopped {', '.join(stopped) if stopped else 'nothing (no process was running)'}")
         return stopped
 
@@ -496,6 +519,7 @@ class DevCluster:
             "kubeconfig": str(state.kubeconfig),
             "running": running,
             "stopped": sorted(set(state.pids) - set(running)),
+            "real_node": state.real_node.get("node"),
             "state": "running" if running else "stopped",
         }
         if "kube-apiserver" in running:
