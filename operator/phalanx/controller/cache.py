@@ -426,10 +426,44 @@ class ClusterCache:
     def delete_storage_class(self, name: str) -> None:
         self._claims_changed(self.volumes.delete_class(name))
 
+    # CSI: CSINodes and VolumeAttachments (NodeVolumeLimits), CSIDrivers and CSIStorageCapacities
+    def upsert_csi_node(self, body: Mapping[str, Any]) -> None:
+        self.volumes.upsert_csi_node(body)
+        self._claims_changed([])
+
+    def delete_csi_node(self, name: str) -> None:
+        self.volumes.delete_csi_node(name)
+        self._claims_changed([])
+
+    def upsert_volume_attachment(self, body: Mapping[str, Any]) -> None:
+        self.volumes.upsert_attachment(body)
+        self._claims_changed([])
+
+    def delete_volume_attachment(self, name: str) -> None:
+        self.volumes.delete_attachment(name)
+        self._claims_changed([])
+
+    def upsert_csi_driver(self, body: Mapping[str, Any]) -> None:
+        self._claims_changed(self.volumes.upsert_driver(body))
+
+    def delete_csi_driver(self, name: str) -> None:
+        self._claims_changed(self.volumes.delete_driver(name))
+
+    def upsert_storage_capacity(self, body: Mapping[str, Any]) -> None:
+        self._claims_changed(self.volumes.upsert_capacity(body))
+
+    def delete_storage_capacity(self, namespace: str, name: str) -> None:
+        self._claims_changed(self.volumes.delete_capacity(namespace, name))
+
     def _claims_changed(self, changes: list[tuple[str, ClaimInfo | None]]) -> None:
+        """Claims resolved anew, and nodes whose CSINode or attachments changed, into the live snapshot."""
         for key, info in changes:
             self.live.set_claim(key, info)
-        if changes:
+        nodes = self.volumes.take_node_changes()
+        for name, csi in nodes:
+            self.live.set_csi_node(name, csi)
+        strict = self.live.set_strict_drivers(self.volumes.strict_drivers)
+        if changes or nodes or strict:
             self._touch()
 
 

@@ -325,6 +325,44 @@ async def storage_class_event(event: kopf.RawEvent, **_: Any) -> None:
         runtime.cache.upsert_storage_class(body)
 
 
+# CSI: attach limits per node (NodeVolumeLimits) and storage capacity (VolumeBinding).
+@kopf.on.event("storage.k8s.io", "v1", "csinodes")
+async def csi_node_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_csi_node(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_csi_node(body)
+
+
+@kopf.on.event("storage.k8s.io", "v1", "volumeattachments")
+async def volume_attachment_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_volume_attachment(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_volume_attachment(body)
+
+
+@kopf.on.event("storage.k8s.io", "v1", "csidrivers")
+async def csi_driver_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_csi_driver(body["metadata"]["name"])
+    else:
+        runtime.cache.upsert_csi_driver(body)
+
+
+@kopf.on.event("storage.k8s.io", "v1", "csistoragecapacities")
+async def storage_capacity_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_storage_capacity(meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_storage_capacity(body)
+
+
 # ---------------------------------------------------------------------- lifecycle
 @kopf.on.login()
 async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -290,15 +290,27 @@ class Runtime:
         custom = client.CustomObjectsApi(self.api)
         scheduling = client.SchedulingV1Api(self.api)
         storage = client.StorageV1Api(self.api)
-        storage_classes, volumes, claims = await asyncio.gather(
+        storage_classes, volumes, claims, drivers, capacities, csi_nodes, attachments = await asyncio.gather(
             list_items(lambda: storage.list_storage_class(_preload_content=False)),
             list_items(lambda: core.list_persistent_volume(_preload_content=False)),
             list_items(lambda: core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False)),
+            list_items(lambda: storage.list_csi_driver(_preload_content=False)),
+            list_items(lambda: storage.list_csi_storage_capacity_for_all_namespaces(_preload_content=False)),
+            list_items(lambda: storage.list_csi_node(_preload_content=False)),
+            list_items(lambda: storage.list_volume_attachment(_preload_content=False)),
         )
         for item in storage_classes:
             self.cache.upsert_storage_class(item)
+        for item in drivers:
+            self.cache.upsert_csi_driver(item)
+        for item in capacities:
+            self.cache.upsert_storage_capacity(item)
         for item in volumes:
             self.cache.upsert_volume(item)
+        for item in csi_nodes:
+            self.cache.upsert_csi_node(item)
+        for item in attachments:
+            self.cache.upsert_volume_attachment(item)
         for item in claims:  # before pods: their claims resolve at once
             self.cache.upsert_claim(item)
         nodes, pods, jobs, classes, workloads, groups, topologies = await asyncio.gather(

@@ -1,9 +1,9 @@
 """Filters that depend on other pods or on volumes, for one group decision (kube-scheduler v1.37).
 
-InterPodAffinity, NodePorts, PodTopologySpread (DoNotSchedule), VolumeBinding, VolumeZone and
-VolumeRestrictions (ReadWriteOncePod), checked for the whole group together: the group's own pods
-count against each other. `GroupConstraints.of` is None for a group none of this concerns, which
-keeps such groups on the engine's vectorised path.
+InterPodAffinity, NodePorts, PodTopologySpread (DoNotSchedule), VolumeBinding (with CSIStorageCapacity),
+VolumeZone, VolumeRestrictions (ReadWriteOncePod) and NodeVolumeLimits (volume_limits.py), checked for the
+whole group together: the group's own pods count against each other. `GroupConstraints.of` is None for a
+group none of this concerns, which keeps such groups on the engine's vectorised path.
 
 Phalanx releases a pod pinned to its node (nodeSelector kubernetes.io/hostname) and kube-scheduler
 then binds the released pods one by one, in an order Phalanx does not know. So a placement is
@@ -57,6 +57,7 @@ from .selectors import (
     term_matches,
 )
 from .snapshot import Snapshot
+from .volume_limits import REASON_VOLUME_COUNT, LimitState, VolumeLimits
 
 __all__ = [
     "REASON_AFFINITY",
@@ -66,6 +67,7 @@ __all__ = [
     "REASON_RESOURCES",
     "REASON_RWOP",
     "REASON_SPREAD",
+    "REASON_STORAGE",
     "REASON_VOLUMES",
     "DomainState",
     "GroupConstraints",
@@ -84,6 +86,7 @@ REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
+REASON_STORAGE = "node(s) did not have enough free storage"
 
 
 def _maybe(value: bool | None) -> bool:
@@ -173,6 +176,7 @@ class GroupConstraints:
         self.spreads: list[_Spread] = []
         self.ports = any(p.requirements.host_ports for p in pending)
         self._index: PodIndex | None = None
+        self.limits: VolumeLimits | None = None
         self._labels = [p.traits.label_map() for p in pending]
 
     # --- construction ----------------------------------------------------------------------
@@ -188,7 +192,7 @@ class GroupConstraints:
         if refused is not None:
             return refused
         interpod = any(r.interpod for r in requirements)
-        volumes = any(p.traits.claims for p in pending)
+        volumes = any(p.traits.claims or p.traits.inline_csi for p in pending)
         special = snapshot.special_index()
         if special.unsettled:
             waiting = _unsettled(special.unsettled, pending)
@@ -249,7 +253,14 @@ class GroupConstraints:
                 if mask is None:
                     mask = masks[info] = self._claim_mask(info)
                 self._restrict(position, mask, REASON_VOLUMES)
+                if info.capacity_terms is not None:
+                    self._restrict(position, self.table.terms(info.capacity_terms), REASON_STORAGE)
             self.pods[position].rwop = tuple(rwop)
+        self.limits = VolumeLimits.of(self.snapshot, self.pending)
+        if self.limits is not None:
+            for position in range(len(self.pending)):
+                for mask, reason in self.limits.static(position):
+                    self._restrict(position, mask, reason)
         return None
 
     def _claim_mask(self, info: ClaimInfo) -> BoolArray:
@@ -556,6 +567,7 @@ class DomainState:
         self.spread_owner_nodes: list[list[int]] = [[] for _ in cons.spreads]
         self.spread_owner_codes: list[set[int]] = [set() for _ in cons.spreads]
         self.rwop: set[str] = set()
+        self.limits: LimitState | None = None if cons.limits is None else cons.limits.start()
 
     def allowed(self, position: int, nodes: IndexArray, mask: BoolArray) -> tuple[BoolArray, str]:
         """`mask` (over `nodes`) narrowed by the pods already placed; the reason if nothing is left."""
@@ -564,6 +576,10 @@ class DomainState:
         m = mask.copy()
         if any(claim in self.rwop for claim in pod.rwop):
             return m & False, REASON_RWOP
+        if self.limits is not None:
+            m = self.limits.allowed(position, nodes, m)
+            if not m.any():
+                return m, REASON_VOLUME_COUNT
         wanted = cons.pending[position].requirements.host_ports
         if wanted and self.ports:
             taken = [
@@ -643,6 +659,8 @@ class DomainState:
         cons = self.cons
         pod = cons.pods[position]
         self.rwop.update(pod.rwop)
+        if self.limits is not None:
+            self.limits.place(position, node)
         wanted = cons.pending[position].requirements.host_ports
         if wanted:
             self.ports.setdefault(node, []).extend(wanted)

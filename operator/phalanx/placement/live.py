@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .model import PODS, BoundPod, ClaimInfo, NodeInfo
+from .model import NO_CSI, PODS, BoundPod, ClaimInfo, CSINodeInfo, CSIView, NodeInfo
 from .snapshot import NodeTable, Snapshot
 from .table_update import MASS_CHANGE, updated_table
 from .usage import UsageMatrix
@@ -34,6 +34,9 @@ class LiveSnapshot:
         "_claims_shared",
         "_counted",
         "_counted_shared",
+        "_csi",
+        "_csi_changed",
+        "_csi_nodes",
         "_last",
         "_nodes",
         "_on_node",
@@ -76,6 +79,10 @@ class LiveSnapshot:
         self._special_shared = False
         self._claims: dict[str, ClaimInfo] = {}
         self._claims_shared = False
+        self._csi_nodes: dict[str, CSINodeInfo] = {}
+        self._csi: CSIView = NO_CSI
+        """Handed to snapshots; `snapshot()` rebuilds it after a CSINode or the strict drivers changed."""
+        self._csi_changed = False
         self._usage = UsageMatrix(len(index))
         self._usage.recount(len(index), ((index[p.node], p.requests) for p in self._counted.values()))
 
@@ -127,6 +134,24 @@ class LiveSnapshot:
             self._claims[key] = info
         self._stale = True
 
+    def set_csi_node(self, name: str, info: CSINodeInfo | None) -> None:
+        """A node's CSINode with its VolumeAttachments (NodeVolumeLimits); None: the node has no CSINode."""
+        if self._csi_nodes.get(name) == info:
+            return
+        if info is None:
+            del self._csi_nodes[name]
+        else:
+            self._csi_nodes[name] = info
+        self._csi_changed = self._stale = True
+
+    def set_strict_drivers(self, drivers: frozenset[str]) -> bool:
+        """CSI drivers whose CSIDriver has preventPodSchedulingIfMissing: true; whether they changed."""
+        if drivers == self._csi.strict_drivers:
+            return False
+        self._csi = CSIView(self._csi.nodes, drivers)
+        self._csi_changed = self._stale = True
+        return True
+
     # --- the snapshot ------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -137,13 +162,16 @@ class LiveSnapshot:
         if last is not None and not self._stale:
             return last
         table = self._table
+        if self._csi_changed:
+            self._csi = CSIView(dict(self._csi_nodes), self._csi.strict_drivers)
+            self._csi_changed = False
         if last is None or self._usage_changed or last.resources != table.resources:
             used = self._usage.select(table.resources)
         else:
             used = last.used_by_resource  # same usage, same rows: share the read-only array
         self._counted_shared = self._special_shared = self._claims_shared = True
         self._last = Snapshot(
-            table, used, self._counted, frozenset(), special=self._special, claims=self._claims
+            table, used, self._counted, frozenset(), special=self._special, claims=self._claims, csi=self._csi
         )
         self._stale = self._usage_changed = False
         return self._last

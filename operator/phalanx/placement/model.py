@@ -171,6 +171,18 @@ def _fields_of(req: PodRequirements) -> tuple[object, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class CSIVolume:
+    """One volume as NodeVolumeLimits counts it against its node's CSI attach limit."""
+
+    driver: str
+    id: str
+    """The unique name ("<driver>/<volumeHandle>"; one per claim for an unbound claim): a volume used by
+    several pods on a node counts once."""
+    migrated: bool = False
+    """An in-tree volume counted as its CSI driver's (CSI migration): only on nodes with a CSINode."""
+
+
+@dataclass(frozen=True, slots=True)
 class PodTraits:
     """What other pods' filters see of a pod, and its volumes: differs from pod to pod of a template."""
 
@@ -179,6 +191,8 @@ class PodTraits:
     """Sorted (key, value) pairs."""
     claims: tuple[str, ...] = ()
     """PersistentVolumeClaims it mounts (ephemeral volumes as <pod>-<volume>), in its namespace."""
+    inline_csi: tuple[CSIVolume, ...] = ()
+    """Inline in-tree volumes NodeVolumeLimits counts as migrated CSI volumes (azureDisk, cinder, ...)."""
 
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
@@ -210,6 +224,35 @@ class ClaimInfo:
     zones: tuple[tuple[str, tuple[str, ...]], ...] = ()
     selected_node: str = ""
     read_write_once_pod: bool = False
+    capacity_terms: tuple[NodeSelectorTerm, ...] | None = None
+    """VolumeBinding's storage capacity check (CSIStorageCapacity): the nodes (ORed terms) some capacity
+    object with room for the claim selects; None: not checked (bound, no size, driver without capacity)."""
+    csi: CSIVolume | None = None
+    """How NodeVolumeLimits counts the claim (for pods already on a node too); None: it does not."""
+
+
+@dataclass(frozen=True, slots=True)
+class CSINodeInfo:
+    """A node's CSINode (NodeVolumeLimits): its drivers, their attach limits, and its VolumeAttachments."""
+
+    drivers: frozenset[str] = frozenset()
+    limits: tuple[tuple[str, int], ...] = ()
+    """(driver, spec.drivers[].allocatable.count); a driver without a count is unlimited."""
+    attached: tuple[tuple[str, str], ...] = ()
+    """(volume id, driver) of CSI volumes VolumeAttachments attach to the node."""
+
+
+@dataclass(frozen=True, slots=True)
+class CSIView:
+    """What NodeVolumeLimits reads besides pods and claims: CSINodes by node name, and the CSI drivers
+    whose CSIDriver says preventPodSchedulingIfMissing (a node whose CSINode lacks them refuses their
+    volumes). A node without a CSINode has no limits."""
+
+    nodes: Mapping[str, CSINodeInfo] = field(default_factory=dict)
+    strict_drivers: frozenset[str] = frozenset()
+
+
+NO_CSI: Final = CSIView()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from .model import BoundPod, HostPort, LabelSelector, PodAffinityTerm
+from .model import BoundPod, CSIVolume, HostPort, LabelSelector, PodAffinityTerm
 from .selectors import selector_matches
 
 __all__ = ["NO_SPECIAL", "IndexedPod", "PodIndex", "SpecialIndex"]
@@ -25,6 +25,7 @@ class IndexedPod:
     """Bound by kube-scheduler (False: released by Phalanx, not yet bound)."""
     terminating: bool
     claims: tuple[str, ...]
+    inline_csi: tuple[CSIVolume, ...] = ()
 
     @property
     def sure(self) -> bool:
@@ -53,6 +54,7 @@ def indexed(node: int, pod: BoundPod) -> IndexedPod:
         assigned=pod.assigned,
         terminating=pod.terminating,
         claims=traits.claims,
+        inline_csi=traits.inline_csi,
     )
 
 

@@ -26,6 +26,7 @@ from .model import (
     Toleration,
 )
 from .quantity import canonical_amount, parse_quantity
+from .volume_limits import migrated_volume
 
 __all__ = [
     "host_ports",
@@ -303,9 +304,11 @@ def _unsupported(pod_spec: Mapping[str, Any], pod_affinity: tuple[PodAffinityTer
 
 
 def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodTraits:
-    """Namespace, labels and mounted claims (ephemeral.VolumeClaimName for ephemeral volumes)."""
+    """Namespace, labels, mounted claims (ephemeral.VolumeClaimName for ephemeral volumes) and the inline
+    volumes NodeVolumeLimits counts."""
     name = str(metadata.get("name") or "")
     claims = []
+    inline = []
     for raw in _as_list(pod_spec.get("volumes")):
         volume = _as_mapping(raw)
         claim = _as_mapping(volume.get("persistentVolumeClaim"))
@@ -313,10 +316,16 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
             claims.append(str(claim.get("claimName") or ""))
         elif isinstance(volume.get("ephemeral"), Mapping):
             claims.append(f"{name}-{volume.get('name', '')}")
+        else:
+            # NodeVolumeLimits counts inline in-tree volumes it can migrate to CSI (not inline csi volumes).
+            migrated = migrated_volume(volume)
+            if migrated is not None:
+                inline.append(migrated)
     return PodTraits(
         namespace=str(metadata.get("namespace") or ""),
         labels=tuple(sorted((str(k), str(v)) for k, v in _as_mapping(metadata.get("labels")).items())),
         claims=tuple(claims),
+        inline_csi=tuple(inline),
     )
 
 

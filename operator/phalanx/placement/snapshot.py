@@ -17,10 +17,12 @@ import numpy as np
 from .columns import BoolArray, DomainGroups, IndexArray, IntArray, LabelColumn, field_mask, readonly
 from .filters import scheduling_taints, taints_tolerated, term_is_valid
 from .model import (
+    NO_CSI,
     PODS,
     AssumedPod,
     BoundPod,
     ClaimInfo,
+    CSIView,
     NodeInfo,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -327,6 +329,7 @@ class Snapshot:
         "_assumed",
         "_assumed_special",
         "_claims",
+        "_csi",
         "_index",
         "_pods",
         "_removed",
@@ -345,6 +348,7 @@ class Snapshot:
         *,
         special: Mapping[str, BoundPod] | None = None,
         claims: Mapping[str, ClaimInfo] | None = None,
+        csi: CSIView = NO_CSI,
         assumed: tuple[AssumedPod, ...] = (),
         assumed_special: tuple[BoundPod, ...] = (),
         index: PodIndex | None = None,
@@ -359,6 +363,7 @@ class Snapshot:
             special = {pod_id: pod for pod_id, pod in pods.items() if pod.special}
         self._special = special
         self._claims: Mapping[str, ClaimInfo] = claims if claims is not None else {}
+        self._csi = csi
         self._assumed = assumed
         """Pods assumed in this pass (with traits), for the pod index; not in `pods`."""
         self._assumed_special = assumed_special
@@ -372,6 +377,7 @@ class Snapshot:
         nodes: Iterable[NodeInfo],
         pods: Iterable[BoundPod],
         claims: Mapping[str, ClaimInfo] | None = None,
+        csi: CSIView = NO_CSI,
     ) -> Snapshot:
         """Pods on nodes that are not in `nodes` are ignored; with duplicate pod ids the last one wins."""
         table = NodeTable.of(nodes)
@@ -387,7 +393,7 @@ class Snapshot:
             counted[pod_id] = pod
             flat.extend(table.entries(node, pod.requests))
         used = _accumulate(flat, table.alloc.size).reshape(table.alloc.shape)
-        return cls(table, used, counted, frozenset(), claims=dict(claims or {}))
+        return cls(table, used, counted, frozenset(), claims=dict(claims or {}), csi=csi)
 
     def assume(self, assignments: Iterable[tuple[str, Mapping[str, int]] | AssumedPod]) -> Snapshot:
         """A snapshot where each (node, requests) entry is one more pod on that node (plus pods=1).
@@ -423,6 +429,7 @@ class Snapshot:
             self._removed,
             special=self._special,
             claims=self._claims,
+            csi=self._csi,
             assumed=self._assumed + tuple(pods),
             assumed_special=self._assumed_special + special,
             index=index,
@@ -446,6 +453,7 @@ class Snapshot:
             self._removed | gone,
             special=self._special,
             claims=self._claims,
+            csi=self._csi,
             assumed=self._assumed,
             assumed_special=self._assumed_special,
         )
@@ -491,6 +499,11 @@ class Snapshot:
     def claims(self) -> Mapping[str, ClaimInfo]:
         """PersistentVolumeClaims by "namespace/name", as the controller resolved them."""
         return self._claims
+
+    @property
+    def csi(self) -> CSIView:
+        """CSINodes, VolumeAttachments and strict CSI drivers (NodeVolumeLimits), as the controller saw."""
+        return self._csi
 
     # --- read access -------------------------------------------------------------------------
 

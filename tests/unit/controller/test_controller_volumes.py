@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.records import PodRecord
 from phalanx.controller.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
 from phalanx.placement import ClaimInfo, NodeSelectorRequirement, NodeSelectorTerm
+from phalanx.placement.model import CSINodeInfo, CSIVolume
 
 HOST = "kubernetes.io/hostname"
 
@@ -23,6 +26,7 @@ def claim(
     annotations: dict[str, str] | None = None,
     deleting: bool = False,
     phase: str = "Pending",
+    storage: str | None = None,
 ) -> dict[str, Any]:
     notes = dict(annotations or {})
     if bound:
@@ -33,6 +37,8 @@ def claim(
     spec: dict[str, Any] = {"accessModes": list(modes), "volumeName": volume}
     if cls is not None:
         spec["storageClassName"] = cls
+    if storage is not None:
+        spec["resources"] = {"requests": {"storage": storage}}
     return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
@@ -120,7 +126,8 @@ def test_wait_for_first_consumer_claims_go_where_the_class_allows() -> None:
                             )
                         ),
                     ),
-                )
+                ),
+                csi=CSIVolume("csi.example.com", "csi.example.com/claim:ns/later"),
             ),
         )
     ]
@@ -144,7 +151,9 @@ def test_the_cache_feeds_resolved_claims_to_the_snapshot_and_wakes_the_loop() ->
     assert not cache.changed.is_set(), "no claim of that class: nothing changed for the engine"
     cache.upsert_claim(claim())
     assert cache.changed.is_set()
-    assert cache.snapshot().claims["ns/data"] == ClaimInfo()
+    assert cache.snapshot().claims["ns/data"] == ClaimInfo(
+        csi=CSIVolume("csi.example.com", "csi.example.com/claim:ns/data")
+    )
     cache.changed.clear()
     status_only = claim()
     status_only["status"]["capacity"] = {"storage": "1Gi"}
@@ -178,3 +187,282 @@ def test_pod_records_carry_what_other_pods_filters_see() -> None:
     assert pod.host_ports and pod.anti_affinity and pod.assigned
     node = node_info({"metadata": {"name": "n1"}, "status": {"declaredFeatures": ["VolumeBindMountOptions"]}})
     assert node.declared_features == frozenset({"VolumeBindMountOptions"})
+
+
+# --- NodeVolumeLimits and CSIStorageCapacity -------------------------------------------------------
+
+
+def csi_pv(name: str, driver: str = "csi.example.com", handle: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"csi": {"driver": driver, "volumeHandle": handle or name}}}
+
+
+@pytest.mark.parametrize(
+    ("case", "objects", "body", "expected"),
+    [
+        (
+            "bound CSI volume",
+            [csi_pv("pv-1", handle="h-1")],
+            claim(volume="pv-1", bound=True),
+            CSIVolume("csi.example.com", "csi.example.com/h-1"),
+        ),
+        (
+            "pre-bound, volume not completed: still the volume's handle",
+            [csi_pv("pv-1", handle="h-1")],
+            claim(volume="pv-1"),
+            CSIVolume("csi.example.com", "csi.example.com/h-1"),
+        ),
+        (
+            "unbound: one new volume of the provisioner, unique to the claim",
+            [],
+            claim(),
+            CSIVolume("csi.example.com", "csi.example.com/claim:ns/data"),
+        ),
+        (
+            "volume missing: counted through the class",
+            [],
+            claim(volume="gone", bound=True),
+            CSIVolume("csi.example.com", "csi.example.com/claim:ns/data"),
+        ),
+        ("no class", [], claim(cls=None), None),
+        ("class missing", [], claim(cls="other"), None),
+        ("volume without a CSI source (local)", [pv("pv-1")], claim(volume="pv-1", bound=True), None),
+        (
+            "in-tree volume migrated to CSI",
+            [{"metadata": {"name": "pv-1"}, "spec": {"awsElasticBlockStore": {"volumeID": "vol-1"}}}],
+            claim(volume="pv-1", bound=True),
+            CSIVolume("ebs.csi.aws.com", "ebs.csi.aws.com/awsElasticBlockStore:vol-1", migrated=True),
+        ),
+        (
+            "in-tree provisioner",
+            [storage_class("gp2", provisioner="kubernetes.io/aws-ebs")],
+            claim(cls="gp2"),
+            CSIVolume("ebs.csi.aws.com", "ebs.csi.aws.com/claim:ns/data", migrated=True),
+        ),
+        (
+            "in-tree provisioner the scheduler does not count",
+            [storage_class("af", provisioner="kubernetes.io/azure-file")],
+            claim(cls="af"),
+            None,
+        ),
+    ],
+)
+def test_how_node_volume_limits_counts_a_claim(
+    case: str, objects: list[dict[str, Any]], body: dict[str, Any], expected: CSIVolume | None
+) -> None:
+    catalog = VolumeCatalog()
+    catalog.upsert_class(storage_class())
+    for obj in objects:
+        if "provisioner" in obj:
+            catalog.upsert_class(obj)
+        else:
+            catalog.upsert_volume(obj)
+    catalog.upsert_claim(body)
+    assert catalog.resolved[f"ns/{body['metadata']['name']}"].csi == expected, case
+
+
+def capacity(
+    name: str,
+    cls: str = "fast",
+    *,
+    topology: Any = None,
+    maximum: str | None = None,
+    total: str | None = None,
+    namespace: str = "kube-system",
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}, "storageClassName": cls}
+    if topology is not None:
+        body["nodeTopology"] = topology
+    if maximum is not None:
+        body["maximumVolumeSize"] = maximum
+    if total is not None:
+        body["capacity"] = total
+    return body
+
+
+ZONE_A = {"matchLabels": {"zone": "a"}}
+ZONE_A_TERM = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement("zone", "In", ("a",)),))
+
+
+@pytest.mark.parametrize(
+    ("case", "tracks", "capacities", "body", "expected"),
+    [
+        ("driver does not track capacity", False, [], claim(storage="1Gi"), None),
+        ("no storage request: nothing to check", True, [], claim(), None),
+        ("no capacity object: no node", True, [], claim(storage="1Gi"), ()),
+        (
+            "maximumVolumeSize large enough",
+            True,
+            [capacity("c1", topology=ZONE_A, maximum="2Gi")],
+            claim(storage="1Gi"),
+            (ZONE_A_TERM,),
+        ),
+        (
+            "maximumVolumeSize wins over capacity",
+            True,
+            [capacity("c1", topology=ZONE_A, maximum="512Mi", total="10Gi")],
+            claim(storage="1Gi"),
+            (),
+        ),
+        (
+            "capacity when no maximum",
+            True,
+            [capacity("c1", topology=ZONE_A, total="1Gi")],
+            claim(storage="1Gi"),
+            (ZONE_A_TERM,),
+        ),
+        ("neither size: no volume fits", True, [capacity("c1", topology=ZONE_A)], claim(storage="1"), ()),
+        (
+            "another class's capacity",
+            True,
+            [capacity("c1", "slow", topology=ZONE_A, total="5Gi")],
+            claim(storage="1Gi"),
+            (),
+        ),
+        ("nil topology: no node", True, [capacity("c1", total="5Gi")], claim(storage="1Gi"), ()),
+        (
+            "empty topology: every node",
+            True,
+            [capacity("c1", topology={}, total="5Gi")],
+            claim(storage="1Gi"),
+            None,
+        ),
+        (
+            "expressions map onto node selector requirements",
+            True,
+            [
+                capacity(
+                    "c1",
+                    topology={"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]},
+                    total="5Gi",
+                    namespace="other",
+                )
+            ],
+            claim(storage="1Gi"),
+            (NodeSelectorTerm(match_expressions=(NodeSelectorRequirement("zone", "NotIn", ("b",)),)),),
+        ),
+        (
+            "an invalid selector selects nothing",
+            True,
+            [capacity("c1", topology={"matchExpressions": [{"key": "zone", "operator": "In"}]}, total="5Gi")],
+            claim(storage="1Gi"),
+            (),
+        ),
+        ("bound claims are not checked", True, [], claim(volume="pv-1", bound=True, storage="1Gi"), None),
+    ],
+)
+def test_storage_capacity_limits_where_a_claim_can_be_provisioned(
+    case: str,
+    tracks: bool,
+    capacities: list[dict[str, Any]],
+    body: dict[str, Any],
+    expected: tuple[NodeSelectorTerm, ...] | None,
+) -> None:
+    catalog = VolumeCatalog()
+    catalog.upsert_class(storage_class())
+    catalog.upsert_volume(csi_pv("pv-1"))
+    catalog.upsert_claim(body)
+    catalog.upsert_driver({"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": tracks}})
+    for c in capacities:
+        catalog.upsert_capacity(c)
+    assert catalog.resolved["ns/data"].capacity_terms == expected, case
+
+
+def test_capacity_changes_reach_the_claims_of_their_class() -> None:
+    catalog = VolumeCatalog()
+    catalog.upsert_class(storage_class())
+    catalog.upsert_claim(claim(storage="1Gi"))
+    assert catalog.upsert_driver({"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": True}})
+    assert catalog.resolved["ns/data"].capacity_terms == ()
+    changes = catalog.upsert_capacity(capacity("c1", topology=ZONE_A, total="5Gi"))
+    assert [(key, info and info.capacity_terms) for key, info in changes] == [("ns/data", (ZONE_A_TERM,))]
+    assert catalog.upsert_capacity(capacity("c1", topology=ZONE_A, total="5Gi")) == [], "no change"
+    changes = catalog.delete_capacity("kube-system", "c1")
+    assert [(key, info and info.capacity_terms) for key, info in changes] == [("ns/data", ())]
+    changes = catalog.delete_driver("csi.example.com")
+    assert [(key, info and info.capacity_terms) for key, info in changes] == [("ns/data", None)]
+
+
+def csi_node(name: str, drivers: dict[str, int | None]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "drivers": [
+                {"name": d, "nodeID": name, **({"allocatable": {"count": c}} if c is not None else {})}
+                for d, c in drivers.items()
+            ]
+        },
+    }
+
+
+def attachment(name: str, node: str, volume: str, attacher: str = "csi.example.com") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": volume}},
+    }
+
+
+def test_csi_nodes_join_their_volume_attachments() -> None:
+    catalog = VolumeCatalog()
+    catalog.upsert_attachment(attachment("va-1", "n1", "pv-1"))
+    assert catalog.take_node_changes() == [], "no CSINode: no limits to count against"
+    catalog.upsert_csi_node(csi_node("n1", {"csi.example.com": 2, "other.example.com": None}))
+    assert catalog.take_node_changes() == [
+        (
+            "n1",
+            CSINodeInfo(frozenset({"csi.example.com", "other.example.com"}), (("csi.example.com", 2),), ()),
+        )
+    ], "the attachment's volume is unknown: not counted"
+    catalog.upsert_volume(csi_pv("pv-1", handle="h-1"))
+    [(name, info)] = catalog.take_node_changes()
+    assert (
+        name == "n1" and info is not None and info.attached == (("csi.example.com/h-1", "csi.example.com"),)
+    )
+    catalog.upsert_volume(pv("pv-1"))
+    [(_, info)] = catalog.take_node_changes()
+    assert info is not None and info.attached == (), "not a CSI volume: not counted"
+    catalog.upsert_volume(csi_pv("pv-1", handle="h-1"))
+    catalog.delete_attachment("va-1")
+    [(_, info)] = catalog.take_node_changes()
+    assert info is not None and info.attached == ()
+    catalog.delete_csi_node("n1")
+    assert catalog.take_node_changes() == [("n1", None)]
+
+
+def test_the_cache_feeds_csi_nodes_and_strict_drivers_to_the_snapshot() -> None:
+    cache = ClusterCache()
+    cache.upsert_csi_node(csi_node("n1", {"csi.example.com": 3}))
+    assert cache.changed.is_set()
+    assert cache.snapshot().csi.nodes["n1"].limits == (("csi.example.com", 3),)
+    cache.changed.clear()
+    cache.upsert_csi_driver(
+        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}}
+    )
+    assert cache.changed.is_set()
+    assert cache.snapshot().csi.strict_drivers == frozenset({"csi.example.com"})
+    cache.changed.clear()
+    cache.upsert_csi_driver(
+        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}}
+    )
+    assert not cache.changed.is_set(), "nothing changed"
+    cache.delete_csi_node("n1")
+    assert "n1" not in cache.snapshot().csi.nodes
+
+
+def test_inline_in_tree_volumes_are_counted_and_inline_csi_volumes_are_not() -> None:
+    body = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "c"}],
+            "volumes": [
+                {"name": "a", "azureDisk": {"diskName": "d", "diskURI": "uri-1"}},
+                {"name": "b", "csi": {"driver": "inline.example.com"}},
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+    pod = PodRecord.from_body(body).bound_pod()
+    assert pod is not None
+    assert pod.traits.inline_csi == (
+        CSIVolume("disk.csi.azure.com", "disk.csi.azure.com/azureDisk:uri-1", migrated=True),
+    )

@@ -1,7 +1,8 @@
 """A small, independent model of kube-scheduler v1.37's filters, one pod onto one node.
 
 Written from the plugins' Go code (nodeports, interpodaffinity, podtopologyspread, volumebinding /
-volumezone / volumerestrictions as the controller resolves claims), straightforwardly and without
+volumezone / volumerestrictions as the controller resolves claims, nodevolumelimits' CSILimits),
+straightforwardly and without
 numpy, to check the engine's placements: a released pod is pinned to its node by a nodeSelector, and
 kube-scheduler binds the released pods one by one in an order Phalanx does not know.
 """
@@ -9,6 +10,7 @@ kube-scheduler binds the released pods one by one in an order Phalanx does not k
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -23,6 +25,7 @@ from phalanx.placement import (
     PodRequirements,
     node_eligible,
 )
+from phalanx.placement.model import NO_CSI, CSIView, CSIVolume
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE_LABELS = (
@@ -46,6 +49,7 @@ class Pod:
     requests: Mapping[str, int]
     terminating: bool = False
     claims: tuple[str, ...] = ()
+    inline_csi: tuple[CSIVolume, ...] = ()
 
 
 def existing(pod: BoundPod) -> Pod:
@@ -61,6 +65,7 @@ def existing(pod: BoundPod) -> Pod:
         requests=pod.requests,
         terminating=pod.terminating,
         claims=pod.traits.claims,
+        inline_csi=pod.traits.inline_csi,
     )
 
 
@@ -76,6 +81,7 @@ def incoming(request: PodRequest, node: str, *, pinned: bool = True) -> Pod:
         requirements=req,
         requests=req.request_map(),
         claims=request.traits.claims,
+        inline_csi=request.traits.inline_csi,
     )
 
 
@@ -263,8 +269,53 @@ def volumes_ok(claims: Mapping[str, ClaimInfo], pods: Sequence[Pod], pod: Pod, n
                     return False
         if info.selected_node and info.selected_node != node.name:
             return False
+        if info.capacity_terms is not None and not node_eligible(
+            replace(node, ready=True, unschedulable=False, taints=()), (), info.capacity_terms, ()
+        ):
+            return False  # "node(s) did not have enough free storage"
         if info.read_write_once_pod and any(name in p.claims and p.namespace == pod.namespace for p in pods):
             return False
+    return True
+
+
+def _counted(claims: Mapping[str, ClaimInfo], pod: Pod, has_csinode: bool) -> dict[str, str]:
+    """filterAttachableVolumes: unique volume name -> driver (a migrated one only with a CSINode)."""
+    out = {}
+    volumes = [claims[f"{pod.namespace}/{c}"].csi for c in pod.claims if f"{pod.namespace}/{c}" in claims]
+    for v in [*volumes, *pod.inline_csi]:
+        if v is not None and (has_csinode or not v.migrated):
+            out[v.id] = v.driver
+    return out
+
+
+def csi_limits_ok(
+    claims: Mapping[str, ClaimInfo], csi: CSIView, pods: Sequence[Pod], pod: Pod, node: NodeInfo
+) -> bool:
+    """CSILimits.Filter (VolumeLimitScaling on, as in v1.37)."""
+    csinode = csi.nodes.get(node.name)
+    new = _counted(claims, pod, csinode is not None)
+    if not new:
+        return True
+    for driver in set(new.values()):
+        if driver in csi.strict_drivers and (csinode is None or driver not in csinode.drivers):
+            return False  # "<driver> CSI driver is not installed on the node"
+    limits = dict(csinode.limits) if csinode is not None else {}
+    if not limits:
+        return True
+    attached: dict[str, str] = {}
+    for other in pods:
+        if other.node == node.name:
+            attached.update(_counted(claims, other, True))
+    count = Counter(attached.values())
+    for unique in attached:
+        new.pop(unique, None)
+    assert csinode is not None
+    for unique, driver in csinode.attached:
+        if unique not in attached:
+            count[driver] += 1
+    for driver, n in Counter(new.values()).items():
+        if driver in limits and count[driver] + n > limits[driver]:
+            return False  # "node(s) exceed max volume count"
     return True
 
 
@@ -273,6 +324,7 @@ def accepts(
     pods: Sequence[Pod],
     pod: Pod,
     claims: Mapping[str, ClaimInfo] | None = None,
+    csi: CSIView = NO_CSI,
 ) -> bool:
     """Whether kube-scheduler's filters let `pod` onto `pod.node`, with `pods` on their nodes."""
     node = nodes.get(pod.node)
@@ -286,6 +338,7 @@ def accepts(
         and inter_pod_ok(nodes, here, pod, node)
         and spread_ok(nodes, here, pod, node)
         and volumes_ok(claims or {}, here, pod, node)
+        and csi_limits_ok(claims or {}, csi, here, pod, node)
     )
 
 
@@ -294,13 +347,14 @@ def bindable_in_every_order(
     world: Sequence[Pod],
     released: Sequence[Pod],
     claims: Mapping[str, ClaimInfo] | None = None,
+    csi: CSIView = NO_CSI,
 ) -> tuple[Pod, ...] | None:
     """None if every order of binding `released` passes; else the first failing order."""
     by_name = {n.name: n for n in nodes}
     for order in itertools.permutations(released):
         bound: list[Pod] = []
         for pod in order:
-            if not accepts(by_name, [*world, *bound], pod, claims):
+            if not accepts(by_name, [*world, *bound], pod, claims, csi):
                 return order
             bound.append(pod)
     return None
@@ -311,12 +365,13 @@ def bindable_in_some_order(
     world: Sequence[Pod],
     pods: Sequence[Pod],
     claims: Mapping[str, ClaimInfo] | None = None,
+    csi: CSIView = NO_CSI,
 ) -> bool:
     by_name = {n.name: n for n in nodes}
     for order in itertools.permutations(pods):
         bound: list[Pod] = []
         for pod in order:
-            if not accepts(by_name, [*world, *bound], pod, claims):
+            if not accepts(by_name, [*world, *bound], pod, claims, csi):
                 break
             bound.append(pod)
         else:

@@ -1,12 +1,13 @@
 """Property tests: every placement the engine makes is one kube-scheduler binds, in any order.
 
 Small random clusters with pods that carry anti-affinity and host ports, groups with required pod
-(anti-)affinity, host ports, DoNotSchedule spread constraints and volumes. For every Admit, the
-released pods (pinned to their nodes) must pass an independent model of kube-scheduler's filters
-(scheduler_reference.py) whatever order they are bound in, both with every pod of the snapshot on
-its node and with only the bound, not terminating ones (released pods of other groups may not be
-bound yet, terminating ones may be gone); and, unpinned, they must be placeable in some order (the
-spread constraints are honoured as the user meant them, not only as the pin lets them pass).
+(anti-)affinity, host ports, DoNotSchedule spread constraints and volumes (CSI attach limits with
+VolumeAttachments and strict drivers, storage capacity). For every Admit, the released pods (pinned
+to their nodes) must pass an independent model of kube-scheduler's filters (scheduler_reference.py)
+whatever order they are bound in, both with every pod of the snapshot on its node and with only the
+bound, not terminating ones (released pods of other groups may not be bound yet, terminating ones may
+be gone); and, unpinned, they must be placeable in some order (the spread constraints are honoured as
+the user meant them, not only as the pin lets them pass).
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from phalanx.placement import (
     SpreadConstraint,
     decide,
 )
+from phalanx.placement.model import CSINodeInfo, CSIView, CSIVolume
 
+DRIVER = "csi.example.com"
 KEY = "example.com/block"
 ZONE = "topology.kubernetes.io/zone"
 NS = "ns"
@@ -56,6 +59,7 @@ class Scenario:
     pods: list[BoundPod]
     group: GroupRequest
     claims: dict[str, ClaimInfo]
+    csi: CSIView
 
 
 def _selector(draw: st.DrawFn) -> LabelSelector:
@@ -130,7 +134,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                     traits=PodTraits(
                         namespace=draw(st.sampled_from([NS, NS, "other"])),
                         labels=(("app", draw(st.sampled_from("abc"))),),
-                        claims=("data",) if not draw(st.integers(0, 6)) else (),
+                        claims=draw(st.sampled_from([(), (), (), ("data",), ("vol-a",), ("vol-b",)])),
                     ),
                     anti_affinity=(_term(draw),) if not draw(st.integers(0, 4)) else (),
                     host_ports=(_port(draw),) if not draw(st.integers(0, 4)) else (),
@@ -139,8 +143,32 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 )
             )
 
+    def volume(handle: str) -> CSIVolume:
+        return CSIVolume(DRIVER, f"{DRIVER}/{handle}", migrated=not draw(st.integers(0, 5)))
+
+    csi_nodes = {}
+    for n in nodes:
+        if draw(st.integers(0, 3)):
+            limit = draw(st.sampled_from([None, 0, 1, 1, 2, 3]))
+            attached = draw(st.sampled_from([(), (), ("h-a",), ("h-old",)]))
+            csi_nodes[n.name] = CSINodeInfo(
+                drivers=frozenset({DRIVER}) if draw(st.integers(0, 4)) else frozenset(),
+                limits=((DRIVER, limit),) if limit is not None else (),
+                attached=tuple((f"{DRIVER}/{h}", DRIVER) for h in attached),
+            )
+    csi = CSIView(csi_nodes, frozenset({DRIVER}) if not draw(st.integers(0, 4)) else frozenset())
+    zone_a = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(ZONE, "In", ("za",)),))
     claims = {
-        f"{NS}/data": ClaimInfo(read_write_once_pod=bool(draw(st.integers(0, 1)))),
+        f"{NS}/data": ClaimInfo(
+            read_write_once_pod=bool(draw(st.integers(0, 1))),
+            csi=volume("h-data") if draw(st.integers(0, 1)) else None,
+        ),
+        f"{NS}/vol-a": ClaimInfo(csi=volume("h-a")),
+        f"{NS}/vol-b": ClaimInfo(csi=volume("h-b")),
+        f"{NS}/also-a": ClaimInfo(csi=volume("h-a")),
+        f"{NS}/cap": ClaimInfo(
+            capacity_terms=draw(st.sampled_from([None, (), (zone_a,)])), csi=volume("claim:ns/cap")
+        ),
         f"{NS}/pinned": ClaimInfo(
             node_terms=(
                 (
@@ -175,7 +203,27 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             PodTraits(
                 namespace=NS,
                 labels=(("app", draw(st.sampled_from("ab"))), ("idx", str(i % 2))),
-                claims=tuple(draw(st.lists(st.sampled_from(["data", "pinned", "zonal", "ssd"]), max_size=1))),
+                claims=tuple(
+                    draw(
+                        st.lists(
+                            st.sampled_from(
+                                [
+                                    "data",
+                                    "pinned",
+                                    "zonal",
+                                    "ssd",
+                                    "vol-a",
+                                    "vol-b",
+                                    "also-a",
+                                    "cap",
+                                    f"own-{i}",
+                                ]
+                            ),
+                            max_size=2,
+                            unique=True,
+                        )
+                    )
+                ),
             ),
         )
         for i in range(count)
@@ -186,13 +234,15 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         min_count=draw(st.integers(1, count)),
         topology_key=draw(st.sampled_from([KEY, None, None])),
     )
-    return Scenario(nodes, pods, group, claims)
+    for i in range(count):  # each pod's own new volume (an ephemeral claim)
+        claims[f"{NS}/own-{i}"] = ClaimInfo(csi=volume(f"claim:ns/own-{i}"))
+    return Scenario(nodes, pods, group, claims, csi)
 
 
 @SETTINGS
 @given(scenarios(), st.integers(0, 2**32))
 def test_every_admitted_placement_is_bindable_in_any_order(sc: Scenario, seed: int) -> None:
-    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims)
+    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims, sc.csi)
     decision = decide(snapshot, sc.group)
     event(type(decision).__name__ if isinstance(decision, Admit) else decision.reason)
     if isinstance(decision, Reject):
@@ -207,24 +257,26 @@ def test_every_admitted_placement_is_bindable_in_any_order(sc: Scenario, seed: i
     everything = [existing(p) for p in sc.pods]
     settled = [existing(p) for p in sc.pods if p.assigned and not p.terminating]
     for world in (everything, settled):
-        failing = bindable_in_every_order(sc.nodes, world, released, sc.claims)
+        failing = bindable_in_every_order(sc.nodes, world, released, sc.claims, sc.csi)
         assert failing is None, f"kube-scheduler refuses a released pod when binding in the order {failing}"
     unpinned = [incoming(by_id[pod], node, pinned=False) for pod, node in decision.assignments]
-    assert bindable_in_some_order(sc.nodes, everything, unpinned, sc.claims), "not a placement the user meant"
+    assert bindable_in_some_order(sc.nodes, everything, unpinned, sc.claims, sc.csi), (
+        "not a placement the user meant"
+    )
 
     # Deterministic: the same snapshot in another order gives the same decision.
     rng = random.Random(seed)
     nodes, pods = list(sc.nodes), list(sc.pods)
     rng.shuffle(nodes)
     rng.shuffle(pods)
-    assert decide(Snapshot.build(nodes, pods, sc.claims), sc.group) == decision
+    assert decide(Snapshot.build(nodes, pods, sc.claims, sc.csi), sc.group) == decision
 
 
 @SETTINGS
 @given(scenarios())
 def test_assumed_groups_are_seen_by_the_next_decision(sc: Scenario) -> None:
     """After one group is admitted and assumed, a copy of it placed next must respect it too."""
-    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims)
+    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims, sc.csi)
     first = decide(snapshot, sc.group)
     if not isinstance(first, Admit):
         return
@@ -246,11 +298,11 @@ def test_assumed_groups_are_seen_by_the_next_decision(sc: Scenario) -> None:
     first_pods = [incoming(by_id[pod], node) for pod, node in first.assignments]
     released = [incoming(by_id[pod], node) for pod, node in second.assignments]
     world = [existing(p) for p in sc.pods] + first_pods
-    failing = bindable_in_every_order(sc.nodes, world, released, sc.claims)
+    failing = bindable_in_every_order(sc.nodes, world, released, sc.claims, sc.csi)
     assert failing is None, f"the second group breaks on the first one's pods in the order {failing}"
     # The first group's pods, bound in any order after the second's, are not refused either.
     failing = bindable_in_every_order(
-        sc.nodes, [existing(p) for p in sc.pods] + released, first_pods, sc.claims
+        sc.nodes, [existing(p) for p in sc.pods] + released, first_pods, sc.claims, sc.csi
     )
     assert failing is None, f"the first group breaks on the second one's pods in the order {failing}"
 
@@ -261,7 +313,7 @@ def test_the_domain_search_stops_only_when_no_domain_can_do_better(sc: Scenario)
     """The engine's branch and bound picks what packing every domain would: most pods, best fit, name."""
     from phalanx.placement import engine
 
-    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims)
+    snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims, sc.csi)
     decision = decide(snapshot, sc.group)
     if isinstance(decision, Reject) and decision.reason != "Unschedulable":
         return
