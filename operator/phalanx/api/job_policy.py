@@ -1,8 +1,8 @@
 """A Job's Phalanx policy: read from its annotations, checked, and rendered as upstream's spec.scheduling.
 
 A Job opts in with the label ``phalanx.dev/managed: "true"`` and tunes the policy with
-``phalanx.dev/*`` annotations (see ``phalanx.api.keys``). Every problem is reported at once, so a
-user fixes the Job in one go.
+``phalanx.dev/*`` annotations (see ``phalanx.api.keys``). Every problem is reported at once, each naming
+its field (``metadata.annotations[phalanx.dev/min-count]: ...``), so a user fixes the Job in one go.
 """
 
 from __future__ import annotations
@@ -16,13 +16,19 @@ from typing import Any, Final, Literal, TypeVar, get_args
 from phalanx.api.formats import label_key_problems
 from phalanx.api.keys import (
     DISRUPTION_MODE_ANNOTATION,
+    JOB_ANNOTATIONS,
+    JOB_LABELS,
     MANAGED_LABEL,
     MANAGED_VALUE,
     MIN_COUNT_ANNOTATION,
     POLICY_ANNOTATION,
     PREEMPTION_POLICY_ANNOTATION,
+    PREFIX,
     TOPOLOGY_KEY_ANNOTATION,
+    UNMANAGED_VALUE,
+    WRITTEN_BY_PHALANX,
 )
+from phalanx.api.suggest import closest, edit_distance
 
 PolicyKind = Literal["gang", "basic"]
 DisruptionModeKind = Literal["single", "all"]
@@ -36,21 +42,37 @@ DEFAULT_DISRUPTION_MODE: DisruptionModeKind = MODE_SINGLE
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _T = TypeVar("_T", bound=str)
+KeyPlace = Literal["annotation", "label", "field"]
 
 
 @dataclass(frozen=True)
 class PolicyProblem:
-    """One thing wrong with one annotation."""
+    """One thing wrong with one annotation, label or spec field of a Job."""
 
     annotation: str
+    """The annotation or label key (``phalanx.dev/min-count``), or a field path (``spec.parallelism``)."""
     problem: str
+    place: KeyPlace | None = None
+    """Where it is; None: an annotation, or a field when the name is a path (``spec.``, ``metadata.``)."""
+
+    @property
+    def field(self) -> str:
+        """The field at fault, named as the apiserver does: ``metadata.annotations[phalanx.dev/policy]``."""
+        place = self.place
+        if place is None:
+            place = "field" if self.annotation.startswith(("spec.", "metadata.")) else "annotation"
+        if place == "label":
+            return f"metadata.labels[{self.annotation}]"
+        if place == "annotation":
+            return f"metadata.annotations[{self.annotation}]"
+        return self.annotation
 
     def __str__(self) -> str:
-        return f"{self.annotation}: {self.problem}"
+        return f"{self.field}: {self.problem}"
 
 
 class JobPolicyError(ValueError):
-    """A Job's Phalanx annotations are invalid; ``str()`` names every annotation and problem."""
+    """A Job's Phalanx annotations are invalid; ``str()`` names every field and problem."""
 
     def __init__(self, annotation: str, problem: str, *more: PolicyProblem) -> None:
         self.problems: tuple[PolicyProblem, ...] = (PolicyProblem(annotation, problem), *more)
@@ -59,7 +81,11 @@ class JobPolicyError(ValueError):
     @classmethod
     def of(cls, problems: Sequence[PolicyProblem]) -> JobPolicyError:
         first, *rest = problems
-        return cls(first.annotation, first.problem, *rest)
+        error = cls(first.annotation, first.problem, *rest)
+        if first.place is not None:  # keep where the first one is, which the constructor cannot say
+            error.problems = (first, *rest)
+            error.args = ("; ".join(str(p) for p in error.problems),)
+        return error
 
     @property
     def annotation(self) -> str:
@@ -75,6 +101,11 @@ class JobPolicyError(ValueError):
     def annotations(self) -> tuple[str, ...]:
         """Every annotation at fault, in the order reported."""
         return tuple(p.annotation for p in self.problems)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field at fault (``metadata.annotations[...]``, ``metadata.labels[...]``, ``spec...``)."""
+        return tuple(p.field for p in self.problems)
 
 
 @dataclass(frozen=True)
@@ -115,7 +146,7 @@ class JobPolicy:
 
 def is_managed(job: Mapping[str, Any]) -> bool:
     """Whether the Job opted in to Phalanx with the managed label."""
-    labels = (job.get("metadata") or {}).get("labels") or {}
+    labels = _mapping(_mapping(job.get("metadata")).get("labels"))
     return labels.get(MANAGED_LABEL) == MANAGED_VALUE
 
 
@@ -124,19 +155,122 @@ def default_min_count(parallelism: int) -> int:
     return max(1, parallelism)
 
 
+def key_problems(job: Mapping[str, Any], *, creating: bool = True) -> list[PolicyProblem]:
+    """The Job's ``phalanx.dev/`` keys Phalanx does not know, or finds in the wrong place, each with a
+    did-you-mean; a managed label that is neither true nor false; a key only Phalanx writes, set at creation.
+
+    A misspelt key would otherwise be ignored in silence and the Job scheduled other than asked.
+    """
+    meta = _mapping(job.get("metadata"))
+    problems: list[PolicyProblem] = []
+    sides: tuple[tuple[KeyPlace, tuple[str, ...], tuple[str, ...]], ...] = (
+        ("annotation", JOB_ANNOTATIONS, JOB_LABELS),
+        ("label", JOB_LABELS, JOB_ANNOTATIONS),
+    )
+    for place, own, other in sides:
+        keys = _mapping(meta.get(f"{place}s"))
+        for raw_key, value in keys.items():
+            key = str(raw_key)
+            text = _key_problem(key, place, own, other, creating)
+            if text:
+                problems.append(PolicyProblem(key, text, place))
+            elif place == "label" and key == MANAGED_LABEL:
+                text = _managed_value_problem(value)
+                if text:
+                    problems.append(PolicyProblem(key, text, "label"))
+    return problems
+
+
+def _key_problem(key: str, place: KeyPlace, own: Sequence[str], other: Sequence[str], creating: bool) -> str:
+    other_place = "label" if place == "annotation" else "annotation"
+    if key in own:
+        if creating and key in WRITTEN_BY_PHALANX:
+            return "is written by Phalanx when it requeues the Job, not by users; remove it"
+        return ""
+    if key in other:
+        return (
+            f"is {_a(other_place)}, not {_a(place)}: Phalanx does not read it here; "
+            f"move it to metadata.{other_place}s"
+        )
+    prefix, _, name = key.rpartition("/")
+    if prefix == PREFIX:
+        return f"unknown Phalanx {place}" + _suggestion(name, place, own, other, show_known=True)
+    if prefix and _looks_like_our_prefix(prefix):
+        hint = _suggestion(name, place, own, other, show_known=False)
+        if hint:  # a key of somebody else's that merely resembles ours is left alone
+            return f"Phalanx reads {PREFIX}/ keys only, so this one is ignored" + hint
+    return ""
+
+
+def _looks_like_our_prefix(prefix: str) -> bool:
+    lowered = prefix.lower()
+    return "phalanx" in lowered or edit_distance(lowered, PREFIX) <= 2
+
+
+def _suggestion(
+    name: str, place: KeyPlace, own: Sequence[str], other: Sequence[str], show_known: bool
+) -> str:
+    names = {k.rpartition("/")[2]: k for k in (*own, *other) if k not in WRITTEN_BY_PHALANX}
+    match = closest(name, names)
+    if match is not None:
+        key = names[match]
+        where = "" if key in own else f" ({_a(_place_of(key))})"
+        return f"; did you mean {key}{where}?"
+    if not show_known:
+        return ""
+    known = [k for k in own if k not in WRITTEN_BY_PHALANX]
+    return f"; the known {place}s are {', '.join(known)}"
+
+
+def _a(place: str) -> str:
+    return f"an {place}" if place[0] in "aeiou" else f"a {place}"
+
+
+def _place_of(key: str) -> str:
+    return "label" if key in JOB_LABELS else "annotation"
+
+
+def _managed_value_problem(value: Any) -> str:
+    text = str(value)
+    if text in (MANAGED_VALUE, UNMANAGED_VALUE):
+        return ""
+    hint = ""
+    match = closest(text, (MANAGED_VALUE, UNMANAGED_VALUE), limit=1)
+    if match is not None:
+        hint = f"; did you mean {match}?"
+    return (
+        f"{_quote(text)} is not one of {MANAGED_VALUE}, {UNMANAGED_VALUE} (values are case-sensitive: "
+        f"{MANAGED_VALUE} opts the Job in, {UNMANAGED_VALUE} or no label leaves it alone){hint}"
+    )
+
+
 def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPolicy:
     """The policy a Job asks for; raises JobPolicyError listing every invalid annotation.
 
     `running`: the Job exists and may have been scaled below its min-count (to drain it, say); the gang
     then clamps to what the Job runs at once, as for its last wave, instead of being an error. At
-    creation (`running=False`) such a min-count is refused.
+    creation (`running=False`) such a min-count is refused, and so are unknown ``phalanx.dev/`` keys
+    (see `key_problems`); a running Job is judged on what it asks for, not on keys it was created with.
     """
-    annotations: Mapping[str, Any] = (job.get("metadata") or {}).get("annotations") or {}
-    spec: Mapping[str, Any] = job.get("spec") or {}
     problems: list[PolicyProblem] = []
 
     def problem(annotation: str, text: str) -> None:
         problems.append(PolicyProblem(annotation, text))
+
+    raw_meta = job.get("metadata")
+    meta = _mapping(raw_meta)
+    raw_annotations = meta.get("annotations")
+    annotations = _mapping(raw_annotations)
+    if raw_meta is not None and not isinstance(raw_meta, Mapping):
+        problem("metadata", "must be an object")
+    if raw_annotations is not None and not isinstance(raw_annotations, Mapping):
+        problem("metadata.annotations", "must be a map of strings to strings")
+    if not running:
+        problems.extend(key_problems(job))
+    raw_spec = job.get("spec")
+    if raw_spec is not None and not isinstance(raw_spec, Mapping):
+        problem("spec", "must be an object")
+    spec = _mapping(raw_spec)
 
     parallelism = spec.get("parallelism")
     if parallelism is None:
@@ -210,20 +344,34 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         if preemption is None:
             choices = _listing(PreemptionPolicyKind)
             problem(PREEMPTION_POLICY_ANNOTATION, f"{_quote(raw_preemption)} is not one of {choices}")
+        elif policy == POLICY_BASIC and not running:
+            # Phalanx never preempts for a basic group: kube-scheduler places its pods one by one, with
+            # their PriorityClass's preemptionPolicy. Accepting the annotation would promise what is not done.
+            problem(
+                PREEMPTION_POLICY_ANNOTATION,
+                f"{_quote(raw_preemption)} only applies to policy gang (kube-scheduler places a basic "
+                f"group's pods one by one, with their PriorityClass's preemptionPolicy), but {policy_text}",
+            )
 
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
-    template_spec = ((spec.get("template") or {}).get("spec")) or {}
+    template_spec = _mapping(_mapping(spec.get("template")).get("spec"))
+    priority_class = template_spec.get("priorityClassName")
     return JobPolicy(
         policy=policy,
         min_count=min_count if policy == POLICY_GANG else None,
         topology_key=topology_key,
         disruption_mode=mode,
-        priority_class_name=template_spec.get("priorityClassName") or None,
+        priority_class_name=priority_class if isinstance(priority_class, str) and priority_class else None,
         preemption_policy=preemption,
         parallelism=parallelism,
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else empty: a malformed body is reported, never a crash."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _value(annotations: Mapping[str, Any], name: str) -> str | None:

@@ -7,6 +7,7 @@ PREFIX = "phalanx.dev"
 # On a Job: opt in (label) and choose the policy (annotations).
 MANAGED_LABEL = f"{PREFIX}/managed"
 MANAGED_VALUE = "true"
+UNMANAGED_VALUE = "false"  # an explicit opt-out; any other value is refused (a typo would opt out silently)
 POLICY_ANNOTATION = f"{PREFIX}/policy"
 MIN_COUNT_ANNOTATION = f"{PREFIX}/min-count"
 TOPOLOGY_KEY_ANNOTATION = f"{PREFIX}/topology-key"
@@ -23,6 +24,12 @@ POLICY_ANNOTATIONS = (
 # On a Job that Phalanx suspended to requeue it whole (preempted, or its domain failed): why. Phalanx resumes
 # the Job once its pods are gone and removes the annotation; its new pods wait for a whole placement.
 REQUEUED_ANNOTATION = f"{PREFIX}/requeued"
+
+# Every phalanx.dev/ key a Job may carry: any other is refused at creation with a did-you-mean, so a
+# misspelt key is not silently ignored. A new Job key is known once it is listed here.
+JOB_ANNOTATIONS = (*POLICY_ANNOTATIONS, REQUEUED_ANNOTATION)
+JOB_LABELS = (MANAGED_LABEL,)
+WRITTEN_BY_PHALANX = (REQUEUED_ANNOTATION,)  # refused when a user sets it at creation
 
 # On pods: held back by this scheduling gate until their group is admitted.
 ADMISSION_GATE = f"{PREFIX}/admission"

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.records import (
+    CompositePodGroupRecord,
     JobRecord,
     PodGroupRecord,
     PodRecord,
@@ -42,7 +43,7 @@ log = logging.getLogger("phalanx.cache")
 EXPECTATION_TTL_SECONDS = 30.0  # how long a write of ours masks watch events older than it
 EVICTION_BLOCK_SECONDS = 30.0  # how long a pod a budget protected is left out of victim choices
 R = TypeVar("R")
-S = TypeVar("S", PodGroupRecord, WorkloadRecord)
+S = TypeVar("S", PodGroupRecord, WorkloadRecord, CompositePodGroupRecord)
 
 
 @dataclass
@@ -119,6 +120,7 @@ class _Store(Generic[R]):
 
 
 POD, JOB, POD_GROUP, WORKLOAD, TOPOLOGY = "Pod", "Job", "PodGroup", "Workload", "Topology"
+COMPOSITE = "CompositePodGroup"
 
 
 class ClusterCache:
@@ -128,6 +130,8 @@ class ClusterCache:
         self.jobs: dict[str, JobRecord] = {}  # by uid
         self.pod_groups: _Store[PodGroupRecord] = _Store()
         self.workloads: _Store[WorkloadRecord] = _Store()
+        # by namespace/name; by_job: the root of a Job's slices
+        self.composite_pod_groups: _Store[CompositePodGroupRecord] = _Store()
         self.priority_classes: dict[str, PriorityClassRecord] = {}
         self.pods_by_job: dict[str, set[str]] = defaultdict(set)
         # Pods no Job made that join a PodGroup by label, by "<namespace>/<label value>".
@@ -172,6 +176,8 @@ class ClusterCache:
             self._put_job(JobRecord.from_body(body))
         elif kind == TOPOLOGY:
             self._put_topology(body)
+        elif kind == COMPOSITE:
+            self._put_composite(body)
 
     # -- nodes
     def upsert_node(self, body: Mapping[str, Any]) -> None:
@@ -325,7 +331,8 @@ class ClusterCache:
             # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
             log.warning("ignoring PodGroup %s: %s", _key(body), e.errors()[:3])
             return None
-        return self._put(self.pod_groups, record, record.job_uid, wake)
+        # A Job's slices (groups under its CompositePodGroup) are found through their parent, not by Job.
+        return self._put(self.pod_groups, record, "" if record.parent else record.job_uid, wake)
 
     def upsert_workload(self, body: Mapping[str, Any], *, own_write: bool = False) -> WorkloadRecord:
         key = _key(body)
@@ -350,6 +357,28 @@ class ClusterCache:
         if old != record:
             self._touch(wake)
         return record
+
+    def upsert_composite_pod_group(
+        self, body: Mapping[str, Any], *, own_write: bool = False
+    ) -> CompositePodGroupRecord | None:
+        key = _key(body)
+        if own_write:
+            self.expectations.wrote(COMPOSITE, key, _version(body), _pod_group_reflects(body))
+        elif not self.expectations.admit(COMPOSITE, key, body):
+            return self.composite_pod_groups.get(key)
+        return self._put_composite(body, wake=not own_write)
+
+    def _put_composite(self, body: Mapping[str, Any], wake: bool = True) -> CompositePodGroupRecord | None:
+        try:
+            record = CompositePodGroupRecord.from_body(body)
+        except ValidationError as e:
+            log.warning("ignoring CompositePodGroup %s: %s", _key(body), e.errors()[:3])
+            return None
+        # Only a root is indexed by its Job: a Job's slices hang under one CompositePodGroup.
+        return self._put(self.composite_pod_groups, record, "" if record.parent else record.job_uid, wake)
+
+    def delete_composite_pod_group(self, namespace: str, name: str) -> None:
+        self._delete(self.composite_pod_groups, COMPOSITE, f"{namespace}/{name}")
 
     def delete_pod_group(self, namespace: str, name: str) -> None:
         self._delete(self.pod_groups, POD_GROUP, f"{namespace}/{name}")

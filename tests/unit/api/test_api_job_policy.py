@@ -122,7 +122,7 @@ def test_surrounding_whitespace_is_forgiven() -> None:
 
 
 def test_unrelated_annotations_are_ignored() -> None:
-    assert parse_job_policy(job({"phalanx.dev/other": "x", "team": "ml"})) == parse_job_policy(job())
+    assert parse_job_policy(job({"example.com/other": "x", "team": "ml"})) == parse_job_policy(job())
 
 
 def test_managed_label() -> None:
@@ -139,46 +139,77 @@ def test_managed_label() -> None:
 @pytest.mark.parametrize(
     ("annotations", "parallelism", "message"),
     [
-        ({MIN_COUNT_ANNOTATION: "abc"}, 4, 'phalanx.dev/min-count: "abc" is not an integer'),
-        ({MIN_COUNT_ANNOTATION: "2.5"}, 4, 'phalanx.dev/min-count: "2.5" is not an integer'),
-        ({MIN_COUNT_ANNOTATION: ""}, 4, 'phalanx.dev/min-count: "" is not an integer'),
-        ({MIN_COUNT_ANNOTATION: "5"}, 4, "phalanx.dev/min-count: 5 is greater than parallelism 4"),
-        ({MIN_COUNT_ANNOTATION: "2"}, None, "phalanx.dev/min-count: 2 is greater than parallelism 1"),
-        ({MIN_COUNT_ANNOTATION: "0"}, 4, "phalanx.dev/min-count: 0 must be at least 1"),
-        ({MIN_COUNT_ANNOTATION: "-3"}, 4, "phalanx.dev/min-count: -3 must be at least 1"),
-        ({POLICY_ANNOTATION: "foo"}, 4, 'phalanx.dev/policy: "foo" is not one of gang, basic'),
-        ({POLICY_ANNOTATION: "Gang"}, 4, 'phalanx.dev/policy: "Gang" is not one of gang, basic'),
+        (
+            {MIN_COUNT_ANNOTATION: "abc"},
+            4,
+            'metadata.annotations[phalanx.dev/min-count]: "abc" is not an integer',
+        ),
+        (
+            {MIN_COUNT_ANNOTATION: "2.5"},
+            4,
+            'metadata.annotations[phalanx.dev/min-count]: "2.5" is not an integer',
+        ),
+        ({MIN_COUNT_ANNOTATION: ""}, 4, 'metadata.annotations[phalanx.dev/min-count]: "" is not an integer'),
+        (
+            {MIN_COUNT_ANNOTATION: "5"},
+            4,
+            "metadata.annotations[phalanx.dev/min-count]: 5 is greater than parallelism 4",
+        ),
+        (
+            {MIN_COUNT_ANNOTATION: "2"},
+            None,
+            "metadata.annotations[phalanx.dev/min-count]: 2 is greater than parallelism 1",
+        ),
+        ({MIN_COUNT_ANNOTATION: "0"}, 4, "metadata.annotations[phalanx.dev/min-count]: 0 must be at least 1"),
+        (
+            {MIN_COUNT_ANNOTATION: "-3"},
+            4,
+            "metadata.annotations[phalanx.dev/min-count]: -3 must be at least 1",
+        ),
+        (
+            {POLICY_ANNOTATION: "foo"},
+            4,
+            'metadata.annotations[phalanx.dev/policy]: "foo" is not one of gang, basic',
+        ),
+        (
+            {POLICY_ANNOTATION: "Gang"},
+            4,
+            'metadata.annotations[phalanx.dev/policy]: "Gang" is not one of gang, basic',
+        ),
         (
             {TOPOLOGY_KEY_ANNOTATION: "bad key!"},
             4,
-            'phalanx.dev/topology-key: "bad key!" is not a valid label key: name part must consist of '
-            "alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character",
+            'metadata.annotations[phalanx.dev/topology-key]: "bad key!" is not a valid label key: '
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and start and end with an "
+            "alphanumeric character",
         ),
         (
             {TOPOLOGY_KEY_ANNOTATION: ""},
             4,
-            'phalanx.dev/topology-key: "" is not a valid label key: must not be empty',
+            'metadata.annotations[phalanx.dev/topology-key]: "" is not a valid label key: must not be empty',
         ),
         (
             {DISRUPTION_MODE_ANNOTATION: "some"},
             4,
-            'phalanx.dev/disruption-mode: "some" is not one of single, all',
+            'metadata.annotations[phalanx.dev/disruption-mode]: "some" is not one of single, all',
         ),
         (
             {POLICY_ANNOTATION: "basic", MIN_COUNT_ANNOTATION: "2"},
             4,
-            'phalanx.dev/min-count: "2" only applies to policy gang, but phalanx.dev/policy is basic',
+            'metadata.annotations[phalanx.dev/min-count]: "2" only applies to policy gang, '
+            "but phalanx.dev/policy is basic",
         ),
         (
             {POLICY_ANNOTATION: "basic", DISRUPTION_MODE_ANNOTATION: "all"},
             4,
-            'phalanx.dev/disruption-mode: "all" needs policy gang, but phalanx.dev/policy is basic',
+            'metadata.annotations[phalanx.dev/disruption-mode]: "all" needs policy gang, '
+            "but phalanx.dev/policy is basic",
         ),
         (
             {POLICY_ANNOTATION: "basic", TOPOLOGY_KEY_ANNOTATION: "rack"},
             4,
-            'phalanx.dev/topology-key: "rack" needs policy gang (pods placed one by one cannot be held in '
-            "one domain), but phalanx.dev/policy is basic",
+            'metadata.annotations[phalanx.dev/topology-key]: "rack" needs policy gang '
+            "(pods placed one by one cannot be held in one domain), but phalanx.dev/policy is basic",
         ),
     ],
 )
@@ -188,9 +219,11 @@ def test_rejections_are_one_clear_line(
     error = rejection(annotations, parallelism)
     assert str(error) == message
     assert "\n" not in str(error)
-    (annotation,) = annotations if len(annotations) == 1 else [message.split(":")[0]]
+    field = message.split("]: ")[0] + "]"
+    annotation = field.removeprefix("metadata.annotations[").removesuffix("]")
     assert error.annotation == annotation
-    assert str(error).startswith(f"{annotation}: ")
+    assert error.fields[0] == field
+    assert str(error).startswith(f"{field}: ")
 
 
 def test_all_problems_are_reported_together() -> None:
@@ -213,10 +246,10 @@ def test_error_can_be_raised_with_one_problem_or_many() -> None:
     assert (one.annotation, one.problem, str(one)) == (
         MIN_COUNT_ANNOTATION,
         "0 must be at least 1",
-        "phalanx.dev/min-count: 0 must be at least 1",
+        "metadata.annotations[phalanx.dev/min-count]: 0 must be at least 1",
     )
-    many = JobPolicyError.of([PolicyProblem("a", "x"), PolicyProblem("b", "y")])
-    assert str(many) == "a: x; b: y"
+    many = JobPolicyError.of([PolicyProblem("a", "x"), PolicyProblem("spec.b", "y")])
+    assert str(many) == "metadata.annotations[a]: x; spec.b: y"
     assert isinstance(many, ValueError)
 
 
@@ -329,5 +362,5 @@ def test_the_preemption_policy_annotation() -> None:
     policy = parse_job_policy(job({PREEMPTION_POLICY_ANNOTATION: "Never"}))
     assert policy.preemption_policy == "Never"
     assert annotations_for(policy)[PREEMPTION_POLICY_ANNOTATION] == "Never"
-    with pytest.raises(JobPolicyError, match=r'phalanx\.dev/preemption-policy: "never" is not one of'):
+    with pytest.raises(JobPolicyError, match=r'phalanx\.dev/preemption-policy\]: "never" is not one of'):
         parse_job_policy(job({PREEMPTION_POLICY_ANNOTATION: "never"}))

@@ -224,22 +224,23 @@ def test_invalid_yaml_is_an_error() -> None:
         ),
         (
             {"schedulingPolicy": {"basic": {}}, "schedulingConstraints": {"topology": [{"key": NB}]}},
-            f'spec.scheduling: Phalanx would refuse the converted Job: phalanx.dev/topology-key: "{NB}" '
-            "needs policy gang (pods placed one by one cannot be held in one domain), but "
-            "phalanx.dev/policy is basic",
+            "spec.scheduling: Phalanx would refuse the converted Job: "
+            f'metadata.annotations[phalanx.dev/topology-key]: "{NB}" needs policy gang (pods placed one '
+            "by one cannot be held in one domain), but phalanx.dev/policy is basic",
         ),
         (
             {"schedulingPolicy": {"basic": {}}, "disruptionMode": {"all": {}}},
-            'phalanx.dev/disruption-mode: "all" needs policy gang, but phalanx.dev/policy is basic',
+            'metadata.annotations[phalanx.dev/disruption-mode]: "all" needs policy gang, '
+            "but phalanx.dev/policy is basic",
         ),
         (
             {"schedulingPolicy": {"gang": {"minCount": 5}}},
-            "spec.scheduling: Phalanx would refuse the converted Job: phalanx.dev/min-count: 5 is greater "
-            "than parallelism 4",
+            "spec.scheduling: Phalanx would refuse the converted Job: "
+            "metadata.annotations[phalanx.dev/min-count]: 5 is greater than parallelism 4",
         ),
         (
             {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": "bad key!"}]}},
-            'phalanx.dev/topology-key: "bad key!" is not a valid label key',
+            'metadata.annotations[phalanx.dev/topology-key]: "bad key!" is not a valid label key',
         ),
     ],
 )

@@ -212,8 +212,8 @@ def test_invalid_annotations_are_said() -> None:
     job = managed_job(**{"phalanx.dev/min-count": "abc"})
     text = explain(facts(job=job, group=None))
     assert (
-        ': Phalanx cannot schedule it: its annotations are invalid: phalanx.dev/min-count: "abc" '
-        "is not an integer" in text
+        ": Phalanx cannot schedule it: its annotations are invalid: "
+        'metadata.annotations[phalanx.dev/min-count]: "abc" is not an integer' in text
     )
 
 
