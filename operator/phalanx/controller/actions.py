@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from phalanx.api.compositepodgroup import CompositePodGroup
 from phalanx.api.podgroup import PodGroup
-from phalanx.api.status import Admission, PodGroupStatus
+from phalanx.api.status import Admission, GroupStatus
 from phalanx.api.topology import TopologyStatus
 from phalanx.api.workload import Workload
 from phalanx.controller.refs import ObjectRef
@@ -34,6 +35,13 @@ class CreatePodGroup:
 
 
 @dataclass(frozen=True)
+class CreateCompositePodGroup:
+    """Create a CompositePodGroup (the root of a Job's slices, planned with its PodGroups)."""
+
+    group: CompositePodGroup
+
+
+@dataclass(frozen=True)
 class PatchMinCount:
     pod_group: ObjectRef
     min_count: int
@@ -41,9 +49,12 @@ class PatchMinCount:
 
 @dataclass(frozen=True)
 class RecordAdmission:
-    """Write the decision on the PodGroup before any of its pods is released (the restart path reads it)."""
+    """Write the decision on the PodGroup before any of its pods is released (the restart path reads it).
 
-    pod_group: ObjectRef
+    For a tree of groups, first on the root CompositePodGroup (the whole tree's pods, one atomic write),
+    then on each PodGroup (its own pods)."""
+
+    pod_group: ObjectRef  # a PodGroup, or a CompositePodGroup
     admission: Admission
     # The PodGroup version the decision was planned on: the write fails (409) if the group changed since,
     # so a replica whose view lags (a new leader) never records a second decision over a newer one.
@@ -101,8 +112,8 @@ class ResumeJob:
 
 @dataclass(frozen=True)
 class PatchStatus:
-    pod_group: ObjectRef
-    status: PodGroupStatus
+    pod_group: ObjectRef  # a PodGroup, or a CompositePodGroup
+    status: GroupStatus
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,7 @@ class DeleteObject:
 Action = (
     CreateWorkload
     | CreatePodGroup
+    | CreateCompositePodGroup
     | PatchMinCount
     | RecordAdmission
     | ReleasePod

@@ -15,16 +15,26 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api import keys
-from phalanx.api.group import API_VERSION, POD_GROUP_KIND, POD_GROUPS, TOPOLOGIES, WORKLOAD_KIND, WORKLOADS
+from phalanx.api.group import (
+    API_VERSION,
+    COMPOSITE_POD_GROUP_KIND,
+    COMPOSITE_POD_GROUPS,
+    POD_GROUP_KIND,
+    POD_GROUPS,
+    TOPOLOGIES,
+    WORKLOAD_KIND,
+    WORKLOADS,
+)
 from phalanx.controller import metrics
 from phalanx.controller.actions import (
     CONCURRENT,
     Action,
+    CreateCompositePodGroup,
     CreatePodGroup,
     CreateWorkload,
     DeleteObject,
@@ -119,10 +129,12 @@ def describe(action: Action) -> str:
             return f"creating Workload {w.metadata.get('name')}"
         case CreatePodGroup(pod_group=g):
             return f"creating PodGroup {g.metadata.get('name')}"
+        case CreateCompositePodGroup(group=g):
+            return f"creating CompositePodGroup {g.metadata.get('name')}"
         case PatchMinCount(pod_group=g, min_count=n):
             return f"setting minCount {n} on PodGroup {g.name}"
         case RecordAdmission(pod_group=g):
-            return f"recording the admission on PodGroup {g.name}"
+            return f"recording the admission on {g.kind} {g.name}"
         case ReleasePod(pod=p, node=n):
             return f"releasing pod {p.name} to node {n}"
         case LabelPod(pod=p):
@@ -130,7 +142,7 @@ def describe(action: Action) -> str:
         case UngatePod(pod=p):
             return f"removing the gate of pod {p.name}"
         case PatchStatus(pod_group=g):
-            return f"writing the status of PodGroup {g.name}"
+            return f"writing the status of {g.kind} {g.name}"
         case PatchTopologyStatus(topology=t):
             return f"writing the status of Topology {t.name}"
         case PostEvent(reason=r):
@@ -163,6 +175,11 @@ def _api_message(body: str) -> str:
     except (ValueError, TypeError):
         return ""
     return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def _plural(ref: ObjectRef) -> str:
+    """PodGroups and CompositePodGroups take the same status writes."""
+    return COMPOSITE_POD_GROUPS if ref.kind == COMPOSITE_POD_GROUP_KIND else POD_GROUPS
 
 
 def _runs(actions: Sequence[Action]) -> list[list[Action]]:
@@ -237,7 +254,8 @@ class Applier:
         what = describe(action)
         log.warning("%s: %s failed: %s; retrying in %.1f s", group.key, what, text, delay)
         if group.job is not None and not isinstance(action, PostEvent):
-            reason = "FailedCreate" if isinstance(action, CreateWorkload | CreatePodGroup) else "FailedSync"
+            creating = isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup)
+            reason = "FailedCreate" if creating else "FailedSync"
             await self._post(
                 group.job, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
             )
@@ -251,12 +269,19 @@ class Applier:
 
     def _resolved(self, ref: ObjectRef) -> ObjectRef:
         """A PodGroup planned in this pass has no uid in the plan; it has one once created."""
-        if ref.uid or ref.kind != POD_GROUP_KIND:
+        if ref.uid or ref.kind not in (POD_GROUP_KIND, COMPOSITE_POD_GROUP_KIND):
             return ref
-        record = self.cache.pod_groups.get(ref.key)
+        store = self.cache.pod_groups if ref.kind == POD_GROUP_KIND else self.cache.composite_pod_groups
+        record = store.get(ref.key)
         if record is None:
             return ref
         return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, record.uid)
+
+    def _upsert_group(self, ref: ObjectRef, body: dict[str, Any]) -> None:
+        if ref.kind == COMPOSITE_POD_GROUP_KIND:
+            self.cache.upsert_composite_pod_group(body, own_write=True)
+        else:
+            self.cache.upsert_pod_group(body, own_write=True)
 
     async def _one(self, action: Action) -> None:
         cache, kube = self.cache, self.kube
@@ -280,6 +305,9 @@ class Applier:
                     )
                 created = await kube.create_object(POD_GROUPS, body)
                 cache.upsert_pod_group(created, own_write=True)
+            case CreateCompositePodGroup(group=composite):
+                created = await kube.create_object(COMPOSITE_POD_GROUPS, composite.to_api())
+                cache.upsert_composite_pod_group(created, own_write=True)
             case PatchMinCount(pod_group=ref, min_count=count):
                 patched = await kube.patch_spec(
                     POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
@@ -287,9 +315,9 @@ class Applier:
                 cache.upsert_pod_group(patched, own_write=True)
             case RecordAdmission(pod_group=ref, admission=admission, resource_version=version):
                 patched = await kube.patch_status(
-                    POD_GROUPS, ref.namespace, ref.name, {"admission": admission.to_api()}, version
+                    _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
                 )
-                cache.upsert_pod_group(patched, own_write=True)
+                self._upsert_group(ref, patched)
                 self.faults.reached(AFTER_RECORD)
             case ReleasePod(pod=pod, node=node, pod_group=group_name):
                 released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
@@ -307,9 +335,9 @@ class Applier:
             case PatchStatus(pod_group=ref, status=status):
                 self.faults.reached(BEFORE_STATUS)
                 patched = await kube.patch_status(
-                    POD_GROUPS, ref.namespace, ref.name, status_patch(status)["status"]
+                    _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
                 )
-                cache.upsert_pod_group(patched, own_write=True)
+                self._upsert_group(ref, patched)
             case PatchTopologyStatus(topology=ref, status=topology_status):
                 written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
                 cache.upsert_topology(written, own_write=True)
@@ -318,10 +346,12 @@ class Applier:
             case RememberAnnounced(key=key, message=message):
                 cache.announced[key] = message
             case DeleteObject(target=target):
-                plural = WORKLOADS if target.kind == WORKLOAD_KIND else POD_GROUPS
+                plural = WORKLOADS if target.kind == WORKLOAD_KIND else _plural(target)
                 await kube.delete_object(plural, target.namespace, target.name)
                 if target.kind == WORKLOAD_KIND:
                     cache.delete_workload(target.namespace, target.name)
+                elif target.kind == COMPOSITE_POD_GROUP_KIND:
+                    cache.delete_composite_pod_group(target.namespace, target.name)
                 else:
                     cache.delete_pod_group(target.namespace, target.name)
             case EvictPod(pod=pod, reason=reason, message=message):

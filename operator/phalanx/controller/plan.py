@@ -46,6 +46,7 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
+from phalanx.controller.plan_composite import TreeState, schedule_tree
 from phalanx.controller.preempt import (
     GroupOfJob,
     Victims,
@@ -96,6 +97,10 @@ class ClusterState:
     pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
+    # Trees rooted at a CompositePodGroup and standalone PodGroups no Job owns (plan_composite.py).
+    trees: tuple[TreeState, ...] = ()
+    # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ class _Pass:
     now: dt.datetime
     victims: Victims
     node_failure_grace: float = 30.0
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
     preempted: Counter[str] = field(default_factory=Counter)  # group key -> pods it preempted this pass
@@ -623,6 +629,7 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
         now=now,
         victims=victims,
         node_failure_grace=state.node_failure_grace,
+        levels=state.levels,
     )
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
     groups_first: list[GroupPlan] = []  # Jobs released from Phalanx
@@ -676,4 +683,11 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
                 job_state.job.key, tuple(actions), job_state.job.ref, released, latency, preempted
             )
             groups.append(plan_of_group)
+    # Trees of groups after the Jobs (each tree still all or nothing; the snapshot carries what Jobs took).
+    for tree in sorted(state.trees, key=lambda t: (-t.priority, t.key)):
+        if tree.key in state.backing_off:
+            continue
+        tree_plan = schedule_tree(tree, ctx)
+        if tree_plan is not None:
+            groups.append(tree_plan)
     return Plan(tuple(groups), dict(ctx.waiting), tuple(ctx.decision_seconds))

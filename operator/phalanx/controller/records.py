@@ -16,10 +16,11 @@ from typing import Any
 from phalanx.api import cluster_objects
 from phalanx.api import keys as names
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
-from phalanx.api.group import API_VERSION, POD_GROUP_KIND, WORKLOAD_KIND
+from phalanx.api.compositepodgroup import CompositePodGroupSpec
+from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
-from phalanx.api.status import PodGroupStatus
+from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
     NO_TRAITS,
@@ -330,6 +331,11 @@ class PodGroupRecord:
             return None
         return constraints.topology[0].key
 
+    @property
+    def parent(self) -> str:
+        """The CompositePodGroup it belongs to ("" for a root group)."""
+        return self.spec.parent_composite_pod_group_name or ""
+
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodGroupRecord:
         """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
@@ -342,6 +348,60 @@ class PodGroupRecord:
             generation=int(meta.get("generation") or 1),
             spec=PodGroupSpec.model_validate(body.get("spec") or {}),
             status=PodGroupStatus.model_validate(body.get("status") or {}),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompositePodGroupRecord:
+    """A CompositePodGroup as last seen: a node of a tree of groups placed all or nothing."""
+
+    uid: str
+    namespace: str
+    name: str
+    job_uid: str  # the controlling Job (Job slices), "" for a hand-made group
+    generation: int
+    spec: CompositePodGroupSpec
+    status: CompositePodGroupStatus
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, COMPOSITE_POD_GROUP_KIND, self.namespace, self.name, self.uid)
+
+    @property
+    def parent(self) -> str:
+        return self.spec.parent_composite_pod_group_name or ""
+
+    @property
+    def min_group_count(self) -> int | None:
+        """Child groups that must be placed together; None for basic (each child on its own)."""
+        gang = self.spec.scheduling_policy.gang
+        return None if gang is None else gang.min_group_count
+
+    @property
+    def topology_key(self) -> str | None:
+        constraints = self.spec.scheduling_constraints
+        if constraints is None or not constraints.topology:
+            return None
+        return constraints.topology[0].key
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> CompositePodGroupRecord:
+        """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
+        meta = _meta(body)
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            job_uid=_job_owner_uid(meta),
+            generation=int(meta.get("generation") or 1),
+            spec=CompositePodGroupSpec.model_validate(body.get("spec") or {}),
+            status=CompositePodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 

@@ -19,6 +19,7 @@ from phalanx.controller.apply import Applier, Backoff, EventSink, GroupResult
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
+from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
 from phalanx.controller.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
 
 log = logging.getLogger("phalanx.scheduler")
@@ -46,8 +47,15 @@ def cluster_state(
                 pods=tuple(cache.job_pods(uid)),
             )
         )
+    trees = hand_made_trees(
+        cache.composite_pod_groups.items.values(),
+        cache.pod_groups.items.values(),
+        hand_made_pods(cache.group_label_pods),
+    )
     return ClusterState(
         jobs=tuple(jobs),
+        trees=trees,
+        levels={label: t.levels for label, t in cache.topology_index.by_label.items()},
         snapshot=cache.snapshot(),
         # Read-only views, not copies (50,000 nodes): plan() reads them synchronously, before the
         # applier changes anything.
@@ -112,10 +120,12 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
-        backoff.forget_missing(
-            {job.key for job in self.cache.jobs.values()} | {GROUP_KEY_PREFIX + t.name for t in topologies}
-        )
         state = cluster_state(self.cache, backoff.waiting(), self.node_failure_grace)
+        backoff.forget_missing(
+            {job.key for job in self.cache.jobs.values()}
+            | {GROUP_KEY_PREFIX + t.name for t in topologies}
+            | {tree.key for tree in state.trees}
+        )
         now = dt.datetime.now(dt.UTC)
         decided = plan(state, now)
         # Topologies' status (node count, Active): patched only when it differs from what it should be.

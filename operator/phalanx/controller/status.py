@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from phalanx.api import conditions as c
 from phalanx.api.conditions import Condition, ConditionStatus
@@ -23,12 +23,15 @@ from phalanx.api.status import (
     UNSCHEDULABLE,
     WAITING_FOR_PODS,
     Admission,
+    GroupStatus,
     Phase,
     PodGroupStatus,
     Reservation,
 )
 
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
+
+G = TypeVar("G", bound=GroupStatus)
 
 # A status patch replaces these whole; a None among them is written as null (cleared).
 STATUS_FIELDS = tuple(PodGroupStatus.model_fields)
@@ -58,6 +61,7 @@ class GroupFacts:
     held: bool = True  # its pods are born behind Phalanx's gate (False: a Job labelled after creation)
     finished_how: str = ""  # "succeeded" or "failed (...)" once finished
     requeued: str = ""  # why Phalanx suspended the Job to place it again whole
+    members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
 
 
 def _condition(
@@ -104,7 +108,7 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return outcome
     if placed >= need and placed > 0:
         where = f" in {facts.domain}" if facts.domain else ""
-        message = f"{placed} pod(s) admitted{where}"
+        message = f"{placed} {facts.members} admitted{where}"
         if facts.waiting:
             message += f"; {facts.waiting} more waiting for room{where}"
         return Outcome(c.REASON_ADMITTED, message)
@@ -133,16 +137,20 @@ def phase_of(facts: GroupFacts, present: Outcome) -> Phase:
 
 
 def desired_status(
-    current: PodGroupStatus,
+    current: G,
     facts: GroupFacts,
     outcome: Outcome | None,
     now: dt.datetime,
     generation: int,
     admission: Admission | None,
     reservation: Reservation | None = None,
-) -> PodGroupStatus:
-    """The full status: conditions (a merge patch replaces the list whole), counters and the admission."""
-    initial = current.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    *,
+    initial_type: str = c.POD_GROUP_INITIALLY_SCHEDULED,
+) -> G:
+    """The full status: conditions (a merge patch replaces the list whole), counters and the admission.
+
+    `initial_type`: upstream's sticky condition (CompositePodGroupInitiallyScheduled on a composite)."""
+    initial = current.condition(initial_type)
     admitted = current.condition(c.ADMITTED)
     present = present_outcome(facts, outcome, admitted)
 
@@ -150,15 +158,13 @@ def desired_status(
     if initial is not None and initial.status == c.TRUE:
         new_initial = initial  # upstream: never flipped back
     elif present.reason == c.REASON_ADMITTED:
-        new_initial = _condition(
-            initial, c.POD_GROUP_INITIALLY_SCHEDULED, c.TRUE, c.REASON_SCHEDULED, "", now, generation
-        )
+        new_initial = _condition(initial, initial_type, c.TRUE, c.REASON_SCHEDULED, "", now, generation)
     elif present.reason == c.REASON_UNSCHEDULABLE and outcome is None and initial is not None:
         new_initial = initial  # nothing new decided: upstream's sentence stays as it was
     elif present.reason == c.REASON_UNSCHEDULABLE:
         new_initial = _condition(
             initial,
-            c.POD_GROUP_INITIALLY_SCHEDULED,
+            initial_type,
             c.FALSE,
             c.REASON_UNSCHEDULABLE,
             present.upstream if present.upstream is not None else present.message,
@@ -173,10 +179,10 @@ def desired_status(
         admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation
     )
     disruption = _disruption(current.condition(c.DISRUPTION_TARGET), facts, now, generation)
-    mine = (c.POD_GROUP_INITIALLY_SCHEDULED, c.ADMITTED, c.DISRUPTION_TARGET)
+    mine = (initial_type, c.ADMITTED, c.DISRUPTION_TARGET)
     others = [x for x in current.conditions or [] if x.type not in mine]
     conditions = [x for x in (new_initial, new_admitted, disruption) if x is not None] + others
-    return PodGroupStatus(
+    return type(current)(
         conditions=conditions,
         phase=phase_of(facts, present),
         policy=GANG if facts.gang else BASIC,
@@ -211,19 +217,19 @@ def _disruption(
     return current
 
 
-def next_attempt(current: PodGroupStatus) -> int:
+def next_attempt(current: GroupStatus) -> int:
     """The attempt number of the next decision: it never goes back, also after a decision is cleared."""
     recorded = current.admission.attempt + 1 if current.admission is not None else 0
     return max(current.admissions or 0, recorded)
 
 
-def _admissions(current: PodGroupStatus, admission: Admission | None) -> int | None:
+def _admissions(current: GroupStatus, admission: Admission | None) -> int | None:
     made = admission.attempt + 1 if admission is not None else 0
     total = max(current.admissions or 0, made)
     return total or None
 
 
-def _comparable(status: PodGroupStatus) -> tuple[Any, ...]:
+def _comparable(status: GroupStatus) -> tuple[Any, ...]:
     """Everything but timestamps, so an unchanged group costs no write."""
     conditions = sorted(
         (x.type, x.status, x.reason, x.message, x.observed_generation) for x in status.conditions or []
@@ -246,11 +252,11 @@ def _comparable(status: PodGroupStatus) -> tuple[Any, ...]:
     )
 
 
-def status_changed(current: PodGroupStatus, desired: PodGroupStatus) -> bool:
+def status_changed(current: GroupStatus, desired: GroupStatus) -> bool:
     return _comparable(current) != _comparable(desired)
 
 
-def status_patch(status: PodGroupStatus) -> dict[str, Any]:
+def status_patch(status: GroupStatus) -> dict[str, Any]:
     """A merge patch that makes the status exactly `status` (unset fields are cleared)."""
     body = status.to_api()
     for name in STATUS_FIELDS:
