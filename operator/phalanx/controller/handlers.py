@@ -14,7 +14,7 @@ import kopf
 
 from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
-from phalanx.api.group import GROUP, TOPOLOGIES, VERSION
+from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.controller.runtime import Runtime
 from phalanx.controller.runtime import login as runtime_login
@@ -266,6 +266,16 @@ async def pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
         runtime.cache.delete_pod_group(meta["namespace"], meta["name"])
     else:
         runtime.cache.upsert_pod_group(body)
+
+
+@kopf.on.event(GROUP, VERSION, COMPOSITE_POD_GROUPS)
+async def composite_pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
+    body = event["object"]
+    meta = body["metadata"]
+    if event["type"] == "DELETED":
+        runtime.cache.delete_composite_pod_group(meta["namespace"], meta["name"])
+    else:
+        runtime.cache.upsert_composite_pod_group(body)
 
 
 @kopf.on.event(GROUP, VERSION, "workloads")

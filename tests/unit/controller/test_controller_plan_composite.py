@@ -1,0 +1,344 @@
+"""`plan()` for hand-made trees (CompositePodGroup + PodGroups + labelled pods) and standalone PodGroups.
+
+The article's Slices section on its seed topology: 8 nodes of 8 GPUs, n1-n4 in nb-a (lb-a1: n1 n2,
+lb-a2: n3 n4), n5-n8 in nb-b (lb-b1: n5 n6, lb-b2: n7 n8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from phalanx.api import conditions as c
+from phalanx.api.cluster_objects import node_info
+from phalanx.api.status import Admission, Assignment, CompositePodGroupStatus, GroupStatus, PodGroupStatus
+from phalanx.controller.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.plan import ClusterState, Plan, plan
+from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
+from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
+from phalanx.placement import Snapshot
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+NB = "oci.oraclecloud.com/rdma.network_block_id"
+LB = "oci.oraclecloud.com/rdma.local_block_id"
+RACK = "example.com/rack"
+GATE = {"name": "phalanx.dev/admission"}
+LOCAL = {1: "lb-a1", 2: "lb-a1", 3: "lb-a2", 4: "lb-a2", 5: "lb-b1", 6: "lb-b1", 7: "lb-b2", 8: "lb-b2"}
+
+
+def node_body(i: int) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": f"n{i}", NB: "nb-a" if i <= 4 else "nb-b", LB: LOCAL[i]}
+    return {
+        "metadata": {"name": f"n{i}", "labels": labels},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "112", "memory": "2Ti", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, group: str, *, gpus: int = 8, node: str = "", released_to: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
+    }
+    if node:
+        spec["nodeName"] = node
+    elif released_to:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": released_to}
+    else:
+        spec["schedulingGates"] = [GATE]
+    labels = {"phalanx.dev/pod-group": group} if group else {}
+    phase = "Running" if node else "Pending"
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": labels},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def filler(i: int) -> dict[str, Any]:
+    return pod(f"filler-n{i}", "", node=f"n{i}")
+
+
+def composite(
+    name: str = "slices", *, min_groups: int = 2, key: str | None = NB, status: GroupStatus | None = None
+) -> CompositePodGroupRecord:
+    spec: dict[str, Any] = {
+        "workloadRef": {"workloadName": "slices", "templateName": "job"},
+        "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+    }
+    if key:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "7"},
+        "spec": spec,
+    }
+    if status is not None:
+        body["status"] = status.to_api()
+    return CompositePodGroupRecord.from_body(body)
+
+
+def pod_group(
+    name: str,
+    *,
+    parent: str | None = "slices",
+    min_count: int = 2,
+    key: str | None = LB,
+    status: GroupStatus | None = None,
+) -> PodGroupRecord:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
+        spec["workloadRef"] = {"workloadName": "slices", "templateName": "slice"}
+    if key:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "3"},
+        "spec": spec,
+    }
+    if status is not None:
+        body["status"] = status.to_api()
+    return PodGroupRecord.from_body(body)
+
+
+def article_pods(*, gpus: int = 8) -> list[dict[str, Any]]:
+    return [pod(f"{g}-{i}", g, gpus=gpus) for g in ("slices-0", "slices-1") for i in (0, 1)]
+
+
+def cluster(
+    composites: Sequence[CompositePodGroupRecord],
+    groups: Sequence[PodGroupRecord],
+    pods: Sequence[dict[str, Any]],
+    *,
+    busy: Sequence[int] = (),
+    levels: dict[str, tuple[str, ...]] | None = None,
+) -> ClusterState:
+    nodes = [node_info(node_body(i)) for i in range(1, 9)]
+    records = [PodRecord.from_body(p) for p in [*pods, *(filler(i) for i in busy)]]
+    usage = [bp for p in records if (bp := p.bound_pod()) is not None]
+
+    def by_label(namespace: str, value: str) -> list[PodRecord]:
+        return [p for p in records if p.namespace == namespace and p.joins_group == value]
+
+    return ClusterState(
+        jobs=(),
+        trees=hand_made_trees(composites, groups, hand_made_pods(by_label)),
+        snapshot=Snapshot.build(nodes, usage),
+        nodes={n.name: n for n in nodes},
+        levels=levels or {},
+    )
+
+
+def kinds(actions: Sequence[Action]) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def status_on(result: Plan, name: str) -> GroupStatus:
+    (patch,) = [a for a in only(result.actions, PatchStatus) if a.pod_group.name == name]
+    status: GroupStatus = patch.status
+    return status
+
+
+def admitted(status: GroupStatus) -> tuple[str, str, str]:
+    cond = status.condition(c.ADMITTED)
+    assert cond is not None
+    return cond.status, cond.reason, cond.message
+
+
+TREE = (composite(), pod_group("slices-0"), pod_group("slices-1"))
+
+
+def blocks(result: Plan) -> dict[str, str]:
+    return {r.pod.name: LOCAL[int(r.node[1:])] for r in only(result.actions, ReleasePod)}
+
+
+# ---------------------------------------------------------------------- the cases
+def test_empty_cluster_records_the_tree_on_the_root_then_each_group_then_releases_slice_by_slice() -> None:
+    root, s0, s1 = TREE
+    result = plan(cluster([root], [s0, s1], article_pods()), NOW)
+    names = kinds(result.actions)
+    records = only(result.actions, RecordAdmission)
+    # One atomic write of the whole tree on the root, with the version it was planned on, first.
+    assert [r.pod_group.kind for r in records] == ["CompositePodGroup", "PodGroup", "PodGroup"]
+    assert records[0].resource_version == "7"
+    assert len(records[0].admission.assignments) == 4
+    assert max(i for i, n in enumerate(names) if n == "RecordAdmission") < names.index("ReleasePod")
+    where = blocks(result)
+    assert where["slices-0-0"] == where["slices-0-1"] and where["slices-1-0"] == where["slices-1-1"]
+    assert where["slices-0-0"] != where["slices-1-0"]
+    assert {b[:4] for b in where.values()} == {"lb-a"}  # both slices in one network block (nb-a)
+    assert records[0].admission.domain == "nb-a"
+    assert result.groups[0].admitted_pods == 4
+    root_status = status_on(result, "slices")
+    assert admitted(root_status) == ("True", c.REASON_ADMITTED, "2 child group(s) admitted in nb-a")
+    initial = root_status.condition(c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED)
+    assert initial is not None and initial.status == "True"
+    assert root_status.admission == records[0].admission
+    leaf = status_on(result, "slices-0")
+    assert admitted(leaf)[:2] == ("True", c.REASON_ADMITTED)
+    assert leaf.domain == where["slices-0-0"]
+    assert {(e.involved.kind, e.reason) for e in only(result.actions, PostEvent)} == {
+        ("CompositePodGroup", "Admitted"),
+        ("PodGroup", "Admitted"),
+    }
+
+
+def test_one_busy_node_in_three_local_blocks_the_whole_job_waits_with_the_reason_on_every_group() -> None:
+    root, s0, s1 = TREE
+    result = plan(cluster([root], [s0, s1], article_pods(), busy=(1, 3, 5)), NOW)
+    assert not only(result.actions, ReleasePod)
+    assert not only(result.actions, RecordAdmission)
+    flag, reason, message = admitted(status_on(result, "slices"))
+    assert (flag, reason) == ("False", c.REASON_UNSCHEDULABLE)
+    assert message.startswith(
+        f"composite group is unschedulable: 2 of 2 child groups must fit in one domain of {NB}"
+    )
+    assert "slices-1: lb-b1: 1 of 2 pods fit" in message
+    upstream = status_on(result, "slices").condition(c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED)
+    assert upstream is not None and upstream.status == "False"
+    assert upstream.message == message.split("; ")[0]
+    for name in ("slices-0", "slices-1"):
+        status = status_on(result, name)
+        flag, reason, message = admitted(status)
+        assert (flag, reason) == ("False", c.REASON_UNSCHEDULABLE)
+        assert message.startswith(
+            "pod group is unschedulable: CompositePodGroup slices cannot be placed whole"
+        )
+        initial = status.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+        assert initial is not None and initial.status == "False" and message.startswith(initial.message)
+    assert "fits in lb-b2, waits for the rest of the tree" in admitted(status_on(result, "slices-0"))[2]
+    warnings = [
+        (e.involved.kind, e.involved.name) for e in only(result.actions, PostEvent) if e.type == "Warning"
+    ]
+    assert sorted(warnings) == [
+        ("CompositePodGroup", "slices"),
+        ("PodGroup", "slices-0"),
+        ("PodGroup", "slices-1"),
+    ]
+    assert result.waiting_by_reason == {c.REASON_UNSCHEDULABLE: 2}
+
+
+def _written(result: Plan, records: dict[str, Any]) -> dict[str, Any]:
+    """The records after the plan's status patches (what the next pass sees)."""
+    out = dict(records)
+    for patch in only(result.actions, PatchStatus):
+        out[patch.pod_group.name] = dataclasses.replace(out[patch.pod_group.name], status=patch.status)
+    return out
+
+
+def test_a_second_pass_with_nothing_new_writes_nothing_and_announces_nothing() -> None:
+    root, s0, s1 = TREE
+    first = plan(cluster([root], [s0, s1], article_pods(), busy=(1, 3, 5)), NOW)
+    seen = _written(first, {"slices": root, "slices-0": s0, "slices-1": s1})
+    again = plan(
+        cluster([seen["slices"]], [seen["slices-0"], seen["slices-1"]], article_pods(), busy=(1, 3, 5)),
+        NOW + dt.timedelta(seconds=5),
+    )
+    assert again.actions == []
+
+
+def test_a_slice_short_of_pods_holds_the_whole_tree_and_says_which() -> None:
+    root, s0, s1 = TREE
+    pods = article_pods()[:3]  # slices-1 has one pod of two
+    result = plan(cluster([root], [s0, s1], pods), NOW)
+    assert not only(result.actions, ReleasePod)
+    flag, reason, message = admitted(status_on(result, "slices"))
+    assert (flag, reason) == ("False", c.REASON_WAITING_FOR_PODS)
+    assert "slices-1" in message
+    assert admitted(status_on(result, "slices-1"))[1] == c.REASON_WAITING_FOR_PODS
+
+
+def _recorded(nodes: dict[str, str]) -> Admission:
+    return Admission(
+        domain="nb-b",
+        assignments=[Assignment(pod=p, node=n) for p, n in nodes.items()],
+        admitted_at=NOW - dt.timedelta(seconds=30),
+        attempt=0,
+    )
+
+
+DECIDED = {"slices-0-0": "n5", "slices-0-1": "n6", "slices-1-0": "n7", "slices-1-1": "n8"}
+
+
+def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_deciding_again() -> None:
+    # The root's record was written, slices-0 was recorded and released, then the operator died.
+    root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
+    s0 = pod_group(
+        "slices-0", status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}))
+    )
+    s1 = pod_group("slices-1")
+    pods = [
+        pod("slices-0-0", "slices-0", released_to="n5"),
+        pod("slices-0-1", "slices-0", released_to="n6"),
+        pod("slices-1-0", "slices-1"),
+        pod("slices-1-1", "slices-1"),
+    ]
+    result = plan(cluster([root], [s0, s1], pods), NOW)
+    releases = {r.pod.name: r.node for r in only(result.actions, ReleasePod)}
+    assert releases == {"slices-1-0": "n7", "slices-1-1": "n8"}  # where the record says, not decided anew
+    (record,) = only(result.actions, RecordAdmission)
+    assert record.pod_group.name == "slices-1"  # the PodGroup's own record, missing, written first
+    assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
+
+
+def test_a_recorded_tree_that_no_longer_fits_is_decided_afresh_keeping_the_released_pods() -> None:
+    root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
+    s0 = pod_group("slices-0")
+    s1 = pod_group("slices-1")
+    pods = [
+        pod("slices-0-0", "slices-0", released_to="n5"),
+        pod("slices-0-1", "slices-0", released_to="n6"),
+        pod("slices-1-0", "slices-1"),
+        pod("slices-1-1", "slices-1"),
+    ]
+    # Someone took n8 meanwhile: the recorded nodes of slices-1 no longer fit, and nb-b has no other
+    # local block with two free nodes: the tree waits (no partial release).
+    result = plan(cluster([root], [s0, s1], pods, busy=(8,)), NOW)
+    assert not only(result.actions, ReleasePod)
+    assert admitted(status_on(result, "slices"))[1] == c.REASON_UNSCHEDULABLE
+
+
+def test_a_standalone_hand_made_pod_group_is_placed_whole_in_one_domain() -> None:
+    group = pod_group("solo", parent=None, min_count=2, key=LB)
+    pods = [pod("solo-0", "solo"), pod("solo-1", "solo")]
+    result = plan(cluster([], [group], pods, busy=(1, 3)), NOW)
+    names = kinds(result.actions)
+    assert names.index("RecordAdmission") < names.index("ReleasePod")
+    (record,) = only(result.actions, RecordAdmission)
+    assert record.resource_version == "3"
+    assert set(blocks(result).values()) == {"lb-b1"}
+    assert admitted(status_on(result, "solo"))[:2] == ("True", c.REASON_ADMITTED)
+
+
+def test_a_pod_group_whose_parent_does_not_exist_is_in_no_tree_and_its_pods_stay_gated() -> None:
+    result = plan(cluster([], [pod_group("slices-0")], article_pods()[:2]), NOW)
+    assert result.actions == []
+
+
+def test_levels_make_a_rack_domain_a_path_so_a_rack_gang_never_spans_blocks() -> None:
+    # Racks named r1 in both network blocks: with the Topology's levels, nb-a/r1 != nb-b/r1.
+    def relabel(state: ClusterState) -> ClusterState:
+        nodes = []
+        for n in state.nodes.values():
+            i = int(n.name[1:])
+            labels = {**n.labels, RACK: "r1" if i in (1, 5) else f"r{i}"}
+            nodes.append(dataclasses.replace(n, labels=labels))
+        usage = [bp for p in (PodRecord.from_body(filler(i)) for i in (6, 7, 8)) if (bp := p.bound_pod())]
+        return dataclasses.replace(
+            state, snapshot=Snapshot.build(nodes, usage), nodes={n.name: n for n in nodes}
+        )
+
+    group = pod_group("rack", parent=None, min_count=2, key=RACK)
+    pods = [pod("rack-0", "rack", gpus=8), pod("rack-1", "rack", gpus=8)]
+    without = plan(relabel(cluster([], [group], pods)), NOW)
+    assert sorted(r.node for r in only(without.actions, ReleasePod)) == ["n1", "n5"]  # r1 spans blocks
+    with_levels = plan(relabel(cluster([], [group], pods, levels={NB: (NB, RACK), RACK: (NB, RACK)})), NOW)
+    assert not only(with_levels.actions, ReleasePod)
+    assert admitted(status_on(with_levels, "rack"))[1] == c.REASON_UNSCHEDULABLE
