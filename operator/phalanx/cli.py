@@ -125,8 +125,9 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from phalanx.devcluster.cluster import DevCluster, load_state
-    from phalanx.tools import walkthrough
-    from phalanx.tools.walkthrough_steps import STEPS
+    from phalanx.tools.walkthrough import runner as walkthrough
+    from phalanx.tools.walkthrough.demo import Demo
+    from phalanx.tools.walkthrough.steps import STEPS
 
     try:
         steps = walkthrough.select(
@@ -147,7 +148,7 @@ def _demo(args: argparse.Namespace) -> int:
         )
         return 1
     state = load_state(Path(args.dir))
-    demo = walkthrough.Demo(
+    demo = Demo(
         api=state.client(),
         kubectl=state.kubectl,
         kubeconfig=state.kubeconfig,

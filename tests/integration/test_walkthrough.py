@@ -21,8 +21,8 @@ import pytest
 
 from phalanx.devcluster.cluster import ClusterState, DevCluster
 from phalanx.devcluster.operator_process import OperatorProcess
-from phalanx.tools.walkthrough import select
-from phalanx.tools.walkthrough_steps import STEPS
+from phalanx.tools.walkthrough.runner import select
+from phalanx.tools.walkthrough.steps import STEPS
 
 pytestmark = pytest.mark.integration
 

@@ -12,19 +12,10 @@ from hypothesis import strategies as st
 from tools_testkit import LB, NB, fillers, job_pod, seed_nodes
 
 from phalanx.api.job_policy import parse_job_policy
-from phalanx.tools.walkthrough import (
-    Step,
-    StepError,
-    brief,
-    domains,
-    job_manifest,
-    partial_gangs,
-    play,
-    requests_gpus,
-    select,
-    summary,
-)
-from phalanx.tools.walkthrough_steps import STEPS
+from phalanx.tools.walkthrough.demo import StepError
+from phalanx.tools.walkthrough.facts import brief, domains, job_manifest, partial_gangs, requests_gpus
+from phalanx.tools.walkthrough.runner import Step, play, select, summary
+from phalanx.tools.walkthrough.steps import STEPS
 
 
 def labels() -> dict[str, dict[str, str]]:
