@@ -229,6 +229,8 @@ async def validate_topology(body: kopf.Body, **_: Any) -> None:
 # ---------------------------------------------------------------------- watches → cache
 @kopf.on.event("", "v1", "nodes")
 async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed("nodes")
     body = event["object"]
     if event["type"] == "DELETED":
         runtime.cache.delete_node(body["metadata"]["name"])
@@ -238,6 +240,8 @@ async def node_event(event: kopf.RawEvent, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "pods")
 async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed("pods")
     body = event["object"]
     meta = body["metadata"]
     if event["type"] == "DELETED":
@@ -249,6 +253,8 @@ async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
 @kopf.on.event("batch", "v1", "jobs")
 async def job_event(event: kopf.RawEvent, **_: Any) -> None:
     """Every Job, not only labelled ones: a Job whose label was removed must be seen to be released."""
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed("jobs")
     body = event["object"]
     if not runtime.settings.watches(str(body["metadata"].get("namespace") or "")):
         return
@@ -260,6 +266,8 @@ async def job_event(event: kopf.RawEvent, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "podgroups")
 async def pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed("podgroups")
     body = event["object"]
     meta = body["metadata"]
     if event["type"] == "DELETED":
@@ -280,6 +288,8 @@ async def composite_pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "workloads")
 async def workload_event(event: kopf.RawEvent, **_: Any) -> None:
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed("workloads")
     body = event["object"]
     meta = body["metadata"]
     if event["type"] == "DELETED":

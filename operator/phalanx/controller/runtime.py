@@ -24,6 +24,7 @@ from phalanx.controller.health import Health
 from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
+from phalanx.controller.relist import Relister
 from phalanx.controller.scheduler import Scheduler
 from phalanx.controller.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.webhook_tls import WebhookTLS
@@ -138,6 +139,7 @@ class Runtime:
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
         self.tls: WebhookTLS | None = None
         self._tls_task: asyncio.Task[None] | None = None
+        self.relister: Relister | None = None
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -160,6 +162,7 @@ class Runtime:
             await install_crds(self.api)
         self.health.mark_crds_installed()
         await self._prime_cache()
+        self.relister = Relister.for_api(self.cache, self.api, list_items)
         self.health.mark_cache_primed()
         if self.settings.leader_election:
             self._start_election()
@@ -282,6 +285,11 @@ class Runtime:
             ensure_webhook_certs(folder, self.settings.webhook_hosts())
         return folder
 
+    def listed(self, kind: str) -> None:
+        """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""
+        if self.relister is not None:
+            self.relister.listed(kind)
+
     async def _prime_cache(self) -> None:
         """One consistent LIST of everything before the first pass, so no pass decides on an empty view."""
         assert self.api is not None
@@ -361,6 +369,8 @@ class Runtime:
         if self._tls_task is not None:
             self._tls_task.cancel()
             await asyncio.wait({self._tls_task})
+        if self.relister is not None:
+            await self.relister.stop()
         if self._http is not None:
             await self._http.stop()
         if self.api is not None:
@@ -384,10 +394,18 @@ async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
     for crd in crd_documents():
         name = crd["metadata"]["name"]
         while True:
-            current = await ext.read_custom_resource_definition(name, _preload_content=False)
-            conditions = (await current.json()).get("status", {}).get("conditions") or []
+            conditions = await retrying(lambda name=name: _crd_conditions(ext, name), verb="get")  # type: ignore[misc]
             if any(x["type"] == "Established" and x["status"] == "True" for x in conditions):
                 break
             if asyncio.get_running_loop().time() > deadline:
                 raise RuntimeError(f"CRD {name} not established after {timeout:.0f} s")
             await asyncio.sleep(0.2)
+
+
+async def _crd_conditions(ext: client.ApiextensionsV1Api, name: str) -> list[dict[str, Any]]:
+    """A CRD's status conditions; an error answer (429, 5xx) is an ApiException, retried like every call."""
+    response = await ext.read_custom_resource_definition(name, _preload_content=False)
+    if response.status >= 400:
+        raise ApiException(status=response.status, reason=response.reason)
+    conditions: list[dict[str, Any]] = (await response.json()).get("status", {}).get("conditions") or []
+    return conditions

@@ -1,0 +1,141 @@
+"""Drop from the cache what was deleted while a watch was away.
+
+Kopf lists a kind again when its watch cannot resume (410 Gone: the resourceVersion expired during an
+outage) and hands every listed object to the handlers as an event without a type. It says nothing of
+objects deleted meanwhile: their DELETED events are lost, and the cache would keep them for ever — a deleted
+pod holding its node's room, so a gang that fits waits; a deleted Job still planned for. Kopf's first
+listing after the start has the same gap (deletions between the cache's priming and the watch).
+
+So after a burst of such events for a kind, the Relister lists the kind itself and drops every record that
+was in the cache before that list was asked for and is not in it (same uid): the object was deleted. A
+record added meanwhile (by a watch event or a write of ours) is newer than the question and stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from phalanx.api.group import GROUP, VERSION
+from phalanx.controller.cache import ClusterCache
+
+log = logging.getLogger("phalanx.relist")
+
+QUIET_SECONDS = 2.0  # a listing's events come in a burst: list once it has been quiet this long
+NODES, PODS, JOBS, POD_GROUPS, WORKLOADS = "nodes", "pods", "jobs", "podgroups", "workloads"
+Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+def _key(item: dict[str, Any]) -> str:
+    meta = item.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def _uid(item: dict[str, Any]) -> str:
+    return str((item.get("metadata") or {}).get("uid") or "")
+
+
+class Relister:
+    def __init__(self, cache: ClusterCache, listers: dict[str, Lister], quiet: float = QUIET_SECONDS) -> None:
+        self.cache = cache
+        self.listers = listers
+        self.quiet = quiet
+        self.dropped = 0
+        self._due: dict[str, float] = {}  # kind -> when its last listed event came
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_api(cls, cache: ClusterCache, api: client.ApiClient, list_items: Any) -> Relister:
+        core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
+        return cls(
+            cache,
+            {
+                NODES: lambda: list_items(lambda: core.list_node(_preload_content=False)),
+                PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
+                JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
+                POD_GROUPS: lambda: list_items(
+                    lambda: custom.list_cluster_custom_object(
+                        GROUP, VERSION, POD_GROUPS, _preload_content=False
+                    )
+                ),
+                WORKLOADS: lambda: list_items(
+                    lambda: custom.list_cluster_custom_object(
+                        GROUP, VERSION, WORKLOADS, _preload_content=False
+                    )
+                ),
+            },
+        )
+
+    def listed(self, kind: str) -> None:
+        """Kopf handed over an object of `kind` from a listing (an event without a type)."""
+        if kind not in self.listers:
+            return
+        loop = asyncio.get_running_loop()
+        self._due[kind] = loop.time()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name="phalanx-relist")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait({self._task})
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._due:
+            await asyncio.sleep(self.quiet)
+            for kind, last in list(self._due.items()):
+                if loop.time() - last < self.quiet:
+                    continue
+                del self._due[kind]
+                try:
+                    await self.reconcile(kind)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the list failed even after retries: try again later
+                    log.warning("could not list %s to drop deleted objects: %r", kind, e)
+                    self._due[kind] = loop.time()
+
+    async def reconcile(self, kind: str) -> int:
+        """List `kind` and drop the records of objects deleted before that list; how many were dropped."""
+        before = self._records(kind)
+        items = await self.listers[kind]()
+        present = {(_key(i), _uid(i)) for i in items} if kind != JOBS else {(_uid(i), _uid(i)) for i in items}
+        names = {key for key, _ in present}
+        gone = [(key, uid) for key, uid in before if key not in names and (key, uid) in self._records(kind)]
+        for key, uid in gone:
+            log.info("%s %s was deleted while the watch was away: dropped from the cache", kind[:-1], key)
+            self._drop(kind, key, uid)
+        self.dropped += len(gone)
+        return len(gone)
+
+    def _records(self, kind: str) -> set[tuple[str, str]]:
+        """(key, uid) of what the cache holds; Jobs are held by uid, nodes have no uid here."""
+        cache = self.cache
+        if kind == NODES:
+            return {(name, "") for name in cache.nodes}
+        if kind == PODS:
+            return {(key, pod.uid) for key, pod in cache.pods.items()}
+        if kind == JOBS:
+            return {(uid, uid) for uid in cache.jobs}
+        store = cache.pod_groups if kind == POD_GROUPS else cache.workloads
+        return {(key, record.uid) for key, record in store.items.items()}
+
+    def _drop(self, kind: str, key: str, uid: str) -> None:
+        cache = self.cache
+        namespace, _, name = key.partition("/")
+        if kind == NODES:
+            cache.delete_node(key)
+        elif kind == PODS:
+            cache.delete_pod(namespace, name, uid)
+        elif kind == JOBS:
+            cache.delete_job(uid)
+        elif kind == POD_GROUPS:
+            cache.delete_pod_group(namespace, name)
+        else:
+            cache.delete_workload(namespace, name)
