@@ -1,0 +1,113 @@
+"""The full-length soaks of issue 10 (items 4 and 5); the short forms run in CI.
+
+    python3 bench/soak.py crash --rounds 60 --seed 1     # kill -9 at random points of admissions
+    python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
+    python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
+
+Brings up a stock dev cluster (seed topology) unless --cluster-dir names a running one, runs the operator as
+a process, plays the rounds of tests/integration/soak.py, checks tests/integration/invariants.py after every
+round and at every poll, and prints a summary; --out also writes it (bench/results/soak-<mode>.txt).
+Exit status 1 if an invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for tests.integration, however this file is started
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tests.integration.faultproxy import FaultProxy  # noqa: E402
+from tests.integration.kube import delete_namespace, new_namespace  # noqa: E402
+from tests.integration.soak import Soak  # noqa: E402
+
+from comparison import commit, machine  # noqa: E402
+from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
+from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
+
+
+@contextlib.contextmanager
+def cluster(directory: str | None, folder: Path) -> Iterator[ClusterState]:
+    if directory:
+        yield load_state(Path(directory))
+        return
+    dev = DevCluster(folder / "cluster")
+    state = dev.up(mode="stock", topology="seed", log=lambda m: print(f"[dev-cluster] {m}"))
+    try:
+        yield state
+    finally:
+        dev.down(log=lambda m: print(f"[dev-cluster] {m}"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("mode", choices=["crash", "faults"])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
+    parser.add_argument("--out", help="also write the summary here")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    lines: list[str] = []
+    ok = True
+    with (
+        tempfile.TemporaryDirectory(prefix="phalanx-soak-") as tmp,
+        cluster(args.cluster_dir, Path(tmp)) as state,
+    ):
+        folder = Path(tmp)
+        proxy = FaultProxy(state, folder, seed=args.seed) if args.mode == "faults" else None
+        extra = []
+        if proxy is not None:
+            proxy.start()
+            extra = ["--kubeconfig", str(proxy.kubeconfig)]
+        operator = OperatorProcess(state, folder, args=extra, name=f"soak-{args.mode}")
+        operator.start()
+        ns = new_namespace(state, f"soak-{args.mode}")
+        soak = Soak(ns, operator, args.seed, proxy_counts=proxy.counts if proxy else None)
+        try:
+            for _ in range(args.rounds):
+                if args.mode == "crash":
+                    soak.crash_round()
+                else:
+                    soak.fault_round()
+            soak.drain()
+        except Exception:
+            ok = False
+            lines.append("FAILED:")
+            lines.extend(traceback.format_exc().splitlines())
+            print(operator.tail(20000), file=sys.stderr)
+        finally:
+            operator.stop()
+            if proxy is not None:
+                proxy.stop()
+            delete_namespace(ns)
+    minutes = (time.monotonic() - started) / 60
+    header = [
+        f"phalanx soak {args.mode} --rounds {args.rounds} --seed {args.seed}"
+        f"  ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {minutes:.1f} min)",
+        f"machine: {machine()}; phalanx: {commit()}",
+        "",
+    ]
+    text = (
+        "\n".join([*header, *soak.stats.lines(), *lines, "", "result: " + ("PASS" if ok else "FAIL")]) + "\n"
+    )
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

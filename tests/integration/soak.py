@@ -1,0 +1,295 @@
+"""Randomized, seeded soaks of gang Jobs on the real dev cluster (issue 10 items 4 and 5).
+
+`crash`: rounds of gang Jobs (mixed sizes, GPUs per pod and topology keys; some fit, some never can) released
+at once while the operator is SIGKILLed at a random point — a random delay, or the test-only switches of
+controller/faults.py (right after a recorded decision, after the Nth pod release, before the Nth status
+write), sometimes twice in a row — then restarted. `faults`: the same rounds with the operator talking to
+the apiserver through faultproxy.py (429, 5xx, 409, cut watches, 410 Gone) and never killed.
+
+After every round, invariants.py: safety at every poll (no node over capacity, no gang in two domains), then
+settled (every gang fully admitted where its decision says, or fully gated; none waits that fits the room
+left). At the end the admitted gangs are deleted until every gang that can ever fit was admitted once.
+The short forms run in CI (test_crash_soak.py, test_api_fault_soak.py); the full ones: bench/soak.py.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.controller import faults
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .invariants import World
+from .kube import LB_KEY, NB_KEY, Namespace, gpu_job
+
+SETTLE_TIMEOUT = 120.0
+POLL = 0.3
+SWITCHES = {
+    "after-record": faults.AFTER_RECORD,
+    "after-releases": faults.AFTER_RELEASES,
+    "before-status": faults.BEFORE_STATUS,
+}
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    name: str
+    size: int
+    gpus: int  # per pod
+    key: str | None
+
+    def job(self, suspend: bool) -> dict[str, Any]:
+        annotations = {"phalanx.dev/topology-key": self.key} if self.key else {}
+        body = gpu_job(
+            self.name,
+            self.size,
+            labels={"phalanx.dev/managed": "true"},
+            annotations=annotations,
+            suspend=suspend,
+        )
+        container = body["spec"]["template"]["spec"]["containers"][0]
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}, "requests": {"cpu": "2"}}
+        return body
+
+
+def random_gang(rng: random.Random, name: str) -> GangSpec:
+    """Mostly gangs that fit an empty cluster (8 nodes x 8 GPUs, 2 network blocks of 4, 4 local blocks of
+    2), about one in eight that never can (more nodes than its domain has)."""
+    key = rng.choice([None, NB_KEY, NB_KEY, LB_KEY])
+    if rng.random() < 0.12:
+        size = {None: 9, NB_KEY: 5, LB_KEY: 3}[key]
+        return GangSpec(name, size, 8, key)
+    gpus = rng.choice([8, 8, 4, 2])
+    most = {None: 4, NB_KEY: 4, LB_KEY: 2}[key] * (8 // gpus)
+    size = rng.randint(1, min(most, 4))
+    return GangSpec(name, size, gpus, key)
+
+
+@dataclass
+class Stats:
+    rounds: int = 0
+    gangs: int = 0
+    admissions: int = 0  # gangs seen go from waiting (or new) to fully admitted
+    never_fit: int = 0
+    kills: Counter[str] = field(default_factory=Counter)
+    restarts: int = 0
+    polls: int = 0  # safety checks made
+    settle_seconds: list[float] = field(default_factory=list)
+    proxy: Mapping[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        worst = max(self.settle_seconds, default=0.0)
+        mean = sum(self.settle_seconds) / len(self.settle_seconds) if self.settle_seconds else 0.0
+        out = [
+            f"rounds: {self.rounds}",
+            f"gang Jobs submitted: {self.gangs} ({self.never_fit} that can never fit)",
+            f"admissions (gangs fully admitted): {self.admissions}",
+            f"safety checks (no node over capacity, one domain per gang): {self.polls}, all passed",
+            f"settled after each round: mean {mean:.1f} s, worst {worst:.1f} s",
+        ]
+        if self.kills:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.kills.items()))
+            out.append(f"operator SIGKILLs: {sum(self.kills.values())} ({kinds}); restarts: {self.restarts}")
+        if self.proxy:
+            out.append("API faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(self.proxy.items())))
+        return out
+
+
+class Soak:
+    def __init__(
+        self,
+        ns: Namespace,
+        operator: OperatorProcess,
+        seed: int,
+        log: Callable[[str], None] = print,
+        proxy_counts: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        self.ns = ns
+        self.operator = operator
+        self.rng = random.Random(seed)
+        self.log = log
+        self.stats = Stats()
+        self.admitted: set[str] = set()
+        self.proxy_counts = proxy_counts
+        self.modes: list[str] = []
+
+    # ------------------------------------------------------------------ observation
+    def world(self) -> World:
+        world = World.read(self.ns.api, self.ns.name)
+        self.stats.polls += 1
+        problems = world.safety()
+        if problems:
+            raise InvariantError("safety: " + "; ".join(problems))
+        for gang in world.gangs.values():
+            if gang.admitted and gang.name not in self.admitted:
+                self.admitted.add(gang.name)
+                self.stats.admissions += 1
+        return world
+
+    def watch(self, seconds: float) -> None:
+        """Check safety for a while (the operator is down or busy)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.world()
+            time.sleep(POLL)
+
+    def settle(self, what: str) -> World:
+        """Wait (checking safety at every poll) until the namespace is settled, and stays so for a moment."""
+        started = time.monotonic()
+        deadline = started + SETTLE_TIMEOUT
+        reasons: list[str] = []
+        calm_since: float | None = None
+        while time.monotonic() < deadline:
+            self.alive()
+            world = self.world()
+            reasons = world.unsettled()
+            if reasons:
+                calm_since = None
+            elif calm_since is None:
+                calm_since = time.monotonic()
+            elif time.monotonic() - calm_since >= 1.5:
+                problems = world.settled_problems()
+                if problems:
+                    raise InvariantError(f"{what}: " + "; ".join(problems))
+                self.stats.settle_seconds.append(calm_since - started)
+                return world
+            time.sleep(POLL)
+        raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+
+    def alive(self) -> None:
+        proc = self.operator.proc
+        if proc is None or proc.poll() is not None:
+            raise InvariantError(f"the operator exited on its own; log:\n{self.operator.tail()}")
+
+    # ------------------------------------------------------------------ actions
+    def submit(self, count: int, suspend: bool) -> list[GangSpec]:
+        specs = []
+        for _ in range(count):
+            spec = random_gang(self.rng, f"r{self.stats.rounds:03d}-g{len(specs)}")
+            self.ns.create(spec.job(suspend))
+            specs.append(spec)
+        self.stats.gangs += len(specs)
+        return specs
+
+    def unsuspend(self, specs: list[GangSpec]) -> None:
+        for spec in specs:
+            self.ns.patch_job(spec.name, {"spec": {"suspend": False}})
+
+    def delete_some(self, world: World, share: float) -> None:
+        """Free room for the next round: some admitted gangs and the ones that can never fit go."""
+        for gang in world.gangs.values():
+            never = not world.fits_empty(gang) and gang.waiting
+            if never or (gang.admitted and self.rng.random() < share):
+                if never:
+                    self.stats.never_fit += 1
+                self.delete_job(gang.name)
+
+    def delete_job(self, name: str) -> None:
+        try:
+            self.ns.api.request(
+                "DELETE",
+                f"/apis/batch/v1/namespaces/{self.ns.name}/jobs/{name}",
+                {"propagationPolicy": "Background"},
+            )
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    def kill(self, why: str) -> None:
+        self.operator.stop(signal.SIGKILL)
+        self.stats.kills[why] += 1
+
+    def start(self, env: Mapping[str, str] | None = None) -> bool:
+        """Start the operator; False if an armed switch killed it before it was ready."""
+        self.operator.env = dict(env or {})
+        self.stats.restarts += 1
+        try:
+            self.operator.start()
+        except RuntimeError:
+            proc = self.operator.proc
+            if env and proc is not None and proc.returncode == -signal.SIGKILL:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------ rounds
+    def crash_round(self) -> None:
+        """Gangs created suspended, then released at once while the operator dies at a random point."""
+        self.stats.rounds += 1
+        specs = self.submit(self.rng.randint(3, 6), suspend=True)
+        if not self.modes:  # every kill point in each cycle of 5 rounds, in a random order
+            self.modes = ["delay", "delay", *SWITCHES]
+            self.rng.shuffle(self.modes)
+        mode = self.modes.pop()
+        if mode in SWITCHES:
+            self.kill("while creating objects")  # to restart it armed; it may be creating PodGroups
+            count = self.rng.randint(1, 3 if mode == "after-record" else 8)
+            if self.start({SWITCHES[mode]: str(count)}):
+                self.unsuspend(specs)
+                self.wait_exit(20.0)
+            else:
+                self.unsuspend(specs)  # the validating webhook fails open while the operator is down
+            if self.operator_alive():
+                self.kill("delay (switch not reached)")
+            else:
+                self.stats.kills[mode] += 1
+        else:
+            self.unsuspend(specs)
+            time.sleep(self.rng.uniform(0.0, 2.5))  # a random point of the admissions
+            self.kill("delay")
+        self.watch(self.rng.uniform(0.0, 1.0))  # down for a while: nothing may move into a bad state
+        if self.rng.random() < 0.25:  # and again, during the recovery
+            self.start()
+            time.sleep(self.rng.uniform(0.0, 1.5))
+            self.kill("during recovery")
+        self.start()
+        world = self.settle(f"round {self.stats.rounds} ({mode})")
+        self.log(
+            f"round {self.stats.rounds}: {mode}; {world.summary()}; admissions so far {self.stats.admissions}"
+        )
+        self.delete_some(world, share=0.7)
+
+    def fault_round(self) -> None:
+        """Gangs created at once, with the API faulty under the operator."""
+        self.stats.rounds += 1
+        self.submit(self.rng.randint(3, 6), suspend=False)
+        world = self.settle(f"round {self.stats.rounds}")
+        self.log(f"round {self.stats.rounds}: {world.summary()}; admissions so far {self.stats.admissions}")
+        self.delete_some(world, share=0.7)
+
+    def drain(self) -> None:
+        """Nothing lost: delete admitted gangs until every gang that can ever fit got admitted once."""
+        for _ in range(40):
+            world = self.settle("drain")
+            left = [g for g in world.gangs.values() if g.waiting and world.fits_empty(g)]
+            if not left:
+                self.stats.never_fit += sum(1 for g in world.gangs.values() if g.waiting)
+                break
+            for gang in world.gangs.values():
+                if gang.admitted:
+                    self.delete_job(gang.name)
+        else:
+            raise InvariantError("gangs that fit an empty cluster still wait after 40 drains")
+        if self.proxy_counts is not None:
+            self.stats.proxy = dict(self.proxy_counts())
+
+    def operator_alive(self) -> bool:
+        proc = self.operator.proc
+        return proc is not None and proc.poll() is None
+
+    def wait_exit(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.operator_alive():
+            self.world()
+            time.sleep(POLL / 3)
