@@ -50,6 +50,7 @@ class Section:
     text: str
     where: list[Table]
     podgroups: list[Table]
+    composites: list[Table]
 
 
 def parse_table(lines: list[str]) -> tuple[list[str], list[dict[str, str]]]:
@@ -70,13 +71,17 @@ def parse(output: str) -> dict[str, Section]:
     for chunk in re.split(r"^=== \[\d+/\d+\] ", output, flags=re.M)[1:]:
         step = chunk.split(":", 1)[0]
         lines = chunk.splitlines()
-        where, groups = [], []
+        where: list[Table] = []
+        groups: list[Table] = []
+        composites: list[Table] = []
         for i, line in enumerate(lines):
             kind = (
                 where
                 if line.startswith("$ phalanx where")
                 else groups
                 if "kubectl get podgroups" in line
+                else composites
+                if "kubectl get compositepodgroups" in line
                 else None
             )
             if kind is None or not line.startswith("$ "):
@@ -89,7 +94,7 @@ def parse(output: str) -> dict[str, Section]:
                 kind.append(Table(label, header, rows))
             else:
                 kind.append(Table(label, [], []))
-        sections[step] = Section(step, chunk, where, groups)
+        sections[step] = Section(step, chunk, where, groups, composites)
     return sections
 
 
@@ -144,7 +149,7 @@ def sections(short_run: tuple[subprocess.CompletedProcess[str], float]) -> dict[
     return parse(short_run[0].stdout)
 
 
-def test_every_step_of_the_short_run_is_ok_and_slices_are_skipped_for_issue_11(
+def test_every_step_of_the_short_run_is_ok(
     short_run: tuple[subprocess.CompletedProcess[str], float],
 ) -> None:
     result, _ = short_run
@@ -153,7 +158,6 @@ def test_every_step_of_the_short_run_is_ok_and_slices_are_skipped_for_issue_11(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     for step in playable:
         assert re.search(rf"^OK {re.escape(step)} \(", result.stdout, re.M), f"no OK line for {step}"
-    assert re.search(r"^SKIP slices: .*issue 11", result.stdout, re.M)
     assert "FAILED" not in result.stdout
     assert re.search(
         rf"^walk-through: {len(playable)} OK, {len(steps) - len(playable)} skipped, 0 failed in ",
@@ -217,6 +221,29 @@ def test_best_fit_takes_the_tighter_block_in_both_cases(sections: dict[str, Sect
     first, second = sections["best-fit"].where
     assert first.column("NB", "block-3-") == {"nb-a"} and first.column("NODE", "filler-") == {"was-worker"}
     assert second.column("NB", "block-3-") == {"nb-b"} and second.column("NODE", "filler-") == {"was-worker5"}
+
+
+def test_slices_each_in_a_local_block_both_in_one_network_block_and_the_busy_case_waits_whole(
+    sections: dict[str, Section],
+) -> None:
+    section = sections["slices"]
+    empty, busy, freed = section.where
+    lbs = [empty.column("LB", f"slices-{i}-") for i in (0, 1)]
+    assert all(len(lb) == 1 for lb in lbs) and lbs[0] != lbs[1], lbs
+    assert len(empty.column("NB", "slices-")) == 1 and empty.column("PHASE", "slices-") == {"Running"}
+    assert busy.column("NODE", "slices-") == {"-"} and len(busy.pods("slices-")) == 4
+    assert freed.column("NB", "slices-") == {"nb-b"} and freed.column("PHASE", "slices-") == {"Running"}
+    assert [[r["STATUS"] for r in t.rows] for t in section.composites] == [
+        ["Running"],
+        ["Unschedulable"],
+        ["Running"],
+    ]
+    assert [sorted(r["STATUS"] for r in t.rows) for t in section.podgroups] == [
+        ["Running", "Running"],
+        ["Unschedulable", "Unschedulable"],
+        ["Running", "Running"],
+    ]
+    assert "composite group is unschedulable" in section.text
 
 
 def test_preemption_runs_high_2_and_requeues_one_low_gang_whole(sections: dict[str, Section]) -> None:

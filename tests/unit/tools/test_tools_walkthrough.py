@@ -94,6 +94,22 @@ def test_a_gang_bound_below_its_min_count_is_reported_and_whole_or_none_is_not()
     assert partial_gangs(groups, everything) == ["half: 2 of 4 pods bound"]
 
 
+def test_a_hand_made_group_counts_the_pods_labelled_with_its_name() -> None:
+    def member(group_name: str, node: str) -> dict[str, Any]:
+        pod = job_pod("x", 0, gated=False, node=node, phase="Running")
+        pod["metadata"]["labels"] = {"phalanx.dev/pod-group": group_name}
+        return pod
+
+    hand_made = {"metadata": {"name": "slices-0"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
+    assert partial_gangs([hand_made], [member("slices-0", "was-worker")]) == ["slices-0: 1 of 2 pods bound"]
+    whole = [
+        member("slices-0", "was-worker"),
+        member("slices-0", "was-worker2"),
+        member("other", "was-worker3"),
+    ]
+    assert partial_gangs([hand_made], whole) == []
+
+
 @given(st.integers(0, 8), st.integers(1, 8))
 def test_partial_means_strictly_between_none_and_min_count(bound: int, min_count: int) -> None:
     pods = [
@@ -106,13 +122,18 @@ def test_partial_means_strictly_between_none_and_min_count(bound: int, min_count
 # ---------------------------------------------------------------------- steps
 
 
-def test_the_steps_follow_the_article_and_slices_wait_for_issue_11() -> None:
+def test_the_steps_follow_the_article() -> None:
     ids = [s.id for s in STEPS]
     assert len(ids) == len(set(ids))
-    assert ids.index("plain-4") < ids.index("gang-4") < ids.index("best-fit") < ids.index("preemption")
-    (slices,) = [s for s in STEPS if s.id == "slices"]
-    assert slices.run is None and "issue 11" in slices.skip
-    assert all(s.run is not None for s in STEPS if s.id != "slices")
+    assert (
+        ids.index("plain-4")
+        < ids.index("gang-4")
+        < ids.index("best-fit")
+        < ids.index("slices")
+        < ids.index("preemption")
+        < ids.index("node-failure")
+    )
+    assert all(s.run is not None for s in STEPS)
 
 
 def test_select_short_drops_full_only_steps_and_only_keeps_the_article_order() -> None:

@@ -37,6 +37,7 @@ T = TypeVar("T")
 NAMESPACE = "phalanx-demo"
 PODGROUPS = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups"
 WORKLOADS = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/workloads"
+COMPOSITES = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/compositepodgroups"
 
 
 class StepError(RuntimeError):
@@ -99,6 +100,10 @@ class Demo:
             (g for g in self.groups() if (g["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL) == job),
             None,
         )
+
+    def composite(self, name: str) -> dict[str, Any]:
+        body: dict[str, Any] = self.api.get(self.path(COMPOSITES) + f"/{name}")
+        return body
 
     def group_status(self, job: str) -> dict[str, Any]:
         status: dict[str, Any] = (self.group_of(job) or {}).get("status") or {}
@@ -197,6 +202,12 @@ class Demo:
         return cond
 
     # -- acting
+    def create(self, obj: dict[str, Any], plural: str) -> None:
+        """Create an object of this namespace (`plural`: its resource, e.g. podgroups)."""
+        version = obj["apiVersion"]
+        base = f"/apis/{version}" if "/" in version else f"/api/{version}"
+        self.api.request("POST", self.path(f"{base}/namespaces/{{ns}}/{plural}"), obj)
+
     def create_job(self, job: dict[str, Any]) -> None:
         self.command(f"kubectl apply -f {job['metadata']['name']}.yaml   # {describe_job(job)}")
         self.api.request("POST", self.path("/apis/batch/v1/namespaces/{ns}/jobs"), job)
@@ -275,21 +286,25 @@ class Demo:
         self.command(f"phalanx where -n {self.namespace}" + (f"   # {label}" if label else ""))
         self.say(where_table(pods, nodes, (NETWORK_BLOCK_KEY, LOCAL_BLOCK_KEY)))
         self.say()
+        if self.api.get(self.path(COMPOSITES))["items"]:
+            self.command(f"kubectl get compositepodgroups -n {self.namespace}")
+            self.say(self.kubectl_get("compositepodgroups"))
+            self.say()
         self.command(f"kubectl get podgroups -n {self.namespace}")
-        self.say(self.kubectl_get_podgroups())
+        self.say(self.kubectl_get("podgroups"))
         self.say()
         partial = partial_gangs(groups, pods)
         if partial:
             raise StepError(f"a partial gang is bound: {'; '.join(partial)}")
 
-    def kubectl_get_podgroups(self) -> str:
+    def kubectl_get(self, resource: str) -> str:
         result = subprocess.run(
             [
                 str(self.kubectl),
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "get",
-                "podgroups",
+                resource,
                 "-n",
                 self.namespace,
             ],
@@ -299,7 +314,7 @@ class Demo:
             check=False,
         )
         if result.returncode != 0:
-            raise StepError(f"kubectl get podgroups failed: {result.stderr.strip()}")
+            raise StepError(f"kubectl get {resource} failed: {result.stderr.strip()}")
         return (result.stdout or result.stderr).rstrip()
 
     # -- cleaning
@@ -320,12 +335,16 @@ class Demo:
         for collection in (
             "/api/v1/namespaces/{ns}/pods",
             PODGROUPS,
+            COMPOSITES,
             WORKLOADS,
             "/api/v1/namespaces/{ns}/events",
         ):
             self.api.request("DELETE", self.path(collection))
         self.wait(
-            "the namespace's Jobs, pods and PodGroups gone", lambda: not self.pods() and not self.groups()
+            "the namespace's Jobs, pods and PodGroups gone",
+            lambda: (
+                not self.pods() and not self.groups() and not self.api.get(self.path(COMPOSITES))["items"]
+            ),
         )
         if healed:
             self.wait(f"{', '.join(healed)} healed (no failure taint)", lambda: not self.tainted(healed))

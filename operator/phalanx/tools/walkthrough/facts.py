@@ -106,17 +106,26 @@ def condition(group: Mapping[str, Any] | None, kind: str) -> dict[str, Any] | No
 
 
 def partial_gangs(groups: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Gang Jobs with some but fewer than minCount pods bound: what Phalanx must never admit."""
-    per_job = Counter(str(p["metadata"].get("labels", {}).get("job-name", "")) for p in bound(pods))
+    """Gang PodGroups with some but fewer than minCount pods bound: what Phalanx must never admit. A pod is
+    a group's member by its phalanx.dev/pod-group label (hand-made groups, released Job pods) or, for a
+    group made for a Job, by the Job's job-name label."""
+    placed = bound(pods)
     found = []
     for group in groups:
         gang = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang")
-        job = (group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
-        if gang is None or not job:
+        if gang is None:
             continue
-        have, need = per_job.get(str(job), 0), int(gang.get("minCount") or 0)
+        name = str(group["metadata"].get("name", ""))
+        job = (group["metadata"].get("labels") or {}).get(keys.JOB_NAME_LABEL)
+        have = sum(
+            1
+            for p in placed
+            if (labels := p["metadata"].get("labels") or {}).get(keys.POD_GROUP_LABEL) == name
+            or (job and labels.get("job-name") == job)
+        )
+        need = int(gang.get("minCount") or 0)
         if 0 < have < need:
-            found.append(f"{job}: {have} of {need} pods bound")
+            found.append(f"{job or name}: {have} of {need} pods bound")
     return found
 
 

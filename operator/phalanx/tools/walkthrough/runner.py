@@ -164,7 +164,6 @@ def prepare(d: Demo, ready_timeout: float) -> None:
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": d.namespace}},
     )
-    d.reset()  # heals leftover failed nodes
     answer = ["no answer"]
 
     def gates() -> bool:
@@ -175,6 +174,7 @@ def prepare(d: Demo, ready_timeout: float) -> None:
         d.wait("Phalanx's webhook gates a managed Job (dry run)", gates, timeout=ready_timeout)
     except StepError as e:
         raise StepError(f"{e}: {answer[0]}") from e
+    d.reset()  # heals leftover failed nodes; needs Phalanx's CRDs, installed before its webhook answers
 
 
 def _absent(api: RestClient, path: str) -> bool:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.api import keys
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.topology import LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
 from phalanx.tools.walkthrough.demo import Demo, StepError
-from phalanx.tools.walkthrough.facts import bound, condition, gated, job_manifest, phases
+from phalanx.tools.walkthrough.facts import GPU, PAUSE_IMAGE, bound, condition, gated, job_manifest, phases
 from phalanx.tools.walkthrough.runner import Step
 
 FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
@@ -161,6 +162,149 @@ def best_fit(d: Demo) -> None:
         "upstream v1.37 chose between the blocks at random here (6 runs: nb-b, nb-a, nb-a, nb-a, nb-b, "
         "nb-a) until nvidia.com/gpu was added to kube-scheduler's scoring. Phalanx takes the tighter "
         "block every time (best fit), with no scheduler configuration, keeping a whole block free."
+    )
+
+
+# ---------------------------------------------------------------------- slices
+
+SLICES = ("slices-0", "slices-1")
+API = "scheduling.phalanx.dev/v1beta1"
+
+
+def slice_objects() -> list[tuple[dict[str, Any], str]]:
+    """The article's Workload, CompositePodGroup and two PodGroups, in Phalanx's API group: a gang of two
+    slices in one network block, each slice a gang of two pods in one local block."""
+    nb = {"topology": [{"key": NETWORK_BLOCK_KEY}]}
+    lb = {"topology": [{"key": LOCAL_BLOCK_KEY}]}
+    workload = {
+        "apiVersion": API,
+        "kind": "Workload",
+        "metadata": {"name": "slices"},
+        "spec": {
+            "compositePodGroupTemplates": [
+                {
+                    "name": "job",
+                    "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                    "schedulingConstraints": nb,
+                    "podGroupTemplates": [
+                        {
+                            "name": "slice",
+                            "schedulingPolicy": {"gang": {"minCount": 2}},
+                            "schedulingConstraints": lb,
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+    composite = {
+        "apiVersion": API,
+        "kind": "CompositePodGroup",
+        "metadata": {"name": "slices"},
+        "spec": {
+            "workloadRef": {"workloadName": "slices", "templateName": "job"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "schedulingConstraints": nb,
+        },
+    }
+    groups = [
+        {
+            "apiVersion": API,
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "parentCompositePodGroupName": "slices",
+                "workloadRef": {"workloadName": "slices", "templateName": "slice"},
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": lb,
+            },
+        }
+        for name in SLICES
+    ]
+    return [(workload, "workloads"), (composite, "compositepodgroups"), *((g, "podgroups") for g in groups)]
+
+
+def slice_pod(group: str, index: int) -> dict[str, Any]:
+    """The article's slice pod; it joins its PodGroup by Phalanx's label (upstream: spec.schedulingGroup)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{group}-{index}", "labels": {"app": "slices", keys.POD_GROUP_LABEL: group}},
+        "spec": {
+            "containers": [{"name": "worker", "image": PAUSE_IMAGE, "resources": {"limits": {GPU: "8"}}}]
+        },
+    }
+
+
+def create_slices(d: Demo) -> None:
+    d.command(
+        "kubectl apply -f slices.yaml   # Workload slices; CompositePodGroup slices: gang of 2 groups in one "
+        "network block; PodGroups slices-0, slices-1: gang of 2 pods in one local block"
+    )
+    for obj, plural in slice_objects():
+        d.create(obj, plural)
+    d.command(f"kubectl apply -f slice-pods.yaml   # 2 pods per slice, label {keys.POD_GROUP_LABEL}=<slice>")
+    for group in SLICES:
+        for index in (0, 1):
+            d.create(slice_pod(group, index), "pods")
+
+
+def slice_pods(d: Demo) -> list[Mapping[str, Any]]:
+    return [p for p in d.pods() if p["metadata"].get("labels", {}).get("app") == "slices"]
+
+
+def slices_placed(d: Demo) -> list[Mapping[str, Any]] | None:
+    """All 4 slice pods bound, each slice in one local block of its own, both in one network block."""
+    pods = slice_pods(d)
+    if len(bound(pods)) != 4:
+        return None
+    blocks = [
+        d.domains([p for p in pods if p["metadata"]["name"].startswith(g)], LOCAL_BLOCK_KEY) for g in SLICES
+    ]
+    if any(len(b) != 1 for b in blocks) or blocks[0] == blocks[1] or len(d.domains(pods)) != 1:
+        return None
+    return pods
+
+
+def admitted(d: Demo, plural: str, name: str, status: str) -> dict[str, Any] | None:
+    path = f"/apis/{API}/namespaces/{{ns}}/{plural}/{name}"
+    cond = condition(d.api.get(d.path(path)), "Admitted")
+    return cond if cond and cond["status"] == status else None
+
+
+def slices(d: Demo) -> None:
+    create_slices(d)
+    pods = d.wait(
+        "the 4 slice pods bound: each slice in its own local block, both in one network block",
+        lambda: slices_placed(d),
+    )
+    d.wait(
+        "CompositePodGroup slices Admitted=True", lambda: admitted(d, "compositepodgroups", "slices", "True")
+    )
+    d.show(f"slices on an empty cluster, both in {one(d.domains(pods))}")
+    d.reset()
+
+    d.fill("was-worker", "was-worker3", "was-worker5")  # one busy node in lb-a1, lb-a2 and lb-b1
+    create_slices(d)
+    why = d.wait(
+        "CompositePodGroup slices Admitted=False (Unschedulable)",
+        lambda: admitted(d, "compositepodgroups", "slices", "False"),
+    )
+    d.wait(
+        "PodGroups slices-0 and slices-1 Admitted=False",
+        lambda: all(admitted(d, "podgroups", group, "False") for group in SLICES),
+    )
+    d.hold("no slice pod binds", lambda: not bound(slice_pods(d)))
+    d.show("one busy node in lb-a1, lb-a2 and lb-b1: only lb-b2 has room for a slice")
+    d.say(f"CompositePodGroup slices: Admitted=False {why['reason']}: {why['message']}")
+    d.unfill("was-worker5")
+    pods = d.wait("the whole job placed once lb-b1 is free", lambda: slices_placed(d))
+    d.check(d.domains(pods) == {"nb-b"}, "both slices in nb-b", d.domains(pods))
+    d.show("was-worker5 freed: nb-b has room for both slices")
+    d.notice(
+        "as upstream: each slice in its own local block, both in one network block; with three local blocks "
+        "busy the whole job waits. Upstream's CompositePodGroup had no condition (the reason was only on the "
+        "PodGroups); Phalanx's says why, per slice."
     )
 
 
@@ -343,8 +487,7 @@ STEPS: list[Step] = [
     Step(
         "slices",
         "slices: two slices of two pods, each in one local block, both in one network block",
-        None,
-        skip="slices (CompositePodGroup) are not built yet: they come with issue 11",
+        slices,
     ),
     Step(
         "preemption", "preemption: low-a and low-b fill the cluster, then high-2 (priority high)", preemption
