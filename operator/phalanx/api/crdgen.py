@@ -104,10 +104,10 @@ KINDS = (
             _column("Workload", ".spec.workloadRef.workloadName"),
             _column("Status", ".status.phase"),
             _column("Domain", ".status.domain", description="The topology domain chosen"),
-            _AGE,
             # Why the tree waits, per child group (upstream writes no condition on a composite).
             _column("Reason", '.status.conditions[?(@.type=="Admitted")].reason'),
             _column("Message", '.status.conditions[?(@.type=="Admitted")].message'),
+            _AGE,
         ),
     ),
     Kind(

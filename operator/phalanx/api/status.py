@@ -57,6 +57,8 @@ class Admission(ApiModel):
     """When the decision was made."""
     attempt: int = Field(ge=0)
     """How many admissions were made for this group before this one (0 for the first)."""
+    level: str | None = None
+    """Preferred topology: the wider level (node label, "" anywhere) used as no domain of the key fit."""
 
     @model_validator(mode="after")
     def _pods_unique(self) -> Self:

@@ -15,6 +15,7 @@ import kopf
 from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
+from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.controller.runtime import Runtime
 from phalanx.controller.runtime import login as runtime_login
@@ -48,6 +49,7 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         return  # another operator's namespace (--namespaces): no gate nobody would remove
     try:
         policy = parse_job_policy(body)
+        parse_job_layout(body, policy)  # topology mode and slices
     except JobPolicyError as e:
         raise kopf.AdmissionError(str(e), code=422) from e
     template = body.get("spec", {}).get("template", {}) or {}

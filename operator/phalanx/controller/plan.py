@@ -46,7 +46,7 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.plan_composite import TreeState, schedule_tree
+from phalanx.controller.plan_composite import TreeState, admitted_message, levels_of, schedule_tree
 from phalanx.controller.preempt import (
     GroupOfJob,
     Victims,
@@ -326,6 +326,8 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 min_count=view.min_count,
                 topology_key=view.topology_key,
                 bound_nodes=tuple(p.usage_node for p in view.placed),
+                levels=levels_of([view.topology_key], ctx.levels),
+                mode=job.layout.topology_mode,
             )
             started = time.perf_counter()
             decision = decide(ctx.snapshot, request)
@@ -339,6 +341,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                     ],
                     admitted_at=ctx.now,
                     attempt=st.next_attempt(group.status),
+                    level=decision.level,
                 )
                 by_key = {p.key: p for p in ready}
                 actions.append(RecordAdmission(group.ref, admission, group.resource_version))
@@ -349,9 +352,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
                 domain = decision.domain or domain
                 outcome = st.Outcome(c.REASON_ADMITTED, "")
-                where = f" in {view.topology_key}={decision.domain}" if decision.domain else ""
-                nodes = ", ".join(node for _, node in decision.assignments)
-                message = f"admitted {released_now} pod(s){where} on {nodes}"
+                message = admitted_message(released_now, view.topology_key, decision)
                 actions.append(_event(job.ref, "Normal", "Admitted", message))
                 actions.append(_event(group.ref, "Normal", "Admitted", message))
             elif isinstance(decision, Reject):
@@ -383,6 +384,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
         held=job.gated_template or not view.gang,
         finished_how=job.finished_how,
         requeued=job.requeued,
+        note=st.climbed_note(admission, view.topology_key),
     )
     # Every pod carries its PodGroup's name, also while it waits (a release sets it in the same request).
     label = pod_group_label_value(group.name)

@@ -304,7 +304,7 @@ def _request(leaf: _Leaf, levels: tuple[str, ...], mode: TopologyMode = "require
     )
 
 
-def _levels_of(keys: Iterable[str | None], levels: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+def levels_of(keys: Iterable[str | None], levels: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The levels of the Topology that lists a key of the group (the first one that does)."""
     return next((levels[k] for k in keys if k is not None and k in levels), ())
 
@@ -324,7 +324,7 @@ def _composite_request(t: _Tree, g: CompositePodGroupRecord, levels: tuple[str, 
 
 def _decide_standalone(t: _Tree, leaf: _Leaf, ctx: _Pass) -> None:
     key = leaf.group.topology_key
-    levels = _levels_of([key], ctx.levels)
+    levels = levels_of([key], ctx.levels)
     request = _request(leaf, levels, t.state.mode)
     started = time.perf_counter()
     decision = decide(ctx.snapshot, request)
@@ -332,11 +332,13 @@ def _decide_standalone(t: _Tree, leaf: _Leaf, ctx: _Pass) -> None:
     if isinstance(decision, Admit):
         if not decision.assignments:
             return  # minCount met by placed pods; the rest wait for room
-        admission = _admission(decision.domain, decision.assignments, ctx.now, leaf.group.status)
+        admission = _admission(
+            decision.domain, decision.assignments, ctx.now, leaf.group.status, decision.level
+        )
         t.actions.append(RecordAdmission(leaf.group.ref, admission, leaf.group.resource_version))
         _release(t, leaf, decision.assignments, admission)
         ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
-        message = _admitted_message(len(decision.assignments), key, decision)
+        message = admitted_message(len(decision.assignments), key, decision)
         leaf.outcome = st.Outcome(c.REASON_ADMITTED, message)
         t.actions.append(_event(leaf.group.ref, "Normal", "Admitted", message))
         return
@@ -346,7 +348,7 @@ def _decide_standalone(t: _Tree, leaf: _Leaf, ctx: _Pass) -> None:
     leaf.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, message, upstream=decision.message)
 
 
-def _admitted_message(count: int, key: str | None, decision: Admit) -> str:
+def admitted_message(count: int, key: str | None, decision: Admit) -> str:
     nodes = ", ".join(node for _, node in decision.assignments)
     if decision.level is not None:
         # Preferred topology climbed: say so, it is not what the key asked for.
@@ -360,13 +362,18 @@ def _admitted_message(count: int, key: str | None, decision: Admit) -> str:
 
 
 def _admission(
-    domain: str | None, assignments: Iterable[tuple[str, str]], now: dt.datetime, status: GroupStatus
+    domain: str | None,
+    assignments: Iterable[tuple[str, str]],
+    now: dt.datetime,
+    status: GroupStatus,
+    level: str | None = None,
 ) -> Admission:
     return Admission(
         domain=domain,
         assignments=[Assignment(pod=pod.split("/", 1)[1], node=node) for pod, node in assignments],
         admitted_at=now,
         attempt=st.next_attempt(status),
+        level=level,
     )
 
 
@@ -387,7 +394,7 @@ def _decide_tree(t: _Tree, ctx: _Pass) -> None:
     assert root is not None
     keys = [g.topology_key for g in t.state.composites]
     keys += [leaf.group.topology_key for leaf in t.leaves.values()]
-    levels = _levels_of(keys, ctx.levels)
+    levels = levels_of(keys, ctx.levels)
     request = _composite_request(t, root, levels)
     started = time.perf_counter()
     decision = decide_composite(ctx.snapshot, request)
@@ -434,7 +441,7 @@ def _admit_tree(
     t.actions.append(_event(root.ref, "Normal", "Admitted", message))
     for name, admit in decision.admits:
         leaf = t.leaves[name]
-        msg = _admitted_message(len(admit.assignments), leaf.group.topology_key, admit)
+        msg = admitted_message(len(admit.assignments), leaf.group.topology_key, admit)
         leaf.outcome = st.Outcome(c.REASON_ADMITTED, msg)
         note = f"{msg} (CompositePodGroup {root.name})"
         t.actions.append(_event(leaf.group.ref, "Normal", "Admitted", note))
@@ -527,6 +534,7 @@ def _leaf_facts(leaf: _Leaf, job: JobRecord | None) -> st.GroupFacts:
         suspended=job.suspended if job else False,
         finished=job.finished if job else False,
         finished_how=job.finished_how if job else "",
+        note=st.climbed_note(leaf.admission, leaf.group.topology_key),
     )
 
 

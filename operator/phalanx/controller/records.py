@@ -18,6 +18,7 @@ from phalanx.api import keys as names
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
 from phalanx.api.compositepodgroup import CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
+from phalanx.api.job_layout import COMPLETION_INDEX_LABEL, NO_LAYOUT, JobLayout, parse_job_layout
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
@@ -86,6 +87,7 @@ class PodRecord:
     # kube-scheduler's PodScheduled=False message while the pod is not bound ("" otherwise): a pod Phalanx
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
+    completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -174,8 +176,14 @@ class PodRecord:
             created=parse_time(meta.get("creationTimestamp")),
             traits=pod_traits(meta, spec),
             unschedulable=_unschedulable(spec, status),
+            completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
+
+
+def _index(value: Any) -> int | None:
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
 
 
 def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
@@ -208,6 +216,7 @@ class JobRecord:
     finished_how: str  # "" while it runs; "succeeded", or "failed (<reason>: <message>)"
     requeued: str  # why Phalanx suspended it to requeue it ("" when it did not)
     remaining: int | None  # completions still to make (None: the Job has no completion count)
+    layout: JobLayout  # topology mode and slices (api/job_layout.py)
     # The builders of our objects need the Job's labels, annotations and template: a slim copy.
     body: Mapping[str, Any] = field(compare=False, hash=False)
     body_digest: tuple[Any, ...] = ()  # what of `body` the builders read, for comparison
@@ -251,8 +260,10 @@ class JobRecord:
             "spec": {k: v for k, v in spec.items() if k != "selector"},
         }
         policy: JobPolicy | None
+        layout = NO_LAYOUT
         try:
             policy, error = parse_job_policy(slim, running=True), ""
+            layout = parse_job_layout(slim, policy)
         except JobPolicyError as e:
             policy, error = None, str(e)
         template = spec.get("template") or {}
@@ -273,6 +284,7 @@ class JobRecord:
             finished_how=finished_how,
             requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
             remaining=_remaining(spec, status),
+            layout=layout,
             body=slim,
             body_digest=(
                 tuple(sorted((meta.get("labels") or {}).items())),

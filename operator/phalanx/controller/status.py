@@ -62,6 +62,7 @@ class GroupFacts:
     finished_how: str = ""  # "succeeded" or "failed (...)" once finished
     requeued: str = ""  # why Phalanx suspended the Job to place it again whole
     members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
+    note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
 
 
 def _condition(
@@ -82,6 +83,14 @@ def _condition(
         last_transition_time=now if changed or current is None else current.last_transition_time,
         observed_generation=generation,
     )
+
+
+def climbed_note(admission: Admission | None, key: str | None) -> str:
+    """What the Admitted message adds for a preferred group placed at a wider level than its key."""
+    if admission is None or admission.level is None:
+        return ""
+    wider = f"one domain of {admission.level}" if admission.level else "no common domain"
+    return f" (topology mode preferred: no domain of {key} had room, so it went to {wider})"
 
 
 def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condition | None) -> Outcome:
@@ -108,7 +117,7 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return outcome
     if placed >= need and placed > 0:
         where = f" in {facts.domain}" if facts.domain else ""
-        message = f"{placed} {facts.members} admitted{where}"
+        message = f"{placed} {facts.members} admitted{where}{facts.note}"
         if facts.waiting:
             message += f"; {facts.waiting} more waiting for room{where}"
         return Outcome(c.REASON_ADMITTED, message)

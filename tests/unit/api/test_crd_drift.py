@@ -155,6 +155,7 @@ def test_transition_rules_only_where_old_and_new_correlate(kind: str) -> None:
 
 def _at(schema: dict[str, Any], json_path: str) -> dict[str, Any] | None:
     node: dict[str, Any] | None = schema
+    json_path = re.sub(r"\[\?\(.*?\)\]", "", json_path)  # a filter ([?(@.type=="Admitted")]) picks an item
     for part in re.findall(r"\.(\w+)(?:\[\d+\])?", json_path):
         if node is None:
             return None

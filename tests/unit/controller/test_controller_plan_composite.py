@@ -342,3 +342,68 @@ def test_levels_make_a_rack_domain_a_path_so_a_rack_gang_never_spans_blocks() ->
     with_levels = plan(relabel(cluster([], [group], pods, levels={NB: (NB, RACK), RACK: (NB, RACK)})), NOW)
     assert not only(with_levels.actions, ReleasePod)
     assert admitted(status_on(with_levels, "rack"))[1] == c.REASON_UNSCHEDULABLE
+
+
+# ---------------------------------------------------------------------- a Job's topology mode
+def _job(annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "local-4",
+            "namespace": "ml",
+            "uid": "uid-local-4",
+            "creationTimestamp": "2026-11-30T11:00:00Z",
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "parallelism": 4,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}], "schedulingGates": [GATE]}},
+        },
+    }
+
+
+def _job_state(annotations: dict[str, str]) -> ClusterState:
+    from phalanx.api.builders import build_pod_group
+    from phalanx.api.job_policy import parse_job_policy
+    from phalanx.controller.plan import JobState
+    from phalanx.controller.records import JobRecord
+
+    job = _job(annotations)
+    body = build_pod_group(job, "local-4-wl", parse_job_policy(job), None, workload_uid="wl")
+    body["metadata"].update(uid="pg-local-4", generation=1)
+    pods = []
+    for i in range(4):
+        p = pod(f"local-4-{i}", "")
+        p["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "uid-local-4"}
+        pods.append(PodRecord.from_body(p))
+    base = cluster([], [], [])
+    return dataclasses.replace(
+        base,
+        jobs=(JobState(JobRecord.from_body(job), PodGroupRecord.from_body(body), "local-4-wl", tuple(pods)),),
+        levels={NB: (NB, LB), LB: (NB, LB)},
+    )
+
+
+def test_preferred_local_4_climbs_to_one_network_block_and_says_so_required_waits() -> None:
+    required = plan(_job_state({"phalanx.dev/topology-key": LB}), NOW)
+    assert not only(required.actions, ReleasePod)  # no local block has 4 nodes
+    (patch,) = only(required.actions, PatchStatus)
+    assert admitted(patch.status)[1] == c.REASON_UNSCHEDULABLE
+
+    preferred = plan(
+        _job_state({"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"}), NOW
+    )
+    nodes = sorted(r.node for r in only(preferred.actions, ReleasePod))
+    assert nodes in (["n1", "n2", "n3", "n4"], ["n5", "n6", "n7", "n8"])  # one network block
+    (record,) = only(preferred.actions, RecordAdmission)
+    assert record.admission.level == NB
+    status = status_on(preferred, record.pod_group.name)
+    flag, reason, message = admitted(status)
+    assert (flag, reason) == ("True", c.REASON_ADMITTED)
+    assert f"topology mode preferred: no domain of {LB} had room, so it went to one domain of {NB}" in message
+    events = [e.message for e in only(preferred.actions, PostEvent) if e.reason == "Admitted"]
+    assert any("(topology mode preferred)" in m for m in events), events

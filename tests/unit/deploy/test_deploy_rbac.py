@@ -24,12 +24,12 @@ Need = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 # The custom-object calls take the plural as an argument: which of Phalanx's own resources each verb is
 # used on (kube.py through apply.py, runtime.py's cache priming). Keep this with apply.py.
 CUSTOM_PLURALS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("create", ""): ("workloads", "podgroups"),
-    ("get", ""): ("workloads", "podgroups"),  # a create that meets 409 reads the existing object
-    ("delete", ""): ("workloads", "podgroups"),
+    ("create", ""): ("workloads", "podgroups", "compositepodgroups"),  # compositepodgroups: a Job's slices
+    ("get", ""): ("workloads", "podgroups", "compositepodgroups"),  # a create meeting 409 reads the object
+    ("delete", ""): ("workloads", "podgroups", "compositepodgroups"),
     ("list", ""): ("workloads", "podgroups", "topologies"),  # topologies: the cache and the webhook
     ("patch", ""): ("podgroups",),
-    ("patch", "status"): ("podgroups", "topologies"),
+    ("patch", "status"): ("podgroups", "compositepodgroups", "topologies"),
 }
 # Calls the chart never makes: the CRDs come with it (--no-install-crds).
 NOT_IN_THE_CHART = {"patch_custom_resource_definition", "read_custom_resource_definition"}
