@@ -14,6 +14,8 @@ the sysctls' previous values).
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -88,14 +90,29 @@ class HostNet:
 
 
 def in_use() -> str | None:
-    """Why another real node (of any dev cluster) seems to hold this host's bridge or routes, if so."""
+    """Why this host's bridge or ranges cannot be taken, if so: another real node holds them, or the host
+    itself uses an address inside them (an `unreachable` route would cut it off, e.g. its DNS server)."""
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         return f"the bridge {BRIDGE} exists (another `dev-cluster up --real-node` runs on this host?)"
-    for cidr in (POD_SUBNET, SERVICE_CIDR):
-        if run("ip", "-4", "route", "show", "exact", cidr).stdout.strip():
-            return (
-                f"{cidr} is already routed on this host: {run('ip', 'route', 'show', 'exact', cidr).stdout}"
-            )
+    ours = [ipaddress.ip_network(c) for c in (POD_SUBNET, SERVICE_CIDR, *KWOK_RANGES)]
+    used: list[tuple[str, str]] = []
+    for route in json.loads(run("ip", "-j", "-4", "route", "show", "table", "all").stdout or "[]"):
+        if route.get("dst") not in (None, "default"):
+            used.append((route["dst"], f"route {route['dst']} ({route.get('type', 'unicast')})"))
+        if route.get("gateway"):
+            used.append((route["gateway"], f"gateway {route['gateway']}"))
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/resolv.conf").read_text().splitlines():
+            if line.startswith("nameserver") and len(line.split()) > 1:
+                used.append((line.split()[1], f"nameserver {line.split()[1]}"))
+    for text, what in used:
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            continue
+        for cidr in ours:
+            if network.version == cidr.version and network.overlaps(cidr):
+                return f"the host uses {what}, inside {cidr} which the real node takes"
     return None
 
 
