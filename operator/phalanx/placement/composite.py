@@ -52,7 +52,7 @@ __all__ = [
 MAX_DEPTH: Final = 4
 """Levels of groups in a tree, root and leaves included (upstream: a deeper hierarchy is Invalid)."""
 
-DEFAULT_COMPOSITE_STEPS: Final = 20_000
+DEFAULT_COMPOSITE_STEPS: Final = 2_000
 """Leaf packings the search may try before it gives up (it then says so)."""
 
 CompositeRejectReason: TypeAlias = RejectReason | Literal["Invalid"]
@@ -253,6 +253,10 @@ class _Search:
                 self.sig_of[p] = sig
         self.columns: dict[int, LabelColumn | None] = {}
         self.lower: dict[int, list[IndexArray] | None] = {}
+        self.everywhere = np.arange(self.n, dtype=np.intp)
+        self.order: list[int] = []
+        self.decided: list[int] = []
+        self.placed: list[int] = []
 
     # --- domains ----------------------------------------------------------------------------
 
@@ -317,8 +321,51 @@ class _Search:
             found = [d for d in found if np.isin(t.bound, inside[starts[d] : ends[d]]).all()]
         if prune:
             found = [d for d in found if fit[d] >= t.need]
+            if t.leaf is None and found:
+                children = self.children_bound(t, inside, starts, ends)
+                found = [d for d in found if children[d] >= t.min_count]
         ranked = sorted(found, key=lambda d: (-int(fit[d]), float(free[d]), labels[d] or ""))
         return [(labels[d], inside[starts[d] : ends[d]]) for d in ranked]
+
+    def children_bound(self, t: _Node, inside: IndexArray, starts: IndexArray, ends: IndexArray) -> IntArray:
+        """Per domain of composite t: at most how many of its children can be placed there now. A child
+        needs `need` pods in one domain of its own key, so a domain of that key holds at most
+        floor(capacity / need) of such children; children alike (same key, pods and need) share those
+        slots, children unlike are counted as if they did not compete (an upper bound)."""
+        bound = np.zeros(starts.size, dtype=np.int64)
+        classes: dict[tuple[object, ...], list[int]] = {}
+        for c in t.children:
+            child = self.tree[c]
+            if child.need < 0:
+                continue
+            sigs = tuple(sorted(id(self.sig_of[p]) for p in child.positions))
+            classes.setdefault((child.key, child.need, sigs), []).append(c)
+        domain_of = np.repeat(np.arange(starts.size, dtype=np.intp), ends - starts)
+        for members in classes.values():
+            child = self.tree[members[0]]
+            if child.need == 0:
+                bound += len(members)
+                continue
+            capacity = np.zeros(inside.size, dtype=np.int64)
+            counts: dict[int, int] = {}
+            for p in child.positions:
+                counts[id(self.sig_of[p])] = counts.get(id(self.sig_of[p]), 0) + 1
+            for sig in self.ctx.signatures:
+                if id(sig) in counts:
+                    capacity += self.capacity(sig, inside, counts[id(sig)] * len(members))
+            col = self.column(child)
+            codes = np.zeros(inside.size, dtype=np.intp) if col is None else col.codes[inside]
+            keep = codes >= 0
+            pairs = domain_of[keep].astype(np.int64) * (int(codes.max(initial=0)) + 1) + codes[keep]
+            unique, inverse = np.unique(pairs, return_inverse=True)
+            per = np.bincount(inverse.reshape(-1), weights=capacity[keep], minlength=unique.size)
+            slots = np.bincount(
+                (unique // (int(codes.max(initial=0)) + 1)).astype(np.intp),
+                weights=np.floor(per / child.need),
+                minlength=starts.size,
+            ).astype(np.int64)
+            bound += np.minimum(slots, len(members))
+        return bound
 
     # --- packing a leaf ---------------------------------------------------------------------
 
@@ -416,54 +463,108 @@ class _Search:
                 self.state.place(m.position, m.node)
 
     # --- the search -------------------------------------------------------------------------
+    #
+    # Leaves are decided one at a time, finest effective level first (then most pods needed, then tree
+    # order): placed (include) before left out. A composite's domain is chosen when its first leaf is
+    # placed, among its candidates inside its parent's domain. So which nodes a leaf takes inside its
+    # domain only matters to leaves decided later, at coarser levels, which see totals only: with pods
+    # alike and nested levels the search over domains is exhaustive (property-tested).
 
-    def place(self, i: int, allowed: IndexArray) -> Iterator[None]:
-        """Yields once per way of placing group i inside `allowed` (its state applied while suspended)."""
-        t = self.tree[i]
-        if t.need < 0:
+    def solve(self) -> Iterator[None]:
+        """Yields once per placement of the whole tree (its state applied while suspended)."""
+        tree = self.tree
+        self.order = sorted(
+            (t.index for t in tree if t.leaf is not None), key=lambda i: (-tree[i].level, -tree[i].need, i)
+        )
+        self.decided = [0] * len(tree)  # children decided, per composite
+        self.placed = [0] * len(tree)  # children placed, per composite
+        yield from self.step(0)
+
+    def step(self, k: int) -> Iterator[None]:
+        if k == len(self.order):
+            yield
             return
+        i = self.order[k]
+        t = self.tree[i]
+        if t.need >= 0:
+            for _ in self.include(self.ancestors(i), 0, i):
+                yield from self.decided_then(i, True, k)
+        if not t.bound:  # a group whose pods already run is never left out
+            yield from self.decided_then(i, False, k)
+
+    def ancestors(self, i: int) -> list[int]:
+        chain = []
+        parent = self.tree[i].parent
+        while parent is not None:
+            chain.append(parent)
+            parent = self.tree[parent].parent
+        return chain[::-1]
+
+    def decided_then(self, i: int, placed: bool, k: int) -> Iterator[None]:
+        """Record that group i is decided (placed or not), completing its ancestors in turn; go on with the
+        next leaf unless some composite can no longer meet its min count."""
+        decided, counted = self.decided[:], self.placed[:]
+        ok = True
+        parent = self.tree[i].parent
+        while parent is not None:
+            t = self.tree[parent]
+            self.decided[parent] += 1
+            self.placed[parent] += placed
+            left = len(t.children) - self.decided[parent]
+            if self.placed[parent] and self.placed[parent] + left < t.min_count:
+                ok = False  # partly placed, cannot reach its min count: never admitted
+                break
+            if left:
+                break
+            placed = self.placed[parent] >= t.min_count
+            if parent == 0 and not placed:
+                ok = False  # the root or nothing
+            parent = t.parent
+        if ok:
+            yield from self.step(k + 1)
+        self.decided, self.placed = decided, counted
+
+    def include(self, chain: list[int], j: int, i: int) -> Iterator[None]:
+        """Choose domains for the ancestors that have none yet (top down), then place leaf i."""
+        if j < len(chain) and chain[j] in self.domains:
+            yield from self.include(chain, j + 1, i)
+            return
+        g = chain[j] if j < len(chain) else i
+        t = self.tree[g]
+        parent = t.parent
+        allowed = self.domains[parent][1] if parent is not None else self.everywhere
         for name, nodes in self.candidates(t, allowed, prune=True):
-            self.domains[i] = (name, nodes)
-            if t.leaf is not None:
+            self.domains[g] = (name, nodes)
+            if g != i:
+                yield from self.include(chain, j + 1, i)
+            else:
                 mark = self.mark()
                 if t.need == 0 or self.pack(t, nodes, t.need) >= t.need:
                     yield
                 self.undo(mark)
-            else:
-                yield from self.children(t, self.child_order(t), 0, 0, nodes)
-            del self.domains[i]
+            del self.domains[g]
 
     def child_order(self, t: _Node) -> list[int]:
         return sorted(t.children, key=lambda c: (-self.tree[c].finest, -self.tree[c].need, c))
 
-    def children(self, t: _Node, order: list[int], k: int, placed: int, nodes: IndexArray) -> Iterator[None]:
-        if k == len(order):
-            if placed >= t.min_count:
-                yield
-            return
-        c = order[k]
-        for _ in self.place(c, nodes):
-            yield from self.children(t, order, k + 1, placed + 1, nodes)
-        # Leave this child out only if the others can still make the min count.
-        if placed + len(order) - k - 1 >= t.min_count:
-            yield from self.children(t, order, k + 1, placed, nodes)
-
-    def extras(self, i: int) -> None:
-        """After the min counts are met: more pods of placed leaves, and children left out, where they fit."""
-        t = self.tree[i]
-        if i not in self.domains:
-            return
-        _, nodes = self.domains[i]
-        if t.leaf is not None:
-            self.pack(t, nodes, len(t.positions))
-            return
-        for c in self.child_order(t):
-            if c in self.domains:
-                self.extras(c)
-            else:
-                fits = self.place(c, nodes)
-                if next(fits, "none") is None:
-                    self.extras(c)  # the generator stays suspended: its placement is kept
+    def extras(self) -> None:
+        """After the min counts are met, in tree order: more pods of placed leaves, and leaves left out whose
+        parent is placed, where they fit (a composite left out stays out)."""
+        for t in self.tree:
+            if t.leaf is None or t.parent is None or t.parent not in self.domains:
+                continue
+            if t.index in self.domains:
+                self.pack(t, self.domains[t.index][1], len(t.positions))
+                continue
+            if t.need < 0:
+                continue
+            for name, nodes in self.candidates(t, self.domains[t.parent][1], prune=True):
+                mark = self.mark()
+                if t.need == 0 or self.pack(t, nodes, t.need) >= t.need:
+                    self.domains[t.index] = (name, nodes)
+                    self.pack(t, nodes, len(t.positions))
+                    break
+                self.undo(mark)
 
 
 def decide_composite(
@@ -484,10 +585,9 @@ def decide_composite(
     if isinstance(cons, Refusal):
         return _everyone(root, cons.reason, cons.message)
     search = _Search(snapshot, root, tree, pods, ctx, cons, max_steps)
-    everywhere = np.arange(len(snapshot.node_names), dtype=np.intp)
     try:
-        for _ in search.place(0, everywhere):
-            search.extras(0)
+        for _ in search.solve():
+            search.extras()
             return _admit(snapshot, root, tree, dict(search.domains), list(search.moves))
     except _OutOfStepsError:
         return _explain(snapshot, root, tree, pods, "Unschedulable", f"gave up after {max_steps} packings")

@@ -211,3 +211,28 @@ def test_preferred_inside_a_composite_is_refused_explicitly() -> None:
     )
     decision = decide_composite(Snapshot.build(article_nodes(), []), job(leaf))
     assert isinstance(decision, CompositeReject) and decision.reason == "Unsupported"
+
+
+def test_an_outer_domain_with_room_but_no_whole_inner_domain_gives_way_to_the_next() -> None:
+    # b0: four racks of one node; b1: two racks of two nodes. Both hold four pods, b0 wins the tie by name,
+    # but only b1 holds two slices of two pods each in one rack: the search must go back and take b1.
+    layout = [("b0", f"r{i}") for i in range(4)] + [("b1", "r0"), ("b1", "r0"), ("b1", "r1"), ("b1", "r1")]
+    nodes = [
+        NodeInfo(f"n{i}", {"block": b, "rack": r, HOST: f"n{i}"}, {GPU: 8, "pods": 110})
+        for i, (b, r) in enumerate(layout)
+    ]
+    levels = ("block", "rack", HOST)
+    root = CompositeRequest("job", (slice_("s0", key="rack"), slice_("s1", key="rack")), 2, "block", levels)
+    decision = decide_composite(Snapshot.build(nodes, []), root)
+    assert isinstance(decision, CompositeAdmit)
+    assert decision.domain("job") == "b1"
+    assert {decision.domain("s0"), decision.domain("s1")} == {"b1/r0", "b1/r1"}
+
+
+def test_children_alike_share_the_room_of_one_node() -> None:
+    # Found by the property test: two 1-pod children fit on one 2-GPU node (the search's bound on how many
+    # children a domain holds must count the room of all of them, not of one).
+    node = NodeInfo("n0", {HOST: "n0"}, {GPU: 2, "pods": 2})
+    kids = (slice_("g0", 1, gpus=1, key=None), slice_("g1", 1, gpus=1, key=None))
+    decision = decide_composite(Snapshot.build([node], []), CompositeRequest("c", kids, 2))
+    assert isinstance(decision, CompositeAdmit) and len(decision.admits) == 2
