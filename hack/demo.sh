@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 
 dir=${PHALANX_DEV_DIR:-.dev-cluster}
 python3 -m pip install --quiet --disable-pip-version-check -e .
+# Through the module: pip may put the `phalanx` script in a folder that is not on PATH (~/.local/bin).
+phalanx() { python3 -m phalanx.cli "$@"; }
 bin=$(bash hack/build.sh)
 
 if ! phalanx dev-cluster status --dir "$dir" >/dev/null 2>&1; then
@@ -32,8 +34,9 @@ if [[ -f $dir/phalanx.pid ]] && kill -0 "$(cat "$dir/phalanx.pid")" 2>/dev/null;
 fi
 read -r webhook_port metrics_port < <(python3 -c \
   'from phalanx.devcluster.cluster import free_ports; print(*free_ports(2))')
-phalanx run --kubeconfig "$KUBECONFIG" --webhook-port "$webhook_port" --metrics-port "$metrics_port" \
-  >"$log" 2>&1 &
+# Not through the function: $! must be the operator's own pid, for the trap and the check below.
+python3 -m phalanx.cli run --kubeconfig "$KUBECONFIG" --webhook-port "$webhook_port" \
+  --metrics-port "$metrics_port" >"$log" 2>&1 &
 operator=$!
 echo $operator >"$dir/phalanx.pid"
 trap 'kill $operator 2>/dev/null; wait $operator 2>/dev/null; rm -f "$dir/phalanx.pid"' EXIT INT TERM
