@@ -189,8 +189,8 @@ def _key_problem(key: str, place: KeyPlace, own: Sequence[str], other: Sequence[
         return ""
     if key in other:
         return (
-            f"is {_a(other_place)}, not {_a(place)}: Phalanx does not read it here; "
-            f"move it to metadata.{other_place}s"
+            f"is {_a(other_place)}, not {_a(place)}: Phalanx does not read it here "
+            f"(move it to metadata.{other_place}s)"
         )
     prefix, _, name = key.rpartition("/")
     if prefix == PREFIX:

@@ -12,9 +12,13 @@ from typing import Any
 Rule = dict[str, str]
 
 
-def rule(expression: str, message: str) -> Rule:
-    """One ``x-kubernetes-validations`` entry."""
-    return {"rule": expression, "message": message}
+def rule(expression: str, message: str, field_path: str = "") -> Rule:
+    """One ``x-kubernetes-validations`` entry; ``field_path`` (e.g. ``.disruptionMode``) makes the apiserver
+    name that field in its error instead of the object holding the rule."""
+    entry = {"rule": expression, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
 
 
 def exactly_one(first: str, second: str) -> Rule:

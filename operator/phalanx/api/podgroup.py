@@ -11,6 +11,7 @@ from phalanx.api.formats import DNSSubdomain
 from phalanx.api.group import API_VERSION, POD_GROUP_KIND
 from phalanx.api.markers import immutable, rule, validations
 from phalanx.api.scheduling import (
+    ALL_NEEDS_GANG,
     PREEMPT_LOWER_PRIORITY,
     SETTINGS_ARE_IMMUTABLE,
     DisruptionMode,
@@ -19,6 +20,7 @@ from phalanx.api.scheduling import (
     SchedulingConstraints,
     SchedulingPolicy,
     WorkloadRef,
+    check_all_needs_gang,
 )
 from phalanx.api.status import PodGroupStatus
 
@@ -35,6 +37,7 @@ class PodGroupSpec(ApiModel):
             immutable("workloadRef"),
             immutable("parentCompositePodGroupName"),
             *SETTINGS_ARE_IMMUTABLE,
+            ALL_NEEDS_GANG,
         )
     )
 
@@ -59,6 +62,7 @@ class PodGroupSpec(ApiModel):
     def _parent_needs_workload(self) -> Self:
         if self.parent_composite_pod_group_name is not None and self.workload_ref is None:
             raise ValueError("workloadRef must be set when parentCompositePodGroupName is set")
+        check_all_needs_gang(self.scheduling_policy, self.disruption_mode)
         return self
 
 

@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from phalanx.api.base import ApiModel, Marker
 from phalanx.api.formats import DNS_SUBDOMAIN_MAX, DNSLabel, DNSSubdomain, LabelKey
-from phalanx.api.markers import ATOMIC_LIST, exactly_one, immutable, same_variant, validations
+from phalanx.api.markers import ATOMIC_LIST, exactly_one, immutable, rule, same_variant, validations
 
 INT32_MAX = 2**31 - 1
 HIGHEST_USER_PRIORITY = 1_000_000_000
@@ -26,6 +26,18 @@ PREEMPT_NEVER: PreemptionPolicy = "Never"
 # Upstream freezes these on templates and groups alike once the object exists.
 _SETTINGS = ("schedulingConstraints", "disruptionMode", "priorityClassName", "priority", "preemptionPolicy")
 SETTINGS_ARE_IMMUTABLE = tuple(immutable(field) for field in _SETTINGS)
+
+# KEP-5710: a basic group's pods are placed (and may be disrupted) one by one, so "all" cannot hold for them.
+# The Job annotations refuse the same pair (phalanx.api.job_policy).
+ALL_NEEDS_GANG_MESSAGE = (
+    "disruptionMode all needs schedulingPolicy gang: a basic group's pods are placed one by one and cannot "
+    "be disrupted as one"
+)
+ALL_NEEDS_GANG = rule(
+    "!has(self.disruptionMode) || !has(self.disruptionMode.all) || !has(self.schedulingPolicy.basic)",
+    ALL_NEEDS_GANG_MESSAGE,
+    field_path=".disruptionMode",
+)
 
 
 def _exactly_one(model: ApiModel, first: str, second: str) -> None:
@@ -96,6 +108,12 @@ class CompositeSchedulingPolicy(ApiModel):
     def _one_policy(self) -> Self:
         _exactly_one(self, "basic", "gang")
         return self
+
+
+def check_all_needs_gang(policy: SchedulingPolicy, mode: DisruptionMode | None) -> None:
+    """The model's side of ALL_NEEDS_GANG."""
+    if policy.basic is not None and mode is not None and mode.all is not None:
+        raise ValueError(ALL_NEEDS_GANG_MESSAGE)
 
 
 class TopologyConstraint(ApiModel):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from phalanx.api.base import ApiModel
 from phalanx.api.conditions import Condition
@@ -21,6 +21,7 @@ from phalanx.api.markers import (
     validations,
 )
 from phalanx.api.scheduling import (
+    ALL_NEEDS_GANG,
     SETTINGS_ARE_IMMUTABLE,
     CompositeSchedulingPolicy,
     ControllerRef,
@@ -29,6 +30,7 @@ from phalanx.api.scheduling import (
     Priority,
     SchedulingConstraints,
     SchedulingPolicy,
+    check_all_needs_gang,
 )
 
 MAX_TEMPLATES = 8
@@ -51,7 +53,7 @@ def _templates(**kwargs: Any) -> Any:
 class PodGroupTemplate(ApiModel):
     """The template of one PodGroup."""
 
-    model_config = ConfigDict(json_schema_extra=validations(*SETTINGS_ARE_IMMUTABLE))
+    model_config = ConfigDict(json_schema_extra=validations(*SETTINGS_ARE_IMMUTABLE, ALL_NEEDS_GANG))
 
     name: DNSLabel
     """Unique among all templates of the Workload."""
@@ -67,6 +69,11 @@ class PodGroupTemplate(ApiModel):
     """The PodGroup's priority value; higher goes first."""
     preemption_policy: PreemptionPolicy | None = None
     """Whether the PodGroup may preempt lower-priority ones: PreemptLowerPriority or Never."""
+
+    @model_validator(mode="after")
+    def _all_needs_gang(self) -> Self:
+        check_all_needs_gang(self.scheduling_policy, self.disruption_mode)
+        return self
 
 
 class CompositePodGroupTemplate(ApiModel):
@@ -131,37 +138,73 @@ class WorkloadSpec(ApiModel):
     """The CompositePodGroup templates; names cannot be added or removed later."""
 
     @model_validator(mode="after")
-    def _check_tree(self) -> Self:
+    def _check_tree(self, info: ValidationInfo) -> Self:
         if (self.pod_group_templates is None) == (self.composite_pod_group_templates is None):
             raise ValueError("exactly one of podGroupTemplates or compositePodGroupTemplates must be set")
-        names: set[str] = set()
-        settings: set[tuple[str | None, int | None]] = set()
-        for template, level in self.templates():
-            if template.name in names:
-                raise ValueError(f"template name {template.name!r} is used twice; names must be unique")
-            names.add(template.name)
-            if isinstance(template, CompositePodGroupTemplate) and level > MAX_COMPOSITE_LEVELS:
-                raise ValueError(f"maximum template hierarchy depth is {MAX_TEMPLATE_DEPTH}")
-            settings.add((template.priority_class_name, template.priority))
-        if len(settings) > 1:
-            raise ValueError("all templates must have the same priorityClassName and priority")
+        if isinstance(info.context, dict) and info.context.get(_TREE_PROBLEMS_LATER):
+            return self  # workload_problems() asks for them one by one, with their paths
+        problems = self.tree_problems()
+        if problems:
+            raise ValueError("; ".join(f"{path}: {text}" for path, text in problems))
         return self
 
-    def templates(self) -> Iterator[tuple[AnyTemplate, int]]:
-        """Every template of the tree with its level (1 at the top), parents before children."""
+    def tree_problems(self) -> list[tuple[str, str]]:
+        """Upstream's rules over the whole template tree, as (path from spec, problem): names unique across
+        the tree, at most 4 levels, and one priorityClassName and priority for every template."""
+        problems: list[tuple[str, str]] = []
+        names: dict[str, str] = {}
+        settings: tuple[str | None, int | None] | None = None
+        first_path = ""
+        for template, level, path in self._walk():
+            if template.name in names:
+                problems.append(
+                    (
+                        f"{path}.name",
+                        f"template name {template.name!r} is used twice (first at {names[template.name]}): "
+                        "names must be unique across the Workload",
+                    )
+                )
+            else:
+                names[template.name] = path
+            if isinstance(template, CompositePodGroupTemplate) and level > MAX_COMPOSITE_LEVELS:
+                problems.append((path, f"maximum template hierarchy depth is {MAX_TEMPLATE_DEPTH}"))
+            mine = (template.priority_class_name, template.priority)
+            if settings is None:
+                settings, first_path = mine, path
+            elif mine != settings:
+                problems.append(
+                    (
+                        path,
+                        f"priorityClassName {mine[0]!r} and priority {mine[1]!r} differ from {first_path}'s "
+                        f"({settings[0]!r}, {settings[1]!r}): all templates must have the same "
+                        "priorityClassName and priority",
+                    )
+                )
+        return problems
+
+    def _walk(self) -> Iterator[tuple[AnyTemplate, int, str]]:
+        """Every template with its level (1 at the top) and its path from spec, parents before children."""
 
         def walk(
             leaves: list[PodGroupTemplate] | None,
             composites: list[CompositePodGroupTemplate] | None,
             level: int,
-        ) -> Iterator[tuple[AnyTemplate, int]]:
-            for leaf in leaves or []:
-                yield leaf, level
-            for parent in composites or []:
-                yield parent, level
-                yield from walk(parent.pod_group_templates, parent.composite_pod_group_templates, level + 1)
+            at: str,
+        ) -> Iterator[tuple[AnyTemplate, int, str]]:
+            for i, leaf in enumerate(leaves or []):
+                yield leaf, level, f"{at}podGroupTemplates[{i}]"
+            for i, parent in enumerate(composites or []):
+                path = f"{at}compositePodGroupTemplates[{i}]"
+                yield parent, level, path
+                yield from walk(
+                    parent.pod_group_templates, parent.composite_pod_group_templates, level + 1, f"{path}."
+                )
 
-        return walk(self.pod_group_templates, self.composite_pod_group_templates, 1)
+        return walk(self.pod_group_templates, self.composite_pod_group_templates, 1, "")
+
+    def templates(self) -> Iterator[tuple[AnyTemplate, int]]:
+        """Every template of the tree with its level (1 at the top), parents before children."""
+        return ((template, level) for template, level, _ in self._walk())
 
 
 class WorkloadStatus(ApiModel):
@@ -179,3 +222,33 @@ class Workload(ApiModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: WorkloadSpec
     status: WorkloadStatus | None = None
+
+
+def workload_problems(spec: Any) -> list[str]:
+    """Everything wrong with a Workload's spec, each problem naming its field from ``spec``; [] if valid.
+
+    For the validating webhook: the CRD schema cannot express the tree-wide rules, and pydantic words the
+    rest as the schema does.
+    """
+    if spec is None:
+        return ["spec: Required value"]
+    try:
+        parsed = WorkloadSpec.model_validate(spec, context={_TREE_PROBLEMS_LATER: True})
+    except ValidationError as e:
+        return [
+            f"{field_path('spec', error.get('loc') or ())}: "
+            + str(error.get("msg", "")).removeprefix("Value error, ")
+            for error in e.errors()
+        ]
+    return [f"spec.{path}: {text}" for path, text in parsed.tree_problems()]
+
+
+_TREE_PROBLEMS_LATER = "phalanx.tree-problems-later"
+
+
+def field_path(root: str, loc: Sequence[int | str]) -> str:
+    """pydantic's error location as the apiserver names a field: ``spec.podGroupTemplates[0].name``."""
+    path = root
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path

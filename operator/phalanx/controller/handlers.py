@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -16,7 +17,8 @@ from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
 from phalanx.api.job_layout import parse_job_layout
-from phalanx.api.job_policy import JobPolicyError, parse_job_policy
+from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.workload import workload_problems
 from phalanx.controller.runtime import Runtime
 from phalanx.controller.runtime import login as runtime_login
 from phalanx.controller.topology import label_conflicts
@@ -25,6 +27,7 @@ log = logging.getLogger("phalanx.handlers")
 WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>
 VALIDATE_ID = "validate-job"
 VALIDATE_POD_GROUP_ID = "validate-podgroup"
+VALIDATE_WORKLOAD_ID = "validate-workload"
 GATE_POD_ID = "gate-pod"
 VALIDATE_TOPOLOGY_ID = "validate-topology"
 JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -32,42 +35,60 @@ runtime = Runtime()
 
 
 # ---------------------------------------------------------------------- admission
+# The handlers are plain functions of the request body: whatever the body holds, they accept it, patch
+# it or refuse it with a message naming the field; they never raise anything else (fuzzed in the tests).
 @kopf.on.mutate(
     "batch",
     "v1",
     "jobs",
     id=WEBHOOK_ID,
     operations=["CREATE"],
-    labels={names.MANAGED_LABEL: "true"},
+    # Any value, not only "true": a misspelt value ("True", "yes") is refused instead of silently opting out.
+    labels={names.MANAGED_LABEL: kopf.PRESENT},
     persistent=True,  # keep the configuration when the operator stops: no labelled Job slips through ungated
     ignore_failures=False,  # failurePolicy: Fail
     side_effects=False,
 )
-def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def gate_job(body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any) -> None:
     """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
-    if not runtime.settings.watches(str(body.get("metadata", {}).get("namespace") or "")):
+    meta = _mapping(body.get("metadata"))
+    if not runtime.settings.watches(str(meta.get("namespace") or "")):
         return  # another operator's namespace (--namespaces): no gate nobody would remove
+    if _mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
+        return  # opted out in so many words: left alone
     try:
         policy = parse_job_policy(body)
         parse_job_layout(body, policy)  # topology mode and slices
     except JobPolicyError as e:
         raise kopf.AdmissionError(str(e), code=422) from e
-    template = body.get("spec", {}).get("template", {}) or {}
-    pod_spec = template.get("spec", {}) or {}
+    pod_spec = _mapping(_mapping(_mapping(body.get("spec")).get("template")).get("spec"))
     if policy.is_gang and pod_spec.get("nodeName"):
         # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
         raise kopf.AdmissionError(
-            "spec.template.spec.nodeName is set: pods bound by hand cannot be gang-admitted; "
-            f"remove it, or set {names.POLICY_ANNOTATION}: basic",
+            "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
+            f"gang-admitted; remove it, or set {names.POLICY_ANNOTATION}: basic",
             code=422,
         )
+    if warnings is not None:
+        warnings.extend(_priority_class_warnings(policy.priority_class_name))
     # The managed label is not copied into the pod template: a Job whose only label it is would get
     # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
     if policy.is_gang:
-        gates = list(pod_spec.get("schedulingGates") or [])
+        gates = [g for g in pod_spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
         if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
             gates.append({"name": names.ADMISSION_GATE})
         patch.spec["template"] = {"spec": {"schedulingGates": gates}}
+
+
+def _priority_class_warnings(name: str | None) -> list[str]:
+    """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
+    but the Job controller cannot create a single pod until it does: say so now (kubectl prints it)."""
+    if not name or not runtime.health.cache_primed or name in runtime.cache.priority_classes:
+        return []
+    return [
+        f"spec.template.spec.priorityClassName: PriorityClass {name!r} does not exist: the Job controller "
+        "cannot create the Job's pods until it does (the Priority admission plugin refuses them)"
+    ]
 
 
 @kopf.on.validate(
@@ -84,19 +105,36 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     side_effects=False,
 )
 def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
-    """Edited annotations get the same checks as at creation; as upstream, only the gang size may change."""
+    """Edited annotations get the same checks as at creation; as upstream, only the gang size may change.
+
+    Only what the edit adds is refused: a Job that was already wrong (created around the webhook, or
+    before a check existed) still takes Phalanx's own writes (suspend, resume) and the user's fixes.
+    """
+    known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
+    added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
+    if added:
+        raise kopf.AdmissionError("; ".join(added), code=422)
+    labels = _mapping(_mapping(body.get("metadata")).get("labels"))
+    if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+        return  # released from Phalanx: its annotations no longer matter
+    old_policy = None
+    old_problems: set[str] = set()
+    if old is not None:
+        try:
+            old_policy = parse_job_policy(old, running=True)
+        except JobPolicyError as e:
+            old_problems = {str(p) for p in e.problems}
     try:
         new_policy = parse_job_policy(body, running=True)
     except JobPolicyError as e:
-        raise kopf.AdmissionError(str(e), code=422) from e
-    if old is None:
+        new = [str(p) for p in e.problems if str(p) not in old_problems]
+        if new or old is None:
+            raise kopf.AdmissionError("; ".join(new or [str(e)]), code=422) from e
+        return  # it was invalid in the same way before: let the user fix it
+    if old_policy is None:
         return
-    try:
-        old_policy = parse_job_policy(old, running=True)
-    except JobPolicyError:
-        return  # it was invalid before (created around the webhook): let the user fix it
     changed = [
-        f"{annotation}: cannot change from {before!r} to {after!r} after creation"
+        f"metadata.annotations[{annotation}]: cannot change from {before!r} to {after!r} after creation"
         for annotation, before, after in (
             (names.POLICY_ANNOTATION, old_policy.policy, new_policy.policy),
             (names.TOPOLOGY_KEY_ANNOTATION, old_policy.topology_key, new_policy.topology_key),
@@ -124,33 +162,58 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
 )
 def validate_pod_group_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
     """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the Job's."""
-    if old is None or dict(body.get("spec") or {}) == dict(old.get("spec") or {}):
+    new_spec, old_spec = _mapping(body.get("spec")), _mapping(old.get("spec") if old is not None else None)
+    if old is None or dict(new_spec) == dict(old_spec):
         return
-    meta = body.get("metadata") or {}
-    job_uid = str((meta.get("labels") or {}).get(names.JOB_UID_LABEL) or "")
-    job_name = str((meta.get("labels") or {}).get(names.JOB_NAME_LABEL) or job_uid)
+    meta = _mapping(body.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    job_uid = str(labels.get(names.JOB_UID_LABEL) or "")
+    job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
     job = runtime.cache.jobs.get(job_uid)
     wanted = job.policy.min_count if job is not None and job.policy is not None else None
-    if wanted is not None and _only_min_count_changed(old.get("spec") or {}, body.get("spec") or {}, wanted):
+    if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
         return
     raise kopf.AdmissionError(
-        f"PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
+        f"spec: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
         f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; the other "
         "settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay editable)",
         code=422,
     )
 
 
-def _only_min_count_changed(old: Any, new: Any, wanted: int) -> bool:
-    gang = ((new.get("schedulingPolicy") or {}).get("gang")) or {}
+def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:
+    gang = _mapping(_mapping(new.get("schedulingPolicy")).get("gang"))
     if gang.get("minCount") != wanted:
         return False
     expected = copy.deepcopy(dict(old))
-    old_gang = (expected.get("schedulingPolicy") or {}).get("gang")
-    if old_gang is None:
+    old_gang = _mapping(expected.get("schedulingPolicy")).get("gang")
+    if not isinstance(old_gang, dict):
         return False
     old_gang["minCount"] = wanted
     return bool(expected == dict(new))
+
+
+@kopf.on.validate(
+    GROUP,
+    VERSION,
+    "workloads",
+    id=VALIDATE_WORKLOAD_ID,
+    operations=["CREATE", "UPDATE"],
+    persistent=True,
+    # Fail open: the CRD schema already refuses all but the rules it cannot express (names unique across
+    # the template tree, one priority for all templates), and Phalanx's own Workloads keep them.
+    ignore_failures=True,
+    side_effects=False,
+)
+def validate_workload(body: kopf.Body, **_: Any) -> None:
+    """The Workload rules a CRD schema cannot express, each problem naming its field."""
+    problems = workload_problems(body.get("spec"))
+    if problems:
+        raise kopf.AdmissionError("; ".join(problems), code=422)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 @kopf.on.mutate(

@@ -143,7 +143,7 @@ def filler(node: str) -> dict[str, Any]:
 
 
 def group_of(job: dict[str, Any], status: PodGroupStatus | None = None) -> PodGroupRecord:
-    policy = parse_job_policy(job)
+    policy = parse_job_policy(job, running=True)  # an existing Job (it may carry phalanx.dev/requeued)
     body = build_pod_group(job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid")
     body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1)
     if status is not None:

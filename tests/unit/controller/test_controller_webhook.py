@@ -56,5 +56,5 @@ def test_bad_annotations_are_rejected_with_every_problem_named() -> None:
 
 
 def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
-    with pytest.raises(kopf.AdmissionError, match="nodeName is set"):
+    with pytest.raises(kopf.AdmissionError, match=r"spec\.template\.spec\.nodeName: must not be set"):
         gate_job(body=job(nodeName="n1"), patch=kopf.Patch())
