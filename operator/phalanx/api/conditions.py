@@ -34,6 +34,8 @@ REASON_SUSPENDED = "Suspended"
 # Suspended by Phalanx to be placed again as a whole (preempted, or its domain failed).
 REASON_REQUEUED = "Requeued"
 REASON_FINISHED = "Finished"
+# The Job's pod template names a PriorityClass that does not exist: the Job controller cannot create its pods.
+REASON_PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
 # REASON_UNSCHEDULABLE is also an Admitted reason.
 
 # Upstream's condition: the group is about to be terminated by a disruption.

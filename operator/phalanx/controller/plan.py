@@ -25,6 +25,7 @@ from phalanx.api.naming import pod_group_label_value
 from phalanx.api.podgroup import PodGroup
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy, SchedulingPolicy
 from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
+from phalanx.api.suggest import closest
 from phalanx.api.workload import Workload
 from phalanx.controller import status as st
 from phalanx.controller.actions import (
@@ -58,6 +59,7 @@ from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, Pri
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
     Admit,
+    Diagnosis,
     GroupRequest,
     NodeInfo,
     PodRequest,
@@ -254,6 +256,7 @@ class _Pass:
     victims: Victims
     node_failure_grace: float = 30.0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
     preempted: Counter[str] = field(default_factory=Counter)  # group key -> pods it preempted this pass
@@ -273,6 +276,8 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     first = False
     if job.suspended or job.finished:
         pass  # nothing to place
+    elif (missing := _missing_priority_class(view, ctx)) is not None:
+        outcome = missing  # not "waiting for the Job's pods": they cannot come
     elif not view.gang:
         # A basic group's pods are never held (a template copied from a gang Job may carry the gate).
         actions.extend(UngatePod(p.ref) for p in view.waiting)
@@ -360,7 +365,9 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 if decision.reason == "Unschedulable":
                     # Upstream's sentence first, then why, per domain, in kube-scheduler's words (in
                     # Phalanx's Admitted condition; upstream's own condition keeps upstream's sentence).
-                    message = f"{message}; {diagnose(ctx.snapshot, request).summary()}"
+                    message = f"{message}; {_explained(diagnose(ctx.snapshot, request))}"
+                elif decision.reason == "NoDomain":
+                    message += _label_hint(view.topology_key, ctx.nodes)
                 outcome, reservation = _wait_or_preempt(view, request, message, ctx, actions, ready)
                 if outcome.reason == c.REASON_UNSCHEDULABLE:
                     outcome = dataclasses.replace(outcome, upstream=decision.message)
@@ -404,6 +411,44 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
     if view.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
     return released_now, first
+
+
+def _missing_priority_class(view: _View, ctx: _Pass) -> st.Outcome | None:
+    """The Job's pod template names a PriorityClass that does not exist, and pods are missing: the Priority
+    admission plugin refuses every pod the Job controller creates, so they never come until it exists."""
+    policy = view.job.policy
+    name = policy.priority_class_name if policy is not None else None
+    if not name or name in ctx.priority_classes:
+        return None
+    if len(view.waiting) + len(view.placed) >= view.min_count:
+        return None  # its pods exist (made before the class was deleted): nothing is missing yet
+    return st.Outcome(
+        c.REASON_PRIORITY_CLASS_NOT_FOUND,
+        f"spec.template.spec.priorityClassName: PriorityClass {name!r} does not exist, so the Job controller "
+        "cannot create the Job's pods (the Priority admission plugin refuses them); create the PriorityClass "
+        "or change the Job",
+    )
+
+
+def _explained(diagnosis: Diagnosis) -> str:
+    """Why the gang does not fit, per domain; for a gang that can never fit in this cluster only that, which
+    stays true while other work comes and goes (so its condition, and the event, change only when it does)."""
+    if not diagnosis.never_fits:
+        return diagnosis.summary()
+    # Pods that fit on no node even empty: the reasons are the static ones (a resource no node has enough of).
+    shown = diagnosis.domains[:1] if diagnosis.best_when_empty == 0 else ()
+    return dataclasses.replace(diagnosis, domains=shown).summary().removeprefix("; ")
+
+
+def _label_hint(key: str | None, nodes: Mapping[str, NodeInfo]) -> str:
+    """For a topology key no node carries: the node label it was probably meant to be."""
+    if not key:
+        return ""
+    counts = Counter(label for node in nodes.values() for label in node.labels)
+    match = closest(key, sorted(counts))
+    if match is None:
+        return f"; set {keys.TOPOLOGY_KEY_ANNOTATION} to a node label, or label the nodes"
+    return f"; did you mean {match} (on {counts[match]} node(s))?"
 
 
 def _stranded(view: _View) -> str | None:
@@ -553,7 +598,8 @@ def _announce(view: _View, current: PodGroupStatus, desired: PodGroupStatus) -> 
         return []  # an admission has its own event
     if before is not None and (before.reason, before.message) == (after.reason, after.message):
         return []
-    type_: EventType = "Warning" if after.reason == c.REASON_UNSCHEDULABLE else "Normal"
+    warn = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND)
+    type_: EventType = "Warning" if after.reason in warn else "Normal"
     return [
         _event(view.job.ref, type_, after.reason, after.message),
         _event(view.group.ref, type_, after.reason, after.message),
@@ -632,6 +678,7 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
         victims=victims,
         node_failure_grace=state.node_failure_grace,
         levels=state.levels,
+        priority_classes=state.priority_classes,
     )
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
     groups_first: list[GroupPlan] = []  # Jobs released from Phalanx

@@ -1,0 +1,146 @@
+"""Bad input only knowable later: a condition and one event saying so, from `plan()` (pure).
+
+A PriorityClass that does not exist (the Job controller cannot create the pods), a topology key no node
+carries, and requests no node can ever satisfy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from test_controller_plan import (
+    GATED4,
+    NB,
+    NOW,
+    admitted_reason,
+    filler,
+    group_of,
+    job_body,
+    only,
+    pod_body,
+    state,
+    status_of,
+)
+
+from phalanx.api import conditions as c
+from phalanx.api.status import PodGroupStatus
+from phalanx.controller.actions import PatchStatus, PostEvent, ReleasePod
+from phalanx.controller.plan import ClusterState, Plan, plan
+from phalanx.controller.records import PriorityClassRecord
+
+
+def with_class(cluster: ClusterState, name: str) -> ClusterState:
+    record = PriorityClassRecord.from_body({"metadata": {"name": name}, "value": 1000})
+    return dataclasses.replace(cluster, priority_classes={name: record})
+
+
+def again(job: dict[str, Any], result: Plan) -> Any:
+    """The group as the next pass sees it: with the status the first pass wrote."""
+    return group_of(job, status_of(result))
+
+
+def warnings(result: Plan) -> list[tuple[str, str]]:
+    return [(e.involved.kind, e.reason) for e in only(result.actions, PostEvent) if e.type == "Warning"]
+
+
+# ---------------------------------------------------------------------- a PriorityClass that does not exist
+def test_a_missing_priority_class_is_said_instead_of_waiting_for_pods_forever() -> None:
+    job = job_body(priority_class="nope")
+    result = plan(state([(job, group_of(job), [])]), NOW)
+    flag, reason, message = admitted_reason(status_of(result))
+    assert (flag, reason) == ("False", c.REASON_PRIORITY_CLASS_NOT_FOUND)
+    assert message.startswith("spec.template.spec.priorityClassName: PriorityClass 'nope' does not exist")
+    assert status_of(result).phase == "Pending"
+    assert warnings(result) == [
+        ("Job", c.REASON_PRIORITY_CLASS_NOT_FOUND),
+        ("PodGroup", c.REASON_PRIORITY_CLASS_NOT_FOUND),
+    ]
+    # The next pass: nothing new, so no write and no second event.
+    second = plan(state([(job, again(job, result), [])]), NOW)
+    assert not only(second.actions, PatchStatus) and not only(second.actions, PostEvent)
+
+
+def test_once_the_priority_class_exists_the_gang_is_admitted() -> None:
+    job = job_body(priority_class="high")
+    missing = plan(state([(job, group_of(job), [])]), NOW)
+    assert admitted_reason(status_of(missing))[1] == c.REASON_PRIORITY_CLASS_NOT_FOUND
+    pods = [pod_body("train", i, priority=1000) for i in range(4)]
+    result = plan(with_class(state([(job, again(job, missing), pods)]), "high"), NOW)
+    assert len(only(result.actions, ReleasePod)) == 4
+    assert admitted_reason(status_of(result))[1] == c.REASON_ADMITTED
+
+
+def test_pods_made_before_the_class_was_deleted_are_scheduled_as_usual() -> None:
+    job = job_body(priority_class="gone")
+    result = plan(state([(job, group_of(job), GATED4)]), NOW)
+    assert len(only(result.actions, ReleasePod)) == 4
+
+
+# ---------------------------------------------------------------------- a topology key no node carries
+def test_a_topology_key_no_node_carries_says_so_with_the_label_it_was_probably_meant_to_be() -> None:
+    job = job_body(annotations={"phalanx.dev/topology-key": NB.replace("network_block", "network-block")})
+    result = plan(state([(job, group_of(job), GATED4)]), NOW)
+    assert not only(result.actions, ReleasePod)
+    flag, reason, message = admitted_reason(status_of(result))
+    assert (flag, reason) == ("False", c.REASON_UNSCHEDULABLE)
+    assert (
+        "0/0 placements are available: no node has the label oci.oraclecloud.com/rdma.network-block_id"
+        in message
+    )
+    assert message.endswith(f"; did you mean {NB} (on 8 node(s))?")
+    assert warnings(result) == [("Job", c.REASON_UNSCHEDULABLE), ("PodGroup", c.REASON_UNSCHEDULABLE)]
+    second = plan(state([(job, again(job, result), GATED4)]), NOW)
+    assert not only(second.actions, PostEvent)
+
+
+def test_a_topology_key_like_no_node_label_says_how_to_fix_it() -> None:
+    job = job_body(annotations={"phalanx.dev/topology-key": "example.com/zzzz-qqqq"})
+    message = admitted_reason(status_of(plan(state([(job, group_of(job), GATED4)]), NOW)))[2]
+    assert message.endswith("; set phalanx.dev/topology-key to a node label, or label the nodes")
+
+
+# ---------------------------------------------------------------------- requests no node can ever satisfy
+def test_a_gang_that_can_never_fit_gets_one_stable_message_while_other_work_comes_and_goes() -> None:
+    job = job_body()
+    huge = [pod_body("train", i, gpus=9) for i in range(4)]  # 9 GPUs a pod; nodes have 8
+    first = plan(state([(job, group_of(job), huge)]), NOW)
+    flag, reason, message = admitted_reason(status_of(first))
+    assert (flag, reason) == ("False", c.REASON_UNSCHEDULABLE)
+    assert (
+        "it can never fit in this cluster: with every node empty the largest domain holds 0 of the 4 pods"
+        in message
+    )
+    assert "8 nodes: Insufficient nvidia.com/gpu" in message
+    assert len(warnings(first)) == 2
+    # Other pods fill and leave nodes: what "fits now" changes, the message (and so the events) does not.
+    busy = [filler(n) for n in ("n1", "n2", "n5")]
+    second = plan(state([(job, again(job, first), huge)], others=busy), NOW)
+    assert not only(second.actions, PostEvent)
+    assert not only(second.actions, PatchStatus)
+
+
+def test_a_gang_larger_than_any_domain_is_told_so_without_counts_that_change_with_the_load() -> None:
+    job = job_body(count=5, annotations={"phalanx.dev/topology-key": NB})
+    pods = [pod_body("train", i) for i in range(5)]
+    first = plan(state([(job, group_of(job), pods)]), NOW)
+    message = admitted_reason(status_of(first))[2]
+    assert message.endswith(
+        "; it can never fit in this cluster: with every node empty the largest domain holds 4 of the 5 pods"
+    )
+    assert "of 5 pods fit" not in message  # how many fit now: true for a moment only
+    second = plan(state([(job, again(job, first), pods)], others=[filler("n1")]), NOW)
+    assert not only(second.actions, PostEvent)
+
+
+def test_a_gang_that_only_has_to_wait_keeps_its_per_domain_explanation() -> None:
+    job = job_body()
+    busy = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]
+    message = admitted_reason(status_of(plan(state([(job, group_of(job), GATED4)], others=busy), NOW)))[2]
+    assert "never fit" not in message and "pods fit" in message
+
+
+def test_the_status_model_accepts_the_new_reason() -> None:
+    job = job_body(priority_class="nope")
+    status = status_of(plan(state([(job, group_of(job), [])]), NOW))
+    assert PodGroupStatus.model_validate(status.to_api()).condition(c.ADMITTED) is not None
