@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--topology",
                 default="seed",
                 help="seed: the article's 8 nodes in 2 network blocks x 2 local blocks; "
+                "racks: the same with a rack label (topology.phalanx.dev/rack) repeating under both blocks; "
                 "BxRxN: B network blocks x R local blocks x N nodes",
             )
             p.add_argument(

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, hold, node_labels, wait_for
+from phalanx.devcluster.http import ApiError
+
+from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +182,70 @@ def test_one_busy_node_in_three_local_blocks_the_whole_job_waits_with_the_reason
     pods = wait_for("4 slice pods bound", lambda: ps if len(bound(ps := slice_pods(ns))) == 4 else None)
     assert domains_of(ns.api, pods, NB_KEY) == {"nb-b"}
     print(ns.where("app=slices"))
+
+
+# ---------------------------------------------------------------------- a Job in slices, by annotation
+SLICED = {
+    "phalanx.dev/topology-key": NB_KEY,
+    "phalanx.dev/slice-size": "2",
+    "phalanx.dev/slice-topology-key": LB_KEY,
+}
+
+
+def sliced_job(name: str, gpus: int = 8, **more: str) -> dict[str, Any]:
+    job = gpu_job(name, 4, labels={"phalanx.dev/managed": "true"}, annotations={**SLICED, **more})
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_KEY] = str(gpus)
+    return job
+
+
+def by_index(pods: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]): p for p in pods}
+
+
+def test_a_job_of_4_in_slices_of_2_fills_two_local_blocks_of_one_network_block_in_rank_order(
+    ns: Namespace,
+) -> None:
+    ns.create(sliced_job("sliced"))
+    pods = wait_for(
+        "4 sliced pods bound", lambda: ps if len(bound(ps := ns.job_pods("sliced"))) == 4 else None
+    )
+    print(ns.where("job-name=sliced"))
+    labels = node_labels(ns.api)
+    block = {i: labels[p["spec"]["nodeName"]][LB_KEY] for i, p in by_index(pods).items()}
+    assert block[0] == block[1] and block[2] == block[3] and block[0] != block[2], block
+    assert len(domains_of(ns.api, pods, NB_KEY)) == 1
+    groups = {i: p["metadata"]["labels"]["phalanx.dev/pod-group"] for i, p in by_index(pods).items()}
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+    cpgs = ns.get(f"/apis/{PHALANX_API}/namespaces/{{ns}}/compositepodgroups")["items"]
+    assert len(cpgs) == 1 and cpgs[0]["metadata"]["labels"]["phalanx.dev/job-name"] == "sliced"
+    cpg = wait_admitted_reason(ns, "compositepodgroups", cpgs[0]["metadata"]["name"], "True", "Admitted")
+    print(cpg["message"])
+    for g in set(groups.values()):
+        leaf = group(ns, "podgroups", g)
+        assert leaf["spec"]["parentCompositePodGroupName"] == cpgs[0]["metadata"]["name"]
+        assert leaf["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+
+
+def test_the_same_job_of_4_gpu_pods_packs_each_slice_on_one_node(ns: Namespace) -> None:
+    ns.create(sliced_job("packed", gpus=4))
+    pods = wait_for(
+        "4 packed pods bound", lambda: ps if len(bound(ps := ns.job_pods("packed"))) == 4 else None
+    )
+    print(ns.where("job-name=packed"))
+    node = {i: p["spec"]["nodeName"] for i, p in by_index(pods).items()}
+    assert node[0] == node[1] and node[2] == node[3] and node[0] != node[2], node
+
+
+def test_slices_are_checked_at_the_webhook(ns: Namespace) -> None:
+    bad = sliced_job("bad", **{"phalanx.dev/slice-size": "3", "phalanx.dev/slice-topology-key": NB_KEY})
+    with pytest.raises(ApiError) as refused:
+        ns.create(bad)
+    text = str(refused.value)
+    print(text)
+    assert "metadata.annotations[phalanx.dev/slice-size]: 3 does not divide parallelism 4" in text
+    assert "metadata.annotations[phalanx.dev/slice-topology-key]: is the same label as" in text
+    non_indexed = sliced_job("non-indexed")
+    non_indexed["spec"]["completionMode"] = "NonIndexed"
+    with pytest.raises(ApiError) as refused:
+        ns.create(non_indexed)
+    assert "spec.completionMode: slices need completionMode Indexed" in str(refused.value)

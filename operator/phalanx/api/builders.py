@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.job_layout import JobLayout
 from phalanx.api.job_policy import MODE_ALL, JobPolicy
 from phalanx.api.keys import JOB_NAME_LABEL, JOB_UID_LABEL, MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE
 from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.scheduling import (
     PREEMPT_LOWER_PRIORITY,
+    CompositeGangSchedulingPolicy,
+    CompositeSchedulingPolicy,
     ControllerRef,
     DisruptionMode,
     PreemptionPolicy,
@@ -24,7 +28,7 @@ from phalanx.api.scheduling import (
     TopologyConstraint,
     WorkloadRef,
 )
-from phalanx.api.workload import PodGroupTemplate, Workload, WorkloadSpec
+from phalanx.api.workload import CompositePodGroupTemplate, PodGroupTemplate, Workload, WorkloadSpec
 
 JOB_API_VERSION = "batch/v1"
 JOB_API_GROUP = "batch"
@@ -148,3 +152,99 @@ def _metadata(job: Mapping[str, Any], name: str) -> dict[str, Any]:
     if namespace:
         metadata["namespace"] = namespace
     return metadata
+
+
+# ---------------------------------------------------------------------- slices
+SLICE_TEMPLATE = "slice"
+
+
+def slice_names(job: Mapping[str, Any], workload: str, count: int) -> tuple[str, list[str]]:
+    """The CompositePodGroup of a sliced Job and its slices' PodGroups (`<composite>-<i>`, rank order)."""
+    name, _ = _job_identity(job)
+    composite = pod_group_name(workload, pod_group_template_name(name))
+    return composite, [f"{composite}-{i}" for i in range(count)]
+
+
+def _slice_templates(
+    job_name: str,
+    policy: JobPolicy,
+    layout: JobLayout,
+    priority: int | None,
+    preemption_policy: PreemptionPolicy,
+) -> tuple[CompositePodGroupTemplate, PodGroupTemplate]:
+    assert layout.slice_size is not None and layout.slice_topology_key is not None
+    leaf = PodGroupTemplate(
+        name=SLICE_TEMPLATE,
+        scheduling_policy=SchedulingPolicy.of_gang(layout.slice_size),
+        scheduling_constraints=SchedulingConstraints(
+            topology=[TopologyConstraint(key=layout.slice_topology_key)]
+        ),
+        disruption_mode=disruption_mode(policy),
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption_policy,
+    )
+    root = CompositePodGroupTemplate(
+        name=pod_group_template_name(job_name),
+        scheduling_policy=CompositeSchedulingPolicy(
+            gang=CompositeGangSchedulingPolicy(min_group_count=layout.slices(policy.parallelism))
+        ),
+        scheduling_constraints=scheduling_constraints(policy),
+        disruption_mode=disruption_mode(policy),
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption_policy,
+        pod_group_templates=[leaf],
+    )
+    return root, leaf
+
+
+def build_sliced_objects(
+    job: Mapping[str, Any],
+    policy: JobPolicy,
+    layout: JobLayout,
+    priority: int | None,
+    preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+) -> tuple[Workload, CompositePodGroup, list[PodGroup]]:
+    """A sliced Job's composite Workload, its CompositePodGroup and one PodGroup per slice (all owned by
+    the Job), as a controller such as JobSet would make them for upstream."""
+    name, uid = _job_identity(job)
+    root, leaf = _slice_templates(name, policy, layout, priority, preemption_policy)
+    wl_name = workload_name(name, uid)
+    workload = Workload(
+        metadata=_metadata(job, wl_name),
+        spec=WorkloadSpec(
+            controller_ref=ControllerRef(api_group=JOB_API_GROUP, kind=JOB_KIND, name=name),
+            composite_pod_group_templates=[root],
+        ),
+    )
+    composite_name, slice_group_names = slice_names(job, wl_name, layout.slices(policy.parallelism))
+    composite = CompositePodGroup(
+        metadata=_metadata(job, composite_name),
+        spec=CompositePodGroupSpec(
+            workload_ref=WorkloadRef(workload_name=wl_name, template_name=root.name),
+            scheduling_policy=root.scheduling_policy,
+            scheduling_constraints=root.scheduling_constraints,
+            disruption_mode=root.disruption_mode or DisruptionMode.of_single(),
+            priority_class_name=root.priority_class_name,
+            priority=root.priority,
+            preemption_policy=root.preemption_policy or PREEMPT_LOWER_PRIORITY,
+        ),
+    )
+    groups = [
+        PodGroup(
+            metadata=_metadata(job, group_name),
+            spec=PodGroupSpec(
+                parent_composite_pod_group_name=composite_name,
+                workload_ref=WorkloadRef(workload_name=wl_name, template_name=leaf.name),
+                scheduling_policy=leaf.scheduling_policy,
+                scheduling_constraints=leaf.scheduling_constraints,
+                disruption_mode=leaf.disruption_mode or DisruptionMode.of_single(),
+                priority_class_name=leaf.priority_class_name,
+                priority=leaf.priority,
+                preemption_policy=leaf.preemption_policy or PREEMPT_LOWER_PRIORITY,
+            ),
+        )
+        for group_name in slice_group_names
+    ]
+    return workload, composite, groups

@@ -307,6 +307,8 @@ class ClusterCache:
             return True
         if self.pod_groups.of_job(job.uid) is not None or self.workloads.of_job(job.uid) is not None:
             return True
+        if self.composite_pod_groups.of_job(job.uid) is not None:  # a sliced Job's root
+            return True
         return job.gated_template and not job.finished
 
     def delete_job(self, uid: str) -> None:

@@ -48,6 +48,7 @@ from phalanx.controller.actions import (
     UngatePod,
 )
 from phalanx.controller.plan_composite import TreeState, admitted_message, levels_of, schedule_tree
+from phalanx.controller.plan_slices import schedule_sliced_job
 from phalanx.controller.preempt import (
     GroupOfJob,
     Victims,
@@ -55,7 +56,13 @@ from phalanx.controller.preempt import (
     reservation_active,
     reserved_usage,
 )
-from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord, PriorityClassRecord
+from phalanx.controller.records import (
+    CompositePodGroupRecord,
+    JobRecord,
+    PodGroupRecord,
+    PodRecord,
+    PriorityClassRecord,
+)
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
     Admit,
@@ -86,6 +93,8 @@ class JobState:
     workload_name: str | None  # its Workload, if it exists
     pods: tuple[PodRecord, ...]
     workload_uid: str = ""
+    composite: CompositePodGroupRecord | None = None  # a sliced Job's root group (plan_slices.py)
+    slices: tuple[PodGroupRecord, ...] = ()  # and its slices
 
 
 @dataclass(frozen=True)
@@ -646,12 +655,15 @@ def _let_go(state: JobState) -> list[Action]:
     actions: list[Action] = [UngatePod(p.ref) for p in state.pods if p.gated]
     if group is not None:
         actions.append(DeleteObject(group.ref))
+    actions.extend(DeleteObject(g.ref) for g in state.slices)
+    if state.composite is not None:
+        actions.append(DeleteObject(state.composite.ref))
     if state.workload_name is not None:
         workload = ObjectRef(
             API_VERSION, WORKLOAD_KIND, job.namespace, state.workload_name, state.workload_uid
         )
         actions.append(DeleteObject(workload))
-    if group is None and state.workload_name is None:
+    if group is None and state.workload_name is None and state.composite is None:
         return actions  # let go before: only pods born since to ungate
     gated = sum(1 for p in state.pods if p.gated)
     actions.append(
@@ -682,6 +694,7 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
     )
     prepared: list[tuple[JobState, list[Action], PodGroupRecord | None]] = []
     groups_first: list[GroupPlan] = []  # Jobs released from Phalanx
+    sliced: list[JobState] = []  # placed as one tree of slices, after the other Jobs
     for job_state in state.jobs:
         job = job_state.job
         if job.key in state.backing_off:
@@ -690,6 +703,9 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
             letting_go = _let_go(job_state)
             if letting_go:
                 groups_first.append(GroupPlan(job.key, tuple(letting_go), job.ref))
+            continue
+        if job.policy is not None and job.layout.sliced:
+            sliced.append(job_state)
             continue
         actions: list[Action] = []
         if job.policy is None:
@@ -732,6 +748,13 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
                 job_state.job.key, tuple(actions), job_state.job.ref, released, latency, preempted
             )
             groups.append(plan_of_group)
+    for job_state in sliced:
+        chosen = _priority_class(job_state.job, state.priority_classes)
+        value = chosen.value if chosen is not None else None
+        preemption = _preemption_policy(job_state.job, chosen)
+        sliced_plan = schedule_sliced_job(job_state, value, preemption, ctx)
+        if sliced_plan is not None:
+            groups.append(sliced_plan)
     # Trees of groups after the Jobs (each tree still all or nothing; the snapshot carries what Jobs took).
     for tree in sorted(state.trees, key=lambda t: (-t.priority, t.key)):
         if tree.key in state.backing_off:

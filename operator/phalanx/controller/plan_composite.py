@@ -79,6 +79,8 @@ class TreeState:
 
     @property
     def key(self) -> str:
+        if self.job is not None:
+            return self.job.key  # a Job's slices back off with their Job
         if self.root is not None:
             return f"{COMPOSITE_PREFIX}{self.root.key}"
         return f"{POD_GROUP_PREFIX}{self.leaves[0].group.key}"
@@ -167,9 +169,14 @@ class _Leaf:
         return len(self.ready) + len(self.placed) >= self.min_count
 
 
+def _rank(pod: PodRecord) -> tuple[int, str]:
+    return (pod.completion_index if pod.completion_index is not None else 1 << 31, pod.name)
+
+
 def _leaf(state: LeafState) -> _Leaf:
     pods = [p for p in state.pods if not p.terminal and not p.deleting]
-    waiting = tuple(sorted((p for p in pods if p.gated), key=lambda p: p.name))
+    # Rank order (an Indexed Job's completion index) first: the engine places pods in this order.
+    waiting = tuple(sorted((p for p in pods if p.gated), key=_rank))
     placed = tuple(sorted((p for p in pods if p.usage_node), key=lambda p: p.name))
     gang = state.group.gang_min_count is not None
     leaf = _Leaf(
@@ -209,6 +216,14 @@ def schedule_tree(tree: TreeState, ctx: _Pass) -> GroupPlan | None:
             t.domain = tree.root.status.domain
     _decide(t, ctx)
     _statuses(t, ctx)
+    if tree.job is not None and tree.root is not None:
+        # A Job's slices: what is said on the CompositePodGroup is said on the Job too.
+        root_ref = tree.root.ref
+        t.actions.extend(
+            _event(tree.job.ref, a.type, a.reason, a.message)
+            for a in list(t.actions)
+            if isinstance(a, PostEvent) and a.involved == root_ref
+        )
     if not t.actions:
         return None
     return GroupPlan(tree.key, tuple(t.actions), tree.job.ref if tree.job else None, t.released)

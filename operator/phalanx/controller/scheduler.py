@@ -20,6 +20,7 @@ from phalanx.controller.cache import ClusterCache
 from phalanx.controller.kube import Kube
 from phalanx.controller.plan import ClusterState, JobState, Plan, plan
 from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
+from phalanx.controller.records import PodGroupRecord
 from phalanx.controller.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
 
 log = logging.getLogger("phalanx.scheduler")
@@ -36,8 +37,13 @@ def cluster_state(
 ) -> ClusterState:
     """One consistent view of the cache for `plan()` (records and the snapshot are immutable)."""
     jobs = []
+    slices: dict[str, list[PodGroupRecord]] = {}  # by "<namespace>/<parent>": a sliced Job's groups
+    for group in cache.pod_groups.items.values():
+        if group.job_uid and group.parent:
+            slices.setdefault(f"{group.namespace}/{group.parent}", []).append(group)
     for uid, job in cache.jobs.items():
         workload = cache.workloads.of_job(uid)
+        composite = cache.composite_pod_groups.of_job(uid)
         jobs.append(
             JobState(
                 job=job,
@@ -45,6 +51,10 @@ def cluster_state(
                 workload_name=workload.name if workload is not None else None,
                 workload_uid=workload.uid if workload is not None else "",
                 pods=tuple(cache.job_pods(uid)),
+                composite=composite,
+                slices=tuple(g for g in slices.get(composite.key, ()) if g.job_uid == uid)
+                if composite is not None
+                else (),
             )
         )
     trees = hand_made_trees(

@@ -9,6 +9,7 @@ ISLAND_KEY = "oci.oraclecloud.com/rdma.hpc_island_id"
 NETWORK_BLOCK_KEY = "oci.oraclecloud.com/rdma.network_block_id"
 LOCAL_BLOCK_KEY = "oci.oraclecloud.com/rdma.local_block_id"
 HOSTNAME_KEY = "kubernetes.io/hostname"
+RACK_KEY = "topology.phalanx.dev/rack"  # the "racks" topology: rack names repeat under each block
 # kwok manages only nodes with this label; removing it stops the node's heartbeats (failure injection).
 SIMULATED_LABEL = "sim.phalanx.dev/kubelet"
 SIMULATED_VALUE = "kwok"
@@ -67,6 +68,16 @@ def seed_topology() -> list[NodeSpec]:
     return nodes
 
 
+def racks_topology() -> list[NodeSpec]:
+    """The seed cluster with a rack label whose values repeat under the two network blocks, as real
+    clusters name racks: r1 is was-worker..2 in nb-a and was-worker5..6 in nb-b, r2 the other two of each.
+    With a Topology listing (network block, rack), nb-a/r1 and nb-b/r1 are different domains."""
+    nodes = seed_topology()
+    for i, node in enumerate(nodes):
+        node.labels[RACK_KEY] = "r1" if i % 4 < 2 else "r2"
+    return nodes
+
+
 def grid_topology(blocks: int, racks: int, per_rack: int) -> list[NodeSpec]:
     """B network blocks × R local blocks each × N nodes each, labelled like the seed cluster."""
     nodes = []
@@ -92,9 +103,11 @@ _GRID = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 def parse_topology(spec: str) -> list[NodeSpec]:
     if spec == "seed":
         return seed_topology()
+    if spec == "racks":
+        return racks_topology()
     match = _GRID.match(spec)
     if not match:
-        raise ValueError(f"--topology must be 'seed' or BxRxN (for example 2x2x2), not {spec!r}")
+        raise ValueError(f"--topology must be 'seed', 'racks' or BxRxN (for example 2x2x2), not {spec!r}")
     blocks, racks, per_rack = (int(g) for g in match.groups())
     if min(blocks, racks, per_rack) < 1:
         raise ValueError(f"--topology {spec}: every factor must be at least 1")

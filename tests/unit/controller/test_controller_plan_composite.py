@@ -407,3 +407,84 @@ def test_preferred_local_4_climbs_to_one_network_block_and_says_so_required_wait
     assert f"topology mode preferred: no domain of {LB} had room, so it went to one domain of {NB}" in message
     events = [e.message for e in only(preferred.actions, PostEvent) if e.reason == "Admitted"]
     assert any("(topology mode preferred)" in m for m in events), events
+
+
+# ---------------------------------------------------------------------- a sliced Job
+def _sliced_state(gpus: int, *, created: bool = False) -> ClusterState:
+    from phalanx.api.builders import build_sliced_objects
+    from phalanx.api.job_layout import parse_job_layout
+    from phalanx.api.job_policy import parse_job_policy
+    from phalanx.controller.plan import JobState
+    from phalanx.controller.records import JobRecord
+
+    job = _job(
+        {
+            "phalanx.dev/topology-key": NB,
+            "phalanx.dev/slice-size": "2",
+            "phalanx.dev/slice-topology-key": LB,
+        }
+    )
+    job["metadata"]["name"] = "sliced"
+    job["metadata"]["uid"] = "uid-sliced"
+    pods = []
+    for i in (3, 1, 0, 2):  # the order the cache happens to hold them in
+        p = pod(f"sliced-{i}-x{i}", "", gpus=gpus)
+        p["metadata"]["labels"] = {
+            "batch.kubernetes.io/controller-uid": "uid-sliced",
+            "batch.kubernetes.io/job-completion-index": str(i),
+        }
+        pods.append(PodRecord.from_body(p))
+    record = JobRecord.from_body(job)
+    composite_record, slices, workload_name = None, (), None
+    if created:
+        policy = parse_job_policy(job)
+        workload, root, groups = build_sliced_objects(job, policy, parse_job_layout(job, policy), None)
+        workload_name = str(workload.metadata["name"])
+        body = root.to_api()
+        body["metadata"].update(uid="uid-root", resourceVersion="9")
+        composite_record = CompositePodGroupRecord.from_body(body)
+        slices = tuple(
+            PodGroupRecord.from_body({**g.to_api(), "metadata": {**g.to_api()["metadata"], "uid": f"u{i}"}})
+            for i, g in enumerate(groups)
+        )
+    base = cluster([], [], [])
+    return dataclasses.replace(
+        base,
+        jobs=(JobState(record, None, workload_name, tuple(pods), composite=composite_record, slices=slices),),
+    )
+
+
+def test_a_sliced_job_gets_its_composite_objects_and_is_placed_whole_in_the_same_pass() -> None:
+    result = plan(_sliced_state(8), NOW)
+    names = kinds(result.actions)
+    assert names[:4] == ["CreateWorkload", "CreateCompositePodGroup", "CreatePodGroup", "CreatePodGroup"]
+    (workload,) = [a.workload for a in result.actions if type(a).__name__ == "CreateWorkload"]
+    (template,) = workload.spec.composite_pod_group_templates
+    assert template.scheduling_policy.gang.min_group_count == 2
+    assert template.pod_group_templates[0].scheduling_policy.gang.min_count == 2
+    groups = [a.pod_group for a in result.actions if type(a).__name__ == "CreatePodGroup"]
+    (root,) = [a.group for a in result.actions if type(a).__name__ == "CreateCompositePodGroup"]
+    assert [g.spec.parent_composite_pod_group_name for g in groups] == [root.metadata["name"]] * 2
+    releases = {r.pod.name.split("-")[1]: (r.node, r.pod_group) for r in only(result.actions, ReleasePod)}
+    assert len(releases) == 4
+    block = {i: LOCAL[int(node[1:])] for i, (node, _) in releases.items()}
+    # Indices 0-1 share a local block, 2-3 the other, both in one network block.
+    assert block["0"] == block["1"] and block["2"] == block["3"] and block["0"] != block["2"]
+    assert {b[:4] for b in block.values()} == {"lb-a"}
+    assert releases["0"][1] == releases["1"][1] != releases["2"][1]
+    # Rank order inside a slice: index 0 on the first node the slice fills.
+    assert int(releases["0"][0][1:]) < int(releases["1"][0][1:])
+    assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
+    assert result.groups[0].key == "ml/sliced" and result.groups[0].admitted_pods == 4
+
+
+def test_a_sliced_job_of_4_gpu_pods_packs_each_slice_on_one_node() -> None:
+    result = plan(_sliced_state(4, created=True), NOW)
+    assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
+    releases = {r.pod.name.split("-")[1]: r.node for r in only(result.actions, ReleasePod)}
+    assert releases["0"] == releases["1"] and releases["2"] == releases["3"]
+    assert releases["0"] != releases["2"]
+    (record, *_) = only(result.actions, RecordAdmission)
+    assert record.pod_group.kind == "CompositePodGroup" and record.resource_version == "9"
+    job_events = [e.reason for e in only(result.actions, PostEvent) if e.involved.kind == "Job"]
+    assert "Admitted" in job_events

@@ -1,0 +1,99 @@
+"""A sliced Job (phalanx.dev/slice-size): its composite Workload, CompositePodGroup and one PodGroup per
+slice are made by Phalanx, and the whole Job is placed as one tree (plan_composite.py). Pure, like plan.py.
+
+Completion index i belongs to slice i // slice-size, so neighbouring ranks share the tightest domain;
+inside a slice the pods go in rank order onto the nodes in the order placement fills them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from phalanx.api.builders import build_sliced_objects
+from phalanx.api.naming import pod_group_label_value
+from phalanx.api.scheduling import PreemptionPolicy
+from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.controller.actions import (
+    Action,
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    GroupPlan,
+    LabelPod,
+    PostEvent,
+    ReleasePod,
+)
+from phalanx.controller.plan_composite import LeafState, TreeState, schedule_tree
+from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord
+
+if TYPE_CHECKING:
+    from phalanx.controller.plan import JobState, _Pass
+
+
+def schedule_sliced_job(
+    state: JobState, priority: int | None, preemption: PreemptionPolicy, ctx: _Pass
+) -> GroupPlan | None:
+    job, policy, layout = state.job, state.job.policy, state.job.layout
+    assert policy is not None and layout.slice_size is not None
+    workload, composite, groups = build_sliced_objects(job.body, policy, layout, priority, preemption)
+    workload_name = str(workload.metadata["name"])
+    actions: list[Action] = []
+    made: list[str] = []
+    if state.workload_name is None:
+        actions.append(CreateWorkload(workload))
+        made.append(f"Workload {workload_name}")
+    root = state.composite
+    if root is None:
+        actions.append(CreateCompositePodGroup(composite))
+        made.append(f"CompositePodGroup {composite.metadata['name']}")
+        root = CompositePodGroupRecord(
+            uid="",  # known once created; the applier fills it in where an event needs it
+            namespace=job.namespace,
+            name=str(composite.metadata["name"]),
+            job_uid=job.uid,
+            generation=1,
+            spec=composite.spec,
+            status=CompositePodGroupStatus(),
+        )
+    existing = {g.name: g for g in state.slices}
+    leaves = []
+    created = 0
+    for i, group in enumerate(groups):
+        name = str(group.metadata["name"])
+        record = existing.get(name)
+        if record is None:
+            actions.append(CreatePodGroup(group, workload_name))
+            created += 1
+            record = PodGroupRecord(
+                uid="",
+                namespace=job.namespace,
+                name=name,
+                job_uid=job.uid,
+                generation=1,
+                spec=group.spec,
+                status=PodGroupStatus(),
+            )
+        pods = tuple(
+            p
+            for p in state.pods
+            if p.completion_index is not None and p.completion_index // layout.slice_size == i
+        )
+        # Every pod carries its slice's PodGroup name, also while it waits (a release sets it too).
+        actions.extend(
+            LabelPod(p.ref, name) for p in pods if p.gated and p.pod_group != pod_group_label_value(name)
+        )
+        leaves.append(LeafState(record, pods))
+    if created:
+        made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
+    if made:
+        actions.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    tree = schedule_tree(TreeState(root, (root,), tuple(leaves), job=job), ctx)
+    if tree is not None:
+        # The pod labels go with the release where there is one (ReleasePod sets the label itself).
+        released = {a.pod.key for a in tree.actions if isinstance(a, ReleasePod)}
+        actions = [a for a in actions if not (isinstance(a, LabelPod) and a.pod.key in released)]
+        actions.extend(tree.actions)
+    if not actions:
+        return None
+    admitted = tree.admitted_pods if tree is not None else 0
+    return GroupPlan(job.key, tuple(actions), job.ref, admitted)
