@@ -250,6 +250,9 @@ def _view(state: JobState, group: PodGroupRecord) -> _View:
 def _domain_of(view: _View, nodes: Mapping[str, NodeInfo]) -> str | None:
     if not view.topology_key:
         return None
+    admission = view.group.status.admission
+    if admission is not None and admission.domain and view.placed:
+        return admission.domain  # a path when the key's Topology gives levels, or the wider preferred domain
     for pod in view.placed:
         node = nodes.get(pod.usage_node)
         if node is not None and view.topology_key in node.labels:
