@@ -204,6 +204,24 @@ def test_play_reports_ok_and_skip_cleans_after_each_step_and_stops_at_the_first_
     assert "later: comes with issue 11" in line and "FAILED two: expected 4 pods bound" in line
 
 
+class FailingCleanup(Recorder):
+    def reset(self) -> None:
+        super().reset()
+        raise StepError("timed out waiting for the namespace's pods gone")
+
+
+def test_a_failing_cleanup_fails_the_step_but_never_hides_the_steps_own_failure() -> None:
+    ctx = FailingCleanup()
+    results = play([Step("ok", "passes", passes)], ctx, lambda s: passes(s))
+    assert [(r.status, r.why) for r in results] == [
+        ("FAILED", "timed out waiting for the namespace's pods gone")
+    ]
+    ctx = FailingCleanup()
+    results = play([Step("bad", "fails", fails)], ctx, lambda s: fails(s))
+    assert [(r.status, r.why) for r in results] == [("FAILED", "expected 4 pods bound")]
+    assert "(the cleanup failed too: timed out waiting for the namespace's pods gone)" in ctx.lines
+
+
 def test_play_cleans_up_when_interrupted() -> None:
     def interrupted(_: object) -> None:
         raise KeyboardInterrupt

@@ -72,17 +72,23 @@ def play(steps: Sequence[Step], ctx: Context, run_step: Callable[[Step], None]) 
             results.append(Result(step, "SKIP", why=step.skip))
             continue
         started = time.monotonic()
+        failure: Exception | None = None
         try:
-            try:
-                run_step(step)
-            except FAILURES:
-                _diagnose(ctx)
-                raise
-            finally:
-                ctx.reset()
+            run_step(step)
         except FAILURES as e:
-            ctx.say(f"FAILED {step.id}: {e}")
-            results.append(Result(step, "FAILED", time.monotonic() - started, str(e)))
+            failure = e
+            _diagnose(ctx)
+        finally:  # Ctrl-C too: the next run must not find this step's Jobs or failed nodes
+            try:
+                ctx.reset()
+            except FAILURES as e:
+                if failure is None:
+                    failure = e
+                else:  # the step's own failure is the one to report
+                    ctx.say(f"(the cleanup failed too: {e})")
+        if failure is not None:
+            ctx.say(f"FAILED {step.id}: {failure}")
+            results.append(Result(step, "FAILED", time.monotonic() - started, str(failure)))
             return results
         took = time.monotonic() - started
         ctx.say(f"OK {step.id} ({seconds(took)})")
@@ -210,7 +216,13 @@ def walk(d: Demo, steps: Sequence[Step], ready_timeout: float = 60.0) -> int:
         d.say("is Phalanx running against this cluster? (phalanx run --kubeconfig …; hack/demo.sh starts it)")
         return 1
     d.say()
-    results = play(steps, d, lambda step: step.run(d) if step.run else None)
+    try:
+        results = play(steps, d, lambda step: step.run(d) if step.run else None)
+    except KeyboardInterrupt:
+        d.say(
+            f"interrupted: the step was cleaned up; namespace {d.namespace} is left for the next run to empty"
+        )
+        return 130
     try:
         d.api.request("DELETE", f"/api/v1/namespaces/{d.namespace}")
     except ApiError as e:
