@@ -465,19 +465,21 @@ def stop(state: ClusterState, log: Log) -> list[str]:
                         f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                         {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
                     )
+        # Stopped, not yet removed: kubelet stops a deleted pod's containers and sandbox (its network torn
+        # down, its veth gone from the bridge) at once, but garbage-collects the records only every minute.
         try:
-            _wait("the real node's containers gone", lambda: not _containers(p), 60, None)
+            _wait("the real node's pods stopped", lambda: not _tasks(p) and not _bridge_ports(), 60, None)
         except RealNodeError as e:
             problems.append(str(e))
     _stop_pid(state, "kubelet")
     if containerd and _alive(containerd, state.path):
-        leftovers = _containers(p)
-        for cid in leftovers:  # what kubelet could not remove (sandbox networks may stay behind)
+        running = _tasks(p)
+        if running:  # kubelet did not stop them (sandbox networks may stay behind)
+            problems.append(f"{len(running)} containers still running after kubelet: killed with ctr")
+        for cid in _containers(p):
             _ctr(p, "tasks", "kill", "-s", "SIGKILL", cid, check=False)
             _ctr(p, "tasks", "rm", "-f", cid, check=False)
             _ctr(p, "containers", "rm", cid, check=False)
-        if leftovers:
-            problems.append(f"{len(leftovers)} containers removed with ctr, not by kubelet")
     _stop_pid(state, "containerd")
     problems += _unmount_under(Path(info.get("kubelet_root", p["kubelet_root"])), state.path / "real-node")
     _remove_cgroups()
@@ -494,6 +496,20 @@ def stop(state: ClusterState, log: Log) -> list[str]:
         log(f"real node teardown: {problem}")
     log(f"real node {NODE_NAME} removed (kubelet, containerd, bridge, routes, iptables rules)")
     return problems
+
+
+def _tasks(p: dict[str, Path]) -> list[str]:
+    """Containers with a live process."""
+    result = _ctr(p, "tasks", "ls", check=False)
+    if result.returncode != 0:
+        return []
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    return [row[0] for row in rows if len(row) >= 3 and row[2] != "STOPPED"]
+
+
+def _bridge_ports() -> list[str]:
+    ports = Path(f"/sys/class/net/{hostnet.BRIDGE}/brif")
+    return [port.name for port in ports.iterdir()] if ports.is_dir() else []
 
 
 def _containers(p: dict[str, Path]) -> list[str]:
