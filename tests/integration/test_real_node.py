@@ -11,7 +11,8 @@ made in its Secret:
 - the ServiceAccount is refused what its role does not grant (auth can-i, and real requests with the pod's
   own token: 403);
 - no packet leaves the machine: service addresses are unreachable on the host, a pod's connection to an
-  outside address is dropped before any interface sends it (iptables counters);
+  outside address is dropped before any interface sends it, with the host's ip_forward off and on (iptables
+  counters);
 - `down` leaves the host as it found it.
 
 Needs root (containerd, kubelet, a bridge, iptables). CI runs as root on Debian 12; elsewhere it skips,
@@ -385,20 +386,34 @@ def _packets(table: str, chain: str, needle: str) -> int:
     )
 
 
-def test_no_packet_leaves_the_machine(release: RealCluster) -> None:
-    # Service addresses (no kube-proxy) and kwok's made-up addresses are refused by the host's routes.
+def test_service_and_kwok_addresses_are_unreachable_on_the_host(release: RealCluster) -> None:
+    # No kube-proxy: without these routes a ClusterIP would go out of the default route.
     for address in ("10.0.0.1", "10.0.0.200", "10.244.3.4", "10.255.0.1"):
         route = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True)
         # An `unreachable` route: the kernel refuses at once (EHOSTUNREACH), nothing is queued for a link.
         assert route.returncode != 0 and "No route to host" in route.stderr, (address, route)
 
-    # A pod's connection to an outside address: seen arriving from the bridge, never sent out of anything.
+
+def _dropped_forwards() -> int:
+    return sum(packets for packets, _ in hostnet.counters("filter", hostnet.FILTER_CHAIN))
+
+
+@pytest.mark.parametrize("forwarding", ["as found", "on"])
+def test_a_pods_packets_to_an_outside_address_never_leave(release: RealCluster, forwarding: str) -> None:
+    """Seen arriving from the bridge, never sent out of any interface: with the host's ip_forward as found
+    (0 on a fresh Debian: the kernel drops them) and turned on (as Docker or a router would have it: then the
+    FORWARD rule drops them). ip_forward is put back as it was."""
+    sysctl = "net.ipv4.ip_forward"
+    before = hostnet.read_sysctl(sysctl)
     pods, _ = ready_phalanx(release)
     seen = ("mangle", "PREROUTING", "-i", hostnet.BRIDGE, "-d", f"{OUTSIDE}/32")
     sent = ("mangle", "POSTROUTING", "-d", f"{OUTSIDE}/32")
     _rule("-I", *seen)
     _rule("-I", *sent)
     try:
+        if forwarding == "on":
+            hostnet.write_sysctl(sysctl, "1")
+        dropped = _dropped_forwards()
         attempt = release.exec_python(
             pods[0]["metadata"]["name"],
             "import socket\n"
@@ -412,10 +427,18 @@ def test_no_packet_leaves_the_machine(release: RealCluster) -> None:
         assert attempt.returncode == 0 and "CONNECTED" not in attempt.stdout
         arrived = _packets("mangle", "PREROUTING", OUTSIDE)
         left = _packets("mangle", "POSTROUTING", OUTSIDE)
-        print(f"pod -> {OUTSIDE}: {arrived} packets from the bridge, {left} sent out")
+        forwarded_and_dropped = _dropped_forwards() - dropped
+        print(
+            f"ip_forward={hostnet.read_sysctl(sysctl)}: pod -> {OUTSIDE}: {arrived} packets from the bridge, "
+            f"{forwarded_and_dropped} dropped by {hostnet.FILTER_CHAIN}, {left} sent out"
+        )
         assert arrived >= 2, "the pod really tried (the counter sees its SYNs)"
         assert left == 0, "nothing was sent to the outside address by any interface"
+        if forwarding == "on":
+            assert forwarded_and_dropped >= arrived, "with forwarding on, the FORWARD rule is what stops them"
     finally:
+        if hostnet.read_sysctl(sysctl) != before:
+            hostnet.write_sysctl(sysctl, before)
         _rule("-D", *seen)
         _rule("-D", *sent)
     # The last-resort rule (a pod-range packet leaving by another interface) never had to act.
