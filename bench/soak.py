@@ -3,6 +3,7 @@
     python3 bench/soak.py crash --rounds 60 --seed 1     # kill -9 at random points of admissions
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
+    python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
 Brings up a stock dev cluster (seed topology) unless --cluster-dir names a running one, runs the operator as
 a process, plays the rounds of tests/integration/soak.py, checks tests/integration/invariants.py after every
@@ -57,6 +58,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
     parser.add_argument("--out", help="also write the summary here")
+    parser.add_argument(
+        "--operator-path",
+        help="run the operator from this copy of operator/ (a deliberate bug: the soak must fail)",
+    )
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -72,7 +77,8 @@ def main() -> int:
         if proxy is not None:
             proxy.start()
             extra = ["--kubeconfig", str(proxy.kubeconfig)]
-        operator = OperatorProcess(state, folder, args=extra, name=f"soak-{args.mode}")
+        env = {"PYTHONPATH": args.operator_path} if args.operator_path else {}
+        operator = OperatorProcess(state, folder, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
         soak = Soak(ns, operator, args.seed, proxy_counts=proxy.counts if proxy else None)

@@ -4,10 +4,10 @@ Read straight from the API, independently of Phalanx's code (own quantity parsin
 
 - safety, at every moment: no node over capacity (requests of the pods bound to it or released to it by
   Phalanx <= allocatable), and no gang with pods in two domains of its topology key;
-- settled, once the operator had time: every gang fully admitted (all pods bound, in the domain its PodGroup
-  recorded) or fully gated (no pod released or bound, so below minCount it holds no node), nothing in
-  flight (released but unbound, requeued, terminating), and no gated gang that would fit in the room left
-  (nothing lost: Phalanx admits whatever fits).
+- settled, once the operator had time: every gang fully admitted (all pods bound, where its PodGroup's
+  recorded decision put them) or fully gated (no pod released or bound, so below minCount it holds no
+  node), nothing in flight (released but unbound, requeued, terminating), and no gated gang that would fit
+  in the room left (nothing lost: Phalanx admits whatever fits).
 """
 
 from __future__ import annotations

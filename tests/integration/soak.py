@@ -123,6 +123,8 @@ class Soak:
         self.admitted: set[str] = set()
         self.proxy_counts = proxy_counts
         self.modes: list[str] = []
+        self.requeued: set[str] = set()  # gangs Phalanx gave up and placed again (seen at a poll or by event)
+        self.base_env = dict(operator.env)  # e.g. PYTHONPATH of a deliberately broken copy (bench/soak.py)
 
     # ------------------------------------------------------------------ observation
     def world(self) -> World:
@@ -132,6 +134,8 @@ class Soak:
         if problems:
             raise InvariantError("safety: " + "; ".join(problems))
         for gang in world.gangs.values():
+            if gang.requeued:
+                self.requeued.add(gang.name)
             if gang.admitted and gang.name not in self.admitted:
                 self.admitted.add(gang.name)
                 self.stats.admissions += 1
@@ -159,13 +163,21 @@ class Soak:
             elif calm_since is None:
                 calm_since = time.monotonic()
             elif time.monotonic() - calm_since >= 1.5:
-                problems = world.settled_problems()
+                problems = world.settled_problems() + self.requeues()
                 if problems:
                     raise InvariantError(f"{what}: " + "; ".join(problems))
                 self.stats.settle_seconds.append(calm_since - started)
                 return world
             time.sleep(POLL)
         raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+
+    def requeues(self) -> list[str]:
+        """No node fails in these soaks: a requeue would mean a crash or an API fault made Phalanx give up a
+        decision (or lose track of a release) instead of finishing it."""
+        for event in self.ns.events("reason=Requeued"):
+            if event["involvedObject"]["kind"] == "Job":
+                self.requeued.add(event["involvedObject"]["name"])
+        return [f"requeued although no node failed: {sorted(self.requeued)}"] if self.requeued else []
 
     def alive(self) -> None:
         proc = self.operator.proc
@@ -212,7 +224,7 @@ class Soak:
 
     def start(self, env: Mapping[str, str] | None = None) -> bool:
         """Start the operator; False if an armed switch killed it before it was ready."""
-        self.operator.env = dict(env or {})
+        self.operator.env = {**self.base_env, **(env or {})}
         self.stats.restarts += 1
         try:
             self.operator.start()
@@ -234,7 +246,9 @@ class Soak:
         mode = self.modes.pop()
         if mode in SWITCHES:
             self.kill("while creating objects")  # to restart it armed; it may be creating PodGroups
-            count = self.rng.randint(1, 3 if mode == "after-record" else 8)
+            pods = sum(spec.size for spec in specs)
+            most = {"after-record": len(specs) // 2, "after-releases": pods // 2}.get(mode, 4)
+            count = self.rng.randint(1, max(1, most))
             if self.start({SWITCHES[mode]: str(count)}):
                 self.unsuspend(specs)
                 self.wait_exit(20.0)

@@ -19,7 +19,7 @@ from .kube import Namespace
 from .soak import SWITCHES, Soak
 
 pytestmark = pytest.mark.integration
-ROUNDS = 10
+ROUNDS = 10  # every kill point twice (they cycle in fives)
 SEED = 20261130
 
 

@@ -320,10 +320,11 @@ class Applier:
                 self._upsert_group(ref, patched)
                 self.faults.reached(AFTER_RECORD)
             case ReleasePod(pod=pod, node=node, pod_group=group_name):
-                released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
-                if released is not None:  # None: the pod is gone, nothing to release
-                    cache.upsert_pod(released, own_write=True)
-                self.faults.reached(AFTER_RELEASES)
+                async with self.faults.release_slot():
+                    released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
+                    if released is not None:  # None: the pod is gone, nothing to release
+                        cache.upsert_pod(released, own_write=True)
+                    self.faults.reached(AFTER_RELEASES)
             case UngatePod(pod=pod):
                 ungated = await kube.ungate_pod(pod.namespace, pod.name)
                 if ungated is not None:

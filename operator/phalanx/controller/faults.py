@@ -4,7 +4,8 @@ They exist so that tests can prove crash safety at exact points of an admission;
 
     PHALANX_FAULT_PAUSE_BEFORE_RELEASE=S    wait S seconds between recording a decision and releasing its pods
     PHALANX_FAULT_ABORT_AFTER_RECORD=N      SIGKILL this process right after its Nth recorded decision
-    PHALANX_FAULT_ABORT_AFTER_RELEASES=N    ... right after its Nth pod release the API confirmed
+    PHALANX_FAULT_ABORT_AFTER_RELEASES=N    ... right after its Nth pod release the API confirmed (releases
+                                            are then sent one at a time, so the kill falls between two)
     PHALANX_FAULT_ABORT_BEFORE_STATUS=N     ... right before its Nth PodGroup status write
 
 An abort is a real SIGKILL of the operator's own process (what `kill -9` does: no cleanup, no Lease
@@ -14,12 +15,15 @@ release, requests in flight lost or not), not an exception the code could handle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 from collections import Counter
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger("phalanx.faults")
 
@@ -40,6 +44,7 @@ class Faults:
     abort_at: Mapping[str, int] = field(default_factory=dict)  # point -> the count that kills
     seen: Counter[str] = field(default_factory=Counter)
     kill: Callable[[], None] = _kill_self  # replaced in unit tests
+    _serial: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Faults:
@@ -68,6 +73,10 @@ class Faults:
             for handler in logging.getLogger().handlers:
                 handler.flush()
             self.kill()
+
+    def release_slot(self) -> AbstractAsyncContextManager[Any]:
+        """Releases one at a time while an abort after the Nth is armed (a gang is then cut in two)."""
+        return self._serial if AFTER_RELEASES in self.abort_at else contextlib.nullcontext()
 
     async def before_release(self) -> None:
         if self.pause_before_release:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -56,3 +57,23 @@ def test_an_armed_abort_is_a_real_sigkill_of_the_process() -> None:
     )
     assert result.returncode == -signal.SIGKILL
     assert "after first" in result.stdout and "after second" not in result.stdout
+
+
+def test_releases_go_one_at_a_time_only_while_an_abort_after_releases_is_armed() -> None:
+    async def most_at_once(faults: Faults) -> int:
+        inside, most = 0, 0
+
+        async def release() -> None:
+            nonlocal inside, most
+            async with faults.release_slot():
+                inside += 1
+                most = max(most, inside)
+                await asyncio.sleep(0.01)
+                inside -= 1
+
+        await asyncio.gather(*(release() for _ in range(4)))
+        return most
+
+    assert asyncio.run(most_at_once(Faults.from_env({}))) == 4
+    assert asyncio.run(most_at_once(Faults.from_env({BEFORE_STATUS: "1"}))) == 4
+    assert asyncio.run(most_at_once(Faults.from_env({AFTER_RELEASES: "9"}))) == 1
