@@ -58,3 +58,29 @@ def test_bad_annotations_are_rejected_with_every_problem_named() -> None:
 def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
     with pytest.raises(kopf.AdmissionError, match=r"spec\.template\.spec\.nodeName: must not be set"):
         gate_job(body=job(nodeName="n1"), patch=kopf.Patch())
+
+
+def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from phalanx.controller import handlers
+    from phalanx.controller.records import PriorityClassRecord
+
+    monkeypatch.setattr(handlers.runtime.health, "cache_primed", True)
+    monkeypatch.setattr(
+        handlers.runtime.cache,
+        "priority_classes",
+        {"high": PriorityClassRecord.from_body({"metadata": {"name": "high"}, "value": 100})},
+    )
+    warnings: list[str] = []
+    gate_job(body=job(priorityClassName="nope"), patch=kopf.Patch(), warnings=warnings)
+    assert warnings == [
+        "spec.template.spec.priorityClassName: PriorityClass 'nope' does not exist: the Job controller "
+        "cannot create the Job's pods until it does (the Priority admission plugin refuses them)"
+    ]
+    warnings.clear()
+    gate_job(body=job(priorityClassName="high"), patch=kopf.Patch(), warnings=warnings)
+    assert warnings == []
+    monkeypatch.setattr(handlers.runtime.health, "cache_primed", False)  # an empty cache proves nothing
+    gate_job(body=job(priorityClassName="nope"), patch=kopf.Patch(), warnings=warnings)
+    assert warnings == []
