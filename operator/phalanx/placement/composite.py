@@ -254,6 +254,7 @@ class _Search:
         self.columns: dict[int, LabelColumn | None] = {}
         self.lower: dict[int, list[IndexArray] | None] = {}
         self.everywhere = np.arange(self.n, dtype=np.intp)
+        self.sizes = {id(sig): ctx.size(sig) for sig in ctx.signatures}
         self.order: list[int] = []
         self.decided: list[int] = []
         self.placed: list[int] = []
@@ -275,7 +276,7 @@ class _Search:
 
     def node_free(self, nodes: IndexArray) -> FloatArray:
         """Normalised free capacity per node now, of the nodes some pod of the tree may use."""
-        rows = np.maximum(self.free[self.ctx.score_pos][:, nodes], 0) * self.ctx.eligible[nodes]
+        rows = np.maximum(self.free[:, nodes][self.ctx.score_pos], 0) * self.ctx.eligible[nodes]
         return self.ctx.scorer.floats(rows.T)
 
     def capacity(self, sig: _Signature, nodes: IndexArray, cap: int) -> IntArray:
@@ -395,7 +396,7 @@ class _Search:
             raise _OutOfStepsError
         placed_now = {m.position for m in self.moves}
         positions = [p for p in t.positions if p not in placed_now]
-        positions.sort(key=lambda p: (-self.ctx.size(self.sig_of[p]), p))
+        positions.sort(key=lambda p: (-self.sizes[id(self.sig_of[p])], p))
         if want <= 0 or not positions:
             return 0
         order = self.fill_order(t, nodes, positions, want)

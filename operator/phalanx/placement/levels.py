@@ -50,8 +50,9 @@ def effective_levels(levels: Sequence[str], key: str | None) -> Levels:
 def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelColumn:
     """Per node, its domain at level `depth` as a path "v0/v1/.../v_depth"; cached on the node table.
 
-    At depth 0 this is the top level's own column. Codes follow the sorted path strings, like a
-    `LabelColumn`, so "smallest domain name" keeps its meaning.
+    At depth 0 this is the top level's own column. Codes follow the paths level by level (by the top
+    value, then the next, ...), so "smallest domain name" means the smallest path in that order. Built
+    from the parent level's column with integer codes: O(nodes) numpy plus one string per domain.
     """
     key = tuple(levels[: depth + 1])
     table = snapshot.table
@@ -60,24 +61,18 @@ def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelC
     cached = table.path_columns.get(key)
     if cached is not None:
         return cached
-    columns = [table.column(k) for k in key]
-    n = len(table.names)
-    stacked = np.stack([c.codes for c in columns], axis=1) if n else np.zeros((0, len(key)), dtype=np.intp)
-    present = (stacked >= 0).all(axis=1) if n else np.zeros(0, dtype=np.bool_)
-    codes = np.full(n, -1, dtype=np.intp)
-    if present.any():
-        unique, inverse = np.unique(stacked[present], axis=0, return_inverse=True)
-        names = [
-            SEPARATOR.join(columns[i].values[int(code)] for i, code in enumerate(row))
-            for row in unique.tolist()
-        ]
-        order = sorted(range(len(names)), key=names.__getitem__)
-        rank = np.empty(len(names), dtype=np.intp)
-        rank[np.array(order, dtype=np.intp)] = np.arange(len(names), dtype=np.intp)
-        codes[present] = rank[inverse.reshape(-1)]
-        values = tuple(names[i] for i in order)
-    else:
-        values = ()
+    parent = path_column(snapshot, levels, depth - 1)
+    own = table.column(key[-1])
+    present = (parent.codes >= 0) & (own.codes >= 0)
+    width = max(len(own.values), 1)
+    combined = parent.codes[present].astype(np.int64) * width + own.codes[present]
+    unique, inverse = np.unique(combined, return_inverse=True)
+    codes = np.full(len(table.names), -1, dtype=np.intp)
+    codes[present] = inverse.reshape(-1)
+    values = tuple(
+        f"{parent.values[p]}{SEPARATOR}{own.values[c]}"
+        for p, c in zip((unique // width).tolist(), (unique % width).tolist(), strict=True)
+    )
     column = LabelColumn._of(values, {v: i for i, v in enumerate(values)}, codes)
     table.path_columns[key] = column
     return column
@@ -130,6 +125,8 @@ def fewest_domains_order(
         return nodes[picked]
     codes = lower[0][nodes]
     groups, inverse = np.unique(codes, return_inverse=True)
+    if groups.size == nodes.size and groups[0] >= 0:
+        return fewest_domains_order(nodes, capacity, need, lower[1:], free)  # one node per domain (hostname)
     inverse = inverse.reshape(-1)
     cap = np.bincount(inverse, weights=capacity[nodes], minlength=groups.size).astype(np.int64)
     group_free: FloatArray = np.bincount(inverse, weights=free[nodes], minlength=groups.size).astype(
