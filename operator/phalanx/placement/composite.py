@@ -389,11 +389,13 @@ class _Search:
         free[nodes] = self.node_free(nodes)
         return fewest_domains_order(nodes, capacity, need, lower, free)
 
-    def pack(self, t: _Node, nodes: IndexArray, want: int) -> int:
-        """Place up to `want` of the leaf's unplaced pods on `nodes`; returns how many were placed."""
-        self.steps += 1
-        if self.steps > self.max_steps:
-            raise _OutOfStepsError
+    def pack(self, t: _Node, nodes: IndexArray, want: int, *, counted: bool = True) -> int:
+        """Place up to `want` of the leaf's unplaced pods on `nodes`; returns how many were placed.
+        `counted`: a step of the search (the extras after a placement is found are not)."""
+        if counted:
+            self.steps += 1
+            if self.steps > self.max_steps:
+                raise _OutOfStepsError
         placed_now = {m.position for m in self.moves}
         positions = [p for p in t.positions if p not in placed_now]
         positions.sort(key=lambda p: (-self.sizes[id(self.sig_of[p])], p))
@@ -555,15 +557,15 @@ class _Search:
             if t.leaf is None or t.parent is None or t.parent not in self.domains:
                 continue
             if t.index in self.domains:
-                self.pack(t, self.domains[t.index][1], len(t.positions))
+                self.pack(t, self.domains[t.index][1], len(t.positions), counted=False)
                 continue
             if t.need < 0:
                 continue
             for name, nodes in self.candidates(t, self.domains[t.parent][1], prune=True):
                 mark = self.mark()
-                if t.need == 0 or self.pack(t, nodes, t.need) >= t.need:
+                if t.need == 0 or self.pack(t, nodes, t.need, counted=False) >= t.need:
                     self.domains[t.index] = (name, nodes)
-                    self.pack(t, nodes, len(t.positions))
+                    self.pack(t, nodes, len(t.positions), counted=False)
                     break
                 self.undo(mark)
 

@@ -236,3 +236,12 @@ def test_children_alike_share_the_room_of_one_node() -> None:
     kids = (slice_("g0", 1, gpus=1, key=None), slice_("g1", 1, gpus=1, key=None))
     decision = decide_composite(Snapshot.build([node], []), CompositeRequest("c", kids, 2))
     assert isinstance(decision, CompositeAdmit) and len(decision.admits) == 2
+
+
+def test_the_search_gives_up_after_its_step_budget_and_says_so() -> None:
+    snapshot = Snapshot.build(article_nodes(), [])
+    root = job(slice_("s0"), slice_("s1"))
+    assert isinstance(decide_composite(snapshot, root, max_steps=2), CompositeAdmit)
+    decision = decide_composite(snapshot, root, max_steps=1)
+    assert isinstance(decision, CompositeReject) and decision.reason == "Unschedulable"
+    assert "(gave up after 1 packings)" in decision.message
