@@ -41,6 +41,18 @@ def _dev_cluster(args: argparse.Namespace) -> int:
                 tools.fail_node(client, args.node, args.how)
             elif args.action == "heal-node":
                 tools.heal_node(client, args.node)
+            elif args.action == "load-image":
+                from phalanx.devcluster import realnode
+
+                state = load_state(Path(args.dir))
+                if not state.real_node:
+                    raise ClusterError(f"the cluster in {args.dir} has no real node (`up --real-node`)")
+                try:
+                    names = realnode.import_image(state, Path(args.archive))
+                except realnode.RealNodeError as e:
+                    raise ClusterError(str(e)) from e
+                for name in names:
+                    print(f"{name} (on {realnode.NODE_NAME}; use imagePullPolicy: Never)")
     except (ClusterError, ApiError, ValueError) as e:
         print(f"phalanx dev-cluster {args.action}: {e}", file=sys.stderr)
         return 1
@@ -222,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         "where": "each pod with its node, network block and local block (the article's where.sh)",
         "fail-node": "inject a node failure: stop its heartbeats, or taint it NoExecute",
         "heal-node": "undo fail-node",
+        "load-image": "import an OCI archive (hack/image.sh's) into the real node's containerd",
     }
     for action, text in helpers.items():
         p = dev_sub.add_parser(action, help=text)
@@ -234,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("nodes", nargs="+")
         elif action == "where":
             p.add_argument("--selector", "-l", default=None, help="label selector, e.g. job-name=gang-4")
+        elif action == "load-image":
+            p.add_argument("archive", help="e.g. .cache/image/phalanx-0.1.0.oci.tar")
         else:
             p.add_argument("node")
         if action == "fail-node":

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -119,7 +120,23 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     try:
         timed("dev cluster with the real node up", started)
         started = time.monotonic()
-        (image,) = [n for n in realnode.import_image(state, archive) if "phalanx" in n]
+        loaded = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "phalanx.cli",
+                "dev-cluster",
+                "load-image",
+                "--dir",
+                str(state.path),
+                str(archive),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert loaded.returncode == 0, loaded.stderr
+        (image,) = [line.split()[0] for line in loaded.stdout.splitlines() if "phalanx" in line]
         timed(f"{image} imported into the node's containerd", started)
         yield RealCluster(cluster, state, image)
     finally:
