@@ -1,0 +1,117 @@
+"""The kinds of node failure of issue 10 item 1 beyond the article's NoExecute taint, through `plan()`:
+a deleted node, a NotReady node, `disruptionMode: all`, and a cordon (not a failure). train-3 runs in nb-a on
+n1-n3; n4 is nb-a's last node."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from test_controller_plan import (
+    NODES,
+    NOW,
+    TOPOLOGY,
+    admitted_reason,
+    filler,
+    group_of,
+    job_body,
+    node_body,
+    only,
+    pod_body,
+    state,
+    status_of,
+)
+
+from phalanx.api import conditions as c
+from phalanx.api.cluster_objects import node_info
+from phalanx.controller.actions import EvictPod, ReleasePod, SuspendJob
+from phalanx.controller.plan import Plan, plan
+from phalanx.controller.records import PodGroupRecord, PodRecord
+from phalanx.placement import Snapshot
+
+
+def running(group: str, *nodes: str) -> list[dict[str, Any]]:
+    return [
+        pod_body("train", i, gated=False, node=n, phase="Running", group=group) for i, n in enumerate(nodes)
+    ]
+
+
+def at(
+    now: dt.datetime,
+    job: dict[str, Any],
+    group: PodGroupRecord,
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    others: list[dict[str, Any]] | None = None,
+) -> Plan:
+    """plan() with some nodes changed (a body) or gone (None)."""
+    others = others or []
+    s = state([(job, group, pods)], others=others)
+    bodies = [nodes.get(n, node_body(n)) for n in NODES]
+    infos = [node_info(b) for b in bodies if b is not None]
+    usage = [bp for p in [*pods, *others] if (bp := PodRecord.from_body(p).bound_pod()) is not None]
+    changed = dataclasses.replace(
+        s, snapshot=Snapshot.build(infos, usage), nodes={i.name: i for i in infos}, node_failure_grace=30
+    )
+    return plan(changed, now)
+
+
+def test_a_deleted_node_with_a_free_node_left_in_the_block_gets_its_pod_replaced_there() -> None:
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    group = group_of(job)
+    pods = [*running(group.name, "n1", "n2"), pod_body("train", 3, group=group.name)]  # n3's pod went
+    result = at(NOW, job, group, pods, {"n3": None})
+    (release,) = only(result.actions, ReleasePod)
+    assert release.node == "n4"
+    assert not only(result.actions, SuspendJob)
+
+
+def test_a_deleted_node_with_no_room_left_in_the_block_requeues_the_job_after_the_grace_period() -> None:
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    group = group_of(job)
+    pods = [*running(group.name, "n1", "n2"), pod_body("train", 3, group=group.name)]
+    first = at(NOW, job, group, pods, {"n3": None}, [filler("n4")])
+    assert not only(first.actions, SuspendJob) and not only(first.actions, ReleasePod)
+    waited = group_of(job, status_of(first))
+    later = at(NOW + dt.timedelta(seconds=31), job, waited, pods, {"n3": None}, [filler("n4")])
+    (suspend,) = only(later.actions, SuspendJob)
+    assert "2 of its 3 pods were left in nb-a" in suspend.why
+
+
+def test_a_not_ready_node_gets_no_replacement_pod() -> None:
+    """The node lifecycle controller taints a NotReady node and evicts its pods: the replacement goes to n4
+    (n3 would win the tie by name)."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    group = group_of(job)
+    sick = node_body("n3")
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    sick["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    ]
+    pods = [*running(group.name, "n1", "n2"), pod_body("train", 3, group=group.name)]
+    (release,) = only(at(NOW, job, group, pods, {"n3": sick}).actions, ReleasePod)
+    assert release.node == "n4"
+
+
+def test_disruption_mode_all_is_requeued_at_once_without_waiting_for_the_grace_period() -> None:
+    job = job_body("train", 3, annotations={**TOPOLOGY, "phalanx.dev/disruption-mode": "all"})
+    group = group_of(job)
+    pods = [*running(group.name, "n1", "n2"), pod_body("train", 3, group=group.name)]
+    result = at(NOW, job, group, pods, {"n3": None}, [filler("n4")])
+    (suspend,) = only(result.actions, SuspendJob)
+    assert "after 0 s" in suspend.why
+    assert admitted_reason(status_of(result))[1] == c.REASON_REQUEUED
+
+
+def test_a_cordoned_node_is_not_a_failure() -> None:
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    group = group_of(job)
+    cordoned = node_body("n3")
+    cordoned["spec"]["unschedulable"] = True
+    pods = running(group.name, "n1", "n2", "n3")
+    later = at(NOW + dt.timedelta(hours=1), job, group, pods, {"n3": cordoned})
+    assert not only(later.actions, SuspendJob)
+    assert not only(later.actions, EvictPod)
+    assert not only(later.actions, ReleasePod)
