@@ -4,7 +4,8 @@
 #
 #   1. installs the Debian packages it needs when one is missing (podman, buildah, runc, containerd, ...:
 #      also those of the real node, so one call prepares the machine);
-#   2. keeps podman's storage and config under .cache/image/podman (nothing in /var/lib/containers);
+#   2. keeps podman's storage and config under .cache/image/podman (outside it only containers/image's
+#      blob-info cache /var/lib/containers/cache and runc's state folder /run/runc, both small);
 #   3. makes the base image localhost/debian-py:bookworm with mmdebstrap from the Debian mirror apt uses
 #      (skipped when podman already holds it);
 #   4. builds localhost/phalanx:<version> (FROM that base) and saves .cache/image/phalanx-<version>.oci.tar.
