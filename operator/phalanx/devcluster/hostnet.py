@@ -31,6 +31,8 @@ KUBERNETES_SERVICE_IP = "10.0.0.1"
 KWOK_RANGES = ("10.244.0.0/16", "10.255.0.0/24")
 COMMENT = "phalanx dev-cluster real node"
 FILTER_CHAIN = "PHALANX-REAL-NODE"
+# A kernel booted with ipv6.disable=1 has neither the sysctls nor ip6tables' tables.
+IPV6 = Path("/proc/sys/net/ipv6").is_dir()
 
 
 class HostNetError(RuntimeError):
@@ -66,7 +68,10 @@ def read_sysctl(name: str) -> str:
 
 
 def write_sysctl(name: str, value: str) -> None:
-    _sysctl_path(name).write_text(value)
+    try:
+        _sysctl_path(name).write_text(value)
+    except OSError as e:
+        raise HostNetError(f"sysctl {name}={value}: {e}") from e
 
 
 @dataclass
@@ -138,11 +143,9 @@ def setup(net: HostNet, save: Any = None) -> None:
     net.bridge_created = True
     saved()
     run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-    for name, value in (
-        (f"net.ipv4.conf.{BRIDGE}.route_localnet", "1"),  # the DNAT to the apiserver on 127.0.0.1
-        (f"net.ipv6.conf.{BRIDGE}.disable_ipv6", "1"),  # pods are IPv4 only: no link-local chatter either
-    ):
-        write_sysctl(name, value)
+    write_sysctl(f"net.ipv4.conf.{BRIDGE}.route_localnet", "1")  # the DNAT to the apiserver on 127.0.0.1
+    if IPV6:  # pods are IPv4 only: no link-local chatter either
+        write_sysctl(f"net.ipv6.conf.{BRIDGE}.disable_ipv6", "1")
     run("ip", "link", "set", BRIDGE, "up")
 
     for cidr in (SERVICE_CIDR, *KWOK_RANGES):
@@ -168,7 +171,7 @@ def setup(net: HostNet, save: Any = None) -> None:
         net.rules.append([table, chain_name, *full])
         saved()
 
-    for table in ("filter", "6:filter"):
+    for table in ("filter", "6:filter") if IPV6 else ("filter",):
         chain(table, FILTER_CHAIN)
         rule(table, FILTER_CHAIN, "-j", "DROP")
         rule(table, "FORWARD", "-i", BRIDGE, "-j", FILTER_CHAIN, insert=True)
@@ -226,7 +229,7 @@ def undo(net: HostNet) -> list[str]:
         try:
             if read_sysctl(name) != value:
                 write_sysctl(name, value)
-        except OSError as e:
+        except (OSError, HostNetError) as e:
             errors.append(f"{name}: {e}")
     net.sysctls = {}
     return errors
