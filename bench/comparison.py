@@ -23,12 +23,29 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.integration.scenarios, however this file is started
 
-from tests.integration.scenarios import PHALANX, SCENARIOS, UPSTREAM, Flavor, Scenario, run_in  # noqa: E402
+from tests.integration.scenarios import (  # noqa: E402
+    PHALANX,
+    SCENARIOS,
+    UPSTREAM,
+    Flavor,
+    Outcome,
+    Scenario,
+    run_in,
+)
+from tests.integration.slice_scenarios import (  # noqa: E402
+    PHALANX_SLICES,
+    SLICE_SCENARIOS,
+    UPSTREAM_SLICES,
+    SliceFlavor,
+    SliceScenario,
+    run_slices_in,
+)
 
 import phalanx  # noqa: E402
 from phalanx.devcluster.binaries import K8S_VERSION  # noqa: E402
@@ -77,6 +94,18 @@ What to read in it:
   cannot be satisfied: S scheduled, R remaining`), so tooling that reads one reads the other. Upstream appends
   the result of its preemption attempt; Phalanx reports preemption in events (`Preempting`, `Preempted`) and
   the victim's `DisruptionTarget` condition instead, so its message stops before that.
+- **Slices** (the last two rows). The article's hand-made objects: a Workload with a
+  `compositePodGroupTemplate`, a CompositePodGroup (2 slices in one network block) and two PodGroups (2 pods
+  each in one local block). Upstream: `scheduling.k8s.io` Workload and PodGroups v1beta1, CompositePodGroup
+  v1alpha3, pods with `spec.schedulingGroup.podGroupName`; Phalanx: the same objects in
+  `scheduling.phalanx.dev/v1beta1`, pods joining by the `phalanx.dev/pod-group` label (a stock apiserver has
+  no `spec.schedulingGroup`). Both place each slice in its own local block of one network block, and both keep
+  the whole job waiting in the busy case. Upstream writes no condition on the CompositePodGroup (the reason
+  is only on each PodGroup, from inside one network block); Phalanx's CompositePodGroup says why the whole
+  tree waits, per slice. The times are from the creation of the last pod (or the freeing of the node) until
+  all four pods are Running, polled every 0.25 s, on a shared, loaded machine: read them as "seconds, not
+  minutes", not as a benchmark. Run by `tests/integration/test_slices_upstream.py` and
+  `tests/integration/slice_scenarios.py`.
 - "0 bound" means no pod of the group got a node while the scenario watched it for a few seconds after the
   system said it waits.
 
@@ -124,7 +153,12 @@ def commit() -> str:
 
 
 def run_all(
-    mode: str, flavor: Flavor, scenarios: list[Scenario], results: dict[str, dict[str, str]]
+    mode: str,
+    flavor: Flavor,
+    scenarios: list[Scenario],
+    results: dict[str, dict[str, str]],
+    slice_flavor: SliceFlavor,
+    slices: list[SliceScenario],
 ) -> list[str]:
     """Bring up one cluster (and the operator for Phalanx), run the scenarios, take it down."""
     failures: list[str] = []
@@ -136,12 +170,16 @@ def run_all(
             if flavor is PHALANX:
                 operator = OperatorProcess(state, Path(folder))
                 operator.start()
-            for scenario in scenarios:
+            runs: list[tuple[str, Callable[[], Outcome]]] = [
+                (s.id, lambda s=s: run_in(state, flavor, s)) for s in scenarios
+            ]
+            runs += [(s.id, lambda s=s: run_slices_in(state, slice_flavor, s)) for s in slices]
+            for scenario_id, run in runs:
                 try:
-                    results[scenario.id][flavor.name] = run_in(state, flavor, scenario).line
+                    results[scenario_id][flavor.name] = run().line
                 except Exception as e:
                     traceback.print_exc()
-                    failures.append(f"[{flavor.name}] {scenario.id}: {e}")
+                    failures.append(f"[{flavor.name}] {scenario_id}: {e}")
                     if operator is not None:
                         print(f"operator log (tail):\n{operator.tail()}")
         finally:
@@ -151,7 +189,7 @@ def run_all(
     return failures
 
 
-def table(scenarios: list[Scenario], results: dict[str, dict[str, str]]) -> str:
+def table(scenarios: list[Scenario | SliceScenario], results: dict[str, dict[str, str]]) -> str:
     upstream = f"upstream {K8S_VERSION} (gates on, default scheduler config)"
     lines = [f"| scenario | {upstream} | Phalanx (stock cluster) |", "|---|---|---|"]
     for s in scenarios:
@@ -167,30 +205,29 @@ def main() -> int:
         "--only",
         nargs="+",
         metavar="ID",
-        choices=[s.id for s in SCENARIOS],
+        choices=[s.id for s in SCENARIOS] + [s.id for s in SLICE_SCENARIOS],
         help="run only these and print their rows",
     )
     args = parser.parse_args()
     scenarios = [s for s in SCENARIOS if not args.only or s.id in args.only]
+    slices = [s for s in SLICE_SCENARIOS if not args.only or s.id in args.only]
+    every: list[Scenario | SliceScenario] = [*scenarios, *slices]
 
     started = time.monotonic()
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    results: dict[str, dict[str, str]] = {s.id: {} for s in scenarios}
-    failures = run_all("upstream", UPSTREAM, scenarios, results)
-    failures += run_all("stock", PHALANX, scenarios, results)
+    results: dict[str, dict[str, str]] = {s.id: {} for s in every}
+    failures = run_all("upstream", UPSTREAM, scenarios, results, UPSTREAM_SLICES, slices)
+    failures += run_all("stock", PHALANX, scenarios, results, PHALANX_SLICES, slices)
     elapsed = time.monotonic() - started
 
     print()
     print(
         format_table(
             ("scenario", "upstream", "phalanx"),
-            [
-                (s.title, results[s.id].get("upstream", "-"), results[s.id].get("phalanx", "-"))
-                for s in scenarios
-            ],
+            [(s.title, results[s.id].get("upstream", "-"), results[s.id].get("phalanx", "-")) for s in every],
         )
     )
-    print(f"\n{len(scenarios)} scenarios on both systems in {elapsed / 60:.1f} min")
+    print(f"\n{len(every)} scenarios on both systems in {elapsed / 60:.1f} min")
     if failures:
         print("\nfailed, docs not written:\n" + "\n".join(failures), file=sys.stderr)
         return 1
@@ -203,7 +240,7 @@ def main() -> int:
         machine=machine(),
         commit=commit(),
         minutes=f"{elapsed / 60:.0f} min",
-    ) + table(scenarios, results)
+    ) + table(every, results)
     if args.out == "-":
         print(document)
     else:
