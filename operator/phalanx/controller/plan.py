@@ -47,7 +47,14 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.plan_composite import TreeState, admitted_message, levels_of, schedule_tree
+from phalanx.controller.plan_composite import (
+    REQUEUED_BELOW_MIN_COUNT,
+    REQUEUED_UNBINDABLE,
+    TreeState,
+    admitted_message,
+    levels_of,
+    schedule_tree,
+)
 from phalanx.controller.plan_slices import schedule_sliced_job
 from phalanx.controller.preempt import (
     GroupOfJob,
@@ -79,9 +86,6 @@ from phalanx.placement import (
     node_eligible,
 )
 from phalanx.placement.model import PODS
-
-REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
-REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 
 
 @dataclass(frozen=True)

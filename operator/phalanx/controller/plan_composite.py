@@ -34,6 +34,8 @@ from phalanx.controller.actions import (
     PostEvent,
     RecordAdmission,
     ReleasePod,
+    RequeueCause,
+    SuspendJob,
     UngatePod,
 )
 from phalanx.controller.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
@@ -57,6 +59,8 @@ from phalanx.placement.model import PODS
 if TYPE_CHECKING:
     from phalanx.controller.plan import _Pass
 
+REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
+REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 COMPOSITE_PREFIX = "CompositePodGroup/"  # plan keys (backoff) of trees; no Job key starts like this
 POD_GROUP_PREFIX = "PodGroup/"
 
@@ -239,6 +243,10 @@ def _decide(t: _Tree, ctx: _Pass) -> None:
         # A basic group's pods are never held.
         t.actions.extend(UngatePod(p.ref) for p in leaf.waiting)
         leaf.ungated = len(leaf.waiting)
+        return
+    if job is not None and (stranded := _stranded(t)) is not None:
+        # Released pods kube-scheduler cannot bind: the Job's release is rolled back whole.
+        _requeue(t, stranded, "unbindable")
         return
     if not any(leaf.waiting for leaf in leaves):
         return
@@ -426,6 +434,72 @@ def _decide_tree(t: _Tree, ctx: _Pass) -> None:
         )
         why = decision.why(leaf.group.name)
         leaf.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, f"{upstream}; {why}", upstream=upstream)
+    if t.state.job is not None:
+        _requeue_if_broken(t, ctx)
+
+
+def _whole(t: _Tree, g: CompositePodGroupRecord) -> bool:
+    """Whether the pods placed now (bound or released) alone meet every min count under `g`."""
+    composites, leaves = _children(t, g.name)
+    ok = sum(1 for leaf in leaves if len(leaf.placed) >= leaf.min_count)
+    ok += sum(1 for child in composites if _whole(t, child))
+    return ok >= (g.min_group_count or 1)
+
+
+def _stranded(t: _Tree) -> str | None:
+    """Pods of a Job's tree Phalanx released that kube-scheduler refuses to bind (their node filled up, was
+    tainted or went away between the decision and the binding): never leave them behind a stale selector."""
+    job = t.state.job
+    if job is None or job.requeued:
+        return None
+    refused = [p for leaf in t.leaves.values() for p in leaf.placed if p.released and p.unschedulable]
+    if not refused:
+        return None
+    first = refused[0]
+    return (
+        f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
+        f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
+    )
+
+
+def _requeue_if_broken(t: _Tree, ctx: _Pass) -> None:
+    """A running Job tree left short (a node failed: a slice lost pods, so it or the tree is below its min
+    count) whose missing pods do not fit in its domains any more holds nodes for nothing: after the grace
+    period (at once for disruptionMode all) requeue the Job whole, as for a plain gang (plan.py)."""
+    job, root = t.state.job, t.state.root
+    assert job is not None and root is not None
+    placed = sum(len(leaf.placed) for leaf in t.leaves.values())
+    if not placed or job.requeued or _whole(t, root):
+        return
+    admitted = root.status.condition(c.ADMITTED)
+    since = ctx.now
+    if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
+        since = admitted.last_transition_time
+    all_mode = job.policy is not None and job.policy.disruption_mode == "all"
+    waited = (ctx.now - since).total_seconds()
+    if not all_mode and waited < ctx.node_failure_grace:
+        return
+    short = [leaf.group.name for leaf in t.leaves.values() if len(leaf.placed) < leaf.min_count]
+    domain = t.domain or (t.admission.domain if t.admission is not None else None)
+    where = f" in {domain}" if domain else ""
+    why = (
+        f"{REQUEUED_BELOW_MIN_COUNT}: {placed} pod(s) of the tree were left{where}, "
+        f"{', '.join(short)} short of its minCount, and the missing pods no longer fit there "
+        f"(after {waited:.0f} s)"
+    )
+    _requeue(t, why, "below-min-count")
+
+
+def _requeue(t: _Tree, why: str, cause: RequeueCause) -> None:
+    """Suspend the Job to place its whole tree again; it is resumed once its pods are gone (plan_slices)."""
+    job, root = t.state.job, t.state.root
+    assert job is not None and root is not None
+    t.actions.append(SuspendJob(job.ref, why, cause))
+    t.actions.append(_event(root.ref, "Warning", "Requeued", why))  # said on the Job too (schedule_tree)
+    outcome = st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
+    t.outcome = outcome
+    for leaf in t.leaves.values():
+        leaf.outcome = outcome
 
 
 def _admit_tree(
@@ -549,6 +623,7 @@ def _leaf_facts(leaf: _Leaf, job: JobRecord | None) -> st.GroupFacts:
         suspended=job.suspended if job else False,
         finished=job.finished if job else False,
         finished_how=job.finished_how if job else "",
+        requeued=job.requeued if job else "",
         note=st.climbed_note(leaf.admission, leaf.group.topology_key),
     )
 
@@ -592,6 +667,7 @@ def _statuses(t: _Tree, ctx: _Pass) -> None:
             suspended=job.suspended if job else False,
             finished=job.finished if job else False,
             finished_how=job.finished_how if job else "",
+            requeued=job.requeued if job else "",
             members="child group(s)",
         )
         outcome = t.outcome if composite is root else None

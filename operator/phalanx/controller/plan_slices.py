@@ -22,6 +22,7 @@ from phalanx.controller.actions import (
     LabelPod,
     PostEvent,
     ReleasePod,
+    ResumeJob,
 )
 from phalanx.controller.plan_composite import LeafState, TreeState, schedule_tree
 from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord
@@ -87,6 +88,9 @@ def schedule_sliced_job(
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
     if made:
         actions.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    if job.requeued and (not job.suspended or not any(not p.terminal for p in state.pods)):
+        # Requeued whole by us (plan_composite) and its pods are gone: resume it; its new pods come gated.
+        actions.append(ResumeJob(job.ref))
     tree = schedule_tree(TreeState(root, (root,), tuple(leaves), job=job), ctx)
     if tree is not None:
         # The pod labels go with the release where there is one (ReleasePod sets the label itself).

@@ -488,3 +488,182 @@ def test_a_sliced_job_of_4_gpu_pods_packs_each_slice_on_one_node() -> None:
     assert record.pod_group.kind == "CompositePodGroup" and record.resource_version == "9"
     job_events = [e.reason for e in only(result.actions, PostEvent) if e.involved.kind == "Job"]
     assert "Admitted" in job_events
+
+
+# ---------------------------------------------------------------------- failures of a running sliced Job
+GRACE = 30.0
+
+
+def _slice_pod(i: int, *, node: str = "", released_to: str = "", refused: bool = False) -> dict[str, Any]:
+    """Completion index i of the sliced Job: bound on `node`, released to a node, or (neither) a new gated pod
+    the Job controller made in place of a lost one."""
+    placed = bool(node or released_to)
+    p = pod(f"sliced-{i}-{'old' if placed else 'new'}", "", node=node, released_to=released_to)
+    p["metadata"]["labels"] = {
+        "batch.kubernetes.io/controller-uid": "uid-sliced",
+        "batch.kubernetes.io/job-completion-index": str(i),
+    }
+    if refused:
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes fit"}
+        ]
+    return p
+
+
+def _running_sliced(
+    pods: list[dict[str, Any]],
+    *,
+    busy: Sequence[int] = (),
+    unschedulable_for: float | None = None,
+    annotations: dict[str, str] | None = None,
+    requeued: str = "",
+    suspended: bool = False,
+) -> ClusterState:
+    """The sliced Job of _sliced_state, admitted on n1-n4 (slice 0 in lb-a1, slice 1 in lb-a2), with `pods`
+    as they are now; `unschedulable_for`: its root has said Unschedulable for that many seconds."""
+    from phalanx.api.conditions import Condition
+    from phalanx.controller.plan import JobState
+    from phalanx.controller.records import JobRecord
+
+    base = _sliced_state(8, created=True)
+    (state,) = base.jobs
+    assert state.composite is not None
+    names = [g.name for g in state.slices]
+    record = Admission(
+        domain="nb-a",
+        assignments=[Assignment(pod=f"sliced-{i}-old", node=f"n{i + 1}") for i in range(4)],
+        admitted_at=NOW - dt.timedelta(minutes=10),
+        attempt=0,
+    )
+    conditions = []
+    if unschedulable_for is not None:
+        since = NOW - dt.timedelta(seconds=unschedulable_for)
+        conditions.append(
+            Condition(
+                type=c.ADMITTED,
+                status=c.FALSE,
+                reason=c.REASON_UNSCHEDULABLE,
+                message="x",
+                last_transition_time=since,
+            )
+        )
+    root = dataclasses.replace(
+        state.composite, status=CompositePodGroupStatus(admission=record, conditions=conditions or None)
+    )
+    slices = tuple(
+        dataclasses.replace(g, status=PodGroupStatus(admission=record, domain=f"lb-a{i + 1}"))
+        for i, g in enumerate(state.slices)
+    )
+    records = []
+    for body in pods:
+        labels = body["metadata"]["labels"]
+        if body["spec"].get("nodeName") or body["spec"].get("nodeSelector"):
+            labels["phalanx.dev/pod-group"] = names[
+                int(labels["batch.kubernetes.io/job-completion-index"]) // 2
+            ]
+        records.append(PodRecord.from_body(body))
+    job = _job(
+        {
+            "phalanx.dev/topology-key": NB,
+            "phalanx.dev/slice-size": "2",
+            "phalanx.dev/slice-topology-key": LB,
+            **(annotations or {}),
+        }
+    )
+    job["metadata"].update(name="sliced", uid="uid-sliced")
+    if requeued:
+        job["metadata"]["annotations"]["phalanx.dev/requeued"] = requeued
+    job["spec"]["suspend"] = suspended
+    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
+    usage += [bp for r in (PodRecord.from_body(filler(i)) for i in busy) if (bp := r.bound_pod()) is not None]
+    nodes = list(base.nodes.values())
+    job_state = JobState(
+        JobRecord.from_body(job), None, state.workload_name, tuple(records), composite=root, slices=slices
+    )
+    return dataclasses.replace(
+        base, jobs=(job_state,), snapshot=Snapshot.build(nodes, usage), node_failure_grace=GRACE
+    )
+
+
+# n4 failed: index 3's pod went with it and the Job controller made a new one (gated).
+LOST_N4 = [_slice_pod(0, node="n1"), _slice_pod(1, node="n2"), _slice_pod(2, node="n3"), _slice_pod(3)]
+
+
+def _suspends(result: Plan) -> list[Any]:
+    return [a for a in result.actions if type(a).__name__ == "SuspendJob"]
+
+
+def _root_name(result: Plan) -> str:
+    (name,) = {
+        a.pod_group.name for a in only(result.actions, PatchStatus) if a.pod_group.kind == "CompositePodGroup"
+    }
+    return name
+
+
+def test_a_slice_that_lost_a_pod_with_room_left_in_its_local_block_is_refilled_not_requeued() -> None:
+    # n4 is back (or the pod alone went): its slice's local block lb-a2 has room for the new pod.
+    result = plan(_running_sliced(LOST_N4), NOW)
+    assert not _suspends(result)
+    assert {r.pod.name: r.node for r in only(result.actions, ReleasePod)} == {"sliced-3-new": "n4"}
+
+
+def test_a_slice_below_its_min_count_with_no_room_waits_out_the_grace_then_the_job_is_requeued_whole() -> (
+    None
+):
+    # n4 stays busy (failed, or taken): lb-a2 has no room for index 3; the tree is below its min count.
+    fresh = plan(_running_sliced(LOST_N4, busy=(4,)), NOW)
+    assert not _suspends(fresh) and not only(fresh.actions, ReleasePod)
+    assert admitted(status_on(fresh, _root_name(fresh)))[1] == c.REASON_UNSCHEDULABLE
+
+    within = plan(_running_sliced(LOST_N4, busy=(4,), unschedulable_for=GRACE - 5), NOW)
+    assert not _suspends(within)
+
+    after = plan(_running_sliced(LOST_N4, busy=(4,), unschedulable_for=GRACE + 5), NOW)
+    (suspend,) = _suspends(after)
+    assert suspend.job.name == "sliced" and suspend.cause == "below-min-count"
+    assert suspend.why.startswith("below its minCount: 3 pod(s) of the tree were left in nb-a")
+    assert not only(after.actions, ReleasePod)  # nothing of the tree is placed again piecemeal
+    warned = {(e.involved.kind, e.reason) for e in only(after.actions, PostEvent) if e.type == "Warning"}
+    assert {("CompositePodGroup", "Requeued"), ("Job", "Requeued")} <= warned
+    root = status_on(after, _root_name(after))
+    assert admitted(root)[1] == c.REASON_REQUEUED
+
+
+def test_a_sliced_job_in_disruption_mode_all_is_requeued_at_once() -> None:
+    result = plan(
+        _running_sliced(LOST_N4, busy=(4,), annotations={"phalanx.dev/disruption-mode": "all"}), NOW
+    )
+    (suspend,) = _suspends(result)
+    assert suspend.cause == "below-min-count"
+
+
+def test_a_whole_slice_lost_with_no_room_in_the_network_block_requeues_the_job() -> None:
+    # Both pods of slice 1 gone with lb-a2 (n3, n4 busy); slice 0 still runs in lb-a1 and holds its nodes.
+    pods = [_slice_pod(0, node="n1"), _slice_pod(1, node="n2"), _slice_pod(2), _slice_pod(3)]
+    result = plan(_running_sliced(pods, busy=(3, 4), unschedulable_for=GRACE + 1), NOW)
+    (suspend,) = _suspends(result)
+    assert "short of its minCount" in suspend.why
+
+
+def test_a_released_slice_pod_kube_scheduler_refuses_rolls_back_the_whole_job_at_once() -> None:
+    pods = [
+        _slice_pod(0, node="n1"),
+        _slice_pod(1, node="n2"),
+        _slice_pod(2, node="n3"),
+        _slice_pod(3, released_to="n4", refused=True),
+    ]
+    result = plan(_running_sliced(pods), NOW)
+    (suspend,) = _suspends(result)
+    assert suspend.cause == "unbindable"
+    assert suspend.why.startswith("released but not bound: 1 released pod(s) cannot be bound")
+    assert "sliced-3-old on n4: 0/8 nodes fit" in suspend.why
+
+
+def test_a_requeued_sliced_job_is_resumed_once_its_pods_are_gone_and_says_requeued_meanwhile() -> None:
+    why = "below its minCount: ..."
+    waiting = plan(_running_sliced(LOST_N4, requeued=why, suspended=True), NOW)
+    assert not [a for a in waiting.actions if type(a).__name__ == "ResumeJob"]  # its pods are still there
+    assert admitted(status_on(waiting, _root_name(waiting)))[1] == c.REASON_REQUEUED
+    gone = plan(_running_sliced([], requeued=why, suspended=True), NOW)
+    assert [a.job.name for a in gone.actions if type(a).__name__ == "ResumeJob"] == ["sliced"]
+    assert not _suspends(gone)
