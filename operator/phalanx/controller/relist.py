@@ -18,9 +18,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubernetes_asyncio import client
-
-from phalanx.api.group import GROUP, VERSION
 from phalanx.controller.cache import ClusterCache
 
 log = logging.getLogger("phalanx.relist")
@@ -48,28 +45,6 @@ class Relister:
         self.dropped = 0
         self._due: dict[str, float] = {}  # kind -> when its last listed event came
         self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def for_api(cls, cache: ClusterCache, api: client.ApiClient, list_items: Any) -> Relister:
-        core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
-        return cls(
-            cache,
-            {
-                NODES: lambda: list_items(lambda: core.list_node(_preload_content=False)),
-                PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
-                JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
-                POD_GROUPS: lambda: list_items(
-                    lambda: custom.list_cluster_custom_object(
-                        GROUP, VERSION, POD_GROUPS, _preload_content=False
-                    )
-                ),
-                WORKLOADS: lambda: list_items(
-                    lambda: custom.list_cluster_custom_object(
-                        GROUP, VERSION, WORKLOADS, _preload_content=False
-                    )
-                ),
-            },
-        )
 
     def listed(self, kind: str) -> None:
         """Kopf handed over an object of `kind` from a listing (an event without a type)."""
