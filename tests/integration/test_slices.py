@@ -3,113 +3,28 @@ group; pods join with the phalanx.dev/pod-group label), placed whole by Phalanx.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from phalanx.controller.faults import AFTER_RELEASES
+from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
+from .slice_scenarios import PHALANX_SLICES, SLICES, condition, create_slices, slice_pods
 
 pytestmark = pytest.mark.integration
 
 PHALANX_API = "scheduling.phalanx.dev/v1beta1"
-SLICES = ("slices-0", "slices-1")
-
-
-def workload(api_version: str = PHALANX_API) -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": "Workload",
-        "metadata": {"name": "slices"},
-        "spec": {
-            "compositePodGroupTemplates": [
-                {
-                    "name": "job",
-                    "schedulingPolicy": {"gang": {"minGroupCount": 2}},
-                    "schedulingConstraints": {"topology": [{"key": NB_KEY}]},
-                    "podGroupTemplates": [
-                        {
-                            "name": "slice",
-                            "schedulingPolicy": {"gang": {"minCount": 2}},
-                            "schedulingConstraints": {"topology": [{"key": LB_KEY}]},
-                        }
-                    ],
-                }
-            ]
-        },
-    }
-
-
-def composite(api_version: str = PHALANX_API) -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": "CompositePodGroup",
-        "metadata": {"name": "slices"},
-        "spec": {
-            "workloadRef": {"workloadName": "slices", "templateName": "job"},
-            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
-            "schedulingConstraints": {"topology": [{"key": NB_KEY}]},
-        },
-    }
-
-
-def pod_group(name: str, api_version: str = PHALANX_API) -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "parentCompositePodGroupName": "slices",
-            "workloadRef": {"workloadName": "slices", "templateName": "slice"},
-            "schedulingPolicy": {"gang": {"minCount": 2}},
-            "schedulingConstraints": {"topology": [{"key": LB_KEY}]},
-        },
-    }
-
-
-def slice_pod(group: str, i: int, *, upstream: bool = False) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "worker", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU_KEY: "8"}}}
-        ]
-    }
-    labels = {"app": "slices"}
-    if upstream:
-        spec["schedulingGroup"] = {"podGroupName": group}
-    else:
-        labels["phalanx.dev/pod-group"] = group
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{group}-{i}", "labels": labels},
-        "spec": spec,
-    }
-
-
-def create_slices(ns: Namespace, *, upstream_api: str | None = None) -> None:
-    """The article's objects, then its pods (two per slice)."""
-    if upstream_api is None:
-        for obj in (workload(), composite(), *(pod_group(g) for g in SLICES)):
-            ns.create(obj)
-    else:
-        wl, cpg = upstream_api.split(",")
-        ns.create(workload(wl))
-        ns.create(composite(cpg))
-        for g in SLICES:
-            ns.create(pod_group(g, wl))
-    for g in SLICES:
-        for i in (0, 1):
-            ns.create(slice_pod(g, i, upstream=upstream_api is not None))
 
 
 def group(ns: Namespace, plural: str, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = ns.get(f"/apis/{PHALANX_API}/namespaces/{{ns}}/{plural}/{name}")
     return obj
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
 def wait_admitted_reason(ns: Namespace, plural: str, name: str, status: str, reason: str) -> dict[str, Any]:
@@ -120,12 +35,8 @@ def wait_admitted_reason(ns: Namespace, plural: str, name: str, status: str, rea
     return wait_for(f"{plural}/{name} Admitted={status} {reason}", probe, timeout=60)
 
 
-def slice_pods(ns: Namespace) -> list[dict[str, Any]]:
-    return ns.pods("app=slices")
-
-
 def test_empty_cluster_each_slice_in_its_own_local_block_both_in_one_network_block(ns: Namespace) -> None:
-    create_slices(ns)
+    create_slices(ns, PHALANX_SLICES)
     pods = wait_for("4 slice pods bound", lambda: ps if len(bound(ps := slice_pods(ns))) == 4 else None)
     print(ns.where("app=slices"))
     labels = node_labels(ns.api)
@@ -153,7 +64,7 @@ def test_one_busy_node_in_three_local_blocks_the_whole_job_waits_with_the_reason
     ns: Namespace,
 ) -> None:
     ns.fill("was-worker", "was-worker3", "was-worker5")  # lb-a1, lb-a2, lb-b1
-    create_slices(ns)
+    create_slices(ns, PHALANX_SLICES)
     cpg = wait_admitted_reason(ns, "compositepodgroups", "slices", "False", "Unschedulable")
     print("CompositePodGroup/slices:", cpg["message"])
     assert cpg["message"].startswith(
@@ -249,3 +160,63 @@ def test_slices_are_checked_at_the_webhook(ns: Namespace) -> None:
     with pytest.raises(ApiError) as refused:
         ns.create(non_indexed)
     assert "spec.completionMode: slices need completionMode Indexed" in str(refused.value)
+
+
+# ---------------------------------------------------------------------- a restart mid-release
+@pytest.fixture
+def killable_operator(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """An operator SIGKILLed by itself right after its first pod release, instead of the session's."""
+    phalanx.stop()
+    operator = OperatorProcess(stock_cluster, tmp_path, name="slices-restart", env={AFTER_RELEASES: "1"})
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        phalanx.start()
+
+
+def is_gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == "phalanx.dev/admission" for g in pod["spec"].get("schedulingGates") or [])
+
+
+def test_a_sliced_job_cut_mid_release_is_finished_where_recorded_after_a_restart_not_decided_again(
+    ns: Namespace, killable_operator: OperatorProcess
+) -> None:
+    killable_operator.start()
+    ns.create(sliced_job("cut"))
+    proc = killable_operator.proc
+    assert proc is not None
+    wait_for("the operator killed after its first release", lambda: proc.poll() is not None, timeout=90)
+    cpgs = ns.get(f"/apis/{PHALANX_API}/namespaces/{{ns}}/compositepodgroups")["items"]
+    assert len(cpgs) == 1
+    name = cpgs[0]["metadata"]["name"]
+    recorded = cpgs[0]["status"]["admission"]
+    where = {a["pod"]: a["node"] for a in recorded["assignments"]}
+    assert len(where) == 4  # the whole tree's decision was written before any release
+    pods = ns.job_pods("cut")
+    print(ns.where("job-name=cut"))
+    assert sum(not is_gated(p) for p in pods) == 1 and sum(is_gated(p) for p in pods) == 3  # cut in two
+    # Restarted without the switch: its first pass sees the CompositePodGroup (primed at start) and
+    # releases the other three where the record says, instead of deciding the tree again.
+    killable_operator.env.pop(AFTER_RELEASES)
+    killable_operator.start()
+    pods = wait_for("4 cut pods bound", lambda: ps if len(bound(ps := ns.job_pods("cut"))) == 4 else None)
+    print(ns.where("job-name=cut"))
+    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods} == where
+    after = group(ns, "compositepodgroups", name)["status"]["admission"]
+    assert (after["admittedAt"], after.get("attempt")) == (recorded["admittedAt"], recorded.get("attempt"))
+    finished = wait_for(
+        "the PodGroups' events of the finished decision",
+        lambda: [
+            e["message"]
+            for e in ns.events()
+            if e["involvedObject"]["kind"] == "PodGroup" and "of the recorded decision" in e["message"]
+        ],
+        timeout=30,
+    )
+    print(finished)
+    released = sum(int(m.split("released ")[1].split(" ")[0]) for m in finished)
+    assert released == 3, finished

@@ -17,14 +17,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
-from phalanx.api.group import GROUP, TOPOLOGIES, VERSION
+from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
 from phalanx.controller.cache import ClusterCache
 from phalanx.controller.events import EventRecorder
 from phalanx.controller.health import Health
 from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
-from phalanx.controller.relist import JOBS, NODES, POD_GROUPS, PODS, WORKLOADS, Lister, Relister
+from phalanx.controller.relist import Relister
 from phalanx.controller.scheduler import Scheduler
 from phalanx.controller.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.webhook_tls import WebhookTLS
@@ -162,7 +162,7 @@ class Runtime:
             await install_crds(self.api)
         self.health.mark_crds_installed()
         await self._prime_cache()
-        self.relister = Relister(self.cache, self._listers())
+        self.relister = Relister.for_api(self.cache, self.api, list_items)
         self.health.mark_cache_primed()
         if self.settings.leader_election:
             self._start_election()
@@ -285,25 +285,6 @@ class Runtime:
             ensure_webhook_certs(folder, self.settings.webhook_hosts())
         return folder
 
-    def _listers(self) -> dict[str, Lister]:
-        """The LISTs the Relister asks again (everything, as the cache's priming does)."""
-        assert self.api is not None
-        core, batch = client.CoreV1Api(self.api), client.BatchV1Api(self.api)
-        custom = client.CustomObjectsApi(self.api)
-
-        def custom_list(plural: str) -> Lister:
-            return lambda: list_items(
-                lambda: custom.list_cluster_custom_object(GROUP, VERSION, plural, _preload_content=False)
-            )
-
-        return {
-            NODES: lambda: list_items(lambda: core.list_node(_preload_content=False)),
-            PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
-            JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
-            POD_GROUPS: custom_list(POD_GROUPS),
-            WORKLOADS: custom_list(WORKLOADS),
-        }
-
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""
         if self.relister is not None:
@@ -340,7 +321,7 @@ class Runtime:
             self.cache.upsert_volume_attachment(item)
         for item in claims:  # before pods: their claims resolve at once
             self.cache.upsert_claim(item)
-        nodes, pods, jobs, classes, workloads, groups, topologies = await asyncio.gather(
+        nodes, pods, jobs, classes, workloads, groups, composites, topologies = await asyncio.gather(
             list_items(lambda: core.list_node(_preload_content=False)),
             list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
             list_items(
@@ -356,6 +337,11 @@ class Runtime:
                 lambda: custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", _preload_content=False)
             ),
             list_items(
+                lambda: custom.list_cluster_custom_object(
+                    GROUP, VERSION, COMPOSITE_POD_GROUPS, _preload_content=False
+                )
+            ),
+            list_items(
                 lambda: custom.list_cluster_custom_object(GROUP, VERSION, TOPOLOGIES, _preload_content=False)
             ),
         )
@@ -369,6 +355,10 @@ class Runtime:
             self.cache.upsert_workload(item)
         for item in groups:
             self.cache.upsert_pod_group(item)
+        # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would
+        # take a partly released tree (or a sliced Job) for an undecided one and decide it again.
+        for item in composites:
+            self.cache.upsert_composite_pod_group(item)
         for item in topologies:
             self.cache.upsert_topology(item)
         for item in jobs:  # after our objects: a Job is kept while objects of ours exist for it
