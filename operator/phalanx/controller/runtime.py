@@ -24,7 +24,7 @@ from phalanx.controller.health import Health
 from phalanx.controller.httpserver import HttpServer
 from phalanx.controller.kube import Kube, retrying
 from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
-from phalanx.controller.relist import Relister
+from phalanx.controller.relist import JOBS, NODES, POD_GROUPS, PODS, WORKLOADS, Lister, Relister
 from phalanx.controller.scheduler import Scheduler
 from phalanx.controller.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.webhook_tls import WebhookTLS
@@ -162,7 +162,7 @@ class Runtime:
             await install_crds(self.api)
         self.health.mark_crds_installed()
         await self._prime_cache()
-        self.relister = Relister.for_api(self.cache, self.api, list_items)
+        self.relister = Relister(self.cache, self._listers())
         self.health.mark_cache_primed()
         if self.settings.leader_election:
             self._start_election()
@@ -284,6 +284,25 @@ class Runtime:
         if not self.settings.webhook_secret:
             ensure_webhook_certs(folder, self.settings.webhook_hosts())
         return folder
+
+    def _listers(self) -> dict[str, Lister]:
+        """The LISTs the Relister asks again (everything, as the cache's priming does)."""
+        assert self.api is not None
+        core, batch = client.CoreV1Api(self.api), client.BatchV1Api(self.api)
+        custom = client.CustomObjectsApi(self.api)
+
+        def custom_list(plural: str) -> Lister:
+            return lambda: list_items(
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, plural, _preload_content=False)
+            )
+
+        return {
+            NODES: lambda: list_items(lambda: core.list_node(_preload_content=False)),
+            PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
+            JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
+            POD_GROUPS: custom_list(POD_GROUPS),
+            WORKLOADS: custom_list(WORKLOADS),
+        }
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""
