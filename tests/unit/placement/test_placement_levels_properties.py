@@ -107,8 +107,8 @@ def fewest(capacities: list[int], pods: int) -> int:
 
 
 def check_descent(case: Case, admit: Admit, key: str | None) -> None:
-    """Capacity respected; one domain of `key`; inside it the fewest domains of each lower level and, in
-    each of those, the fewest nodes."""
+    """Capacity respected; one domain of `key`; inside it, level by level within each chosen parent domain,
+    the fewest domains of the level that hold the pods placed there, and at the end the fewest nodes."""
     by_name = {n.name: n for n in case.nodes}
     cap = capacity(case)
     per_node = Counter(node for _, node in admit.assignments)
@@ -117,18 +117,24 @@ def check_descent(case: Case, admit: Admit, key: str | None) -> None:
     assert len(chosen) == 1 and None not in chosen
     (domain,) = chosen
     start = 0 if key is None else LEVELS.index(key) + 1
-    members = [n for n in case.nodes if path(n, key) == domain]
-    for level in LEVELS[start:-1]:  # racks; hosts are the nodes themselves
-        inside: Counter[tuple[str, ...] | None] = Counter()
-        for n in members:
-            inside[path(n, level)] += cap[n.name]
-        used = {path(by_name[n], level) for n in per_node}
-        assert len(used) == fewest(list(inside.values()), len(admit.assignments)), f"not the fewest {level}"
-        for d in used:
-            nodes_in = [n for n in members if path(n, level) == d]
-            placed_here = sum(per_node[n.name] for n in nodes_in)
-            used_nodes = sum(1 for n in nodes_in if per_node[n.name])
-            assert used_nodes == fewest([cap[n.name] for n in nodes_in], placed_here), "not the fewest nodes"
+    check_inside([n for n in case.nodes if path(n, key) == domain], start, cap, per_node)
+
+
+def check_inside(members: list[NodeInfo], level: int, cap: dict[str, int], per_node: Counter[str]) -> None:
+    placed = sum(per_node[n.name] for n in members)
+    if level >= len(LEVELS) - 1:  # hosts: the nodes themselves
+        used_nodes = sum(1 for n in members if per_node[n.name])
+        assert used_nodes == fewest([cap[n.name] for n in members], placed), "not the fewest nodes"
+        return
+    # Nodes without this level's label form one group of the parent (as in the engine).
+    groups: dict[str | None, list[NodeInfo]] = {}
+    for n in members:
+        groups.setdefault(n.labels.get(LEVELS[level]), []).append(n)
+    used = [g for g in groups.values() if any(per_node[n.name] for n in g)]
+    capacities = [sum(cap[n.name] for n in g) for g in groups.values()]
+    assert len(used) == fewest(capacities, placed), f"not the fewest {LEVELS[level]}"
+    for g in used:
+        check_inside(g, level + 1, cap, per_node)
 
 
 @SETTINGS
