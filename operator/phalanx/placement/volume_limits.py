@@ -72,12 +72,20 @@ def pod_volumes(
 ) -> dict[str, CSIVolume]:
     """The volumes CSILimits counts for a pod, by unique id (claims not found or not counted are skipped)."""
     out: dict[str, CSIVolume] = {}
+
+    def add(volume: CSIVolume) -> None:
+        # One volume reached both as a migrated in-tree source and as a CSI one: the CSI one counts on nodes
+        # without a CSINode too, so it must win whatever the order of the pod's volumes.
+        known = out.get(volume.id)
+        if known is None or (known.migrated and not volume.migrated):
+            out[volume.id] = volume
+
     for name in claims:
         info = resolved.get(f"{namespace}/{name}")
         if info is not None and info.csi is not None:
-            out[info.csi.id] = info.csi
+            add(info.csi)
     for volume in inline:
-        out[volume.id] = volume
+        add(volume)
     return out
 
 

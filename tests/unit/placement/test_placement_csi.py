@@ -200,6 +200,28 @@ def test_a_strict_driver_needs_the_node_to_list_it() -> None:
     assert len(d.assignments) == 4
 
 
+@pytest.mark.parametrize("order", ["csi first", "in-tree first"])
+def test_one_volume_as_csi_and_as_migrated_in_tree_is_checked_as_csi(order: str) -> None:
+    """A pod mounting the same disk through a CSI volume and a migrated in-tree one: the CSI one counts
+    (and needs the strict driver listed) also on nodes without a CSINode, in either order of its volumes."""
+    handle = vol("disk-1").id
+    spec = {
+        "containers": [{"name": "w"}],
+        "volumes": [
+            {"name": n, "persistentVolumeClaim": {"claimName": n}}
+            for n in (("csi", "intree") if order == "csi first" else ("intree", "csi"))
+        ],
+    }
+    pod = PodRequest("ns/p", pod_requirements(spec), pod_traits({"name": "p", "namespace": "ns"}, spec))
+    resolved = {
+        "ns/csi": ClaimInfo(csi=CSIVolume(DRIVER, handle)),
+        "ns/intree": ClaimInfo(csi=CSIVolume(DRIVER, handle, migrated=True)),
+    }
+    view = CSIView(strict_drivers=frozenset({DRIVER}))
+    r = rejected(decide(Snapshot.build(nodes(), [], resolved, csi=view), GroupRequest("g", (pod,), 1, None)))
+    assert f"{DRIVER} CSI driver is not installed on the node" in r.message
+
+
 Z2 = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(ZONE, "In", ("z2",)),))
 
 
