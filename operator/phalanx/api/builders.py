@@ -13,7 +13,13 @@ from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSp
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
 from phalanx.api.job_layout import JobLayout
 from phalanx.api.job_policy import MODE_ALL, JobPolicy
-from phalanx.api.keys import JOB_NAME_LABEL, JOB_UID_LABEL, MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE
+from phalanx.api.keys import (
+    JOB_NAME_LABEL,
+    JOB_UID_LABEL,
+    MANAGED_BY_ANNOTATION,
+    MANAGED_BY_VALUE,
+    TOPOLOGY_MODE_ANNOTATION,
+)
 from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.scheduling import (
@@ -89,6 +95,10 @@ def build_pod_group(
     name, _ = _job_identity(job)
     template = _template(name, policy, priority, preemption_policy)
     metadata = _metadata(job, pod_group_name(workload_name, template.name))
+    mode = ((job.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_MODE_ANNOTATION)
+    if mode == "preferred":
+        # Kept where the plan reads it: a mode changed on the Job afterwards is not applied (plan.py).
+        metadata["annotations"][TOPOLOGY_MODE_ANNOTATION] = "preferred"
     if workload_uid is not None:
         metadata["ownerReferences"].append(
             {"apiVersion": API_VERSION, "kind": WORKLOAD_KIND, "name": workload_name, "uid": workload_uid}

@@ -117,22 +117,25 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
     labels = _mapping(_mapping(body.get("metadata")).get("labels"))
     if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
         return  # released from Phalanx: its annotations no longer matter
-    old_policy = None
+    old_policy = old_layout = None
     old_problems: set[str] = set()
     if old is not None:
         try:
             old_policy = parse_job_policy(old, running=True)
+            old_layout = parse_job_layout(old, old_policy)
         except JobPolicyError as e:
             old_problems = {str(p) for p in e.problems}
     try:
         new_policy = parse_job_policy(body, running=True)
+        new_layout = parse_job_layout(body, new_policy)
     except JobPolicyError as e:
         new = [str(p) for p in e.problems if str(p) not in old_problems]
         if new or old is None:
             raise kopf.AdmissionError("; ".join(new or [str(e)]), code=422) from e
         return  # it was invalid in the same way before: let the user fix it
-    if old_policy is None:
+    if old_policy is None or old_layout is None:
         return
+    # Slices and the topology mode are fixed too: Phalanx built the Job's groups from them at creation.
     changed = [
         f"metadata.annotations[{annotation}]: cannot change from {before!r} to {after!r} after creation"
         for annotation, before, after in (
@@ -140,9 +143,22 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
             (names.TOPOLOGY_KEY_ANNOTATION, old_policy.topology_key, new_policy.topology_key),
             (names.DISRUPTION_MODE_ANNOTATION, old_policy.disruption_mode, new_policy.disruption_mode),
             (names.PREEMPTION_POLICY_ANNOTATION, old_policy.preemption_policy, new_policy.preemption_policy),
+            (names.SLICE_SIZE_ANNOTATION, _text(old_layout.slice_size), _text(new_layout.slice_size)),
+            (
+                names.SLICE_TOPOLOGY_KEY_ANNOTATION,
+                old_layout.slice_topology_key,
+                new_layout.slice_topology_key,
+            ),
+            (names.TOPOLOGY_MODE_ANNOTATION, old_layout.topology_mode, new_layout.topology_mode),
         )
         if before != after
     ]
+    if old_layout.sliced and new_policy.parallelism != old_policy.parallelism:
+        changed.append(
+            f"spec.parallelism: cannot change from {old_policy.parallelism} to {new_policy.parallelism} on a "
+            f"sliced Job: its slices ({names.SLICE_SIZE_ANNOTATION}) were made for parallelism "
+            f"{old_policy.parallelism} at creation"
+        )
     if changed:
         raise kopf.AdmissionError("; ".join(changed), code=422)
 
@@ -179,6 +195,10 @@ def validate_pod_group_update(body: kopf.Body, old: kopf.Body | None = None, **_
         "settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay editable)",
         code=422,
     )
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:

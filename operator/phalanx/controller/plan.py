@@ -20,6 +20,7 @@ from phalanx.api import conditions as c
 from phalanx.api import keys
 from phalanx.api.builders import build_pod_group, build_workload
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.job_layout import NO_LAYOUT, JobLayout
 from phalanx.api.job_policy import JobPolicy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.podgroup import PodGroup
@@ -55,7 +56,7 @@ from phalanx.controller.plan_composite import (
     levels_of,
     schedule_tree,
 )
-from phalanx.controller.plan_slices import schedule_sliced_job
+from phalanx.controller.plan_slices import kept_slices, schedule_sliced_job
 from phalanx.controller.preempt import (
     GroupOfJob,
     Victims,
@@ -220,6 +221,7 @@ def _ensure_objects(
         generation=1,
         spec=pod_group.spec,
         status=PodGroupStatus(),
+        topology_mode=job.layout.topology_mode,
     )
     return planned, actions
 
@@ -348,7 +350,7 @@ def _schedule(view: _View, ctx: _Pass, actions: list[Action]) -> tuple[int, bool
                 topology_key=view.topology_key,
                 bound_nodes=tuple(p.usage_node for p in view.placed),
                 levels=levels_of([view.topology_key], ctx.levels),
-                mode=job.layout.topology_mode,
+                mode=group.topology_mode,  # as at the Job's creation (a later change is not applied)
             )
             started = time.perf_counter()
             decision = decide(ctx.snapshot, request)
@@ -630,7 +632,7 @@ def _announce_once(state: ClusterState, job: JobRecord, what: str, reason: str, 
     return [_event(job.ref, "Warning", reason, message), RememberAnnounced(key, message)]
 
 
-def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
+def _immutable_changes(policy: JobPolicy, group: PodGroupRecord, layout: JobLayout = NO_LAYOUT) -> str:
     """Annotations changed after creation (around the webhook, e.g. with Phalanx down): said, not applied."""
     current_policy = "gang" if group.gang_min_count is not None else "basic"
     current_mode = "all" if group.spec.disruption_mode.all is not None else "single"
@@ -645,6 +647,10 @@ def _immutable_changes(policy: JobPolicy, group: PodGroupRecord) -> str:
                 group.spec.preemption_policy,
                 policy.preemption_policy or group.spec.preemption_policy,
             ),
+            # A Job made without slices stays one PodGroup; its topology mode stays the one it was made with.
+            (keys.TOPOLOGY_MODE_ANNOTATION, group.topology_mode, layout.topology_mode),
+            (keys.SLICE_SIZE_ANNOTATION, None, None if layout.slice_size is None else str(layout.slice_size)),
+            (keys.SLICE_TOPOLOGY_KEY_ANNOTATION, None, layout.slice_topology_key),
         )
         if before != after
     ]
@@ -711,7 +717,11 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
             if letting_go:
                 groups_first.append(GroupPlan(job.key, tuple(letting_go), job.ref))
             continue
-        if job.policy is not None and job.layout.sliced:
+        if job.policy is not None and (
+            job_state.composite is not None or (job.layout.sliced and job_state.pod_group is None)
+        ):
+            # Sliced at creation (or to be made so now); slices added later to a Job that has its one
+            # PodGroup are not applied (_immutable_changes), nor removed from one that has its slices.
             sliced.append(job_state)
             continue
         actions: list[Action] = []
@@ -719,7 +729,7 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
             # Only reachable if the webhook was bypassed; said once per change, where the user looks.
             actions.extend(_announce_once(state, job, "policy", "InvalidPolicy", job.policy_error))
         elif job_state.pod_group is not None:
-            ignored = _immutable_changes(job.policy, job_state.pod_group)
+            ignored = _immutable_changes(job.policy, job_state.pod_group, job.layout)
             if ignored:
                 actions.extend(_announce_once(state, job, "immutable", "ImmutableChangeIgnored", ignored))
         group, created = _ensure_objects(job_state, state.priority_classes)
@@ -759,7 +769,11 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
         chosen = _priority_class(job_state.job, state.priority_classes)
         value = chosen.value if chosen is not None else None
         preemption = _preemption_policy(job_state.job, chosen)
-        sliced_plan = schedule_sliced_job(job_state, value, preemption, ctx)
+        job_state, ignored = kept_slices(job_state)  # the slices it was made with
+        notes: list[Action] = []
+        if ignored:
+            notes = _announce_once(state, job_state.job, "immutable", "ImmutableChangeIgnored", ignored)
+        sliced_plan = schedule_sliced_job(job_state, value, preemption, ctx, notes)
         if sliced_plan is not None:
             groups.append(sliced_plan)
     # Trees of groups after the Jobs (each tree still all or nothing; the snapshot carries what Jobs took).

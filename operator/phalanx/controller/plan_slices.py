@@ -7,9 +7,13 @@ inside a slice the pods go in rank order onto the nodes in the order placement f
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from phalanx.api import keys
 from phalanx.api.builders import build_sliced_objects
+from phalanx.api.job_layout import REQUIRED, JobLayout
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.scheduling import PreemptionPolicy
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
@@ -31,14 +35,53 @@ if TYPE_CHECKING:
     from phalanx.controller.plan import JobState, _Pass
 
 
+def kept_slices(state: JobState) -> tuple[JobState, str]:
+    """The Job as its slices were made — slice size and key from its slices' PodGroups, the outer key from
+    its CompositePodGroup — and what its annotations say differently now (changed around the webhook, e.g.
+    with Phalanx down): said once, not applied."""
+    job, root = state.job, state.composite
+    if root is None or not state.slices or job.policy is None:
+        return state, ""
+    first = min(state.slices, key=lambda g: g.name)
+    size, key = first.gang_min_count, first.topology_key
+    if size is None or key is None:
+        return state, ""
+    layout = job.layout
+    each = "PodGroup of each slice"
+    changes = [
+        f"{annotation}: {after!r} differs from {before!r}, which the {holder} keeps"
+        for annotation, before, after, holder in (
+            (keys.TOPOLOGY_KEY_ANNOTATION, root.topology_key, job.policy.topology_key, "CompositePodGroup"),
+            (keys.SLICE_SIZE_ANNOTATION, str(size), _text(layout.slice_size), each),
+            (keys.SLICE_TOPOLOGY_KEY_ANNOTATION, key, layout.slice_topology_key, each),
+            (keys.TOPOLOGY_MODE_ANNOTATION, REQUIRED, layout.topology_mode, "CompositePodGroup"),
+        )
+        if before != after
+    ]
+    if not changes:
+        return state, ""
+    kept = JobLayout(REQUIRED, size, key)
+    why = "; ".join(changes) + " (a Job's slices are fixed at its creation; recreate the Job to change them)"
+    return dataclasses.replace(state, job=dataclasses.replace(job, layout=kept)), why
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
 def schedule_sliced_job(
-    state: JobState, priority: int | None, preemption: PreemptionPolicy, ctx: _Pass
+    state: JobState,
+    priority: int | None,
+    preemption: PreemptionPolicy,
+    ctx: _Pass,
+    notes: Sequence[Action] = (),
 ) -> GroupPlan | None:
+    """`notes`: actions said before the Job's own (an ignored annotation change)."""
     job, policy, layout = state.job, state.job.policy, state.job.layout
     assert policy is not None and layout.slice_size is not None
     workload, composite, groups = build_sliced_objects(job.body, policy, layout, priority, preemption)
     workload_name = str(workload.metadata["name"])
-    actions: list[Action] = []
+    actions: list[Action] = list(notes)
     made: list[str] = []
     if state.workload_name is None:
         actions.append(CreateWorkload(workload))

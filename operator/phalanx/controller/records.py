@@ -18,7 +18,13 @@ from phalanx.api import keys as names
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
 from phalanx.api.compositepodgroup import CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
-from phalanx.api.job_layout import COMPLETION_INDEX_LABEL, NO_LAYOUT, JobLayout, parse_job_layout
+from phalanx.api.job_layout import (
+    COMPLETION_INDEX_LABEL,
+    NO_LAYOUT,
+    JobLayout,
+    TopologyModeKind,
+    parse_job_layout,
+)
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
@@ -322,6 +328,8 @@ class PodGroupRecord:
     spec: PodGroupSpec
     status: PodGroupStatus
     resource_version: str = field(default="", compare=False)
+    # A Job's topology mode as it was when Phalanx made the group (its phalanx.dev/topology-mode annotation)
+    topology_mode: TopologyModeKind = "required"
 
     @property
     def key(self) -> str:
@@ -361,6 +369,11 @@ class PodGroupRecord:
             spec=PodGroupSpec.model_validate(body.get("spec") or {}),
             status=PodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
+            topology_mode=(
+                "preferred"
+                if (meta.get("annotations") or {}).get(names.TOPOLOGY_MODE_ANNOTATION) == "preferred"
+                else "required"
+            ),
         )
 
 

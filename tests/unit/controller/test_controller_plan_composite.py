@@ -11,6 +11,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from phalanx.api import conditions as c
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.status import Admission, Assignment, CompositePodGroupStatus, GroupStatus, PodGroupStatus
@@ -667,3 +669,81 @@ def test_a_requeued_sliced_job_is_resumed_once_its_pods_are_gone_and_says_requeu
     gone = plan(_running_sliced([], requeued=why, suspended=True), NOW)
     assert [a.job.name for a in gone.actions if type(a).__name__ == "ResumeJob"] == ["sliced"]
     assert not _suspends(gone)
+
+
+# ---------------------------------------------------------------- annotations changed around the webhook
+def _with_annotations(state: ClusterState, annotations: dict[str, str | None]) -> ClusterState:
+    """The same cluster, the (only) Job's annotations edited as if the update webhook had been away."""
+    from phalanx.controller.records import JobRecord
+
+    (js,) = state.jobs
+    body = {**js.job.body, "metadata": {**js.job.body["metadata"], "uid": js.job.uid}}
+    merged = {**(body["metadata"].get("annotations") or {}), **annotations}
+    body["metadata"]["annotations"] = {k: v for k, v in merged.items() if v is not None}
+    edited = JobRecord.from_body(body)
+    assert edited.policy is not None, edited.policy_error
+    return dataclasses.replace(state, jobs=(dataclasses.replace(js, job=edited),))
+
+
+def _ignored(result: Plan) -> list[str]:
+    return [e.message for e in only(result.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
+
+
+def test_slices_added_to_a_job_that_has_its_pod_group_are_said_once_not_applied() -> None:
+    state = _with_annotations(
+        _job_state({"phalanx.dev/topology-key": NB}),
+        {"phalanx.dev/slice-size": "2", "phalanx.dev/slice-topology-key": LB},
+    )
+    result = plan(state, NOW)
+    assert not [a for a in result.actions if type(a).__name__.startswith("Create")]  # no slices made
+    (message,) = _ignored(result)
+    assert message.startswith("phalanx.dev/slice-size: '2' differs from None, which the PodGroup keeps")
+    assert "phalanx.dev/slice-topology-key" in message
+    assert len(only(result.actions, ReleasePod)) == 4  # placed as the one gang it was made as
+    # Said once: with the message remembered, the next pass says nothing.
+    again = plan(dataclasses.replace(state, announced={"uid-local-4/immutable": message}), NOW)
+    assert not _ignored(again)
+
+
+def test_a_topology_mode_changed_after_creation_is_not_applied_either_way() -> None:
+    # Made required: local-4 fits no local block and waits, even though the Job says preferred now.
+    required = _with_annotations(
+        _job_state({"phalanx.dev/topology-key": LB}), {"phalanx.dev/topology-mode": "preferred"}
+    )
+    result = plan(required, NOW)
+    assert not only(result.actions, ReleasePod)
+    (message,) = _ignored(result)
+    assert message.startswith(
+        "phalanx.dev/topology-mode: 'preferred' differs from 'required', which the PodGroup keeps"
+    )
+    # Made preferred (the PodGroup carries it): still climbs after the annotation is removed.
+    preferred = _with_annotations(
+        _job_state({"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"}),
+        {"phalanx.dev/topology-mode": None},
+    )
+    result = plan(preferred, NOW)
+    assert len(only(result.actions, ReleasePod)) == 4
+    (message,) = _ignored(result)
+    assert "'required' differs from 'preferred'" in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ({"phalanx.dev/slice-size": "4"}, "phalanx.dev/slice-size: '4' differs from '2'"),
+        (
+            {"phalanx.dev/slice-size": None, "phalanx.dev/slice-topology-key": None},
+            "phalanx.dev/slice-size: None differs from '2', which the PodGroup of each slice keeps",
+        ),
+        ({"phalanx.dev/slice-topology-key": RACK}, f"phalanx.dev/slice-topology-key: '{RACK}' differs"),
+    ],
+)
+def test_a_sliced_job_keeps_the_slices_it_was_made_with(edit: dict[str, str | None], named: str) -> None:
+    result = plan(_with_annotations(_sliced_state(8, created=True), edit), NOW)
+    (message,) = _ignored(result)
+    assert named in message, message
+    assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
+    releases = {r.pod.name.split("-")[1]: r.node for r in only(result.actions, ReleasePod)}
+    block = {i: LOCAL[int(node[1:])] for i, node in releases.items()}
+    # Still two slices of 2, each in one local block.
+    assert block["0"] == block["1"] and block["2"] == block["3"] and block["0"] != block["2"], block

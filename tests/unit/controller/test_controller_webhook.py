@@ -84,3 +84,97 @@ def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(
     monkeypatch.setattr(handlers.runtime.health, "cache_primed", False)  # an empty cache proves nothing
     gate_job(body=job(priorityClassName="nope"), patch=kopf.Patch(), warnings=warnings)
     assert warnings == []
+
+
+# ---------------------------------------------------------------------- edits of slices and topology mode
+NB = "oci.oraclecloud.com/rdma.network_block_id"
+LB = "oci.oraclecloud.com/rdma.local_block_id"
+SLICED = {
+    "phalanx.dev/topology-key": NB,
+    "phalanx.dev/slice-size": "2",
+    "phalanx.dev/slice-topology-key": LB,
+}
+
+
+def indexed(annotations: dict[str, str], parallelism: int = 4) -> dict[str, Any]:
+    body = dict(job(annotations))
+    body["spec"] = {**body["spec"], "parallelism": parallelism, "completions": 4, "completionMode": "Indexed"}
+    return body
+
+
+def edit(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    from phalanx.controller.handlers import validate_job_update
+
+    try:
+        validate_job_update(body=kopf.Body(new), old=kopf.Body(old))
+    except kopf.AdmissionError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "refused"),
+    [
+        # Slices added to, changed on or removed from a Job that exists.
+        (
+            {"phalanx.dev/topology-key": NB},
+            SLICED,
+            "metadata.annotations[phalanx.dev/slice-size]: cannot change from None to '2' after creation",
+        ),
+        (
+            SLICED,
+            {**SLICED, "phalanx.dev/slice-size": "4"},
+            "metadata.annotations[phalanx.dev/slice-size]: cannot change from '2' to '4' after creation",
+        ),
+        (
+            SLICED,
+            {**SLICED, "phalanx.dev/slice-topology-key": "example.com/rack"},
+            "metadata.annotations[phalanx.dev/slice-topology-key]: cannot change from "
+            f"'{LB}' to 'example.com/rack' after creation",
+        ),
+        (
+            SLICED,
+            {"phalanx.dev/topology-key": NB},
+            "metadata.annotations[phalanx.dev/slice-size]: cannot change from '2' to None after creation",
+        ),
+        # The topology mode, either way.
+        (
+            {"phalanx.dev/topology-key": LB},
+            {"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"},
+            "metadata.annotations[phalanx.dev/topology-mode]: cannot change from 'required' to 'preferred' "
+            "after creation",
+        ),
+        (
+            {"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"},
+            {"phalanx.dev/topology-key": LB},
+            "metadata.annotations[phalanx.dev/topology-mode]: cannot change from 'preferred' to 'required' "
+            "after creation",
+        ),
+    ],
+)
+def test_slices_and_the_topology_mode_are_fixed_once_the_job_exists(
+    before: dict[str, str], after: dict[str, str], refused: str
+) -> None:
+    message = edit(indexed(before), indexed(after))
+    assert message is not None and refused in message, message
+
+
+def test_edits_that_change_no_fixed_setting_pass() -> None:
+    # The default written out is no change; nor is Phalanx's own suspend of a sliced Job.
+    assert (
+        edit(
+            indexed({"phalanx.dev/topology-key": LB}),
+            indexed({"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "required"}),
+        )
+        is None
+    )
+    suspended = indexed(SLICED)
+    suspended["spec"] = {**suspended["spec"], "suspend": True}
+    assert edit(indexed(SLICED), suspended) is None
+
+
+def test_a_sliced_jobs_parallelism_is_fixed_but_a_plain_gangs_may_change() -> None:
+    message = edit(indexed(SLICED), indexed(SLICED, parallelism=8))
+    assert message is not None and message.startswith("spec.parallelism: cannot change from 4 to 8"), message
+    plain = {"phalanx.dev/topology-key": NB}
+    assert edit(indexed(plain), indexed(plain, parallelism=2)) is None
