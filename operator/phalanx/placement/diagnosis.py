@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import BoolArray, IndexArray, IntArray
+from .constraints import GroupConstraints
 from .levels import effective_levels, level_of, path_column
 from .model import PODS, GroupRequest, PodRequirements
 from .snapshot import Snapshot
@@ -84,10 +85,11 @@ def _per_node(snapshot: Snapshot, free: IntArray, req: PodRequirements, cap: int
 
 
 def _reasons(
-    snapshot: Snapshot, free: IntArray, req: PodRequirements, nodes: IntArray
+    snapshot: Snapshot, free: IntArray, req: PodRequirements, nodes: IntArray, static: _Static = None
 ) -> list[tuple[str, int]]:
     """Why the given nodes take no pod with `req`: the first failing filter per node, as kube-scheduler
-    reports it (static filters, then each requested resource)."""
+    reports it (static filters, then each requested resource, then the pod's volumes, ports and existing
+    pods' anti-affinity)."""
     table = snapshot.table
     left = np.ones(len(nodes), dtype=np.bool_)
     out: list[tuple[str, int]] = []
@@ -113,6 +115,8 @@ def _reasons(
             take(np.ones(len(nodes), dtype=np.bool_), f"Insufficient {resource}")
             continue
         take(free[row][nodes] < amount, "Too many pods" if resource == PODS else f"Insufficient {resource}")
+    if static is not None:
+        take(~static[0][nodes], static[1])
     out.sort(key=lambda item: -item[1])
     return out
 
@@ -148,13 +152,21 @@ def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | Non
     """`within`: only nodes in this mask count (a composite child inside its parent's domain)."""
     need = max(0, group.min_count - len(group.bound_nodes))
     pending = len(group.pending)
-    signatures: dict[PodRequirements, int] = {}
-    for pod in group.pending:
-        signatures[pod.requirements] = signatures.get(pod.requirements, 0) + 1
+    statics = _statics(snapshot, group)
+    # Pods alike for the engine's filters: same requirements and the same per-pod node restriction.
+    signatures: dict[tuple[PodRequirements, int], int] = {}
+    for position, pod in enumerate(group.pending):
+        key = (pod.requirements, statics.index[position])
+        signatures[key] = signatures.get(key, 0) + 1
     alloc = np.asarray(snapshot.allocatable_by_resource)
     free = alloc - np.asarray(snapshot.used_by_resource)
-    now = [_per_node(snapshot, free, req, count) for req, count in signatures.items()]
-    empty = [_per_node(snapshot, alloc, req, count) for req, count in signatures.items()]
+    now = [
+        _restricted(_per_node(snapshot, free, req, count), statics.masks[k])
+        for (req, k), count in signatures.items()
+    ]
+    # With every node empty only resources and node filters count: what existing pods or volumes refuse
+    # now is not proof that the gang can never fit.
+    empty = [_per_node(snapshot, alloc, req, count) for (req, _), count in signatures.items()]
     domains = _domains(snapshot, group, within)
 
     def fits(per_node: Sequence[IntArray], nodes: IndexArray) -> int:
@@ -165,10 +177,50 @@ def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | Non
     for name, nodes in ranked[:SHOWN_DOMAINS]:
         taking_none = nodes[np.sum([counts[nodes] for counts in now], axis=0) == 0] if now else nodes
         reasons: dict[str, int] = {}
-        for req in signatures:
-            for why, count in _reasons(snapshot, free, req, taking_none):
+        for req, k in signatures:
+            for why, count in _reasons(snapshot, free, req, taking_none, statics.masks[k]):
                 reasons[why] = max(reasons.get(why, 0), count)
         ordered = tuple(sorted(reasons.items(), key=lambda item: -item[1]))
         reports.append(DomainReport(name, fits(now, nodes), ordered))
     best_empty = max((fits(empty, nodes) for _, nodes in domains), default=0)
     return Diagnosis(need, tuple(reports), best_empty < need, best_empty)
+
+
+_Static = tuple[BoolArray, str] | None  # (nodes a pod may use, kube-scheduler's reason for the others)
+
+
+@dataclass(frozen=True, slots=True)
+class _Statics:
+    masks: tuple[_Static, ...]  # distinct restrictions; masks[0] is None (no restriction)
+    index: tuple[int, ...]  # per pending pod: its restriction in `masks`
+
+
+def _statics(snapshot: Snapshot, group: GroupRequest) -> _Statics:
+    """Each pod's node restriction from the filters `constraints.py` models per pod (volumes, volume limits,
+    host ports and anti-affinity of pods already there), so a domain those refuse says why."""
+    requirements = list({p.requirements: None for p in group.pending})
+    cons = GroupConstraints.of(snapshot, group.pending, requirements) if group.pending else None
+    if not isinstance(cons, GroupConstraints):
+        return _Statics((None,), (0,) * len(group.pending))
+    masks: list[_Static] = [None]
+    seen: dict[tuple[bytes, str], int] = {}
+    index = []
+    for position in range(len(group.pending)):
+        mask = cons.static(position)
+        if mask is None or mask.all():
+            index.append(0)
+            continue
+        reason = cons.pods[position].static_reason
+        key = (np.packbits(mask).tobytes(), reason)
+        if key not in seen:
+            seen[key] = len(masks)
+            masks.append((mask, reason))
+        index.append(seen[key])
+    return _Statics(tuple(masks), tuple(index))
+
+
+def _restricted(counts: IntArray, static: _Static) -> IntArray:
+    if static is None:
+        return counts
+    result: IntArray = counts * static[0]
+    return result

@@ -21,6 +21,7 @@ from phalanx.placement import (
     Reject,
     Snapshot,
     decide,
+    diagnose,
     pod_requirements,
     pod_traits,
 )
@@ -245,3 +246,15 @@ def test_storage_capacity_limits_the_nodes(
     else:
         d = admitted(decision)
         assert {d.domain} == expected, case
+
+
+def test_the_diagnosis_names_the_volume_filter_that_keeps_a_domain_out() -> None:
+    """nb-a has room for the gang but no storage capacity, and nb-b is full: per domain, the cause is named
+    (not "room for 4 pods, but ... together")."""
+    full = [BoundPod(f"ns/fill-{i}", worker(i), {GPU: 8}) for i in range(5, 9)]
+    snapshot = Snapshot.build(nodes(), full, claims(capacity_terms=(Z2,)))
+    rejected(decide(snapshot, gang()))
+    summary = diagnose(snapshot, gang()).summary()
+    assert "nb-a: 0 of 4 pods fit (4 nodes: node(s) did not have enough free storage)" in summary, summary
+    assert "nb-b: 0 of 4 pods fit (4 nodes: Insufficient nvidia.com/gpu)" in summary, summary
+    assert "never fit" not in summary, summary
