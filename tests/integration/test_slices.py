@@ -13,6 +13,7 @@ from phalanx.controller.faults import AFTER_RELEASES
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
+from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
 from .slice_scenarios import PHALANX_SLICES, SLICES, condition, create_slices, slice_pods
@@ -220,3 +221,52 @@ def test_a_sliced_job_cut_mid_release_is_finished_where_recorded_after_a_restart
     print(finished)
     released = sum(int(m.split("released ")[1].split(" ")[0]) for m in finished)
     assert released == 3, finished
+
+
+# ---------------------------------------------------------------------- a node fails under a sliced Job
+NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
+GRACE = 30.0  # phalanx run's default --node-failure-grace
+
+
+def test_a_sliced_job_that_loses_a_node_with_no_room_in_its_slice_domain_is_requeued_whole(
+    ns: Namespace,
+) -> None:
+    ns.fill(*NB_B)  # the sliced Job goes to nb-a and fills it: a slice in each of lb-a1 and lb-a2
+    ns.create(sliced_job("broken"))
+    pods = wait_for(
+        "4 broken pods bound", lambda: ps if len(bound(ps := ns.job_pods("broken"))) == 4 else None
+    )
+    assert domains_of(ns.api, pods, NB_KEY) == {"nb-a"}
+    for node in NB_B:
+        ns.unfill(node)  # nb-b is free again: the requeued Job can go there
+    lost = sorted(p["spec"]["nodeName"] for p in pods)[0]
+    fail_node(ns.api, lost, how="taint")
+    try:
+        # Its slice is below minCount and its local block has no other node: after the grace period the
+        # whole Job is requeued (not left with 3 pods holding nb-a) and placed again whole, in nb-b.
+        pods = wait_for(
+            "4 broken pods bound in nb-b",
+            lambda: (
+                ps
+                if len(bound(ps := ns.job_pods("broken"))) == 4 and domains_of(ns.api, ps, NB_KEY) == {"nb-b"}
+                else None
+            ),
+            timeout=GRACE + 120,
+        )
+        print(ns.where("job-name=broken"))
+        labels = node_labels(ns.api)
+        block = {i: labels[p["spec"]["nodeName"]][LB_KEY] for i, p in by_index(pods).items()}
+        assert block[0] == block[1] and block[2] == block[3] and block[0] != block[2], block
+        requeued = [
+            e["message"]
+            for e in ns.events()
+            if e["reason"] == "Requeued" and e["involvedObject"]["kind"] in ("Job", "CompositePodGroup")
+        ]
+        print(requeued)
+        assert any(
+            m.startswith("below its minCount: 3 pod(s) of the tree were left in nb-a") for m in requeued
+        )
+        job = ns.get("/apis/batch/v1/namespaces/{ns}/jobs/broken")
+        assert int(job.get("status", {}).get("failed") or 0) == 1  # the evicted pod; the requeue adds none
+    finally:
+        heal_node(ns.api, lost)
