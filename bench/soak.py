@@ -99,6 +99,12 @@ def main() -> int:
             if proxy is not None:
                 proxy.stop()
             delete_namespace(ns)
+            log = operator.log_path.read_text(errors="replace")
+            seen = [
+                f"operator log: {log.count('fault injection: SIGKILL at')} kills by a fault switch, "
+                f"{log.count('was deleted while the watch was away')} deleted objects dropped from the cache "
+                "after a listing (relist.py)"
+            ]
     minutes = (time.monotonic() - started) / 60
     header = [
         f"phalanx soak {args.mode} --rounds {args.rounds} --seed {args.seed}"
@@ -107,7 +113,8 @@ def main() -> int:
         "",
     ]
     text = (
-        "\n".join([*header, *soak.stats.lines(), *lines, "", "result: " + ("PASS" if ok else "FAIL")]) + "\n"
+        "\n".join([*header, *soak.stats.lines(), *seen, *lines, "", "result: " + ("PASS" if ok else "FAIL")])
+        + "\n"
     )
     print(text)
     if args.out:
