@@ -773,6 +773,10 @@ def plan(state: ClusterState, now: dt.datetime) -> Plan:
         notes: list[Action] = []
         if ignored:
             notes = _announce_once(state, job_state.job, "immutable", "ImmutableChangeIgnored", ignored)
+        if not job_state.job.layout.sliced:  # made sliced, annotations gone, slices not known: wait
+            if notes:
+                groups.append(GroupPlan(job_state.job.key, tuple(notes), job_state.job.ref))
+            continue
         sliced_plan = schedule_sliced_job(job_state, value, preemption, ctx, notes)
         if sliced_plan is not None:
             groups.append(sliced_plan)

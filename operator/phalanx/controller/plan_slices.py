@@ -40,8 +40,17 @@ def kept_slices(state: JobState) -> tuple[JobState, str]:
     its CompositePodGroup — and what its annotations say differently now (changed around the webhook, e.g.
     with Phalanx down): said once, not applied."""
     job, root = state.job, state.composite
-    if root is None or not state.slices or job.policy is None:
+    if root is None or job.policy is None:
         return state, ""
+    if not state.slices:
+        if job.layout.sliced:
+            return state, ""  # its slices' PodGroups are made (again) from the annotations
+        # Nothing to read the slices from, and the annotations that made them are gone: plan() waits.
+        return state, (
+            f"{keys.SLICE_SIZE_ANNOTATION}, {keys.SLICE_TOPOLOGY_KEY_ANNOTATION}: removed, but the Job was "
+            f"made sliced (CompositePodGroup {root.name}); its pods wait (recreate the Job to change its "
+            "slices)"
+        )
     first = min(state.slices, key=lambda g: g.name)
     size, key = first.gang_min_count, first.topology_key
     if size is None or key is None:

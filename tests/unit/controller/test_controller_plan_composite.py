@@ -747,3 +747,18 @@ def test_a_sliced_job_keeps_the_slices_it_was_made_with(edit: dict[str, str | No
     block = {i: LOCAL[int(node[1:])] for i, node in releases.items()}
     # Still two slices of 2, each in one local block.
     assert block["0"] == block["1"] and block["2"] == block["3"] and block["0"] != block["2"], block
+
+
+def test_a_sliced_job_whose_slices_are_unknown_and_annotations_gone_waits_and_says_so() -> None:
+    # Its CompositePodGroup exists, its slices' PodGroups are not in the cache (not made yet, or deleted),
+    # and its slice annotations were removed around the webhook: nothing to place it by, and no crash.
+    base = _sliced_state(8, created=True)
+    state = dataclasses.replace(base, jobs=(dataclasses.replace(base.jobs[0], slices=()),))
+    edited = _with_annotations(
+        state, {"phalanx.dev/slice-size": None, "phalanx.dev/slice-topology-key": None}
+    )
+    result = plan(edited, NOW)
+    assert not only(result.actions, ReleasePod)
+    assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
+    (message,) = _ignored(result)
+    assert message.startswith("phalanx.dev/slice-size, phalanx.dev/slice-topology-key: removed")
