@@ -74,7 +74,11 @@ def gate_job(body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = No
     # The managed label is not copied into the pod template: a Job whose only label it is would get
     # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
     if policy.is_gang:
-        gates = [g for g in pod_spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+        raw_gates = pod_spec.get("schedulingGates") or []
+        if not isinstance(raw_gates, list):
+            # The apiserver decodes a Job before calling webhooks, so only a hand-made review gets here.
+            raise kopf.AdmissionError("spec.template.spec.schedulingGates: must be a list", code=422)
+        gates = [g for g in raw_gates if isinstance(g, Mapping)]
         if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
             gates.append({"name": names.ADMISSION_GATE})
         patch.spec["template"] = {"spec": {"schedulingGates": gates}}
