@@ -693,7 +693,9 @@ def _let_go(state: JobState) -> list[Action]:
 
 def plan(state: ClusterState, now: dt.datetime) -> Plan:
     groups_by_job = {
-        js.job.uid: GroupOfJob(js.job, js.pod_group) for js in state.jobs if js.pod_group is not None
+        js.job.uid: GroupOfJob(js.job, group)
+        for js in state.jobs
+        if (group := js.pod_group if js.pod_group is not None else js.composite) is not None
     }
     victims = Victims(state.pods, groups_by_job, state.unevictable)
     ctx = _Pass(

@@ -17,7 +17,7 @@ from functools import cached_property
 
 from phalanx.api.status import Reservation
 from phalanx.controller.actions import Action, EvictPod, PostEvent, SuspendJob
-from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord
+from phalanx.controller.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
 from phalanx.controller.status import PREEMPTED_PREFIX
 from phalanx.placement import Candidate, Preemption, VictimGroup
 
@@ -27,8 +27,11 @@ EVICTION_REASON = "PreemptionByPhalanx"
 
 @dataclass(frozen=True)
 class GroupOfJob:
+    """A managed Job and its group: its PodGroup, or the CompositePodGroup of its slices (a sliced Job is
+    one victim, taken whole or not at all: evicting a pod of one slice would break the tree)."""
+
     job: JobRecord
-    group: PodGroupRecord
+    group: PodGroupRecord | CompositePodGroupRecord
 
 
 @dataclass
@@ -49,6 +52,10 @@ class Victims:
             node = pod.usage_node
             if not node or pod.deleting:
                 continue  # holds no capacity, or is going already
+            if pod.joins_group:
+                # A pod made by hand into a PodGroup (no Job): nothing would recreate it, and evicting it
+                # would leave its gang partial. Such groups are never preempted (docs/design.md).
+                continue
             owner = self.groups_by_job.get(pod.job_uid) if pod.job_uid else None
             started = pod.created.timestamp() if pod.created is not None else 0.0
             out.append(
@@ -69,6 +76,9 @@ class Victims:
         for owner in self.groups_by_job.values():
             group = owner.group
             self._by_key[group.key] = owner
+            if isinstance(group, CompositePodGroupRecord):
+                out.append(VictimGroup(key=group.key, min_count=1, disruption="all"))
+                continue
             all_mode = group.spec.disruption_mode.all is not None
             out.append(
                 VictimGroup(

@@ -762,3 +762,76 @@ def test_a_sliced_job_whose_slices_are_unknown_and_annotations_gone_waits_and_sa
     assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
     (message,) = _ignored(result)
     assert message.startswith("phalanx.dev/slice-size, phalanx.dev/slice-topology-key: removed")
+
+
+# ---------------------------------------------------------------------- trees as preemption victims
+def _high_priority_gang() -> Any:
+    """A plain gang of 2 pods x 8 GPUs in one local block, priority 1000, not yet placed."""
+    from phalanx.api.builders import build_pod_group
+    from phalanx.api.job_policy import parse_job_policy
+    from phalanx.controller.plan import JobState
+    from phalanx.controller.records import JobRecord
+
+    job = _job({"phalanx.dev/topology-key": LB})
+    job["metadata"].update(name="high", uid="uid-high", creationTimestamp="2026-11-30T11:59:00Z")
+    job["spec"].update(parallelism=2, completions=2)
+    body = build_pod_group(job, "high-wl", parse_job_policy(job), 1000, workload_uid="wl-high")
+    body["metadata"].update(uid="pg-high", generation=1)
+    pods = []
+    for i in range(2):
+        p = pod(f"high-{i}", "")
+        p["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "uid-high"}
+        p["spec"]["priority"] = 1000
+        pods.append(PodRecord.from_body(p))
+    return JobState(JobRecord.from_body(job), PodGroupRecord.from_body(body), "high-wl", tuple(pods))
+
+
+def _guarded_filler(i: int) -> dict[str, Any]:
+    """A pod on n<i> of a priority above the preemptor's: never a victim."""
+    body = filler(i)
+    body["spec"]["priority"] = 5000
+    return body
+
+
+def test_a_running_sliced_job_is_a_victim_only_whole_requeued_never_one_pod_of_a_slice() -> None:
+    running = [_slice_pod(i, node=f"n{i + 1}") for i in range(4)]
+    base = _running_sliced(running)
+    busy = [PodRecord.from_body(_guarded_filler(i)) for i in range(5, 9)]
+    high = _high_priority_gang()
+    jobs = (*base.jobs, high)
+    records = [*base.jobs[0].pods, *busy, *high.pods]
+    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
+    state = dataclasses.replace(
+        base,
+        jobs=jobs,
+        pods={r.key: r for r in records},
+        snapshot=Snapshot.build(list(base.nodes.values()), usage),
+    )
+    result = plan(state, NOW)
+    assert not [a for a in result.actions if type(a).__name__ == "EvictPod"]
+    (suspend,) = _suspends(result)
+    assert suspend.job.name == "sliced"  # the whole Job, to be placed again as one tree
+
+
+def test_pods_of_a_hand_made_tree_are_never_preemption_victims() -> None:
+    running = [
+        pod(f"{g}-{i}", g, node=f"n{n}")
+        for n, (g, i) in enumerate([(g, i) for g in ("slices-0", "slices-1") for i in (0, 1)], start=1)
+    ]
+    base = cluster(list(TREE[:1]), list(TREE[1:]), running, busy=())
+    busy = [PodRecord.from_body(_guarded_filler(i)) for i in range(5, 9)]
+    high = _high_priority_gang()
+    tree_pods = [PodRecord.from_body(p) for p in running]
+    records = [*tree_pods, *busy, *high.pods]
+    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
+    state = dataclasses.replace(
+        base,
+        jobs=(high,),
+        pods={r.key: r for r in records},
+        snapshot=Snapshot.build(list(base.nodes.values()), usage),
+    )
+    result = plan(state, NOW)
+    assert not [a for a in result.actions if type(a).__name__ in ("EvictPod", "SuspendJob")]
+    assert not only(result.actions, ReleasePod)
+    (patch,) = [a for a in only(result.actions, PatchStatus) if a.pod_group.name.startswith("high")]
+    assert admitted(patch.status)[1] == c.REASON_UNSCHEDULABLE
