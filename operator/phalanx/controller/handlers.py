@@ -367,6 +367,8 @@ async def pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, COMPOSITE_POD_GROUPS)
 async def composite_pod_group_event(event: kopf.RawEvent, **_: Any) -> None:
+    if event["type"] is None:  # from a listing: it misses deletions
+        runtime.listed(COMPOSITE_POD_GROUPS)
     body = event["object"]
     meta = body["metadata"]
     if event["type"] == "DELETED":

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from phalanx.api.group import COMPOSITE_POD_GROUPS
 from phalanx.controller.cache import ClusterCache
 
 log = logging.getLogger("phalanx.relist")
@@ -98,6 +99,8 @@ class Relister:
             return {(key, pod.uid) for key, pod in cache.pods.items()}
         if kind == JOBS:
             return {(uid, uid) for uid in cache.jobs}
+        if kind == COMPOSITE_POD_GROUPS:
+            return {(key, record.uid) for key, record in cache.composite_pod_groups.items.items()}
         store = cache.pod_groups if kind == POD_GROUPS else cache.workloads
         return {(key, record.uid) for key, record in store.items.items()}
 
@@ -112,5 +115,7 @@ class Relister:
             cache.delete_job(uid)
         elif kind == POD_GROUPS:
             cache.delete_pod_group(namespace, name)
+        elif kind == COMPOSITE_POD_GROUPS:
+            cache.delete_composite_pod_group(namespace, name)
         else:
             cache.delete_workload(namespace, name)

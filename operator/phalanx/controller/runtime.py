@@ -301,6 +301,7 @@ class Runtime:
             PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
             JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
             POD_GROUPS: custom_list(POD_GROUPS),
+            COMPOSITE_POD_GROUPS: custom_list(COMPOSITE_POD_GROUPS),  # the same plural as relist's
             WORKLOADS: custom_list(WORKLOADS),
         }
 

@@ -8,7 +8,7 @@ from typing import Any
 from test_controller_cache import node, pod
 
 from phalanx.controller.cache import ClusterCache
-from phalanx.controller.relist import NODES, PODS, Relister
+from phalanx.controller.relist import COMPOSITE_POD_GROUPS, NODES, PODS, Relister
 
 
 def relister(cache: ClusterCache, listed: dict[str, list[dict[str, Any]]], during: Any = None) -> Relister:
@@ -80,3 +80,22 @@ def test_a_burst_of_listed_events_lists_once_after_it_is_quiet() -> None:
     asyncio.run(scenario())
     assert calls == [NODES]
     assert set(cache.nodes) == {"n1"}
+
+
+def test_a_composite_pod_group_deleted_while_the_watch_was_away_is_dropped() -> None:
+    def cpg(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1"},
+            "spec": {
+                "workloadRef": {"workloadName": "w", "templateName": "job"},
+                "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            },
+        }
+
+    cache = ClusterCache()
+    cache.upsert_composite_pod_group(cpg("kept"))
+    cache.upsert_composite_pod_group(cpg("gone"))
+    listing = relister(cache, {COMPOSITE_POD_GROUPS: [cpg("kept")]})
+    dropped = asyncio.run(listing.reconcile(COMPOSITE_POD_GROUPS))
+    assert dropped == 1
+    assert set(cache.composite_pod_groups.items) == {"ns/kept"}
