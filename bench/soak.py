@@ -81,7 +81,7 @@ def main() -> int:
         operator = OperatorProcess(state, folder, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
-        soak = Soak(ns, operator, args.seed, proxy_counts=proxy.counts if proxy else None)
+        soak = Soak(ns, operator, args.seed, proxy=proxy)
         try:
             for _ in range(args.rounds):
                 if args.mode == "crash":

@@ -26,6 +26,7 @@ from phalanx.controller import faults
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 
+from .faultproxy import FaultProxy
 from .invariants import World
 from .kube import LB_KEY, NB_KEY, Namespace, gpu_job
 
@@ -113,7 +114,7 @@ class Soak:
         operator: OperatorProcess,
         seed: int,
         log: Callable[[str], None] = print,
-        proxy_counts: Callable[[], Mapping[str, int]] | None = None,
+        proxy: FaultProxy | None = None,
     ) -> None:
         self.ns = ns
         self.operator = operator
@@ -121,7 +122,7 @@ class Soak:
         self.log = log
         self.stats = Stats()
         self.admitted: set[str] = set()
-        self.proxy_counts = proxy_counts
+        self.proxy = proxy
         self.modes: list[str] = []
         self.requeued: set[str] = set()  # gangs Phalanx gave up and placed again (seen at a poll or by event)
         self.base_env = dict(operator.env)  # e.g. PYTHONPATH of a deliberately broken copy (bench/soak.py)
@@ -280,7 +281,14 @@ class Soak:
         self.submit(self.rng.randint(3, 6), suspend=False)
         world = self.settle(f"round {self.stats.rounds}")
         self.log(f"round {self.stats.rounds}: {world.summary()}; admissions so far {self.stats.admissions}")
-        self.delete_some(world, share=0.7)
+        if self.proxy is not None and self.rng.random() < 0.3:
+            # The deletions fall into a pod watch outage that ends with 410 Gone: never seen as deletions.
+            self.proxy.blackout("/api/v1/pods")
+            self.delete_some(world, share=0.7)
+            self.watch(self.rng.uniform(0.5, 2.0))
+            self.proxy.end_blackout()
+        else:
+            self.delete_some(world, share=0.7)
 
     def drain(self) -> None:
         """Nothing lost: delete admitted gangs until every gang that can ever fit got admitted once."""
@@ -295,8 +303,8 @@ class Soak:
                     self.delete_job(gang.name)
         else:
             raise InvariantError("gangs that fit an empty cluster still wait after 40 drains")
-        if self.proxy_counts is not None:
-            self.stats.proxy = dict(self.proxy_counts())
+        if self.proxy is not None:
+            self.stats.proxy = dict(self.proxy.counts())
 
     def operator_alive(self) -> bool:
         proc = self.operator.proc

@@ -55,7 +55,7 @@ def behind_proxy(
 def test_gangs_end_admitted_whole_through_429_5xx_409_cut_watches_and_410(
     ns: Namespace, behind_proxy: OperatorProcess, proxy: FaultProxy
 ) -> None:
-    soak = Soak(ns, behind_proxy, SEED, proxy_counts=proxy.counts)
+    soak = Soak(ns, behind_proxy, SEED, proxy=proxy)
     for _ in range(ROUNDS):
         soak.fault_round()
     soak.drain()
@@ -70,9 +70,12 @@ def test_gangs_end_admitted_whole_through_429_5xx_409_cut_watches_and_410(
         "500 after the write was applied",
         "watch streams cut",
         "410 Gone on a resumed watch",
+        "410 Gone after a blackout",
     ):
         assert counts.get(fault, 0) > 0, f"the soak never injected {fault}: {counts}"
-    assert "scheduling pass failed" not in behind_proxy.log_path.read_text()
+    log = behind_proxy.log_path.read_text()
+    assert "scheduling pass failed" not in log
+    assert "was deleted while the watch was away" in log  # pods deleted during the blackouts
 
 
 def test_the_operator_starts_through_failing_reads_of_its_crds(

@@ -314,9 +314,14 @@ class Applier:
                 )
                 cache.upsert_pod_group(patched, own_write=True)
             case RecordAdmission(pod_group=ref, admission=admission, resource_version=version):
-                patched = await kube.patch_status(
-                    _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
-                )
+                try:
+                    patched = await kube.patch_status(
+                        _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
+                    )
+                except ApiException as e:
+                    if e.status == 409:  # the cache's group is stale: the next pass plans on the newest seen
+                        cache.conflicted(ref.kind, ref.key)
+                    raise
                 self._upsert_group(ref, patched)
                 self.faults.reached(AFTER_RECORD)
             case ReleasePod(pod=pod, node=node, pod_group=group_name):

@@ -165,6 +165,16 @@ class ClusterCache:
             log.info("expectation for %s %s lapsed; applying the newest event", kind, _key(body))
             self._apply(kind, body)
 
+    def conflicted(self, kind: str, key: str) -> None:
+        """A write of ours with a resourceVersion precondition got 409: the API holds a newer version than
+        the cache. An event held back as older than an earlier write of ours is then newer (a later write of
+        ours went through with its answer lost): apply it now, rather than conflict until the expectation
+        lapses."""
+        expected = self.expectations.pending.pop((kind, key), None)
+        if expected is not None and expected.held_back is not None:
+            log.info("%s %s: a conflict shows the held-back event is newer; applying it", kind, key)
+            self._apply(kind, expected.held_back)
+
     def _apply(self, kind: str, body: Mapping[str, Any]) -> None:
         if kind == POD:
             self._put_pod(PodRecord.from_body(body))
