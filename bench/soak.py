@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
     parser.add_argument("--out", help="also write the summary here")
+    parser.add_argument("--log-dir", help="keep the operator's log here (default: a temporary folder)")
     parser.add_argument(
         "--operator-path",
         help="run the operator from this copy of operator/ (a deliberate bug: the soak must fail)",
@@ -78,7 +79,8 @@ def main() -> int:
             proxy.start()
             extra = ["--kubeconfig", str(proxy.kubeconfig)]
         env = {"PYTHONPATH": args.operator_path} if args.operator_path else {}
-        operator = OperatorProcess(state, folder, args=extra, name=f"soak-{args.mode}", env=env)
+        logs = Path(args.log_dir) if args.log_dir else folder
+        operator = OperatorProcess(state, logs, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
         soak = Soak(ns, operator, args.seed, proxy=proxy)
