@@ -178,7 +178,7 @@ class FaultProxy:
         server_ssl.load_cert_chain(self.folder / "fault-proxy.crt", self.folder / "fault-proxy.key")
         upstream_ssl = ssl.create_default_context(cafile=str(self.cluster.ca_file))
         connector = aiohttp.TCPConnector(ssl=upstream_ssl, limit=0)
-        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        async with aiohttp.ClientSession(connector=connector) as session:
             self._session = session
             app = web.Application(client_max_size=64 * 2**20)
             app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -198,6 +198,11 @@ class FaultProxy:
 
     def _headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         return {k: v for k, v in headers.items() if k.lower() not in HOP_HEADERS}
+
+    def _upstream_headers(self, request: web.Request) -> dict[str, str]:
+        """Uncompressed answers: the body is relayed without its Content-Encoding (aiohttp would otherwise
+        ask for gzip, and a large LIST relayed compressed but unlabelled broke Kopf's watcher)."""
+        return {**self._headers(request.headers), "Accept-Encoding": "identity"}
 
     def _fail(self, code: int, reason: str, message: str, what: str) -> web.Response:
         self._count(what)
@@ -251,7 +256,10 @@ class FaultProxy:
     async def _forward(self, request: web.Request) -> web.Response:
         body = await request.read()
         async with self._session.request(
-            request.method, self._upstream(request), headers=self._headers(request.headers), data=body or None
+            request.method,
+            self._upstream(request),
+            headers=self._upstream_headers(request),
+            data=body or None,
         ) as upstream:
             data = await upstream.read()
             headers = self._headers(upstream.headers)
@@ -291,7 +299,7 @@ class FaultProxy:
         cut_after = self.rng.expovariate(1 / r.cut_mean_seconds) if self.rng.random() < r.cut_watch else None
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
         async with self._session.get(
-            self._upstream(request), headers=self._headers(request.headers), timeout=timeout
+            self._upstream(request), headers=self._upstream_headers(request), timeout=timeout
         ) as upstream:
             response = web.StreamResponse(status=upstream.status, headers=self._headers(upstream.headers))
             await response.prepare(request)
