@@ -301,7 +301,7 @@ def test_changing_the_topology_key_after_creation_is_rejected(ns: Namespace) -> 
             "application/merge-patch+json",
         )
     print(error.value.body)
-    assert "phalanx.dev/topology-key: cannot change" in error.value.body
+    assert "metadata.annotations[phalanx.dev/topology-key]: cannot change" in error.value.body
 
 
 # ---------------------------------------------------------------------- crash recovery
