@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 import kopf
 
@@ -74,6 +75,15 @@ def hard_exit(why: str) -> None:
     os._exit(1)
 
 
+def exit_soon(why: str, after: float = HARD_EXIT_SECONDS) -> threading.Timer:
+    """End the process `after` seconds from now whatever is left running: a daemon timer thread, so it
+    fires also while the interpreter waits for other threads at its exit."""
+    timer = threading.Timer(after, hard_exit, args=(why,))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 async def operate() -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -101,7 +111,14 @@ async def operate() -> int:
         await kopf.run_tasks(tasks, ignored=existing)
     except Exception as e:
         if not stop.is_set():
+            # Kopf stopped by itself (one of its tasks failed for good). Leave no live-looking husk behind
+            # (once the loop stops, liveness no longer asks): the process ends and is started afresh.
+            exit_soon(f"Kopf stopped on its own ({e!r})")
             raise
         # A request on the way out failed (the apiserver is gone): the stop itself went through.
         log.warning("stopped; a last request failed: %r", e)
+    if not stop.is_set():
+        log.error("Kopf stopped on its own: exiting")
+        exit_soon("Kopf stopped on its own")
+        return 1
     return 0

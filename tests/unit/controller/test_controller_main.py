@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from typing import Any
 
+import pytest
+
+from phalanx.controller import main
 from phalanx.controller.main import run_operator, webhook_port_taken
 from phalanx.controller.settings import Settings
 
@@ -20,3 +25,38 @@ def test_a_taken_webhook_port_fails_fast_with_a_clear_message(capsys: object) ->
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert f"127.0.0.1:{port} is already in use" in err and "--webhook-cert-dir" in err
     assert not webhook_port_taken("127.0.0.1", port)
+
+
+def test_when_kopf_stops_on_its_own_the_process_is_made_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watcher that failed for good stops Kopf without a signal: whatever threads are left, a hard exit is
+    armed so no live-looking husk remains (the kubelet or the supervisor starts a fresh process)."""
+    armed: list[str] = []
+
+    async def spawn_tasks(**_: Any) -> list[Any]:
+        return []
+
+    async def failing_run_tasks(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a watcher failed for good")
+
+    async def returning_run_tasks(*_: Any, **__: Any) -> None:
+        return None
+
+    monkeypatch.setattr(main.kopf, "spawn_tasks", spawn_tasks)
+    monkeypatch.setattr(main, "exit_soon", lambda why, after=0.0: armed.append(why))
+    monkeypatch.setattr(main.kopf, "run_tasks", failing_run_tasks)
+    with pytest.raises(RuntimeError):
+        asyncio.run(main.operate())
+    assert armed and "a watcher failed for good" in armed[0]
+
+    armed.clear()
+    monkeypatch.setattr(main.kopf, "run_tasks", returning_run_tasks)
+    assert asyncio.run(main.operate()) == 1
+    assert armed == ["Kopf stopped on its own"]
+
+
+def test_exit_soon_arms_a_daemon_timer() -> None:
+    timer = main.exit_soon("test", after=3600)
+    try:
+        assert timer.daemon and timer.is_alive()
+    finally:
+        timer.cancel()
