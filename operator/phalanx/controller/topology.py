@@ -59,8 +59,12 @@ class TopologyRecord:
         )
 
 
-def _age(record: TopologyRecord) -> tuple[dt.datetime, str]:
-    return (record.created or dt.datetime.max.replace(tzinfo=dt.UTC), record.name)
+def _age(record: TopologyRecord) -> tuple[dt.datetime, bool, str]:
+    """Oldest first. creationTimestamp has whole seconds: of two made in the same second, the one already in
+    use (Active=True) stays in use, so a newcomer never displaces it; then by name."""
+    active = record.status.condition(ACTIVE)
+    in_use = active is not None and active.status == c.TRUE
+    return (record.created or dt.datetime.max.replace(tzinfo=dt.UTC), not in_use, record.name)
 
 
 @dataclass(frozen=True)

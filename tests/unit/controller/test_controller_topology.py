@@ -74,6 +74,27 @@ def test_of_two_topologies_sharing_a_label_the_oldest_is_used_and_the_other_not_
     assert (conflict.label, conflict.with_topology) == (LB, "old")
 
 
+def test_of_two_made_in_the_same_second_the_one_already_in_use_stays_in_use() -> None:
+    """creationTimestamp has whole seconds: a newcomer whose name sorts first must not displace the Topology
+    already in use (seen: the integration test made both within one second)."""
+    active = {
+        "conditions": [
+            {
+                "type": "Active",
+                "status": "True",
+                "reason": "Active",
+                "message": "used",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    }
+    in_use = TopologyRecord.from_body(body("rdma", NB, LB, created=1, status=active))
+    newcomer = record("racks", LB, RACK, created=1)
+    index = TopologyIndex.build([newcomer, in_use])
+    assert index.levels_for(LB) == (NB, LB)
+    assert index.conflicts["racks"].with_topology == "rdma"
+
+
 @given(st.permutations([("a", (NB,), 3), ("b", (NB, LB), 3), ("c", (LB, RACK), 1), ("d", (RACK,), 9)]))
 def test_the_index_does_not_depend_on_the_order_records_come_in(order: list[Any]) -> None:
     index = TopologyIndex.build([record(n, *levels, created=t) for n, levels, t in order])
