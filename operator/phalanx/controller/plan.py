@@ -55,6 +55,7 @@ from phalanx.controller.plan_composite import (
     admitted_message,
     levels_of,
     schedule_tree,
+    still_fit,
 )
 from phalanx.controller.plan_slices import kept_slices, schedule_sliced_job
 from phalanx.controller.preempt import (
@@ -84,9 +85,7 @@ from phalanx.placement import (
     choose_victims,
     decide,
     diagnose,
-    node_eligible,
 )
-from phalanx.placement.model import PODS
 
 
 @dataclass(frozen=True)
@@ -586,21 +585,7 @@ def _finish_recorded(view: _View, ready: list[PodRecord], ctx: _Pass) -> list[tu
     chosen = [(p, recorded[p.name]) for p in ready if p.name in recorded]
     if not chosen or len(chosen) + len(view.placed) < view.min_count:
         return None
-    room: dict[str, dict[str, int]] = {}
-    for pod, node_name in chosen:
-        node = ctx.nodes.get(node_name)
-        req = pod.requirements
-        if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
-            return None
-        if ctx.snapshot.node_index(node_name) is None:
-            return None
-        free = room.setdefault(node_name, ctx.snapshot.free(node_name))
-        free[PODS] = free.get(PODS, 0) - 1
-        for resource, amount in pod.requests.items():
-            free[resource] = free.get(resource, 0) - amount
-        if any(v < 0 for v in free.values()):
-            return None
-    return chosen
+    return chosen if still_fit(chosen, ctx) else None
 
 
 def _never_admitted(group: PodGroupRecord) -> bool:

@@ -554,7 +554,7 @@ def _finish(t: _Tree, ctx: _Pass) -> bool:
         leaf = t.leaves[name]
         if len(pairs) + len(leaf.placed) < leaf.min_count:
             return False
-    if not _still_fit([pair for pairs in chosen.values() for pair in pairs], ctx):
+    if not still_fit([pair for pairs in chosen.values() for pair in pairs], ctx):
         return False
     for name, pairs in chosen.items():
         leaf = t.leaves[name]
@@ -576,7 +576,9 @@ def _finish(t: _Tree, ctx: _Pass) -> bool:
     return True
 
 
-def _still_fit(pairs: list[tuple[PodRecord, str]], ctx: _Pass) -> bool:
+def still_fit(pairs: list[tuple[PodRecord, str]], ctx: _Pass) -> bool:
+    """Every pod still fits on the node a recorded decision gave it: node present, schedulable, its taints
+    tolerated and selectors met, room left for all of them together."""
     room: dict[str, dict[str, int]] = {}
     for pod, node_name in pairs:
         node = ctx.nodes.get(node_name)
