@@ -27,6 +27,7 @@ from phalanx.api.job_layout import (
 )
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
+from phalanx.api.scheduling import SchedulingConstraints
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
 from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
@@ -316,6 +317,13 @@ def _job_owner_uid(meta: Mapping[str, Any]) -> str:
     return ""
 
 
+def _topology_key(constraints: SchedulingConstraints | None) -> str | None:
+    """The key of a group's (single) topology constraint, None without one."""
+    if constraints is None or not constraints.topology:
+        return None
+    return constraints.topology[0].key
+
+
 @dataclass(frozen=True, slots=True)
 class PodGroupRecord:
     """A PodGroup as last seen, its spec and status parsed into the API models."""
@@ -346,10 +354,7 @@ class PodGroupRecord:
 
     @property
     def topology_key(self) -> str | None:
-        constraints = self.spec.scheduling_constraints
-        if constraints is None or not constraints.topology:
-            return None
-        return constraints.topology[0].key
+        return _topology_key(self.spec.scheduling_constraints)
 
     @property
     def parent(self) -> str:
@@ -410,10 +415,7 @@ class CompositePodGroupRecord:
 
     @property
     def topology_key(self) -> str | None:
-        constraints = self.spec.scheduling_constraints
-        if constraints is None or not constraints.topology:
-            return None
-        return constraints.topology[0].key
+        return _topology_key(self.spec.scheduling_constraints)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> CompositePodGroupRecord:
