@@ -9,39 +9,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from phalanx.bodies import mapping
 from phalanx.placement import NodeInfo, Taint, canonical_amount
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def node_info(body: Mapping[str, Any]) -> NodeInfo:
     """A Node as the placement engine sees it."""
     meta, spec, status = (
-        _mapping(body.get("metadata")),
-        _mapping(body.get("spec")),
-        _mapping(body.get("status")),
+        mapping(body.get("metadata")),
+        mapping(body.get("spec")),
+        mapping(body.get("status")),
     )
     ready = any(
-        _mapping(c).get("type") == "Ready" and _mapping(c).get("status") == "True"
+        mapping(c).get("type") == "Ready" and mapping(c).get("status") == "True"
         for c in status.get("conditions") or []
     )
     taints = tuple(
         Taint(
-            key=str(_mapping(t).get("key", "")),
-            value=str(_mapping(t).get("value") or ""),
-            effect=str(_mapping(t).get("effect", "")),
+            key=str(mapping(t).get("key", "")),
+            value=str(mapping(t).get("value") or ""),
+            effect=str(mapping(t).get("effect", "")),
         )
         for t in spec.get("taints") or []
     )
     return NodeInfo(
         name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
-        allocatable={r: canonical_amount(r, q) for r, q in _mapping(status.get("allocatable")).items()},
+        labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
+        allocatable={r: canonical_amount(r, q) for r, q in mapping(status.get("allocatable")).items()},
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,

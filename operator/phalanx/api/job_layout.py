@@ -26,6 +26,7 @@ from phalanx.api.keys import (
     TOPOLOGY_KEY_ANNOTATION,
     TOPOLOGY_MODE_ANNOTATION,
 )
+from phalanx.bodies import mapping
 
 TopologyModeKind = Literal["required", "preferred"]
 REQUIRED: Final = "required"
@@ -50,15 +51,11 @@ class JobLayout:
 NO_LAYOUT: Final = JobLayout()
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
     """The Job's topology mode and slices; raises JobPolicyError naming every field at fault."""
-    meta = _mapping(job.get("metadata"))
-    annotations = _mapping(meta.get("annotations"))
-    spec = _mapping(job.get("spec"))
+    meta = mapping(job.get("metadata"))
+    annotations = mapping(meta.get("annotations"))
+    spec = mapping(job.get("spec"))
     problems: list[PolicyProblem] = []
 
     def problem(annotation: str, text: str) -> None:

@@ -29,6 +29,7 @@ from phalanx.api.keys import (
     WRITTEN_BY_PHALANX,
 )
 from phalanx.api.suggest import closest, edit_distance
+from phalanx.bodies import mapping
 
 PolicyKind = Literal["gang", "basic"]
 DisruptionModeKind = Literal["single", "all"]
@@ -146,7 +147,7 @@ class JobPolicy:
 
 def is_managed(job: Mapping[str, Any]) -> bool:
     """Whether the Job opted in to Phalanx with the managed label."""
-    labels = _mapping(_mapping(job.get("metadata")).get("labels"))
+    labels = mapping(mapping(job.get("metadata")).get("labels"))
     return labels.get(MANAGED_LABEL) == MANAGED_VALUE
 
 
@@ -161,14 +162,14 @@ def key_problems(job: Mapping[str, Any], *, creating: bool = True) -> list[Polic
 
     A misspelt key would otherwise be ignored in silence and the Job scheduled other than asked.
     """
-    meta = _mapping(job.get("metadata"))
+    meta = mapping(job.get("metadata"))
     problems: list[PolicyProblem] = []
     sides: tuple[tuple[KeyPlace, tuple[str, ...], tuple[str, ...]], ...] = (
         ("annotation", JOB_ANNOTATIONS, JOB_LABELS),
         ("label", JOB_LABELS, JOB_ANNOTATIONS),
     )
     for place, own, other in sides:
-        keys = _mapping(meta.get(f"{place}s"))
+        keys = mapping(meta.get(f"{place}s"))
         for raw_key, value in keys.items():
             key = str(raw_key)
             text = _key_problem(key, place, own, other, creating)
@@ -258,9 +259,9 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         problems.append(PolicyProblem(annotation, text))
 
     raw_meta = job.get("metadata")
-    meta = _mapping(raw_meta)
+    meta = mapping(raw_meta)
     raw_annotations = meta.get("annotations")
-    annotations = _mapping(raw_annotations)
+    annotations = mapping(raw_annotations)
     if raw_meta is not None and not isinstance(raw_meta, Mapping):
         problem("metadata", "must be an object")
     if raw_annotations is not None and not isinstance(raw_annotations, Mapping):
@@ -270,7 +271,7 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
     raw_spec = job.get("spec")
     if raw_spec is not None and not isinstance(raw_spec, Mapping):
         problem("spec", "must be an object")
-    spec = _mapping(raw_spec)
+    spec = mapping(raw_spec)
 
     parallelism = spec.get("parallelism")
     if parallelism is None:
@@ -356,7 +357,7 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
-    template_spec = _mapping(_mapping(spec.get("template")).get("spec"))
+    template_spec = mapping(mapping(spec.get("template")).get("spec"))
     priority_class = template_spec.get("priorityClassName")
     return JobPolicy(
         policy=policy,
@@ -367,11 +368,6 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         preemption_policy=preemption,
         parallelism=parallelism,
     )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    """``value`` if it is a mapping, else empty: a malformed body is reported, never a crash."""
-    return value if isinstance(value, Mapping) else {}
 
 
 def _value(annotations: Mapping[str, Any], name: str) -> str | None:

@@ -19,6 +19,7 @@ from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
 from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
 from phalanx.api.workload import workload_problems
+from phalanx.bodies import mapping
 from phalanx.controller.runtime import Runtime
 from phalanx.controller.runtime import login as runtime_login
 from phalanx.controller.topology import label_conflicts
@@ -51,17 +52,17 @@ runtime = Runtime()
 )
 def gate_job(body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any) -> None:
     """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
-    meta = _mapping(body.get("metadata"))
+    meta = mapping(body.get("metadata"))
     if not runtime.settings.watches(str(meta.get("namespace") or "")):
         return  # another operator's namespace (--namespaces): no gate nobody would remove
-    if _mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
+    if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
         return  # opted out in so many words: left alone
     try:
         policy = parse_job_policy(body)
         parse_job_layout(body, policy)  # topology mode and slices
     except JobPolicyError as e:
         raise kopf.AdmissionError(str(e), code=422) from e
-    pod_spec = _mapping(_mapping(_mapping(body.get("spec")).get("template")).get("spec"))
+    pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
     if policy.is_gang and pod_spec.get("nodeName"):
         # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
         raise kopf.AdmissionError(
@@ -118,7 +119,7 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
     added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
     if added:
         raise kopf.AdmissionError("; ".join(added), code=422)
-    labels = _mapping(_mapping(body.get("metadata")).get("labels"))
+    labels = mapping(mapping(body.get("metadata")).get("labels"))
     if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
         return  # released from Phalanx: its annotations no longer matter
     old_policy = old_layout = None
@@ -182,11 +183,11 @@ def validate_job_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any)
 )
 def validate_pod_group_update(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
     """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the Job's."""
-    new_spec, old_spec = _mapping(body.get("spec")), _mapping(old.get("spec") if old is not None else None)
+    new_spec, old_spec = mapping(body.get("spec")), mapping(old.get("spec") if old is not None else None)
     if old is None or dict(new_spec) == dict(old_spec):
         return
-    meta = _mapping(body.get("metadata"))
-    labels = _mapping(meta.get("labels"))
+    meta = mapping(body.get("metadata"))
+    labels = mapping(meta.get("labels"))
     job_uid = str(labels.get(names.JOB_UID_LABEL) or "")
     job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
     job = runtime.cache.jobs.get(job_uid)
@@ -206,11 +207,11 @@ def _text(value: int | None) -> str | None:
 
 
 def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:
-    gang = _mapping(_mapping(new.get("schedulingPolicy")).get("gang"))
+    gang = mapping(mapping(new.get("schedulingPolicy")).get("gang"))
     if gang.get("minCount") != wanted:
         return False
     expected = copy.deepcopy(dict(old))
-    old_gang = _mapping(expected.get("schedulingPolicy")).get("gang")
+    old_gang = mapping(expected.get("schedulingPolicy")).get("gang")
     if not isinstance(old_gang, dict):
         return False
     old_gang["minCount"] = wanted
@@ -234,10 +235,6 @@ def validate_workload(body: kopf.Body, **_: Any) -> None:
     problems = workload_problems(body.get("spec"))
     if problems:
         raise kopf.AdmissionError("; ".join(problems), code=422)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 @kopf.on.mutate(

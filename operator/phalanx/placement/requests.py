@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from phalanx.bodies import mapping
+
 from .model import (
     DEFAULT_BIND_ALL_IP,
     HONOR,
@@ -53,22 +55,18 @@ _HUGEPAGES_PREFIX = "hugepages-"
 _ResourceList = dict[str, Fraction]
 
 
-def _as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else []
 
 
 def _resource_list(value: Any) -> _ResourceList:
-    return {str(name): parse_quantity(q) for name, q in _as_mapping(value).items()}
+    return {str(name): parse_quantity(q) for name, q in mapping(value).items()}
 
 
 def _container_requests(container: Mapping[str, Any]) -> _ResourceList:
     # API defaulting copies a limit into a missing request; doing it here too keeps
     # specs that never went through the API server (templates, tests) consistent.
-    resources = _as_mapping(container.get("resources"))
+    resources = mapping(container.get("resources"))
     requests = _resource_list(resources.get("requests"))
     for name, limit in _resource_list(resources.get("limits")).items():
         requests.setdefault(name, limit)
@@ -93,14 +91,14 @@ def _is_pod_level_resource(name: str) -> bool:
 def _effective_requests(spec: Mapping[str, Any]) -> _ResourceList:
     total: _ResourceList = {}
     for container in _as_list(spec.get("containers")):
-        _add(total, _container_requests(_as_mapping(container)))
+        _add(total, _container_requests(mapping(container)))
 
     # Sidecars (restartable init containers) run for the pod's whole life, so they add to the
     # sum; a regular init container runs alone next to the sidecars started before it.
     sidecars: _ResourceList = {}
     init_peak: _ResourceList = {}
     for raw in _as_list(spec.get("initContainers")):
-        container = _as_mapping(raw)
+        container = mapping(raw)
         requests = _container_requests(container)
         if container.get("restartPolicy") == "Always":
             _add(total, requests)
@@ -112,7 +110,7 @@ def _effective_requests(spec: Mapping[str, Any]) -> _ResourceList:
             _max(init_peak, need)
     _max(total, init_peak)
 
-    pod_level = _resource_list(_as_mapping(spec.get("resources")).get("requests"))
+    pod_level = _resource_list(mapping(spec.get("resources")).get("requests"))
     if any(_is_pod_level_resource(name) for name in pod_level):
         for name, q in pod_level.items():
             if _is_pod_level_resource(name):
@@ -136,7 +134,7 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _requirement(raw: Any) -> NodeSelectorRequirement:
-    item = _as_mapping(raw)
+    item = mapping(raw)
     return NodeSelectorRequirement(
         key=str(item.get("key", "")),
         operator=str(item.get("operator", "")),
@@ -147,7 +145,7 @@ def _requirement(raw: Any) -> NodeSelectorRequirement:
 def _terms(raw_terms: Iterable[Any]) -> tuple[NodeSelectorTerm, ...]:
     terms = []
     for raw in raw_terms:
-        term = _as_mapping(raw)
+        term = mapping(raw)
         terms.append(
             NodeSelectorTerm(
                 match_expressions=tuple(_requirement(r) for r in _as_list(term.get("matchExpressions"))),
@@ -163,7 +161,7 @@ def node_selector_terms(raw_terms: Any) -> tuple[NodeSelectorTerm, ...]:
 
 
 def _toleration(raw: Any) -> Toleration:
-    item = _as_mapping(raw)
+    item = mapping(raw)
     return Toleration(
         key=str(item.get("key") or ""),
         operator=str(item.get("operator") or "Equal"),
@@ -178,7 +176,7 @@ def label_selector(raw: Any) -> LabelSelector:
         return LabelSelector(nothing=True)
     match_labels = tuple(
         NodeSelectorRequirement(str(k), "In", (str(v),))
-        for k, v in sorted(_as_mapping(raw.get("matchLabels")).items())
+        for k, v in sorted(mapping(raw.get("matchLabels")).items())
     )
     expressions = tuple(_requirement(r) for r in _as_list(raw.get("matchExpressions")))
     return LabelSelector(requirements=match_labels + expressions)
@@ -194,7 +192,7 @@ def pod_affinity_terms(raw_terms: Any) -> tuple[PodAffinityTerm, ...]:
     """Required PodAffinityTerms as framework.GetAffinityTerms reads them (labelSelector, namespaces)."""
     terms = []
     for raw in _as_list(raw_terms):
-        term = _as_mapping(raw)
+        term = mapping(raw)
         namespaces = tuple(str(n) for n in _as_list(term.get("namespaces")))
         ns_selector = term.get("namespaceSelector")
         has_ns_selector = isinstance(ns_selector, Mapping)
@@ -221,12 +219,12 @@ def _is_sidecar(container: Mapping[str, Any]) -> bool:
 
 def host_ports(pod_spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     """util.GetHostPorts: ports with hostPort > 0 of sidecars (restartable init containers) and containers."""
-    containers = [c for c in map(_as_mapping, _as_list(pod_spec.get("initContainers"))) if _is_sidecar(c)]
-    containers += [_as_mapping(c) for c in _as_list(pod_spec.get("containers"))]
+    containers = [c for c in map(mapping, _as_list(pod_spec.get("initContainers"))) if _is_sidecar(c)]
+    containers += [mapping(c) for c in _as_list(pod_spec.get("containers"))]
     ports = []
     for container in containers:
         for raw in _as_list(container.get("ports")):
-            port = _as_mapping(raw)
+            port = mapping(raw)
             host_port = port.get("hostPort")
             if isinstance(host_port, int) and host_port > 0:
                 ports.append(
@@ -242,7 +240,7 @@ def host_ports(pod_spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
 def _spread_constraints(pod_spec: Mapping[str, Any]) -> tuple[SpreadConstraint, ...]:
     out = []
     for raw in _as_list(pod_spec.get("topologySpreadConstraints")):
-        c = _as_mapping(raw)
+        c = mapping(raw)
         if c.get("whenUnsatisfiable") != "DoNotSchedule":
             continue  # ScheduleAnyway only scores
         min_domains = c.get("minDomains")
@@ -267,16 +265,16 @@ def _required_features(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
         features.add(USER_NAMESPACES_HOST_NETWORK_FEATURE)
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         for raw in _as_list(pod_spec.get(kind)):
-            container = _as_mapping(raw)
+            container = mapping(raw)
             rules = container.get("restartPolicyRules")
             if (
                 rules
                 and kind != "ephemeralContainers"
-                and any(_as_mapping(rule).get("action") == "RestartAllContainers" for rule in _as_list(rules))
+                and any(mapping(rule).get("action") == "RestartAllContainers" for rule in _as_list(rules))
             ):
                 features.add(RESTART_ALL_CONTAINERS_FEATURE)
             mounts = container.get("volumeMounts")
-            if mounts and any(_as_mapping(m).get("bindMountOptions") for m in _as_list(mounts)):
+            if mounts and any(mapping(m).get("bindMountOptions") for m in _as_list(mounts)):
                 features.add(VOLUME_BIND_MOUNT_OPTIONS_FEATURE)
     return tuple(sorted(features))
 
@@ -293,7 +291,7 @@ def _unsupported(pod_spec: Mapping[str, Any], pod_affinity: tuple[PodAffinityTer
                 f"[{i}].namespaceSelector (namespace labels are not modelled)"
             )
     for raw in _as_list(pod_spec.get("volumes")):
-        volume = _as_mapping(raw)
+        volume = mapping(raw)
         for kind in _RESTRICTED_INLINE_VOLUMES:
             if volume.get(kind):
                 out.append(
@@ -310,8 +308,8 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
     claims = []
     inline = []
     for raw in _as_list(pod_spec.get("volumes")):
-        volume = _as_mapping(raw)
-        claim = _as_mapping(volume.get("persistentVolumeClaim"))
+        volume = mapping(raw)
+        claim = mapping(volume.get("persistentVolumeClaim"))
         if claim:
             claims.append(str(claim.get("claimName") or ""))
         elif isinstance(volume.get("ephemeral"), Mapping):
@@ -323,7 +321,7 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
                 inline.append(migrated)
     return PodTraits(
         namespace=str(metadata.get("namespace") or ""),
-        labels=tuple(sorted((str(k), str(v)) for k, v in _as_mapping(metadata.get("labels")).items())),
+        labels=tuple(sorted((str(k), str(v)) for k, v in mapping(metadata.get("labels")).items())),
         claims=tuple(claims),
         inline_csi=tuple(inline),
     )
@@ -339,13 +337,11 @@ def pod_requirements(
     if requests is None:
         requests = pod_requests(pod_spec)
     positive = tuple((name, amount) for name, amount in requests.items() if amount > 0)
-    node_selector = tuple(
-        sorted((str(k), str(v)) for k, v in _as_mapping(pod_spec.get("nodeSelector")).items())
-    )
+    node_selector = tuple(sorted((str(k), str(v)) for k, v in mapping(pod_spec.get("nodeSelector")).items()))
 
     affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
-    affinity = _as_mapping(pod_spec.get("affinity"))
-    node_affinity = _as_mapping(affinity.get("nodeAffinity"))
+    affinity = mapping(pod_spec.get("affinity"))
+    node_affinity = mapping(affinity.get("nodeAffinity"))
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if isinstance(required, Mapping):
         # Present but without terms matches no node, exactly like the scheduler.
@@ -353,14 +349,14 @@ def pod_requirements(
 
     tolerations = tuple(_toleration(t) for t in _as_list(pod_spec.get("tolerations")))
     required = "requiredDuringSchedulingIgnoredDuringExecution"
-    pod_affinity = pod_affinity_terms(_as_mapping(affinity.get("podAffinity")).get(required))
+    pod_affinity = pod_affinity_terms(mapping(affinity.get("podAffinity")).get(required))
     return PodRequirements(
         requests=positive,
         node_selector=node_selector,
         affinity_terms=affinity_terms,
         tolerations=tolerations,
         pod_affinity=pod_affinity,
-        pod_anti_affinity=pod_affinity_terms(_as_mapping(affinity.get("podAntiAffinity")).get(required)),
+        pod_anti_affinity=pod_affinity_terms(mapping(affinity.get("podAntiAffinity")).get(required)),
         host_ports=host_ports(pod_spec),
         spread=_spread_constraints(pod_spec),
         required_features=_required_features(pod_spec),

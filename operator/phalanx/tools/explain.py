@@ -22,6 +22,7 @@ from phalanx.api.cluster_objects import node_info
 from phalanx.api.group import API_VERSION
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
+from phalanx.bodies import mapping
 from phalanx.placement import (
     Admit,
     Decision,
@@ -91,12 +92,8 @@ class Facts:
     """Every pod of the cluster that is not Succeeded or Failed."""
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return _mapping((obj or {}).get("metadata"))
+    return mapping((obj or {}).get("metadata"))
 
 
 async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
@@ -118,7 +115,7 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         except NotFoundError:
             candidates = []  # Phalanx's CRDs are not installed
         group = next(
-            (g for g in candidates if _mapping(_meta(g).get("labels")).get(keys.JOB_UID_LABEL) == uid), None
+            (g for g in candidates if mapping(_meta(g).get("labels")).get(keys.JOB_UID_LABEL) == uid), None
         )
     else:
         try:
@@ -153,7 +150,7 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
 
 
 def _job_selector(job: Mapping[str, Any]) -> str:
-    match = _mapping(_mapping(_mapping(job.get("spec")).get("selector")).get("matchLabels"))
+    match = mapping(mapping(mapping(job.get("spec")).get("selector")).get("matchLabels"))
     if match:
         return ",".join(f"{k}={v}" for k, v in sorted(match.items()))
     return f"batch.kubernetes.io/controller-uid={_meta(job).get('uid')}"
@@ -501,12 +498,12 @@ class _Gang:
 def _gang_of(job: Mapping[str, Any] | None, group: Mapping[str, Any] | None) -> _Gang | str:
     """The group's policy from its PodGroup (else the Job's annotations), clamped as the loop does."""
     if group is not None:
-        spec = _mapping(group.get("spec"))
-        gang = _mapping(spec.get("schedulingPolicy")).get("gang")
-        topology = _mapping(spec.get("schedulingConstraints")).get("topology") or []
-        key = _mapping(topology[0]).get("key") if topology else None
+        spec = mapping(group.get("spec"))
+        gang = mapping(spec.get("schedulingPolicy")).get("gang")
+        topology = mapping(spec.get("schedulingConstraints")).get("topology") or []
+        key = mapping(topology[0]).get("key") if topology else None
         is_gang = isinstance(gang, Mapping)
-        min_count = int(_mapping(gang).get("minCount") or 1) if is_gang else 1
+        min_count = int(mapping(gang).get("minCount") or 1) if is_gang else 1
         result = _Gang(is_gang, min_count, str(key) if key else None)
     elif job is not None:
         try:
@@ -518,19 +515,19 @@ def _gang_of(job: Mapping[str, Any] | None, group: Mapping[str, Any] | None) -> 
         return "neither a Job nor a PodGroup"
     if job is not None and result.gang:
         # Near the end of a Job, fewer pods than minCount may be left to run: the gang shrinks to them.
-        spec = _mapping(job.get("spec"))
+        spec = mapping(job.get("spec"))
         completions = spec.get("completions")
         if isinstance(completions, int) and not isinstance(completions, bool):
-            succeeded = int(_mapping(job.get("status")).get("succeeded") or 0)
+            succeeded = int(mapping(job.get("status")).get("succeeded") or 0)
             remaining = max(0, completions - succeeded)
             return dataclasses.replace(result, effective=max(1, min(result.min_count, remaining)))
     return dataclasses.replace(result, effective=result.min_count)
 
 
 def _condition(group: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
-    for cond in _mapping((group or {}).get("status")).get("conditions") or []:
-        if _mapping(cond).get("type") == kind:
-            return _mapping(cond)
+    for cond in mapping((group or {}).get("status")).get("conditions") or []:
+        if mapping(cond).get("type") == kind:
+            return mapping(cond)
     return None
 
 
@@ -542,20 +539,20 @@ def _condition_line(cond: Mapping[str, Any] | None) -> str:
 
 
 def _template_gated(job: Mapping[str, Any]) -> bool:
-    template = _mapping(_mapping(_mapping(job.get("spec")).get("template")).get("spec"))
-    return any(_mapping(g).get("name") == keys.ADMISSION_GATE for g in template.get("schedulingGates") or [])
+    template = mapping(mapping(mapping(job.get("spec")).get("template")).get("spec"))
+    return any(mapping(g).get("name") == keys.ADMISSION_GATE for g in template.get("schedulingGates") or [])
 
 
 def _job_state(job: Mapping[str, Any] | None) -> str:
     """'suspended', 'succeeded', 'failed' or ''."""
     if job is None:
         return ""
-    for cond in _mapping(job.get("status")).get("conditions") or []:
+    for cond in mapping(job.get("status")).get("conditions") or []:
         if cond.get("status") == "True" and cond.get("type") == "Complete":
             return "succeeded"
         if cond.get("status") == "True" and cond.get("type") == "Failed":
             return "failed"
-    return "suspended" if _mapping(job.get("spec")).get("suspend") else ""
+    return "suspended" if mapping(job.get("spec")).get("suspend") else ""
 
 
 def explain(facts: Facts) -> str:
@@ -567,7 +564,7 @@ def explain(facts: Facts) -> str:
     placed = sorted((p for p in live if p.usage_node), key=lambda p: p.name)
     bound = [p for p in placed if p.bound]
     ready = [p for p in waiting if not p.other_gates]
-    managed = _mapping(_meta(job).get("labels")).get(keys.MANAGED_LABEL) == keys.MANAGED_VALUE
+    managed = mapping(_meta(job).get("labels")).get(keys.MANAGED_LABEL) == keys.MANAGED_VALUE
     gang = _gang_of(job, group)
     job_state = _job_state(job)
     admitted = _condition(group, c.ADMITTED)
@@ -598,7 +595,7 @@ def explain(facts: Facts) -> str:
         holding = sum(1 for p in cluster_pods if p.usage_node)
 
     # The verdict.
-    status = _mapping((group or {}).get("status"))
+    status = mapping((group or {}).get("status"))
     if job is not None and not managed:
         summary = (
             f"not managed by Phalanx: the Job has no label {keys.MANAGED_LABEL}=true, so kube-scheduler "

@@ -13,6 +13,7 @@ from typing import Any
 
 from phalanx.api import cluster_objects, keys
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
+from phalanx.bodies import mapping
 from phalanx.placement import (
     BoundPod,
     NodeInfo,
@@ -21,10 +22,6 @@ from phalanx.placement import (
     pod_requests,
     pod_requirements,
 )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -76,11 +73,11 @@ class PodView:
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PodView:
         meta, spec, status = (
-            _mapping(body.get("metadata")),
-            _mapping(body.get("spec")),
-            _mapping(body.get("status")),
+            mapping(body.get("metadata")),
+            mapping(body.get("spec")),
+            mapping(body.get("status")),
         )
-        gates = tuple(str(_mapping(g).get("name")) for g in spec.get("schedulingGates") or [])
+        gates = tuple(str(mapping(g).get("name")) for g in spec.get("schedulingGates") or [])
         phase = str(status.get("phase") or "")
         return cls(
             namespace=str(meta.get("namespace", "")),
@@ -91,8 +88,8 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             gated=keys.ADMISSION_GATE in gates,
             other_gates=tuple(g for g in gates if g != keys.ADMISSION_GATE),
-            pinned_node=str(_mapping(spec.get("nodeSelector")).get(HOSTNAME_KEY) or ""),
-            pod_group=str(_mapping(meta.get("labels")).get(keys.POD_GROUP_LABEL) or ""),
+            pinned_node=str(mapping(spec.get("nodeSelector")).get(HOSTNAME_KEY) or ""),
+            pod_group=str(mapping(meta.get("labels")).get(keys.POD_GROUP_LABEL) or ""),
             requests=pod_requests(spec),
             requirements=pod_requirements(spec),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from phalanx.bodies import mapping
 from phalanx.devcluster.tools import format_table
 from phalanx.devcluster.topology import ISLAND_KEY, LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
 
@@ -32,10 +33,6 @@ def parse_levels(values: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(k for k in keys if k)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def where_rows(
     pods: Iterable[Mapping[str, Any]],
     node_labels: Mapping[str, Mapping[str, str]],
@@ -47,9 +44,9 @@ def where_rows(
     rows = []
     for pod in pods:
         meta, spec, status = (
-            _mapping(pod.get("metadata")),
-            _mapping(pod.get("spec")),
-            _mapping(pod.get("status")),
+            mapping(pod.get("metadata")),
+            mapping(pod.get("spec")),
+            mapping(pod.get("status")),
         )
         node = str(spec.get("nodeName") or "")
         labels = node_labels.get(node, {})
@@ -71,9 +68,7 @@ def where_table(
     namespaces: bool = False,
 ) -> str:
     labels = {
-        str(_mapping(n.get("metadata")).get("name", "")): dict(
-            _mapping(n.get("metadata")).get("labels") or {}
-        )
+        str(mapping(n.get("metadata")).get("name", "")): dict(mapping(n.get("metadata")).get("labels") or {})
         for n in nodes
     }
     header = ("POD", "PHASE", "NODE", *(level_header(k) for k in levels))
