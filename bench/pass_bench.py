@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.plan import plan
-from phalanx.controller.scheduler import cluster_state
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import cluster_state
+from phalanx.controller.plan.jobs import plan
 from placement_bench import machine, percentile
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"

@@ -21,7 +21,7 @@ from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, pars
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.suggest import closest, did_you_mean, edit_distance
 from phalanx.api.workload import WorkloadSpec, workload_problems
-from phalanx.controller.handlers import (
+from phalanx.controller.watch.handlers import (
     gate_job,
     validate_job_update,
     validate_pod_group_update,

@@ -15,11 +15,11 @@ from typing import Any, cast
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.status import Admission, Assignment
-from phalanx.controller.actions import GroupPlan, PostEvent, RecordAdmission, ReleasePod
-from phalanx.controller.apply import Applier, Backoff
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.kube import Kube
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.applier import Applier, Backoff
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import GroupPlan, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.refs import ObjectRef
 
 
 def forbidden(message: str) -> ApiException:

@@ -25,9 +25,9 @@ from test_controller_plan import (
 
 from phalanx.api import conditions as c
 from phalanx.api.status import PodGroupStatus
-from phalanx.controller.actions import PatchStatus, PostEvent, ReleasePod
-from phalanx.controller.plan import ClusterState, Plan, plan
-from phalanx.controller.records import PriorityClassRecord
+from phalanx.controller.model.actions import PatchStatus, PostEvent, ReleasePod
+from phalanx.controller.model.records import PriorityClassRecord
+from phalanx.controller.plan.jobs import ClusterState, Plan, plan
 
 
 def with_class(cluster: ClusterState, name: str) -> ClusterState:

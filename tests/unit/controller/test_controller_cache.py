@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.controller.cache import ClusterCache, Expectations
-from phalanx.controller.records import JobRecord, PodRecord
+from phalanx.controller.cache.store import ClusterCache, Expectations
+from phalanx.controller.model.records import JobRecord, PodRecord
 
 GATE = {"name": "phalanx.dev/admission"}
 

@@ -11,11 +11,11 @@ from typing import Any, cast
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.status import Admission, Assignment
-from phalanx.controller.actions import GroupPlan, RecordAdmission
-from phalanx.controller.apply import Applier
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.kube import Kube
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.applier import Applier
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import GroupPlan, RecordAdmission
+from phalanx.controller.model.refs import ObjectRef
 
 
 def group(version: str, status: dict[str, Any]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from phalanx.controller import main
-from phalanx.controller.main import run_operator, webhook_port_taken
-from phalanx.controller.settings import Settings
+from phalanx.controller.process import main
+from phalanx.controller.process.main import run_operator, webhook_port_taken
+from phalanx.controller.process.settings import Settings
 
 
 def test_a_taken_webhook_port_fails_fast_with_a_clear_message(capsys: object) -> None:

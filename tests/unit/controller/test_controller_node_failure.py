@@ -25,9 +25,9 @@ from test_controller_plan import (
 
 from phalanx.api import conditions as c
 from phalanx.api.cluster_objects import node_info
-from phalanx.controller.actions import EvictPod, ReleasePod, SuspendJob
-from phalanx.controller.plan import Plan, plan
-from phalanx.controller.records import PodGroupRecord, PodRecord
+from phalanx.controller.model.actions import EvictPod, ReleasePod, SuspendJob
+from phalanx.controller.model.records import PodGroupRecord, PodRecord
+from phalanx.controller.plan.jobs import Plan, plan
 from phalanx.placement import Snapshot
 
 

@@ -14,7 +14,7 @@ from phalanx.api.builders import build_pod_group
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
-from phalanx.controller.actions import (
+from phalanx.controller.model.actions import (
     Action,
     CreatePodGroup,
     CreateWorkload,
@@ -31,8 +31,8 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.plan import ClusterState, JobState, Plan, plan
-from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord
+from phalanx.controller.model.records import JobRecord, PodGroupRecord, PodRecord
+from phalanx.controller.plan.jobs import ClusterState, JobState, Plan, plan
 from phalanx.placement import Snapshot
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

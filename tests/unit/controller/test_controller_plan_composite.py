@@ -16,10 +16,10 @@ import pytest
 from phalanx.api import conditions as c
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.status import Admission, Assignment, CompositePodGroupStatus, GroupStatus, PodGroupStatus
-from phalanx.controller.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
-from phalanx.controller.plan import ClusterState, Plan, plan
-from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
-from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
+from phalanx.controller.model.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
+from phalanx.controller.plan.jobs import ClusterState, Plan, plan
+from phalanx.controller.plan.trees import hand_made_pods, hand_made_trees
 from phalanx.placement import Snapshot
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -371,8 +371,8 @@ def _job(annotations: dict[str, str]) -> dict[str, Any]:
 def _job_state(annotations: dict[str, str]) -> ClusterState:
     from phalanx.api.builders import build_pod_group
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
+    from phalanx.controller.model.records import JobRecord
+    from phalanx.controller.plan.jobs import JobState
 
     job = _job(annotations)
     body = build_pod_group(job, "local-4-wl", parse_job_policy(job), None, workload_uid="wl")
@@ -416,8 +416,8 @@ def _sliced_state(gpus: int, *, created: bool = False) -> ClusterState:
     from phalanx.api.builders import build_sliced_objects
     from phalanx.api.job_layout import parse_job_layout
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
+    from phalanx.controller.model.records import JobRecord
+    from phalanx.controller.plan.jobs import JobState
 
     job = _job(
         {
@@ -524,8 +524,8 @@ def _running_sliced(
     """The sliced Job of _sliced_state, admitted on n1-n4 (slice 0 in lb-a1, slice 1 in lb-a2), with `pods`
     as they are now; `unschedulable_for`: its root has said Unschedulable for that many seconds."""
     from phalanx.api.conditions import Condition
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
+    from phalanx.controller.model.records import JobRecord
+    from phalanx.controller.plan.jobs import JobState
 
     base = _sliced_state(8, created=True)
     (state,) = base.jobs
@@ -674,7 +674,7 @@ def test_a_requeued_sliced_job_is_resumed_once_its_pods_are_gone_and_says_requeu
 # ---------------------------------------------------------------- annotations changed around the webhook
 def _with_annotations(state: ClusterState, annotations: dict[str, str | None]) -> ClusterState:
     """The same cluster, the (only) Job's annotations edited as if the update webhook had been away."""
-    from phalanx.controller.records import JobRecord
+    from phalanx.controller.model.records import JobRecord
 
     (js,) = state.jobs
     body = {**js.job.body, "metadata": {**js.job.body["metadata"], "uid": js.job.uid}}
@@ -769,8 +769,8 @@ def _high_priority_gang() -> Any:
     """A plain gang of 2 pods x 8 GPUs in one local block, priority 1000, not yet placed."""
     from phalanx.api.builders import build_pod_group
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
+    from phalanx.controller.model.records import JobRecord
+    from phalanx.controller.plan.jobs import JobState
 
     job = _job({"phalanx.dev/topology-key": LB})
     job["metadata"].update(name="high", uid="uid-high", creationTimestamp="2026-11-30T11:59:00Z")

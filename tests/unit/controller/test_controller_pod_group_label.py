@@ -10,12 +10,12 @@ from typing import Any
 import kopf
 import pytest
 
-from phalanx.controller import handlers
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.plan import plan
-from phalanx.controller.records import PodRecord
-from phalanx.controller.scheduler import cluster_state
-from phalanx.controller.settings import Settings
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import cluster_state
+from phalanx.controller.model.records import PodRecord
+from phalanx.controller.plan.jobs import plan
+from phalanx.controller.process.settings import Settings
+from phalanx.controller.watch import handlers
 
 GATE = {"name": "phalanx.dev/admission"}
 

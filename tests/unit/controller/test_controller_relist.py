@@ -7,8 +7,8 @@ from typing import Any
 
 from test_controller_cache import node, pod
 
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.relist import COMPOSITE_POD_GROUPS, NODES, PODS, Relister
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.watch.relist import COMPOSITE_POD_GROUPS, NODES, PODS, Relister
 
 
 def relister(cache: ClusterCache, listed: dict[str, list[dict[str, Any]]], during: Any = None) -> Relister:

@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from phalanx.api import conditions as c
 from phalanx.api.topology import ACTIVE, REASON_ACTIVE, REASON_LABEL_CONFLICT
-from phalanx.controller import handlers
-from phalanx.controller.actions import PatchTopologyStatus
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.topology import (
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import PatchTopologyStatus
+from phalanx.controller.model.topology import (
     NodeCounts,
     TopologyIndex,
     TopologyRecord,
@@ -25,6 +24,7 @@ from phalanx.controller.topology import (
     nodes_with_all,
     plan_status,
 )
+from phalanx.controller.watch import handlers
 from phalanx.placement import NodeInfo
 
 NB, LB, RACK = "example.com/block", "example.com/local-block", "example.com/rack"

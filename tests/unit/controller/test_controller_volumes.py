@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from phalanx.api.cluster_objects import node_info
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.records import PodRecord
-from phalanx.controller.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.cache.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
+from phalanx.controller.model.records import PodRecord
 from phalanx.placement import ClaimInfo, NodeSelectorRequirement, NodeSelectorTerm
 from phalanx.placement.model import CSINodeInfo, CSIVolume
 

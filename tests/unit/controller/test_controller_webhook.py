@@ -7,7 +7,7 @@ from typing import Any
 import kopf
 import pytest
 
-from phalanx.controller.handlers import gate_job
+from phalanx.controller.watch.handlers import gate_job
 
 
 def job(annotations: dict[str, str] | None = None, **pod_spec: Any) -> kopf.Body:
@@ -63,8 +63,8 @@ def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
 def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from phalanx.controller import handlers
-    from phalanx.controller.records import PriorityClassRecord
+    from phalanx.controller.model.records import PriorityClassRecord
+    from phalanx.controller.watch import handlers
 
     monkeypatch.setattr(handlers.runtime.health, "cache_primed", True)
     monkeypatch.setattr(
@@ -103,7 +103,7 @@ def indexed(annotations: dict[str, str], parallelism: int = 4) -> dict[str, Any]
 
 
 def edit(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-    from phalanx.controller.handlers import validate_job_update
+    from phalanx.controller.watch.handlers import validate_job_update
 
     try:
         validate_job_update(body=kopf.Body(new), old=kopf.Body(old))

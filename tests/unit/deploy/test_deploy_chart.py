@@ -71,7 +71,7 @@ def kopf_webhooks() -> dict[str, Any]:
     """Phalanx's admission handlers as Kopf registered them (handlers.py), by id."""
     import kopf
 
-    from phalanx.controller import handlers  # registers them
+    from phalanx.controller.watch import handlers  # registers them
 
     assert handlers.WEBHOOK_ID
     return {h.id: h for h in kopf.get_default_registry()._webhooks.get_all_handlers()}

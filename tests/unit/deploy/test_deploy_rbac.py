@@ -91,7 +91,7 @@ def need_of(path: str, http_method: str) -> list[Need]:
 def code_needs() -> dict[Need, set[str]]:
     """Every permission the operator's code asks for, with where (module.method) it does."""
     needs: dict[Need, set[str]] = {}
-    for path in sorted(CONTROLLER.glob("*.py")):
+    for path in sorted(CONTROLLER.rglob("*.py")):
         source = path.read_text()
         classes = [getattr(client, name) for name in set(re.findall(r"client\.(\w+Api)\(", source))]
         for name in sorted(set(re.findall(r"\.([a-z][a-z0-9_]+)\b", source))):
@@ -103,7 +103,7 @@ def code_needs() -> dict[Need, set[str]]:
                 needs.setdefault(need, set()).add(f"{path.stem}.{name}")
     import kopf
 
-    from phalanx.controller import handlers
+    from phalanx.controller.watch import handlers
 
     assert handlers.runtime is not None
     for handler in kopf.get_default_registry()._watching.get_all_handlers():

@@ -18,16 +18,16 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
 from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.events import EventRecorder
-from phalanx.controller.health import Health
-from phalanx.controller.httpserver import HttpServer
-from phalanx.controller.kube import Kube, retrying
-from phalanx.controller.leader import KubeLeaseStore, LeaderElector, Timing
-from phalanx.controller.relist import JOBS, NODES, POD_GROUPS, PODS, WORKLOADS, Lister, Relister
-from phalanx.controller.scheduler import Scheduler
-from phalanx.controller.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
-from phalanx.controller.webhook_tls import WebhookTLS
+from phalanx.controller.apply.events import EventRecorder
+from phalanx.controller.apply.kube import Kube, retrying
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import Scheduler
+from phalanx.controller.process.health import Health
+from phalanx.controller.process.httpserver import HttpServer
+from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
+from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
+from phalanx.controller.process.webhook_tls import WebhookTLS
+from phalanx.controller.watch.relist import JOBS, NODES, POD_GROUPS, PODS, WORKLOADS, Lister, Relister
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from phalanx.api.group import COMPOSITE_POD_GROUPS
-from phalanx.controller.cache import ClusterCache
+from phalanx.controller.cache.store import ClusterCache
 
 log = logging.getLogger("phalanx.relist")
 

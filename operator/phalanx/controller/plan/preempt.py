@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from phalanx.api.status import Reservation
-from phalanx.controller.actions import Action, EvictPod, PostEvent, SuspendJob
-from phalanx.controller.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
-from phalanx.controller.status import PREEMPTED_PREFIX
+from phalanx.controller.model.actions import Action, EvictPod, PostEvent, SuspendJob
+from phalanx.controller.model.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
+from phalanx.controller.plan.status import PREEMPTED_PREFIX
 from phalanx.placement import Candidate, Preemption, VictimGroup
 
 RESERVATION_SECONDS = 120.0  # how long freed room is held for a preemptor that is not admitted

@@ -15,7 +15,7 @@ from phalanx.api.podgroup import PodGroup
 from phalanx.api.status import Admission, GroupStatus
 from phalanx.api.topology import TopologyStatus
 from phalanx.api.workload import Workload
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.model.refs import ObjectRef
 
 EventType = Literal["Normal", "Warning"]
 RequeueCause = Literal["preempted", "below-min-count", "unbindable"]

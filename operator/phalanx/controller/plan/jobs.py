@@ -28,8 +28,7 @@ from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, Preemp
 from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
 from phalanx.api.suggest import closest
 from phalanx.api.workload import Workload
-from phalanx.controller import status as st
-from phalanx.controller.actions import (
+from phalanx.controller.model.actions import (
     Action,
     CreatePodGroup,
     CreateWorkload,
@@ -48,7 +47,24 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.plan_composite import (
+from phalanx.controller.model.records import (
+    CompositePodGroupRecord,
+    JobRecord,
+    PodGroupRecord,
+    PodRecord,
+    PriorityClassRecord,
+)
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.plan import status as st
+from phalanx.controller.plan.preempt import (
+    GroupOfJob,
+    Victims,
+    actuate,
+    reservation_active,
+    reserved_usage,
+)
+from phalanx.controller.plan.slices import kept_slices, schedule_sliced_job
+from phalanx.controller.plan.trees import (
     REQUEUED_BELOW_MIN_COUNT,
     REQUEUED_UNBINDABLE,
     TreeState,
@@ -57,22 +73,6 @@ from phalanx.controller.plan_composite import (
     schedule_tree,
     still_fit,
 )
-from phalanx.controller.plan_slices import kept_slices, schedule_sliced_job
-from phalanx.controller.preempt import (
-    GroupOfJob,
-    Victims,
-    actuate,
-    reservation_active,
-    reserved_usage,
-)
-from phalanx.controller.records import (
-    CompositePodGroupRecord,
-    JobRecord,
-    PodGroupRecord,
-    PodRecord,
-    PriorityClassRecord,
-)
-from phalanx.controller.refs import ObjectRef
 from phalanx.placement import (
     Admit,
     Diagnosis,

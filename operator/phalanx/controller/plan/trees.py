@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.status import Admission, Assignment, GroupStatus
-from phalanx.controller import status as st
-from phalanx.controller.actions import (
+from phalanx.controller.model.actions import (
     Action,
     EventType,
     GroupPlan,
@@ -38,8 +37,9 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.model.records import CompositePodGroupRecord, JobRecord, PodGroupRecord, PodRecord
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.plan import status as st
 from phalanx.placement import (
     Admit,
     CompositeAdmit,
@@ -57,7 +57,7 @@ from phalanx.placement import (
 from phalanx.placement.model import PODS
 
 if TYPE_CHECKING:
-    from phalanx.controller.plan import _Pass
+    from phalanx.controller.plan.jobs import _Pass
 
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused

@@ -20,8 +20,8 @@ import threading
 
 import kopf
 
-from phalanx.controller import logs
-from phalanx.controller.settings import Settings
+from phalanx.controller.process import logs
+from phalanx.controller.process.settings import Settings
 
 log = logging.getLogger("phalanx.main")
 
@@ -56,7 +56,7 @@ def run_operator(settings: Settings) -> int:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
     logs.configure(settings.log_format, settings.verbose)
-    from phalanx.controller import handlers  # registers the handlers
+    from phalanx.controller.watch import handlers  # registers the handlers
 
     handlers.runtime.configure(settings)
     return asyncio.run(operate())

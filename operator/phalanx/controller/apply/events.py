@@ -20,8 +20,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.controller.kube import MERGE_PATCH, now_rfc3339, retrying
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, retrying
+from phalanx.controller.model.refs import ObjectRef
 
 log = logging.getLogger("phalanx.events")
 

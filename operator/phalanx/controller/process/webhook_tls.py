@@ -43,7 +43,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
-from phalanx.controller.kube import retrying
+from phalanx.controller.apply.kube import retrying
 
 log = logging.getLogger("phalanx.webhook_tls")
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from phalanx.controller.csi import (
+from phalanx.controller.cache.csi import (
     AttachmentRecord,
     CapacityRecord,
     CSIDriverRecord,

@@ -31,7 +31,10 @@ from phalanx.api.group import (
     WORKLOADS,
 )
 from phalanx.controller import metrics
-from phalanx.controller.actions import (
+from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import (
     CONCURRENT,
     Action,
     CreateCompositePodGroup,
@@ -53,11 +56,8 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
-from phalanx.controller.kube import Kube
-from phalanx.controller.refs import ObjectRef
-from phalanx.controller.status import status_patch
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.plan.status import status_patch
 
 log = logging.getLogger("phalanx.apply")
 

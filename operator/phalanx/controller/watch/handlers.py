@@ -20,9 +20,9 @@ from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
-from phalanx.controller.runtime import Runtime
-from phalanx.controller.runtime import login as runtime_login
-from phalanx.controller.topology import label_conflicts
+from phalanx.controller.model.topology import label_conflicts
+from phalanx.controller.process.runtime import Runtime
+from phalanx.controller.process.runtime import login as runtime_login
 
 log = logging.getLogger("phalanx.handlers")
 WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>

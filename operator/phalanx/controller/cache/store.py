@@ -26,7 +26,8 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
-from phalanx.controller.records import (
+from phalanx.controller.cache.volumes import VolumeCatalog
+from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     JobRecord,
     PodGroupRecord,
@@ -34,8 +35,7 @@ from phalanx.controller.records import (
     PriorityClassRecord,
     WorkloadRecord,
 )
-from phalanx.controller.topology import TopologyIndex, TopologyRecord
-from phalanx.controller.volumes import VolumeCatalog
+from phalanx.controller.model.topology import TopologyIndex, TopologyRecord
 from phalanx.placement import ClaimInfo, LiveSnapshot, NodeInfo, Snapshot
 
 log = logging.getLogger("phalanx.cache")

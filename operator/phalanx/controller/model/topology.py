@@ -18,8 +18,8 @@ from phalanx.api import conditions as c
 from phalanx.api.conditions import Condition
 from phalanx.api.group import API_VERSION, TOPOLOGY_KIND
 from phalanx.api.topology import ACTIVE, REASON_ACTIVE, REASON_LABEL_CONFLICT, TopologySpec, TopologyStatus
-from phalanx.controller.actions import GroupPlan, PatchTopologyStatus
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.model.actions import GroupPlan, PatchTopologyStatus
+from phalanx.controller.model.refs import ObjectRef
 from phalanx.placement import NodeInfo
 
 GROUP_KEY_PREFIX = "Topology/"  # a plan key no Job can have (namespaces are lower case)

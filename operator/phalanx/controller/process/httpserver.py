@@ -7,8 +7,8 @@ import logging
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from phalanx.controller.health import Health, Verdict
 from phalanx.controller.metrics import REGISTRY
+from phalanx.controller.process.health import Health, Verdict
 
 log = logging.getLogger("phalanx.http")
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from phalanx.controller import metrics
-from phalanx.controller.apply import Applier, Backoff, EventSink, GroupResult
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.kube import Kube
-from phalanx.controller.plan import ClusterState, JobState, Plan, plan
-from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
-from phalanx.controller.records import PodGroupRecord
-from phalanx.controller.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
+from phalanx.controller.apply.applier import Applier, Backoff, EventSink, GroupResult
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.records import PodGroupRecord
+from phalanx.controller.model.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
+from phalanx.controller.plan.jobs import ClusterState, JobState, Plan, plan
+from phalanx.controller.plan.trees import hand_made_pods, hand_made_trees
 
 log = logging.getLogger("phalanx.scheduler")
 

@@ -17,7 +17,7 @@ from phalanx.api.job_layout import REQUIRED, JobLayout
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.scheduling import PreemptionPolicy
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
-from phalanx.controller.actions import (
+from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
     CreatePodGroup,
@@ -28,11 +28,11 @@ from phalanx.controller.actions import (
     ReleasePod,
     ResumeJob,
 )
-from phalanx.controller.plan_composite import LeafState, TreeState, schedule_tree
-from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
+from phalanx.controller.plan.trees import LeafState, TreeState, schedule_tree
 
 if TYPE_CHECKING:
-    from phalanx.controller.plan import JobState, _Pass
+    from phalanx.controller.plan.jobs import JobState, _Pass
 
 
 def kept_slices(state: JobState) -> tuple[JobState, str]:

@@ -29,7 +29,7 @@ from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import SchedulingConstraints
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.model.refs import ObjectRef
 from phalanx.placement import (
     NO_TRAITS,
     BoundPod,
