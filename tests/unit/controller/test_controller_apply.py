@@ -18,7 +18,7 @@ from phalanx.api.status import Admission, Assignment
 from phalanx.controller.apply.applier import Applier, Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.model.actions import GroupPlan, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
 
 
@@ -73,7 +73,7 @@ class Events:
         self.posted.append((involved, type_, reason, message))
 
 
-def admission_plan(namespace: str, pods: int = 2) -> GroupPlan:
+def admission_plan(namespace: str, pods: int = 2) -> UnitPlan:
     group = ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", namespace, "pg", "u")
     job = ObjectRef("batch/v1", "Job", namespace, "train", "j")
     admission = Admission(
@@ -87,7 +87,7 @@ def admission_plan(namespace: str, pods: int = 2) -> GroupPlan:
         *(ReleasePod(ObjectRef("v1", "Pod", namespace, f"p{i}"), f"n{i}", "pg") for i in range(pods)),
         PostEvent(job, "Normal", "Admitted", "admitted"),
     )
-    return GroupPlan(f"{namespace}/train", actions, job, pods)
+    return UnitPlan(f"{namespace}/train", actions, job, pods)
 
 
 def applier(kube: RecordingKube, clock: list[float]) -> tuple[Applier, ClusterCache, Events]:

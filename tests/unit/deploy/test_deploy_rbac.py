@@ -101,12 +101,9 @@ def code_needs() -> dict[Need, set[str]]:
             assert len(owners) == 1, f"{path.name}: {name} is ambiguous between {owners}"
             for need in need_of(*endpoint(owners[0], name)):
                 needs.setdefault(need, set()).add(f"{path.stem}.{name}")
-    import kopf
+    from phalanx.controller.process.runtime import Runtime
 
-    from phalanx.controller.watch import handlers
-
-    assert handlers.runtime is not None
-    for handler in kopf.get_default_registry()._watching.get_all_handlers():
+    for handler in Runtime().registry()._watching.get_all_handlers():
         selector = handler.selector
         resource = selector.plural or selector.any_name
         for verb in ("list", "watch"):

@@ -27,13 +27,15 @@ from phalanx.api.group import (
     POD_GROUP_KIND,
     POD_GROUPS,
     TOPOLOGIES,
+    TOPOLOGY_KIND,
     WORKLOAD_KIND,
     WORKLOADS,
 )
+from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller import metrics
 from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 from phalanx.controller.apply.kube import Kube
-from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.cache.store import POD, ClusterCache
 from phalanx.controller.model.actions import (
     CONCURRENT,
     Action,
@@ -43,7 +45,6 @@ from phalanx.controller.model.actions import (
     DeleteObject,
     EventType,
     EvictPod,
-    GroupPlan,
     LabelPod,
     PatchMinCount,
     PatchStatus,
@@ -55,9 +56,9 @@ from phalanx.controller.model.actions import (
     ResumeJob,
     SuspendJob,
     UngatePod,
+    UnitPlan,
 )
 from phalanx.controller.model.refs import ObjectRef
-from phalanx.controller.plan.status import status_patch
 
 log = logging.getLogger("phalanx.apply")
 
@@ -133,7 +134,7 @@ def describe(action: Action) -> str:
             return f"creating CompositePodGroup {g.metadata.get('name')}"
         case PatchMinCount(pod_group=g, min_count=n):
             return f"setting minCount {n} on PodGroup {g.name}"
-        case RecordAdmission(pod_group=g):
+        case RecordAdmission(group=g):
             return f"recording the admission on {g.kind} {g.name}"
         case ReleasePod(pod=p, node=n):
             return f"releasing pod {p.name} to node {n}"
@@ -141,7 +142,7 @@ def describe(action: Action) -> str:
             return f"labelling pod {p.name}"
         case UngatePod(pod=p):
             return f"removing the gate of pod {p.name}"
-        case PatchStatus(pod_group=g):
+        case PatchStatus(group=g):
             return f"writing the status of {g.kind} {g.name}"
         case PatchTopologyStatus(topology=t):
             return f"writing the status of Topology {t.name}"
@@ -208,12 +209,12 @@ class Applier:
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
-    async def apply(self, groups: Sequence[GroupPlan]) -> list[GroupResult]:
+    async def apply(self, groups: Sequence[UnitPlan]) -> list[GroupResult]:
         results = await asyncio.gather(*(self._group(g) for g in groups))
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return list(results)
 
-    async def _group(self, group: GroupPlan) -> GroupResult:
+    async def _group(self, group: UnitPlan) -> GroupResult:
         async with self._limit:
             for run in _runs(group.actions):
                 if isinstance(run[0], ReleasePod):
@@ -228,7 +229,7 @@ class Applier:
             self._observe(group)
             return GroupResult(group.key, True)
 
-    def _observe(self, group: GroupPlan) -> None:
+    def _observe(self, group: UnitPlan) -> None:
         if group.admitted_pods:
             metrics.ADMISSIONS.labels("Gang").inc()
             metrics.PODS_RELEASED.inc(group.admitted_pods)
@@ -246,18 +247,18 @@ class Applier:
             if any(isinstance(a, EvictPod) for a in group.actions):
                 metrics.PREEMPTIONS.labels("partial").inc()
 
-    async def _failed(self, group: GroupPlan, action: Action, error: BaseException) -> GroupResult:
+    async def _failed(self, group: UnitPlan, action: Action, error: BaseException) -> GroupResult:
         name = type(action).__name__
         metrics.APPLY_FAILURES.labels(name).inc()
         delay = self.backoff.failed(group.key)
         text = error_text(error)
         what = describe(action)
         log.warning("%s: %s failed: %s; retrying in %.1f s", group.key, what, text, delay)
-        if group.job is not None and not isinstance(action, PostEvent):
+        if group.owner is not None and not isinstance(action, PostEvent):
             creating = isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup)
             reason = "FailedCreate" if creating else "FailedSync"
             await self._post(
-                group.job, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
+                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
             )
         return GroupResult(group.key, False, name, text, delay)
 
@@ -279,16 +280,16 @@ class Applier:
 
     def _upsert_group(self, ref: ObjectRef, body: dict[str, Any]) -> None:
         if ref.kind == COMPOSITE_POD_GROUP_KIND:
-            self.cache.upsert_composite_pod_group(body, own_write=True)
+            self.cache.upsert(COMPOSITE_POD_GROUP_KIND, body, own_write=True)
         else:
-            self.cache.upsert_pod_group(body, own_write=True)
+            self.cache.upsert(POD_GROUP_KIND, body, own_write=True)
 
     async def _one(self, action: Action) -> None:
         cache, kube = self.cache, self.kube
         match action:
             case CreateWorkload(workload=workload):
                 created = await kube.create_object(WORKLOADS, workload.to_api())
-                cache.upsert_workload(created, own_write=True)
+                cache.upsert(WORKLOAD_KIND, created, own_write=True)
             case CreatePodGroup(pod_group=pod_group, workload=workload_name):
                 body = pod_group.to_api()
                 namespace = str(body["metadata"].get("namespace", ""))
@@ -304,16 +305,16 @@ class Applier:
                         }
                     )
                 created = await kube.create_object(POD_GROUPS, body)
-                cache.upsert_pod_group(created, own_write=True)
+                cache.upsert(POD_GROUP_KIND, created, own_write=True)
             case CreateCompositePodGroup(group=composite):
                 created = await kube.create_object(COMPOSITE_POD_GROUPS, composite.to_api())
-                cache.upsert_composite_pod_group(created, own_write=True)
+                cache.upsert(COMPOSITE_POD_GROUP_KIND, created, own_write=True)
             case PatchMinCount(pod_group=ref, min_count=count):
                 patched = await kube.patch_spec(
                     POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
                 )
-                cache.upsert_pod_group(patched, own_write=True)
-            case RecordAdmission(pod_group=ref, admission=admission, resource_version=version):
+                cache.upsert(POD_GROUP_KIND, patched, own_write=True)
+            case RecordAdmission(group=ref, admission=admission, resource_version=version):
                 try:
                     patched = await kube.patch_status(
                         _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
@@ -328,17 +329,17 @@ class Applier:
                 async with self.faults.release_slot():
                     released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
                     if released is not None:  # None: the pod is gone, nothing to release
-                        cache.upsert_pod(released, own_write=True)
+                        cache.upsert(POD, released, own_write=True)
                     self.faults.reached(AFTER_RELEASES)
             case UngatePod(pod=pod):
                 ungated = await kube.ungate_pod(pod.namespace, pod.name)
                 if ungated is not None:
-                    cache.upsert_pod(ungated, own_write=True)
+                    cache.upsert(POD, ungated, own_write=True)
             case LabelPod(pod=pod, pod_group=group_name):
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:
-                    cache.upsert_pod(labelled, own_write=True)
-            case PatchStatus(pod_group=ref, status=status):
+                    cache.upsert(POD, labelled, own_write=True)
+            case PatchStatus(group=ref, status=status):
                 self.faults.reached(BEFORE_STATUS)
                 patched = await kube.patch_status(
                     _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
@@ -346,7 +347,7 @@ class Applier:
                 self._upsert_group(ref, patched)
             case PatchTopologyStatus(topology=ref, status=topology_status):
                 written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
-                cache.upsert_topology(written, own_write=True)
+                cache.upsert(TOPOLOGY_KIND, written, own_write=True)
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
                 await self._post(self._resolved(involved), type_, reason, message)
             case RememberAnnounced(key=key, message=message):
@@ -354,12 +355,7 @@ class Applier:
             case DeleteObject(target=target):
                 plural = WORKLOADS if target.kind == WORKLOAD_KIND else _plural(target)
                 await kube.delete_object(plural, target.namespace, target.name)
-                if target.kind == WORKLOAD_KIND:
-                    cache.delete_workload(target.namespace, target.name)
-                elif target.kind == COMPOSITE_POD_GROUP_KIND:
-                    cache.delete_composite_pod_group(target.namespace, target.name)
-                else:
-                    cache.delete_pod_group(target.namespace, target.name)
+                cache.delete(target.kind, {"metadata": {"namespace": target.namespace, "name": target.name}})
             case EvictPod(pod=pod, reason=reason, message=message):
                 if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
                     cache.eviction_blocked(pod.key)
@@ -371,7 +367,7 @@ class Applier:
                     {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"suspend": True}},
                 )
                 if suspended is not None:
-                    cache.upsert_job(suspended, own_write=True)
+                    cache.upsert(job.kind, suspended, own_write=True)
             case ResumeJob(job=job):
                 resumed = await kube.patch_job(
                     job.namespace,
@@ -382,6 +378,19 @@ class Applier:
                     },
                 )
                 if resumed is not None:
-                    cache.upsert_job(resumed, own_write=True)
+                    cache.upsert(job.kind, resumed, own_write=True)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
+
+
+def status_patch(status: GroupStatus) -> dict[str, Any]:
+    """A merge patch that makes the status exactly `status` (unset fields are cleared)."""
+    body = status.to_api()
+    for name in STATUS_FIELDS:
+        alias = PodGroupStatus.model_fields[name].alias or name
+        body.setdefault(alias, None)
+    return {"status": body}
+
+
+# A status patch replaces these whole; a None among them is written as null (cleared).
+STATUS_FIELDS = tuple(PodGroupStatus.model_fields)

@@ -14,15 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.controller.model.records import meta_of
 from phalanx.placement import NodeSelectorRequirement, NodeSelectorTerm, QuantityError, parse_quantity
 from phalanx.placement.filters import requirement_is_valid
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
-
-
-def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = body.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def quantity_value(raw: Any) -> int | None:
@@ -51,7 +47,7 @@ class CSINodeRecord:
             count = ((raw or {}).get("allocatable") or {}).get("count")
             if isinstance(count, int):
                 limits.append((name, count))
-        return cls(str(_meta(body).get("name") or ""), frozenset(drivers), tuple(sorted(limits)))
+        return cls(str(meta_of(body).get("name") or ""), frozenset(drivers), tuple(sorted(limits)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +61,7 @@ class AttachmentRecord:
     def from_body(cls, body: Mapping[str, Any]) -> AttachmentRecord:
         spec = body.get("spec") or {}
         return cls(
-            name=str(_meta(body).get("name") or ""),
+            name=str(meta_of(body).get("name") or ""),
             node=str(spec.get("nodeName") or ""),
             attacher=str(spec.get("attacher") or ""),
             volume=str((spec.get("source") or {}).get("persistentVolumeName") or ""),
@@ -82,7 +78,7 @@ class CSIDriverRecord:
     def from_body(cls, body: Mapping[str, Any]) -> CSIDriverRecord:
         spec = body.get("spec") or {}
         return cls(
-            name=str(_meta(body).get("name") or ""),
+            name=str(meta_of(body).get("name") or ""),
             storage_capacity=spec.get("storageCapacity") is True,
             prevent_if_missing=spec.get("preventPodSchedulingIfMissing") is True,
         )
@@ -98,7 +94,7 @@ class CapacityRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> CapacityRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         maximum = quantity_value(body.get("maximumVolumeSize"))
         term, everywhere = _topology(body.get("nodeTopology"))
         return cls(

@@ -1,16 +1,16 @@
-"""The cluster as Phalanx sees it: typed records of nodes, pods, managed Jobs, our objects, priorities.
+"""The cluster as Phalanx sees it: typed records of every watched kind, parsed once, indexed for planning.
 
 Fed by watch events and by our own writes (write-through, so a pass never acts on a view older than
-what it just did). `resourceVersion` is opaque: a write of ours is tracked as an *expectation* (the
-version the API answered), and watch events of that object are taken as older than our write until
-the event carrying that version arrives (a watch delivers an object's versions in order). An
-expectation that is never met (the watch was re-listed past it) lapses after a while, and the newest
-event held back meanwhile is applied then.
+what it just did), through two entry points for every kind: `upsert(kind, body)` and `delete(kind, body)`
+(kinds are named as in watch/watched.py). Our writes are tracked as expectations (expectations.py).
 
 A pass is woken (`changed`) only when a record changed in a way that can change a decision: records
 compare without their resourceVersion, and a pod record keeps only what placement and status read.
 Our own writes do not wake it: the pass that made them already planned with their outcome.
 The placement snapshot is kept up to date incrementally (`LiveSnapshot`), not rebuilt per pass.
+
+The cache is the kinds' `ClusterView` (kinds/base.py): owners with what Phalanx made for them and their
+pods, hand-made groups and the pods that join them.
 """
 
 from __future__ import annotations
@@ -19,122 +19,99 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
+from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
 from phalanx.controller.cache.volumes import VolumeCatalog
+from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.kinds.base import OwnerKind, OwnerState
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
-    JobRecord,
     PodGroupRecord,
     PodRecord,
     PriorityClassRecord,
     WorkloadRecord,
 )
 from phalanx.controller.model.topology import TopologyIndex, TopologyRecord
-from phalanx.placement import ClaimInfo, LiveSnapshot, NodeInfo, Snapshot
+from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
 
 log = logging.getLogger("phalanx.cache")
 
-EXPECTATION_TTL_SECONDS = 30.0  # how long a write of ours masks watch events older than it
 EVICTION_BLOCK_SECONDS = 30.0  # how long a pod a budget protected is left out of victim choices
-R = TypeVar("R")
-S = TypeVar("S", PodGroupRecord, WorkloadRecord, CompositePodGroupRecord)
+
+NODE, POD, PRIORITY_CLASS = "Node", "Pod", "PriorityClass"
+POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Workload", "Topology"
+CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
+CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
+GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
 
 
-@dataclass
-class _Expectation:
-    resource_version: str
-    deadline: float
-    reflects: Callable[[Mapping[str, Any]], bool] | None = None  # does an object already carry our write?
-    held_back: Mapping[str, Any] | None = None  # the newest event masked meanwhile
+def key_of(body: Mapping[str, Any]) -> str:
+    """`namespace/name`, or `name` for a cluster-scoped object."""
+    meta = body.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
 
 
-@dataclass
-class Expectations:
-    """Writes of ours the watch has not shown yet, by (kind, namespace/name)."""
-
-    clock: Callable[[], float] = time.monotonic
-    ttl: float = EXPECTATION_TTL_SECONDS
-    pending: dict[tuple[str, str], _Expectation] = field(default_factory=dict)
-
-    def wrote(
-        self,
-        kind: str,
-        key: str,
-        resource_version: str,
-        reflects: Callable[[Mapping[str, Any]], bool] | None = None,
-    ) -> None:
-        """`reflects` tells a later version from an older one by content: a watch may skip versions
-        (Kopf hands handlers the newest state of an object, not each version), so the event with our
-        exact version may never come; one that already carries what we wrote is not older."""
-        if resource_version:
-            self.pending[(kind, key)] = _Expectation(resource_version, self.clock() + self.ttl, reflects)
-
-    def admit(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
-        """Whether a watch event's object may replace what the cache holds."""
-        expected = self.pending.get((kind, key))
-        if expected is None:
-            return True
-        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        if version == expected.resource_version or (
-            expected.reflects is not None and expected.reflects(body)
-        ):
-            del self.pending[(kind, key)]
-            return True
-        expected.held_back = body  # older than our write, or a re-list past it: decided on expiry
-        return False
-
-    def forget(self, kind: str, key: str) -> None:
-        self.pending.pop((kind, key), None)
-
-    def expired(self) -> list[tuple[str, Mapping[str, Any]]]:
-        """Lapsed expectations' held-back events, to apply now (the newest one seen wins)."""
-        now = self.clock()
-        out: list[tuple[str, Mapping[str, Any]]] = []
-        for (kind, key), expected in list(self.pending.items()):
-            if expected.deadline <= now:
-                del self.pending[(kind, key)]
-                if expected.held_back is not None:
-                    out.append((kind, expected.held_back))
-        return out
+def _version(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
 
-class _Store(Generic[R]):
-    """Records by namespace/name, plus an index by owning Job uid."""
+class Owned:
+    """Records of one of our kinds (PodGroups, CompositePodGroups, Workloads) by key, and by owner uid."""
 
     def __init__(self) -> None:
-        self.items: dict[str, R] = {}
-        self.by_job: dict[str, str] = {}
+        self.items: dict[str, Any] = {}
+        self.by_owner: dict[str, set[str]] = defaultdict(set)
 
-    def get(self, key: str) -> R | None:
+    def get(self, key: str) -> Any:
         return self.items.get(key)
 
-    def of_job(self, job_uid: str) -> R | None:
-        key = self.by_job.get(job_uid)
-        return self.items.get(key) if key else None
+    def of_owner(self, uid: str) -> list[Any]:
+        return [self.items[k] for k in sorted(self.by_owner.get(uid, ())) if k in self.items]
 
+    def put(self, record: GroupRecord) -> bool:
+        old = self.items.get(record.key)
+        if old is not None and old.owner_uid != record.owner_uid:
+            self._unindex(old)
+        self.items[record.key] = record
+        if record.owner_uid:
+            self.by_owner[record.owner_uid].add(record.key)
+        return old != record
 
-POD, JOB, POD_GROUP, WORKLOAD, TOPOLOGY = "Pod", "Job", "PodGroup", "Workload", "Topology"
-COMPOSITE = "CompositePodGroup"
+    def pop(self, key: str) -> Any:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def _unindex(self, old: GroupRecord) -> None:
+        keys = self.by_owner.get(old.owner_uid)
+        if keys is not None:
+            keys.discard(old.key)
+            if not keys:
+                del self.by_owner[old.owner_uid]
 
 
 class ClusterCache:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, kinds: Iterable[OwnerKind] = OWNER_KINDS
+    ) -> None:
+        self.kinds: dict[str, OwnerKind] = {k.name: k for k in kinds}
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
-        self.jobs: dict[str, JobRecord] = {}  # by uid
-        self.pod_groups: _Store[PodGroupRecord] = _Store()
-        self.workloads: _Store[WorkloadRecord] = _Store()
-        # by namespace/name; by_job: the root of a Job's slices
-        self.composite_pod_groups: _Store[CompositePodGroupRecord] = _Store()
+        self.owners: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}  # kind -> uid -> record
+        self._owner_uids: dict[str, dict[str, str]] = {k: {} for k in self.kinds}  # kind -> key -> uid
+        self.pods_by_owner: dict[tuple[str, str], set[str]] = defaultdict(set)  # (kind, uid) -> pod keys
+        self.pod_groups = Owned()
+        self.composite_pod_groups = Owned()
+        self.workloads = Owned()
         self.priority_classes: dict[str, PriorityClassRecord] = {}
-        self.pods_by_job: dict[str, set[str]] = defaultdict(set)
-        # Pods no Job made that join a PodGroup by label, by "<namespace>/<label value>".
+        # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
         # Which Topology each node label belongs to: `topology_index.levels_for(key)` for placement.
@@ -145,12 +122,75 @@ class ClusterCache:
         self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
         self.changed = asyncio.Event()
         self.generation = 0  # bumps on any change that can alter a decision
-        # "<Job uid>/<what>" -> the message already announced (one event per change, not per pass).
+        # "<owner uid>/<what>" -> the message already announced (one event per change, not per pass).
         self.announced: dict[str, str] = {}
         # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
         self.blocked_evictions: dict[str, float] = {}
         self._clock = clock
 
+    # ------------------------------------------------------------------ the two entry points
+    def upsert(self, kind: str, body: Mapping[str, Any], *, own_write: bool = False) -> None:
+        """A watch event's object (or, with `own_write`, the API's answer to a write of ours)."""
+        if kind in self.kinds:
+            self._upsert_owner(self.kinds[kind], body, own_write)
+        elif kind == POD:
+            self._upsert_pod(body, own_write)
+        elif kind in (POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY):
+            self._upsert_written(kind, body, own_write)
+        elif kind == NODE:
+            self._upsert_node(body)
+        elif kind == PRIORITY_CLASS:
+            self._upsert_priority_class(body)
+        else:
+            self._volume_event(kind, body, deleted=False)
+
+    def delete(self, kind: str, body: Mapping[str, Any]) -> None:
+        """A DELETED watch event's object (its metadata is enough), or the answer to our delete."""
+        key = key_of(body)
+        if kind in self.kinds:
+            uid = uid_of(body) or self._owner_uids[kind].get(key, "")
+            self._delete_owner(kind, uid)
+        elif kind == POD:
+            self._delete_pod(key, uid_of(body))
+        elif kind in (POD_GROUP, COMPOSITE, WORKLOAD):
+            self._delete_owned(kind, key)
+        elif kind == TOPOLOGY:
+            self.expectations.forget(TOPOLOGY, key)
+            if self.topologies.pop(key, None) is not None:
+                self.topology_index = TopologyIndex.build(self.topologies.values())
+                self._touch()
+        elif kind == NODE:
+            if self.nodes.pop(key, None) is not None:
+                self.node_labels_generation += 1
+                self.live.remove_node(key)
+                self._touch()
+        elif kind == PRIORITY_CLASS:
+            if self.priority_classes.pop(key, None) is not None:
+                self._touch()
+        else:
+            self._volume_event(kind, body, deleted=True)
+
+    def records(self, kind: str) -> set[tuple[str, str]]:
+        """(key, uid) of every record of `kind` the cache holds (nodes have no uid here): the Relister's
+        view of what might have been deleted while a watch was away."""
+        if kind in self.kinds:
+            return {(key, uid) for key, uid in self._owner_uids[kind].items()}
+        stores: dict[str, Mapping[str, Any]] = {
+            POD: self.pods,
+            POD_GROUP: self.pod_groups.items,
+            COMPOSITE: self.composite_pod_groups.items,
+            WORKLOAD: self.workloads.items,
+            TOPOLOGY: self.topologies,
+        }
+        if kind in stores:
+            return {(key, str(r.uid)) for key, r in stores[kind].items()}
+        if kind == NODE:
+            return {(name, "") for name in self.nodes}
+        if kind == PRIORITY_CLASS:
+            return {(name, "") for name in self.priority_classes}
+        return {(key, "") for key in self.volumes.keys(kind)}
+
+    # ------------------------------------------------------------------ passes
     def _touch(self, wake: bool = True) -> None:
         self.generation += 1
         if wake:
@@ -162,35 +202,31 @@ class ClusterCache:
     def settle_expectations(self) -> None:
         """Apply the held-back events of expectations that lapsed (called before each pass)."""
         for kind, body in self.expectations.expired():
-            log.info("expectation for %s %s lapsed; applying the newest event", kind, _key(body))
-            self._apply(kind, body)
+            log.info("expectation for %s %s lapsed; applying the newest event", kind, key_of(body))
+            self.upsert(kind, body)
 
     def conflicted(self, kind: str, key: str) -> None:
         """A write of ours with a resourceVersion precondition got 409: the API holds a newer version than
         the cache. An event held back as older than an earlier write of ours is then newer (a later write of
         ours went through with its answer lost): apply it now, rather than conflict until the expectation
         lapses."""
-        expected = self.expectations.pending.pop((kind, key), None)
-        if expected is not None and expected.held_back is not None:
+        held_back = self.expectations.take(kind, key)
+        if held_back is not None:
             log.info("%s %s: a conflict shows the held-back event is newer; applying it", kind, key)
-            self._apply(kind, expected.held_back)
+            self.upsert(kind, held_back)
 
-    def _apply(self, kind: str, body: Mapping[str, Any]) -> None:
-        if kind == POD:
-            self._put_pod(PodRecord.from_body(body))
-        elif kind == POD_GROUP:
-            self._put_pod_group(body)
-        elif kind == WORKLOAD:
-            self._put_workload(WorkloadRecord.from_body(body))
-        elif kind == JOB:
-            self._put_job(JobRecord.from_body(body))
-        elif kind == TOPOLOGY:
-            self._put_topology(body)
-        elif kind == COMPOSITE:
-            self._put_composite(body)
+    def _admitted(
+        self, kind: str, key: str, body: Mapping[str, Any], own_write: bool, reflects: Reflects
+    ) -> bool:
+        """Whether the object goes into the cache: our own write always (remembered as an expectation); a
+        watch event unless it is older than a write of ours."""
+        if own_write:
+            self.expectations.wrote(kind, key, _version(body), reflects)
+            return True
+        return self.expectations.admit(kind, key, body)
 
-    # -- nodes
-    def upsert_node(self, body: Mapping[str, Any]) -> None:
+    # ------------------------------------------------------------------ nodes and priority classes
+    def _upsert_node(self, body: Mapping[str, Any]) -> None:
         info = node_info(body)
         old = self.nodes.get(info.name)
         if old != info:
@@ -200,31 +236,28 @@ class ClusterCache:
             self.live.upsert_node(info)
             self._touch()
 
-    def delete_node(self, name: str) -> None:
-        if self.nodes.pop(name, None) is not None:
-            self.node_labels_generation += 1
-            self.live.remove_node(name)
+    def _upsert_priority_class(self, body: Mapping[str, Any]) -> None:
+        record = PriorityClassRecord.from_body(body)
+        if self.priority_classes.get(record.name) != record:
+            self.priority_classes[record.name] = record
             self._touch()
 
-    # -- pods
-    def upsert_pod(self, body: Mapping[str, Any], *, own_write: bool = False) -> PodRecord | None:
-        key = _key(body)
+    # ------------------------------------------------------------------ pods
+    def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
         record = PodRecord.from_body(body)
-        if own_write:
-            self.expectations.wrote(POD, key, _version(body), _pod_reflects(record))
-        elif not self.expectations.admit(POD, key, body):
-            return self.pods.get(key)
-        return self._put_pod(record, wake=not own_write)
+        if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
+            self._put_pod(record, wake=not own_write)
 
-    def _put_pod(self, record: PodRecord, wake: bool = True) -> PodRecord:
+    def _pod_owners(self, pod: PodRecord) -> list[tuple[str, str]]:
+        return [(name, uid) for name, kind in self.kinds.items() if (uid := kind.pod_owner(pod))]
+
+    def _put_pod(self, record: PodRecord, wake: bool = True) -> None:
         old = self.pods.get(record.key)
-        if old is not None and old.job_uid and (old.uid != record.uid or old.job_uid != record.job_uid):
+        if old is not None:
             self._unindex_pod(old)
-        if old is not None and old.joins_group and old.joins_group != record.joins_group:
-            self._unindex_group_label(old)
         self.pods[record.key] = record
-        if record.job_uid:
-            self.pods_by_job[record.job_uid].add(record.key)
+        for owner in self._pod_owners(record):
+            self.pods_by_owner[owner].add(record.key)
         if record.joins_group:
             self.pods_by_group_label[f"{record.namespace}/{record.joins_group}"].add(record.key)
         if old != record:
@@ -234,72 +267,131 @@ class ClusterCache:
             elif old is not None and old.usage_node:
                 self.live.remove_pod(record.key)
             self._touch(wake)
-        return record
 
     def _unindex_pod(self, old: PodRecord) -> None:
-        keys = self.pods_by_job.get(old.job_uid)
-        if keys is not None:
-            keys.discard(old.key)
-            if not keys:
-                del self.pods_by_job[old.job_uid]
+        for owner in self._pod_owners(old):
+            keys = self.pods_by_owner.get(owner)
+            if keys is not None:
+                keys.discard(old.key)
+                if not keys:
+                    del self.pods_by_owner[owner]
+        if old.joins_group:
+            index = f"{old.namespace}/{old.joins_group}"
+            labelled = self.pods_by_group_label.get(index)
+            if labelled is not None:
+                labelled.discard(old.key)
+                if not labelled:
+                    del self.pods_by_group_label[index]
 
-    def _unindex_group_label(self, old: PodRecord) -> None:
-        index = f"{old.namespace}/{old.joins_group}"
-        keys = self.pods_by_group_label.get(index)
-        if keys is not None:
-            keys.discard(old.key)
-            if not keys:
-                del self.pods_by_group_label[index]
-
-    def group_label_pods(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
-        """Pods no Job made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""
-        for key in self.pods_by_group_label.get(f"{namespace}/{label_value}", ()):
-            pod = self.pods.get(key)
-            if pod is not None:
-                yield pod
-
-    def delete_pod(self, namespace: str, name: str, uid: str = "") -> None:
-        key = f"{namespace}/{name}"
+    def _delete_pod(self, key: str, uid: str = "") -> None:
         old = self.pods.get(key)
         if old is None or (uid and old.uid != uid):
             return
         self.expectations.forget(POD, key)
         del self.pods[key]
-        if old.job_uid:
-            self._unindex_pod(old)
-        if old.joins_group:
-            self._unindex_group_label(old)
+        self._unindex_pod(old)
         if old.usage_node:
             self.live.remove_pod(key)
         self._touch()
 
-    def job_pods(self, job_uid: str) -> Iterator[PodRecord]:
-        for key in self.pods_by_job.get(job_uid, ()):
+    def pods_of(self, kind: str, uid: str) -> Iterator[PodRecord]:
+        for key in self.pods_by_owner.get((kind, uid), ()):
             pod = self.pods.get(key)
             if pod is not None:
                 yield pod
 
-    # -- jobs
-    def upsert_job(self, body: Mapping[str, Any], *, own_write: bool = False) -> None:
-        """A managed Job, or one Phalanx still has to let go of (see _worth_keeping)."""
-        key = _key(body)
-        record = JobRecord.from_body(body)
-        if own_write:
-            self.expectations.wrote(JOB, key, _version(body), _job_reflects(record))
-        elif not self.expectations.admit(JOB, key, body):
-            return
-        self._put_job(record, wake=not own_write)
+    # ------------------------------------------------------------------ owners (Jobs, ...)
+    def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
+        record = kind.parse(body)
+        key = key_of(body)
+        if self._admitted(kind.name, key, body, own_write, _owner_reflects(kind, record)):
+            self._put_owner(kind, record, wake=not own_write)
 
-    def _put_job(self, record: JobRecord, wake: bool = True) -> None:
-        old = self.jobs.get(record.uid)
-        if not self._worth_keeping(record):
+    def _has_objects(self, uid: str) -> bool:
+        return any(
+            store.by_owner.get(uid) for store in (self.pod_groups, self.workloads, self.composite_pod_groups)
+        )
+
+    def _put_owner(self, kind: OwnerKind, record: Any, wake: bool = True) -> None:
+        owners = self.owners[kind.name]
+        old = owners.get(record.uid)
+        if not kind.worth_keeping(record, self._has_objects(record.uid)):
             if old is not None:
-                self.delete_job(record.uid)
+                self._delete_owner(kind.name, record.uid)
             return
-        self.jobs[record.uid] = record
+        key = f"{record.namespace}/{record.name}"
+        previous = self._owner_uids[kind.name].get(key)
+        if previous is not None and previous != record.uid:
+            self._delete_owner(kind.name, previous)  # deleted and made again under the same name
+        owners[record.uid] = record
+        self._owner_uids[kind.name][key] = record.uid
         if old != record:
             self._touch(wake)
 
+    def _delete_owner(self, kind: str, uid: str) -> None:
+        for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
+            del self.announced[key]
+        old = self.owners[kind].pop(uid, None)
+        if old is not None:
+            self._owner_uids[kind].pop(f"{old.namespace}/{old.name}", None)
+            self.expectations.forget(kind, f"{old.namespace}/{old.name}")
+            self._touch()
+
+    def _recheck_owner(self, uid: str) -> None:
+        """An object of ours is gone: an owner kept only to be let go of may go too."""
+        for name, kind in self.kinds.items():
+            record = self.owners[name].get(uid)
+            if record is not None and not kind.worth_keeping(record, self._has_objects(uid)):
+                self._delete_owner(name, uid)
+
+    # ------------------------------------------------------------------ our objects
+    def _store(self, kind: str) -> Owned:
+        return {POD_GROUP: self.pod_groups, COMPOSITE: self.composite_pod_groups, WORKLOAD: self.workloads}[
+            kind
+        ]
+
+    def _upsert_written(self, kind: str, body: Mapping[str, Any], own_write: bool) -> None:
+        key = key_of(body)
+        reflects = same_uid(body) if kind == WORKLOAD else status_reflects(body)
+        if not self._admitted(kind, key, body, own_write, reflects):
+            return
+        try:
+            record = _parse(kind, body)
+        except ValidationError as e:
+            # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
+            log.warning("ignoring %s %s: %s", kind, key, e.errors()[:3])
+            return
+        if kind == TOPOLOGY:
+            old = self.topologies.get(record.name)
+            self.topologies[record.name] = record
+            if old != record:
+                self.topology_index = TopologyIndex.build(self.topologies.values())
+                self._touch(not own_write)
+        elif self._store(kind).put(record):
+            self._touch(not own_write)
+
+    def _delete_owned(self, kind: str, key: str) -> None:
+        self.expectations.forget(kind, key)
+        old = self._store(kind).pop(key)
+        if old is not None:
+            self._recheck_owner(old.owner_uid)
+            self._touch()
+
+    # ------------------------------------------------------------------ volumes
+    def _volume_event(self, kind: str, body: Mapping[str, Any], *, deleted: bool) -> None:
+        """Claims, volumes, classes and CSI objects: a claim's resolution changes only when something the
+        volume filters read changed; changed claims and nodes go into the live snapshot."""
+        changes = self.volumes.event(kind, body, deleted=deleted)
+        for key, info in changes:
+            self.live.set_claim(key, info)
+        nodes = self.volumes.take_node_changes()
+        for name, csi in nodes:
+            self.live.set_csi_node(name, csi)
+        strict = self.live.set_strict_drivers(self.volumes.strict_drivers)
+        if changes or nodes or strict:
+            self._touch()
+
+    # ------------------------------------------------------------------ evictions
     def eviction_blocked(self, pod_key: str, seconds: float = EVICTION_BLOCK_SECONDS) -> None:
         self.blocked_evictions[pod_key] = self._clock() + seconds
 
@@ -310,211 +402,50 @@ class ClusterCache:
             del self.blocked_evictions[key]
         return frozenset(self.blocked_evictions)
 
-    def _worth_keeping(self, job: JobRecord) -> bool:
-        """Managed Jobs; and unmanaged ones Phalanx still has to let go of: objects of ours to delete, or
-        a template carrying our gate (label removed, or YAML copied from a gang Job) whose pods we ungate."""
-        if job.managed:
-            return True
-        if self.pod_groups.of_job(job.uid) is not None or self.workloads.of_job(job.uid) is not None:
-            return True
-        if self.composite_pod_groups.of_job(job.uid) is not None:  # a sliced Job's root
-            return True
-        return job.gated_template and not job.finished
+    # ------------------------------------------------------------------ ClusterView (kinds/base.py)
+    def owner_states(self, kind: str) -> Iterator[OwnerState]:
+        for uid, owner in self.owners.get(kind, {}).items():
+            workloads = self.workloads.of_owner(uid)
+            yield OwnerState(
+                owner=owner,
+                workload=workloads[0] if workloads else None,
+                pod_groups=tuple(self.pod_groups.of_owner(uid)),
+                composites=tuple(self.composite_pod_groups.of_owner(uid)),
+                pods=tuple(sorted(self.pods_of(kind, uid), key=lambda p: p.name)),
+            )
 
-    def delete_job(self, uid: str) -> None:
-        for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
-            del self.announced[key]
-        if self.jobs.pop(uid, None) is not None:
-            self._touch()
+    def unowned_groups(self) -> tuple[list[CompositePodGroupRecord], list[PodGroupRecord]]:
+        """Groups no owner kind of ours made (hand-made, or another controller's)."""
 
-    # -- our objects
-    def upsert_pod_group(self, body: Mapping[str, Any], *, own_write: bool = False) -> PodGroupRecord | None:
-        key = _key(body)
-        if own_write:
-            self.expectations.wrote(POD_GROUP, key, _version(body), _pod_group_reflects(body))
-        elif not self.expectations.admit(POD_GROUP, key, body):
-            return self.pod_groups.get(key)
-        return self._put_pod_group(body, wake=not own_write)
+        def mine(record: GroupRecord) -> bool:
+            return bool(record.owner_uid) and record.owner_kind in self.kinds
 
-    def _put_pod_group(self, body: Mapping[str, Any], wake: bool = True) -> PodGroupRecord | None:
-        try:
-            record = PodGroupRecord.from_body(body)
-        except ValidationError as e:
-            # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
-            log.warning("ignoring PodGroup %s: %s", _key(body), e.errors()[:3])
-            return None
-        # A Job's slices (groups under its CompositePodGroup) are found through their parent, not by Job.
-        return self._put(self.pod_groups, record, "" if record.parent else record.job_uid, wake)
+        composites = [g for g in self.composite_pod_groups.items.values() if not mine(g)]
+        groups = [g for g in self.pod_groups.items.values() if not mine(g)]
+        return composites, groups
 
-    def upsert_workload(self, body: Mapping[str, Any], *, own_write: bool = False) -> WorkloadRecord:
-        key = _key(body)
-        if own_write:
-            uid = str((body.get("metadata") or {}).get("uid") or "")
-            self.expectations.wrote(WORKLOAD, key, _version(body), lambda b: _uid(b) == uid)
-        elif not self.expectations.admit(WORKLOAD, key, body):
-            current = self.workloads.get(key)
-            if current is not None:
-                return current
-        return self._put_workload(WorkloadRecord.from_body(body), wake=not own_write)
-
-    def _put_workload(self, record: WorkloadRecord, wake: bool = True) -> WorkloadRecord:
-        return self._put(self.workloads, record, record.job_uid, wake)
-
-    def _put(self, store: _Store[S], record: S, job_uid: str, wake: bool = True) -> S:
-        key: str = record.key
-        old = store.items.get(key)
-        store.items[key] = record
-        if job_uid:
-            store.by_job[job_uid] = key
-        if old != record:
-            self._touch(wake)
-        return record
-
-    def upsert_composite_pod_group(
-        self, body: Mapping[str, Any], *, own_write: bool = False
-    ) -> CompositePodGroupRecord | None:
-        key = _key(body)
-        if own_write:
-            self.expectations.wrote(COMPOSITE, key, _version(body), _pod_group_reflects(body))
-        elif not self.expectations.admit(COMPOSITE, key, body):
-            return self.composite_pod_groups.get(key)
-        return self._put_composite(body, wake=not own_write)
-
-    def _put_composite(self, body: Mapping[str, Any], wake: bool = True) -> CompositePodGroupRecord | None:
-        try:
-            record = CompositePodGroupRecord.from_body(body)
-        except ValidationError as e:
-            log.warning("ignoring CompositePodGroup %s: %s", _key(body), e.errors()[:3])
-            return None
-        # Only a root is indexed by its Job: a Job's slices hang under one CompositePodGroup.
-        return self._put(self.composite_pod_groups, record, "" if record.parent else record.job_uid, wake)
-
-    def delete_composite_pod_group(self, namespace: str, name: str) -> None:
-        self._delete(self.composite_pod_groups, COMPOSITE, f"{namespace}/{name}")
-
-    def delete_pod_group(self, namespace: str, name: str) -> None:
-        self._delete(self.pod_groups, POD_GROUP, f"{namespace}/{name}")
-
-    def delete_workload(self, namespace: str, name: str) -> None:
-        self._delete(self.workloads, WORKLOAD, f"{namespace}/{name}")
-
-    def _delete(self, store: _Store[Any], kind: str, key: str) -> None:
-        self.expectations.forget(kind, key)
-        old = store.items.pop(key, None)
-        if old is not None:
-            if store.by_job.get(old.job_uid) == key:
-                del store.by_job[old.job_uid]
-            job = self.jobs.get(old.job_uid)
-            if job is not None and not self._worth_keeping(job):
-                self.delete_job(job.uid)
-            self._touch()
-
-    # -- topologies (cluster-scoped)
-    def upsert_topology(self, body: Mapping[str, Any], *, own_write: bool = False) -> TopologyRecord | None:
-        name = str((body.get("metadata") or {}).get("name") or "")
-        if own_write:
-            self.expectations.wrote(TOPOLOGY, name, _version(body), _topology_reflects(body))
-        elif not self.expectations.admit(TOPOLOGY, name, body):
-            return self.topologies.get(name)
-        return self._put_topology(body, wake=not own_write)
-
-    def _put_topology(self, body: Mapping[str, Any], wake: bool = True) -> TopologyRecord | None:
-        try:
-            record = TopologyRecord.from_body(body)
-        except ValidationError as e:
-            log.warning("ignoring Topology %s: %s", _key(body), e.errors()[:3])
-            return None
-        old = self.topologies.get(record.name)
-        self.topologies[record.name] = record
-        if old != record:
-            self.topology_index = TopologyIndex.build(self.topologies.values())
-            self._touch(wake)
-        return record
-
-    def delete_topology(self, name: str) -> None:
-        self.expectations.forget(TOPOLOGY, name)
-        if self.topologies.pop(name, None) is not None:
-            self.topology_index = TopologyIndex.build(self.topologies.values())
-            self._touch()
-
-    # -- priority classes
-    def upsert_priority_class(self, body: Mapping[str, Any]) -> None:
-        record = PriorityClassRecord.from_body(body)
-        if self.priority_classes.get(record.name) != record:
-            self.priority_classes[record.name] = record
-            self._touch()
-
-    def delete_priority_class(self, name: str) -> None:
-        if self.priority_classes.pop(name, None) is not None:
-            self._touch()
-
-    # -- volumes: a claim's resolution changes only when something the volume filters read changed
-    def upsert_claim(self, body: Mapping[str, Any]) -> None:
-        self._claims_changed(self.volumes.upsert_claim(body))
-
-    def delete_claim(self, namespace: str, name: str) -> None:
-        self._claims_changed(self.volumes.delete_claim(namespace, name))
-
-    def upsert_volume(self, body: Mapping[str, Any]) -> None:
-        self._claims_changed(self.volumes.upsert_volume(body))
-
-    def delete_volume(self, name: str) -> None:
-        self._claims_changed(self.volumes.delete_volume(name))
-
-    def upsert_storage_class(self, body: Mapping[str, Any]) -> None:
-        self._claims_changed(self.volumes.upsert_class(body))
-
-    def delete_storage_class(self, name: str) -> None:
-        self._claims_changed(self.volumes.delete_class(name))
-
-    # CSI: CSINodes and VolumeAttachments (NodeVolumeLimits), CSIDrivers and CSIStorageCapacities
-    def upsert_csi_node(self, body: Mapping[str, Any]) -> None:
-        self.volumes.upsert_csi_node(body)
-        self._claims_changed([])
-
-    def delete_csi_node(self, name: str) -> None:
-        self.volumes.delete_csi_node(name)
-        self._claims_changed([])
-
-    def upsert_volume_attachment(self, body: Mapping[str, Any]) -> None:
-        self.volumes.upsert_attachment(body)
-        self._claims_changed([])
-
-    def delete_volume_attachment(self, name: str) -> None:
-        self.volumes.delete_attachment(name)
-        self._claims_changed([])
-
-    def upsert_csi_driver(self, body: Mapping[str, Any]) -> None:
-        self._claims_changed(self.volumes.upsert_driver(body))
-
-    def delete_csi_driver(self, name: str) -> None:
-        self._claims_changed(self.volumes.delete_driver(name))
-
-    def upsert_storage_capacity(self, body: Mapping[str, Any]) -> None:
-        self._claims_changed(self.volumes.upsert_capacity(body))
-
-    def delete_storage_capacity(self, namespace: str, name: str) -> None:
-        self._claims_changed(self.volumes.delete_capacity(namespace, name))
-
-    def _claims_changed(self, changes: list[tuple[str, ClaimInfo | None]]) -> None:
-        """Claims resolved anew, and nodes whose CSINode or attachments changed, into the live snapshot."""
-        for key, info in changes:
-            self.live.set_claim(key, info)
-        nodes = self.volumes.take_node_changes()
-        for name, csi in nodes:
-            self.live.set_csi_node(name, csi)
-        strict = self.live.set_strict_drivers(self.volumes.strict_drivers)
-        if changes or nodes or strict:
-            self._touch()
+    def pods_joining(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
+        """Pods no owner made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""
+        for key in sorted(self.pods_by_group_label.get(f"{namespace}/{label_value}", ())):
+            pod = self.pods.get(key)
+            if pod is not None:
+                yield pod
 
 
-def _uid(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("uid") or "")
+def _parse(kind: str, body: Mapping[str, Any]) -> Any:
+    """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
+    if kind == POD_GROUP:
+        return PodGroupRecord.from_body(body)
+    if kind == COMPOSITE:
+        return CompositePodGroupRecord.from_body(body)
+    if kind == WORKLOAD:
+        return WorkloadRecord.from_body(body)
+    return TopologyRecord.from_body(body)
 
 
 # What each kind of write of ours changes, and never changes back: an object that shows it is not older
 # than our write. (A pod's gate is only ever removed, its nodeSelector fixed once ungated.)
-def _pod_reflects(written: PodRecord) -> Callable[[Mapping[str, Any]], bool]:
+def _pod_reflects(written: PodRecord) -> Reflects:
     def reflects(body: Mapping[str, Any]) -> bool:
         seen = PodRecord.from_body(body)
         return (seen.uid, seen.gated, seen.node_selector_host, seen.pod_group) == (
@@ -527,36 +458,11 @@ def _pod_reflects(written: PodRecord) -> Callable[[Mapping[str, Any]], bool]:
     return reflects
 
 
-def _job_reflects(written: JobRecord) -> Callable[[Mapping[str, Any]], bool]:
+def _owner_reflects(kind: OwnerKind, written: Any) -> Reflects:
+    """Our writes of an owner suspend or resume it with a note: an object with the same is not older."""
+
     def reflects(body: Mapping[str, Any]) -> bool:
-        seen = JobRecord.from_body(body)
+        seen = kind.parse(body)
         return (seen.uid, seen.suspended, seen.requeued) == (written.uid, written.suspended, written.requeued)
 
     return reflects
-
-
-def _pod_group_reflects(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
-    """Phalanx is the only writer of a PodGroup's status: a different status is an older one."""
-    uid, status = _uid(written), written.get("status")
-    generation = int((written.get("metadata") or {}).get("generation") or 0)
-
-    def reflects(body: Mapping[str, Any]) -> bool:
-        seen_generation = int((body.get("metadata") or {}).get("generation") or 0)
-        return _uid(body) == uid and body.get("status") == status and seen_generation >= generation
-
-    return reflects
-
-
-def _topology_reflects(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool]:
-    """Phalanx is the only writer of a Topology's status: a different status is an older one."""
-    uid, status = _uid(written), written.get("status")
-    return lambda body: _uid(body) == uid and body.get("status") == status
-
-
-def _key(body: Mapping[str, Any]) -> str:
-    meta = body.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _version(body: Mapping[str, Any]) -> str:
-    return str((body.get("metadata") or {}).get("resourceVersion") or "")

@@ -38,6 +38,7 @@ from phalanx.controller.cache.csi import (
     CSINodeRecord,
     quantity_value,
 )
+from phalanx.controller.model.records import meta_of
 from phalanx.placement import (
     ClaimInfo,
     NodeSelectorRequirement,
@@ -62,11 +63,6 @@ MULTI_ZONE_DELIMITER: Final = "__"
 UNBOUND_IMMEDIATE: Final = "pod has unbound immediate PersistentVolumeClaims"
 
 
-def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = body.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimRecord:
     namespace: str
@@ -86,7 +82,7 @@ class ClaimRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ClaimRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         spec = body.get("spec") or {}
         annotations = meta.get("annotations") or {}
         if BETA_STORAGE_CLASS in annotations:
@@ -117,7 +113,7 @@ class VolumeRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> VolumeRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         spec = body.get("spec") or {}
         source = spec.get("csi")
         csi, handle = None, ""
@@ -168,7 +164,7 @@ class StorageClassRecord:
             )
             terms.append(NodeSelectorTerm(match_expressions=requirements))
         return cls(
-            name=str(_meta(body).get("name") or ""),
+            name=str(meta_of(body).get("name") or ""),
             provisioner=str(body.get("provisioner") or ""),
             binding_mode=str(body.get("volumeBindingMode") or ""),
             allowed_topologies=tuple(terms),
@@ -378,6 +374,43 @@ class VolumeCatalog:
         if old is None:
             return []
         return self._refresh(self._claims_of_class(old.storage_class))
+
+    def event(
+        self, kind: str, body: Mapping[str, Any], *, deleted: bool
+    ) -> list[tuple[str, ClaimInfo | None]]:
+        """One watch event of a volume kind (named as in watch/watched.py); the claims it changed."""
+        meta = meta_of(body)
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        if kind == "PersistentVolumeClaim":
+            return self.delete_claim(namespace, name) if deleted else self.upsert_claim(body)
+        if kind == "PersistentVolume":
+            return self.delete_volume(name) if deleted else self.upsert_volume(body)
+        if kind == "StorageClass":
+            return self.delete_class(name) if deleted else self.upsert_class(body)
+        if kind == "CSIDriver":
+            return self.delete_driver(name) if deleted else self.upsert_driver(body)
+        if kind == "CSIStorageCapacity":
+            return self.delete_capacity(namespace, name) if deleted else self.upsert_capacity(body)
+        if kind == "CSINode":
+            self.delete_csi_node(name) if deleted else self.upsert_csi_node(body)
+        elif kind == "VolumeAttachment":
+            self.delete_attachment(name) if deleted else self.upsert_attachment(body)
+        else:
+            raise ValueError(f"not a volume kind: {kind}")
+        return []
+
+    def keys(self, kind: str) -> set[str]:
+        """The keys of what is held of a volume kind (for the Relister)."""
+        held: dict[str, Mapping[str, Any]] = {
+            "PersistentVolumeClaim": self.claims,
+            "PersistentVolume": self.volumes,
+            "StorageClass": self.classes,
+            "CSIDriver": self.drivers,
+            "CSIStorageCapacity": self.capacities,
+            "CSINode": self.csi_nodes,
+            "VolumeAttachment": self.attachments,
+        }
+        return set(held[kind])
 
     @property
     def strict_drivers(self) -> frozenset[str]:

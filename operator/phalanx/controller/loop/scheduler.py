@@ -1,4 +1,4 @@
-"""The one scheduling loop: cache → state → `plan()` → applier.
+"""The one scheduling loop: cache → `plan_input` (every kind's units) → `plan()` → applier.
 
 A pass runs when something that can change a decision changed (the cache says so), when a
 backing-off group may try again, and every `resync` seconds as a safety net. A short debounce lets a
@@ -11,17 +11,19 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
 
+from phalanx.api.group import TOPOLOGY_KIND
 from phalanx.controller import metrics
 from phalanx.controller.apply.applier import Applier, Backoff, EventSink, GroupResult
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.model.records import PodGroupRecord
-from phalanx.controller.model.topology import GROUP_KEY_PREFIX, NodeCounts, plan_status
-from phalanx.controller.plan.jobs import ClusterState, JobState, Plan, plan
-from phalanx.controller.plan.trees import hand_made_pods, hand_made_trees
+from phalanx.controller.kinds import KINDS
+from phalanx.controller.kinds.base import WorkloadKind
+from phalanx.controller.model.keys import unit_key
+from phalanx.controller.plan import Plan, PlanInput, plan
+from phalanx.controller.plan.topologies import NodeCounts, plan_status
 
 log = logging.getLogger("phalanx.scheduler")
 
@@ -30,48 +32,21 @@ DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
 
 
-def cluster_state(
+def plan_input(
     cache: ClusterCache,
     backing_off: frozenset[str] = frozenset(),
     node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
-) -> ClusterState:
-    """One consistent view of the cache for `plan()` (records and the snapshot are immutable)."""
-    jobs = []
-    slices: dict[str, list[PodGroupRecord]] = {}  # by "<namespace>/<parent>": a sliced Job's groups
-    for group in cache.pod_groups.items.values():
-        if group.job_uid and group.parent:
-            slices.setdefault(f"{group.namespace}/{group.parent}", []).append(group)
-    for uid, job in cache.jobs.items():
-        workload = cache.workloads.of_job(uid)
-        composite = cache.composite_pod_groups.of_job(uid)
-        jobs.append(
-            JobState(
-                job=job,
-                pod_group=cache.pod_groups.of_job(uid),
-                workload_name=workload.name if workload is not None else None,
-                workload_uid=workload.uid if workload is not None else "",
-                pods=tuple(cache.job_pods(uid)),
-                composite=composite,
-                slices=tuple(g for g in slices.get(composite.key, ()) if g.job_uid == uid)
-                if composite is not None
-                else (),
-            )
-        )
-    trees = hand_made_trees(
-        cache.composite_pod_groups.items.values(),
-        cache.pod_groups.items.values(),
-        hand_made_pods(cache.group_label_pods),
-    )
-    return ClusterState(
-        jobs=tuple(jobs),
-        trees=trees,
+    kinds: Iterable[WorkloadKind] = KINDS,
+) -> PlanInput:
+    """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
+    snapshot are immutable; the mappings are read-only views, read synchronously before the applier
+    changes anything)."""
+    return PlanInput(
+        units=tuple(unit for kind in kinds for unit in kind.units(cache)),
         levels={label: t.levels for label, t in cache.topology_index.by_label.items()},
         snapshot=cache.snapshot(),
-        # Read-only views, not copies (50,000 nodes): plan() reads them synchronously, before the
-        # applier changes anything.
-        nodes=MappingProxyType(cache.nodes),
+        nodes=MappingProxyType(cache.nodes),  # not copies (50,000 nodes)
         priority_classes=MappingProxyType(cache.priority_classes),
-        announced=dict(cache.announced),
         pods=MappingProxyType(cache.pods),
         unevictable=cache.unevictable(),
         node_failure_grace=node_failure_grace,
@@ -130,11 +105,9 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
-        state = cluster_state(self.cache, backoff.waiting(), self.node_failure_grace)
+        state = plan_input(self.cache, backoff.waiting(), self.node_failure_grace)
         backoff.forget_missing(
-            {job.key for job in self.cache.jobs.values()}
-            | {GROUP_KEY_PREFIX + t.name for t in topologies}
-            | {tree.key for tree in state.trees}
+            {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
         )
         now = dt.datetime.now(dt.UTC)
         decided = plan(state, now)
@@ -143,7 +116,7 @@ class Scheduler:
         statuses = plan_status(topologies, self.cache.topology_index, counts, now, backoff.waiting())
         metrics.PLAN_DURATION.observe(time.perf_counter() - started)
         self._observe(decided)
-        results = await self.applier.apply((*decided.groups, *statuses))
+        results = await self.applier.apply((*decided.units, *statuses))
         metrics.PASS_DURATION.observe(time.perf_counter() - started)
         if self.on_pass is not None:
             self.on_pass()

@@ -1,7 +1,7 @@
 """What a scheduling pass decided to do, as typed values (produced by `plan()`, run by the applier).
 
-Actions are grouped per *group key* (the Job's namespace/name): the applier runs each group's
-actions in order and in isolation, so one group's failure never blocks another's. Evict, suspend
+Actions are grouped per *unit* (model/keys.py): the applier runs each unit's actions in order and in
+isolation, so one unit's failure never blocks another's. Evict, suspend
 and resume are further actions of the same kind (preemption and requeue add them).
 """
 
@@ -54,7 +54,7 @@ class RecordAdmission:
     For a tree of groups, first on the root CompositePodGroup (the whole tree's pods, one atomic write),
     then on each PodGroup (its own pods)."""
 
-    pod_group: ObjectRef  # a PodGroup, or a CompositePodGroup
+    group: ObjectRef  # a PodGroup, or a CompositePodGroup
     admission: Admission
     # The PodGroup version the decision was planned on: the write fails (409) if the group changed since,
     # so a replica whose view lags (a new leader) never records a second decision over a newer one.
@@ -112,7 +112,7 @@ class ResumeJob:
 
 @dataclass(frozen=True)
 class PatchStatus:
-    pod_group: ObjectRef  # a PodGroup, or a CompositePodGroup
+    group: ObjectRef  # a PodGroup, or a CompositePodGroup
     status: GroupStatus
 
 
@@ -172,12 +172,12 @@ CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob)
 
 
 @dataclass(frozen=True)
-class GroupPlan:
-    """One group's actions for this pass, in order."""
+class UnitPlan:
+    """One unit's actions for this pass, in order."""
 
-    key: str  # the Job's namespace/name: what backs off when an action fails
+    key: str  # the unit's key (model/keys.py): what backs off when an action fails
     actions: tuple[Action, ...]
-    job: ObjectRef | None = None  # told with a Warning event when an action fails
+    owner: ObjectRef | None = None  # told with a Warning event when an action fails
     admitted_pods: int = 0  # pods this plan releases (for metrics)
-    admission_latency: float | None = None  # seconds from the Job's creation to its first admission
+    admission_latency: float | None = None  # seconds from the owner's creation to its first admission
     preempted_pods: int = 0  # pods this plan preempts (for metrics)

@@ -20,12 +20,8 @@ from phalanx.api.compositepodgroup import CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
 from phalanx.api.job_layout import (
     COMPLETION_INDEX_LABEL,
-    NO_LAYOUT,
-    JobLayout,
     TopologyModeKind,
-    parse_job_layout,
 )
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import SchedulingConstraints
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
@@ -55,7 +51,7 @@ def parse_time(value: Any) -> dt.datetime | None:
         return None
 
 
-def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+def meta_of(body: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = body.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
@@ -158,7 +154,7 @@ class PodRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         spec = body.get("spec") or {}
         status = body.get("status") or {}
         gates = tuple(str(g.get("name")) for g in spec.get("schedulingGates") or [])
@@ -208,113 +204,13 @@ def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    uid: str
-    namespace: str
-    name: str
-    managed: bool  # carries phalanx.dev/managed=true now (False: released from Phalanx)
-    gated_template: bool  # its pod template carries Phalanx's gate (set by the webhook at creation)
-    policy: JobPolicy | None  # None when the annotations are invalid (see policy_error)
-    policy_error: str  # why the policy is invalid, "" when it is valid
-    suspended: bool
-    finished: bool
-    created: dt.datetime | None
-    finished_how: str  # "" while it runs; "succeeded", or "failed (<reason>: <message>)"
-    requeued: str  # why Phalanx suspended it to requeue it ("" when it did not)
-    remaining: int | None  # completions still to make (None: the Job has no completion count)
-    layout: JobLayout  # topology mode and slices (api/job_layout.py)
-    # The builders of our objects need the Job's labels, annotations and template: a slim copy.
-    body: Mapping[str, Any] = field(compare=False, hash=False)
-    body_digest: tuple[Any, ...] = ()  # what of `body` the builders read, for comparison
-    resource_version: str = field(default="", compare=False)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(JOB_API_VERSION, "Job", self.namespace, self.name, self.uid)
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> JobRecord:
-        meta = _meta(body)
-        spec = body.get("spec") or {}
-        status = body.get("status") or {}
-        final = next(
-            (
-                c
-                for c in status.get("conditions") or []
-                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-            ),
-            None,
-        )
-        finished = final is not None
-        finished_how = ""
-        if final is not None and final.get("type") == "Complete":
-            finished_how = "succeeded"
-        elif final is not None:
-            why = ": ".join(str(x) for x in (final.get("reason"), final.get("message")) if x)
-            finished_how = f"failed ({why})" if why else "failed"
-        slim = {
-            "apiVersion": JOB_API_VERSION,
-            "kind": "Job",
-            "metadata": {
-                k: meta.get(k)
-                for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp")
-            },
-            "spec": {k: v for k, v in spec.items() if k != "selector"},
-        }
-        policy: JobPolicy | None
-        layout = NO_LAYOUT
-        try:
-            policy, error = parse_job_policy(slim, running=True), ""
-            layout = parse_job_layout(slim, policy)
-        except JobPolicyError as e:
-            policy, error = None, str(e)
-        template = spec.get("template") or {}
-        template_spec = template.get("spec") or {}
-        priority_class = template_spec.get("priorityClassName")
-        gates = [g.get("name") for g in template_spec.get("schedulingGates") or []]
-        return cls(
-            uid=str(meta.get("uid", "")),
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
-            gated_template=names.ADMISSION_GATE in gates,
-            policy=policy,
-            policy_error=error,
-            suspended=bool(spec.get("suspend")),
-            finished=finished,
-            created=parse_time(meta.get("creationTimestamp")),
-            finished_how=finished_how,
-            requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
-            remaining=_remaining(spec, status),
-            layout=layout,
-            body=slim,
-            body_digest=(
-                tuple(sorted((meta.get("labels") or {}).items())),
-                tuple(sorted((meta.get("annotations") or {}).items())),
-                priority_class,
-            ),
-            resource_version=str(meta.get("resourceVersion") or ""),
-        )
-
-
-def _remaining(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None:
-    completions = spec.get("completions")
-    if not isinstance(completions, int):
-        return None
-    succeeded = int(status.get("succeeded") or 0)
-    return max(0, completions - succeeded)
-
-
-def _job_owner_uid(meta: Mapping[str, Any]) -> str:
+def controller_of(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """(kind, uid) of an object's controller owner reference (("", "") if none): the owner a PodGroup,
+    CompositePodGroup or Workload of ours was made for (a Job, later any kind Phalanx admits)."""
     for owner in meta.get("ownerReferences") or []:
-        if owner.get("kind") == "Job" and owner.get("controller"):
-            return str(owner.get("uid", ""))
-    return ""
+        if owner.get("controller"):
+            return str(owner.get("kind", "")), str(owner.get("uid", ""))
+    return "", ""
 
 
 def _topology_key(constraints: SchedulingConstraints | None) -> str | None:
@@ -331,13 +227,15 @@ class PodGroupRecord:
     uid: str
     namespace: str
     name: str
-    job_uid: str  # the controlling Job, "" for a hand-made group
+    owner_uid: str  # the controlling owner (a Job), "" for a hand-made group
     generation: int
     spec: PodGroupSpec
     status: PodGroupStatus
     resource_version: str = field(default="", compare=False)
     # A Job's topology mode as it was when Phalanx made the group (its phalanx.dev/topology-mode annotation)
     topology_mode: TopologyModeKind = "required"
+    created: dt.datetime | None = None  # a hand-made group's age orders its unit
+    owner_kind: str = ""  # the kind of its controlling owner ("" for none)
 
     @property
     def key(self) -> str:
@@ -364,12 +262,13 @@ class PodGroupRecord:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodGroupRecord:
         """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
-        meta = _meta(body)
+        meta = meta_of(body)
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            job_uid=_job_owner_uid(meta),
+            owner_kind=controller_of(meta)[0],
+            owner_uid=controller_of(meta)[1],
             generation=int(meta.get("generation") or 1),
             spec=PodGroupSpec.model_validate(body.get("spec") or {}),
             status=PodGroupStatus.model_validate(body.get("status") or {}),
@@ -379,6 +278,7 @@ class PodGroupRecord:
                 if (meta.get("annotations") or {}).get(names.TOPOLOGY_MODE_ANNOTATION) == "preferred"
                 else "required"
             ),
+            created=parse_time(meta.get("creationTimestamp")),
         )
 
 
@@ -389,11 +289,13 @@ class CompositePodGroupRecord:
     uid: str
     namespace: str
     name: str
-    job_uid: str  # the controlling Job (Job slices), "" for a hand-made group
+    owner_uid: str  # the controlling owner (a sliced Job), "" for a hand-made group
     generation: int
     spec: CompositePodGroupSpec
     status: CompositePodGroupStatus
     resource_version: str = field(default="", compare=False)
+    created: dt.datetime | None = None  # a hand-made tree's age orders its unit
+    owner_kind: str = ""  # the kind of its controlling owner ("" for none)
 
     @property
     def key(self) -> str:
@@ -420,16 +322,18 @@ class CompositePodGroupRecord:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> CompositePodGroupRecord:
         """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
-        meta = _meta(body)
+        meta = meta_of(body)
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            job_uid=_job_owner_uid(meta),
+            owner_kind=controller_of(meta)[0],
+            owner_uid=controller_of(meta)[1],
             generation=int(meta.get("generation") or 1),
             spec=CompositePodGroupSpec.model_validate(body.get("spec") or {}),
             status=CompositePodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
+            created=parse_time(meta.get("creationTimestamp")),
         )
 
 
@@ -440,8 +344,9 @@ class WorkloadRecord:
     uid: str
     namespace: str
     name: str
-    job_uid: str
+    owner_uid: str
     resource_version: str = field(default="", compare=False)
+    owner_kind: str = ""  # the kind of its controlling owner ("" for none)
 
     @property
     def key(self) -> str:
@@ -453,12 +358,13 @@ class WorkloadRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> WorkloadRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            job_uid=_job_owner_uid(meta),
+            owner_kind=controller_of(meta)[0],
+            owner_uid=controller_of(meta)[1],
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -473,7 +379,7 @@ class PriorityClassRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PriorityClassRecord:
-        meta = _meta(body)
+        meta = meta_of(body)
         return cls(
             name=str(meta.get("name", "")),
             value=int(body.get("value") or 0),

@@ -25,16 +25,12 @@ from phalanx.api.status import (
     Admission,
     GroupStatus,
     Phase,
-    PodGroupStatus,
     Reservation,
 )
 
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
 
 G = TypeVar("G", bound=GroupStatus)
-
-# A status patch replaces these whole; a None among them is written as null (cleared).
-STATUS_FIELDS = tuple(PodGroupStatus.model_fields)
 
 
 @dataclass(frozen=True)
@@ -63,6 +59,7 @@ class GroupFacts:
     requeued: str = ""  # why Phalanx suspended the Job to place it again whole
     members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
     note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
+    owner_kind: str = "Job"  # what the messages call the owner
 
 
 def _condition(
@@ -96,16 +93,17 @@ def climbed_note(admission: Admission | None, key: str | None) -> str:
 def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condition | None) -> Outcome:
     """The Admitted condition's reason and message now."""
     if facts.finished:
-        return Outcome(c.REASON_FINISHED, f"the Job {facts.finished_how or 'finished'}")
+        return Outcome(c.REASON_FINISHED, f"the {facts.owner_kind} {facts.finished_how or 'finished'}")
     if facts.suspended and facts.requeued:
         return Outcome(
             c.REASON_REQUEUED,
-            f"requeued by Phalanx: {facts.requeued}; the Job resumes once its pods are gone and its new pods "
-            "wait for a whole placement",
+            f"requeued by Phalanx: {facts.requeued}; the {facts.owner_kind} resumes once its pods are gone "
+            "and its new pods wait for a whole placement",
         )
     if facts.suspended:
         return Outcome(
-            c.REASON_SUSPENDED, "the Job is suspended; its pods will be held again when it resumes"
+            c.REASON_SUSPENDED,
+            f"the {facts.owner_kind} is suspended; its pods will be held again when it resumes",
         )
     if outcome is not None and outcome.reason == c.REASON_REQUEUED:
         return outcome  # being taken back whole: whatever is placed is about to go
@@ -125,7 +123,7 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return outcome
     if previous is not None and previous.status == c.FALSE:
         return Outcome(previous.reason, previous.message)
-    return Outcome(c.REASON_WAITING_FOR_PODS, "waiting for the Job's pods")
+    return Outcome(c.REASON_WAITING_FOR_PODS, f"waiting for the {facts.owner_kind}'s pods")
 
 
 def phase_of(facts: GroupFacts, present: Outcome) -> Phase:
@@ -263,12 +261,3 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
 
 def status_changed(current: GroupStatus, desired: GroupStatus) -> bool:
     return _comparable(current) != _comparable(desired)
-
-
-def status_patch(status: GroupStatus) -> dict[str, Any]:
-    """A merge patch that makes the status exactly `status` (unset fields are cleared)."""
-    body = status.to_api()
-    for name in STATUS_FIELDS:
-        alias = PodGroupStatus.model_fields[name].alias or name
-        body.setdefault(alias, None)
-    return {"status": body}

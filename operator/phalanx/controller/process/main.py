@@ -21,6 +21,7 @@ import threading
 import kopf
 
 from phalanx.controller.process import logs
+from phalanx.controller.process.runtime import Runtime
 from phalanx.controller.process.settings import Settings
 
 log = logging.getLogger("phalanx.main")
@@ -56,10 +57,9 @@ def run_operator(settings: Settings) -> int:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
     logs.configure(settings.log_format, settings.verbose)
-    from phalanx.controller.watch import handlers  # registers the handlers
-
-    handlers.runtime.configure(settings)
-    return asyncio.run(operate())
+    runtime = Runtime()
+    runtime.configure(settings)
+    return asyncio.run(operate(runtime.registry()))
 
 
 def stop_retrying(settings: kopf.OperatorSettings) -> None:
@@ -84,14 +84,16 @@ def exit_soon(why: str, after: float = HARD_EXIT_SECONDS) -> threading.Timer:
     return timer
 
 
-async def operate() -> int:
+async def operate(registry: kopf.OperatorRegistry) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     kopf_settings = kopf.OperatorSettings()
     existing = asyncio.all_tasks()
     # Always cluster-wide for Kopf: every pod on a node takes capacity, whatever its namespace;
     # settings.namespaces narrows the managed Jobs only.
-    tasks = await kopf.spawn_tasks(standalone=True, clusterwide=True, stop_flag=stop, settings=kopf_settings)
+    tasks = await kopf.spawn_tasks(
+        standalone=True, clusterwide=True, stop_flag=stop, settings=kopf_settings, registry=registry
+    )
 
     def on_signal(sig: signal.Signals) -> None:
         if stop.is_set():

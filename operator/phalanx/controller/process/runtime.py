@@ -17,7 +17,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
-from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, TOPOLOGIES, VERSION
 from phalanx.controller.apply.events import EventRecorder
 from phalanx.controller.apply.kube import Kube, retrying
 from phalanx.controller.cache.store import ClusterCache
@@ -27,7 +26,9 @@ from phalanx.controller.process.httpserver import HttpServer
 from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
-from phalanx.controller.watch.relist import JOBS, NODES, POD_GROUPS, PODS, WORKLOADS, Lister, Relister
+from phalanx.controller.watch.registry import build_registry
+from phalanx.controller.watch.relist import Lister, Relister
+from phalanx.controller.watch.watched import WATCHED, Watched
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default
@@ -48,7 +49,7 @@ async def load_client_config(kubeconfig: str | None) -> None:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
-async def login(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | None:
+async def login_with(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """Kopf's credentials from the same source as our client (an explicit kubeconfig wins).
 
     `settings` is positional-only: Kopf passes its own `settings=` among the kwargs."""
@@ -145,6 +146,26 @@ class Runtime:
         self.settings = settings
         self.health.stale_after = settings.stale_after_seconds
 
+    def registry(self) -> kopf.OperatorRegistry:
+        """Every handler of this operator on a registry of its own: the watches and webhooks over this
+        runtime (watch/registry.py), and the process's login, startup and cleanup."""
+        registry = build_registry(self)
+        settings = self.settings
+
+        async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return await login_with(settings, **kwargs)
+
+        async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+            await self.start(settings)
+
+        async def cleanup(**_: Any) -> None:
+            await self.stop()
+
+        kopf.on.login(registry=registry)(login)
+        kopf.on.startup(registry=registry)(startup)
+        kopf.on.cleanup(registry=registry)(cleanup)
+        return registry
+
     async def start(self, kopf_settings: kopf.OperatorSettings) -> None:
         if self.settings.metrics_enabled:
             # First, so probes answer (not ready yet) while the CRDs and the cache come up.
@@ -162,7 +183,7 @@ class Runtime:
             await install_crds(self.api)
         self.health.mark_crds_installed()
         await self._prime_cache()
-        self.relister = Relister(self.cache, self._listers())
+        self.relister = Relister(self.cache, {row.kind: self._lister(row) for row in WATCHED})
         self.health.mark_cache_primed()
         if self.settings.leader_election:
             self._start_election()
@@ -172,8 +193,11 @@ class Runtime:
             "scheduling loop started with %d nodes, %d pods, %d managed jobs",
             len(self.cache.nodes),
             len(self.cache.pods),
-            len(self.cache.jobs),
+            self._owners(),
         )
+
+    def _owners(self) -> int:
+        return sum(len(owners) for owners in self.cache.owners.values())
 
     # ------------------------------------------------------------------ leader election
     def _start_election(self) -> None:
@@ -195,7 +219,7 @@ class Runtime:
         """The leader's work: the loop on the warm cache, until the elector cancels this."""
         self.cache.changed.set()  # a first pass at once
         self.start_loop()
-        log.info("scheduling loop started (leader) with %d managed jobs", len(self.cache.jobs))
+        log.info("scheduling loop started (leader) with %d managed jobs", self._owners())
         try:
             if self._task is not None:
                 await self._task
@@ -285,25 +309,32 @@ class Runtime:
             ensure_webhook_certs(folder, self.settings.webhook_hosts())
         return folder
 
-    def _listers(self) -> dict[str, Lister]:
-        """The LISTs the Relister asks again (everything, as the cache's priming does)."""
+    def _lister(self, row: Watched) -> Lister:
+        """A raw LIST of every object of a watched kind (all namespaces)."""
         assert self.api is not None
-        core, batch = client.CoreV1Api(self.api), client.BatchV1Api(self.api)
-        custom = client.CustomObjectsApi(self.api)
+        r = row.resource
+        path = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
+        api = self.api
 
-        def custom_list(plural: str) -> Lister:
-            return lambda: list_items(
-                lambda: custom.list_cluster_custom_object(GROUP, VERSION, plural, _preload_content=False)
+        async def call() -> Any:
+            return await api.call_api(
+                f"{path}/{r.plural}",
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
             )
 
-        return {
-            NODES: lambda: list_items(lambda: core.list_node(_preload_content=False)),
-            PODS: lambda: list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
-            JOBS: lambda: list_items(lambda: batch.list_job_for_all_namespaces(_preload_content=False)),
-            POD_GROUPS: custom_list(POD_GROUPS),
-            COMPOSITE_POD_GROUPS: custom_list(COMPOSITE_POD_GROUPS),  # the same plural as relist's
-            WORKLOADS: custom_list(WORKLOADS),
-        }
+        return lambda: list_items(call)
+
+    # ------------------------------------------------------------------ WatchContext (watch/webhooks.py)
+    @property
+    def cache_primed(self) -> bool:
+        return self.health.cache_primed
+
+    def watches(self, namespace: str) -> bool:
+        return self.settings.watches(namespace)
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""
@@ -311,82 +342,20 @@ class Runtime:
             self.relister.listed(kind)
 
     async def _prime_cache(self) -> None:
-        """One consistent LIST of everything before the first pass, so no pass decides on an empty view."""
-        assert self.api is not None
-        core = client.CoreV1Api(self.api)
-        batch = client.BatchV1Api(self.api)
-        custom = client.CustomObjectsApi(self.api)
-        scheduling = client.SchedulingV1Api(self.api)
-        storage = client.StorageV1Api(self.api)
-        storage_classes, volumes, claims, drivers, capacities, csi_nodes, attachments = await asyncio.gather(
-            list_items(lambda: storage.list_storage_class(_preload_content=False)),
-            list_items(lambda: core.list_persistent_volume(_preload_content=False)),
-            list_items(lambda: core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False)),
-            list_items(lambda: storage.list_csi_driver(_preload_content=False)),
-            list_items(lambda: storage.list_csi_storage_capacity_for_all_namespaces(_preload_content=False)),
-            list_items(lambda: storage.list_csi_node(_preload_content=False)),
-            list_items(lambda: storage.list_volume_attachment(_preload_content=False)),
-        )
-        for item in storage_classes:
-            self.cache.upsert_storage_class(item)
-        for item in drivers:
-            self.cache.upsert_csi_driver(item)
-        for item in capacities:
-            self.cache.upsert_storage_capacity(item)
-        for item in volumes:
-            self.cache.upsert_volume(item)
-        for item in csi_nodes:
-            self.cache.upsert_csi_node(item)
-        for item in attachments:
-            self.cache.upsert_volume_attachment(item)
-        for item in claims:  # before pods: their claims resolve at once
-            self.cache.upsert_claim(item)
-        nodes, pods, jobs, classes, workloads, groups, composites, topologies = await asyncio.gather(
-            list_items(lambda: core.list_node(_preload_content=False)),
-            list_items(lambda: core.list_pod_for_all_namespaces(_preload_content=False)),
-            list_items(
-                lambda: batch.list_job_for_all_namespaces(
-                    label_selector="phalanx.dev/managed=true", _preload_content=False
-                )
-            ),
-            list_items(lambda: scheduling.list_priority_class(_preload_content=False)),
-            list_items(
-                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "workloads", _preload_content=False)
-            ),
-            list_items(
-                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "podgroups", _preload_content=False)
-            ),
-            list_items(
-                lambda: custom.list_cluster_custom_object(
-                    GROUP, VERSION, COMPOSITE_POD_GROUPS, _preload_content=False
-                )
-            ),
-            list_items(
-                lambda: custom.list_cluster_custom_object(GROUP, VERSION, TOPOLOGIES, _preload_content=False)
-            ),
-        )
-        for item in nodes:
-            self.cache.upsert_node(item)
-        for item in pods:
-            self.cache.upsert_pod(item)
-        for item in classes:
-            self.cache.upsert_priority_class(item)
-        for item in workloads:
-            self.cache.upsert_workload(item)
-        for item in groups:
-            self.cache.upsert_pod_group(item)
-        # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would
-        # take a partly released tree (or a sliced Job) for an undecided one and decide it again.
-        for item in composites:
-            self.cache.upsert_composite_pod_group(item)
-        for item in topologies:
-            self.cache.upsert_topology(item)
-        for item in jobs:  # after our objects: a Job is kept while objects of ours exist for it
-            if not self.settings.watches(item["metadata"]["namespace"]):
-                continue
-            item.setdefault("apiVersion", "batch/v1")
-            item.setdefault("kind", "Job")
-            self.cache.upsert_job(item)
+        """One consistent LIST of every watched kind before the first pass (watched.py's phases in order),
+        so no pass decides on an empty view."""
+        for phase in sorted({row.phase for row in WATCHED}):
+            rows = [row for row in WATCHED if row.phase == phase]
+            listed = await asyncio.gather(*(self._lister(row)() for row in rows))
+            for row, items in zip(rows, listed, strict=True):
+                for item in items:
+                    namespace = str((item.get("metadata") or {}).get("namespace") or "")
+                    if row.owner and not self.settings.watches(namespace):
+                        continue
+                    r = row.resource
+                    item.setdefault("apiVersion", r.api_version)
+                    item.setdefault("kind", row.kind)
+                    self.cache.upsert(row.kind, item)
 
     async def stop(self) -> None:
         """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the

@@ -18,28 +18,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from phalanx.api.group import COMPOSITE_POD_GROUPS
-from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.cache.store import ClusterCache, key_of
 
 log = logging.getLogger("phalanx.relist")
 
 QUIET_SECONDS = 2.0  # a listing's events come in a burst: list once it has been quiet this long
-NODES, PODS, JOBS, POD_GROUPS, WORKLOADS = "nodes", "pods", "jobs", "podgroups", "workloads"
 Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
-
-
-def _key(item: dict[str, Any]) -> str:
-    meta = item.get("metadata") or {}
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
-
-
-def _uid(item: dict[str, Any]) -> str:
-    return str((item.get("metadata") or {}).get("uid") or "")
 
 
 class Relister:
     def __init__(self, cache: ClusterCache, listers: dict[str, Lister], quiet: float = QUIET_SECONDS) -> None:
+        """`listers`: a LIST of each kind (named as in watched.py) that may be relisted: every watched one."""
         self.cache = cache
         self.listers = listers
         self.quiet = quiet
@@ -79,43 +68,15 @@ class Relister:
 
     async def reconcile(self, kind: str) -> int:
         """List `kind` and drop the records of objects deleted before that list; how many were dropped."""
-        before = self._records(kind)
+        before = self.cache.records(kind)
         items = await self.listers[kind]()
-        present = {(_key(i), _uid(i)) for i in items} if kind != JOBS else {(_uid(i), _uid(i)) for i in items}
-        names = {key for key, _ in present}
-        gone = [(key, uid) for key, uid in before if key not in names and (key, uid) in self._records(kind)]
+        names = {key_of(i) for i in items}
+        gone = [
+            (key, uid) for key, uid in before if key not in names and (key, uid) in self.cache.records(kind)
+        ]
         for key, uid in gone:
-            log.info("%s %s was deleted while the watch was away: dropped from the cache", kind[:-1], key)
-            self._drop(kind, key, uid)
+            log.info("%s %s was deleted while the watch was away: dropped from the cache", kind, key)
+            namespace, _, name = key.rpartition("/")
+            self.cache.delete(kind, {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
         self.dropped += len(gone)
         return len(gone)
-
-    def _records(self, kind: str) -> set[tuple[str, str]]:
-        """(key, uid) of what the cache holds; Jobs are held by uid, nodes have no uid here."""
-        cache = self.cache
-        if kind == NODES:
-            return {(name, "") for name in cache.nodes}
-        if kind == PODS:
-            return {(key, pod.uid) for key, pod in cache.pods.items()}
-        if kind == JOBS:
-            return {(uid, uid) for uid in cache.jobs}
-        if kind == COMPOSITE_POD_GROUPS:
-            return {(key, record.uid) for key, record in cache.composite_pod_groups.items.items()}
-        store = cache.pod_groups if kind == POD_GROUPS else cache.workloads
-        return {(key, record.uid) for key, record in store.items.items()}
-
-    def _drop(self, kind: str, key: str, uid: str) -> None:
-        cache = self.cache
-        namespace, _, name = key.partition("/")
-        if kind == NODES:
-            cache.delete_node(key)
-        elif kind == PODS:
-            cache.delete_pod(namespace, name, uid)
-        elif kind == JOBS:
-            cache.delete_job(uid)
-        elif kind == POD_GROUPS:
-            cache.delete_pod_group(namespace, name)
-        elif kind == COMPOSITE_POD_GROUPS:
-            cache.delete_composite_pod_group(namespace, name)
-        else:
-            cache.delete_workload(namespace, name)
