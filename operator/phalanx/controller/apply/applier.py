@@ -285,6 +285,20 @@ class Applier:
             self.cache.upsert(POD_GROUP_KIND, body, own_write=True)
 
     async def _one(self, action: Action) -> None:
+        match action:
+            case PostEvent(involved=involved, type=type_, reason=reason, message=message):
+                await self._post(self._resolved(involved), type_, reason, message)
+            case RememberAnnounced(key=key, message=message):
+                self.cache.announced[key] = message
+            case ReleasePod() | UngatePod() | LabelPod() | EvictPod():
+                await self._pod(action)
+            case SuspendJob() | ResumeJob():
+                await self._owner(action)
+            case _:
+                await self._ours(action)
+
+    async def _ours(self, action: Action) -> None:
+        """Writes of Phalanx's own objects: Workloads, groups, their status, Topologies' status."""
         cache, kube = self.cache, self.kube
         match action:
             case CreateWorkload(workload=workload):
@@ -325,6 +339,26 @@ class Applier:
                     raise
                 self._upsert_group(ref, patched)
                 self.faults.reached(AFTER_RECORD)
+            case PatchStatus(group=ref, status=status):
+                self.faults.reached(BEFORE_STATUS)
+                patched = await kube.patch_status(
+                    _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
+                )
+                self._upsert_group(ref, patched)
+            case PatchTopologyStatus(topology=ref, status=topology_status):
+                written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
+                cache.upsert(TOPOLOGY_KIND, written, own_write=True)
+            case DeleteObject(target=target):
+                plural = WORKLOADS if target.kind == WORKLOAD_KIND else _plural(target)
+                await kube.delete_object(plural, target.namespace, target.name)
+                cache.delete(target.kind, {"metadata": {"namespace": target.namespace, "name": target.name}})
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+
+    async def _pod(self, action: Action) -> None:
+        """Writes of pods: released (pinned and ungated), ungated, labelled, evicted."""
+        cache, kube = self.cache, self.kube
+        match action:
             case ReleasePod(pod=pod, node=node, pod_group=group_name):
                 async with self.faults.release_slot():
                     released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
@@ -339,27 +373,17 @@ class Applier:
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:
                     cache.upsert(POD, labelled, own_write=True)
-            case PatchStatus(group=ref, status=status):
-                self.faults.reached(BEFORE_STATUS)
-                patched = await kube.patch_status(
-                    _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
-                )
-                self._upsert_group(ref, patched)
-            case PatchTopologyStatus(topology=ref, status=topology_status):
-                written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
-                cache.upsert(TOPOLOGY_KIND, written, own_write=True)
-            case PostEvent(involved=involved, type=type_, reason=reason, message=message):
-                await self._post(self._resolved(involved), type_, reason, message)
-            case RememberAnnounced(key=key, message=message):
-                cache.announced[key] = message
-            case DeleteObject(target=target):
-                plural = WORKLOADS if target.kind == WORKLOAD_KIND else _plural(target)
-                await kube.delete_object(plural, target.namespace, target.name)
-                cache.delete(target.kind, {"metadata": {"namespace": target.namespace, "name": target.name}})
             case EvictPod(pod=pod, reason=reason, message=message):
                 if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
                     cache.eviction_blocked(pod.key)
                     raise EvictionBlockedError(f"a PodDisruptionBudget does not allow evicting {pod.key} now")
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+
+    async def _owner(self, action: Action) -> None:
+        """Writes of owners: suspended to be requeued whole, resumed once its pods are gone."""
+        cache, kube = self.cache, self.kube
+        match action:
             case SuspendJob(job=job, why=why):
                 suspended = await kube.patch_job(
                     job.namespace,

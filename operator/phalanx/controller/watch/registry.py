@@ -5,12 +5,15 @@ only `on.event` and admission handlers are used); decisions belong to the schedu
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import kopf
 
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
+from phalanx.controller.kinds.base import Resource
 from phalanx.controller.watch.watched import WATCHED, Watched
 from phalanx.controller.watch.webhooks import WatchContext, Webhooks
 
@@ -20,6 +23,7 @@ VALIDATE_POD_GROUP_ID = "validate-podgroup"
 VALIDATE_WORKLOAD_ID = "validate-workload"
 GATE_POD_ID = "gate-pod"
 VALIDATE_TOPOLOGY_ID = "validate-topology"
+Operation = Literal["CREATE", "UPDATE"]
 JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
@@ -48,86 +52,97 @@ def _register_watch(ctx: WatchContext, row: Watched, registry: kopf.OperatorRegi
     kopf.on.event(r.group, r.version, r.plural, id=f"watch-{r.plural}", registry=registry)(on_event)
 
 
-def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
-    # A labelled Job is gated at creation. Any value of the label, not only "true": a misspelt value
-    # ("True", "yes") is refused instead of silently opting out.
-    kopf.on.mutate(
-        "batch",
-        "v1",
-        "jobs",
-        id=WEBHOOK_ID,
-        operations=["CREATE"],
-        labels={names.MANAGED_LABEL: kopf.PRESENT},
-        persistent=True,  # keep the configuration when the operator stops: no labelled Job slips through
-        ignore_failures=False,  # failurePolicy: Fail
-        side_effects=False,
-        registry=registry,
-    )(hooks.gate_job)
-    kopf.on.validate(
-        "batch",
-        "v1",
-        "jobs",
-        id=VALIDATE_ID,
-        operations=["UPDATE"],
-        labels={names.MANAGED_LABEL: "true"},
-        persistent=True,
-        # Fail open: an operator outage must not block suspend, scale or label edits of running Jobs;
-        # the loop reports a bad edit with an event if one slips through.
-        ignore_failures=True,
-        side_effects=False,
-        registry=registry,
-    )(hooks.validate_job_update)
-    kopf.on.validate(
-        GROUP,
-        VERSION,
-        POD_GROUPS,
-        id=VALIDATE_POD_GROUP_ID,
-        operations=["UPDATE"],
-        labels={names.JOB_UID_LABEL: kopf.PRESENT},  # groups made for Jobs; hand-made ones stay editable
-        persistent=True,
-        # Fail open, as for Jobs: with Phalanx away, garbage collection's metadata updates must not block;
-        # the loop puts the Job's gang size back before it decides anything.
-        ignore_failures=True,
-        side_effects=False,
-        registry=registry,
-    )(hooks.validate_pod_group_update)
-    kopf.on.validate(
-        GROUP,
-        VERSION,
-        WORKLOADS,
-        id=VALIDATE_WORKLOAD_ID,
-        operations=["CREATE", "UPDATE"],
-        persistent=True,
-        # Fail open: the CRD schema already refuses all but the rules it cannot express (names unique across
-        # the template tree, one priority for all templates), and Phalanx's own Workloads keep them.
-        ignore_failures=True,
-        side_effects=False,
-        registry=registry,
-    )(hooks.validate_workload)
-    kopf.on.mutate(
-        "",
-        "v1",
-        "pods",
-        id=GATE_POD_ID,
-        operations=["CREATE"],
+@dataclass(frozen=True)
+class _Hook:
+    mutating: bool
+    resource: Resource
+    id: str
+    operations: tuple[Operation, ...]
+    labels: dict[str, Any] | None
+    ignore_failures: bool  # True: failurePolicy Ignore (fails open)
+    handler: Callable[..., Any]
+
+
+def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
+    jobs, pods = Resource("batch", "v1", "jobs"), Resource("", "v1", "pods")
+    return (
+        # A labelled Job is gated at creation. Any value of the label, not only "true": a misspelt value
+        # ("True", "yes") is refused instead of silently opting out. Fails closed: no labelled Job slips
+        # through ungated while the operator is away.
+        _Hook(
+            True, jobs, WEBHOOK_ID, ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, hooks.gate_job
+        ),
+        # Fails open: an operator outage must not block suspend, scale or label edits of running Jobs; the
+        # loop reports a bad edit with an event if one slips through.
+        _Hook(
+            False,
+            jobs,
+            VALIDATE_ID,
+            ("UPDATE",),
+            {names.MANAGED_LABEL: "true"},
+            True,
+            hooks.validate_job_update,
+        ),
+        # Groups made for Jobs (hand-made ones stay editable). Fails open, as for Jobs: with Phalanx away,
+        # garbage collection's metadata updates must not block; the loop puts the gang size back first.
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, POD_GROUPS),
+            VALIDATE_POD_GROUP_ID,
+            ("UPDATE",),
+            {names.JOB_UID_LABEL: kopf.PRESENT},
+            True,
+            hooks.validate_pod_group_update,
+        ),
+        # Fails open: the CRD schema already refuses all but the rules it cannot express (names unique
+        # across the template tree, one priority for all templates), and Phalanx's own Workloads keep them.
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, WORKLOADS),
+            VALIDATE_WORKLOAD_ID,
+            ("CREATE", "UPDATE"),
+            None,
+            True,
+            hooks.validate_workload,
+        ),
         # Pods that join a PodGroup by label. A Job's pods are not: they are held through their Job's
-        # template, and Phalanx writes this label on them itself.
-        labels={names.POD_GROUP_LABEL: kopf.PRESENT, JOB_CONTROLLER_UID_LABEL: kopf.ABSENT},
-        persistent=True,  # as for Jobs: no labelled pod slips through ungated while the operator is away
-        ignore_failures=False,  # failurePolicy: Fail
-        side_effects=False,
-        registry=registry,
-    )(hooks.gate_pod)
-    kopf.on.validate(
-        GROUP,
-        VERSION,
-        TOPOLOGIES,
-        id=VALIDATE_TOPOLOGY_ID,
-        operations=["CREATE", "UPDATE"],
-        persistent=True,
-        # Fail open: with Phalanx away, Topologies stay editable; a second one listing a label then is not
-        # used, and its Active condition says why (model/topology.py).
-        ignore_failures=True,
-        side_effects=False,
-        registry=registry,
-    )(hooks.validate_topology)
+        # template, and Phalanx writes this label on them itself. Fails closed, as for Jobs.
+        _Hook(
+            True,
+            pods,
+            GATE_POD_ID,
+            ("CREATE",),
+            {names.POD_GROUP_LABEL: kopf.PRESENT, JOB_CONTROLLER_UID_LABEL: kopf.ABSENT},
+            False,
+            hooks.gate_pod,
+        ),
+        # Fails open: with Phalanx away, Topologies stay editable; a second one listing a label then is
+        # not used, and its Active condition says why (model/topology.py).
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, TOPOLOGIES),
+            VALIDATE_TOPOLOGY_ID,
+            ("CREATE", "UPDATE"),
+            None,
+            True,
+            hooks.validate_topology,
+        ),
+    )
+
+
+def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
+    for hook in _hooks(hooks):
+        on = kopf.on.mutate if hook.mutating else kopf.on.validate
+        r = hook.resource
+        on(
+            r.group,
+            r.version,
+            r.plural,
+            id=hook.id,
+            operations=list(hook.operations),
+            labels=hook.labels,
+            persistent=True,  # the configuration outlives the operator (docs/design.md, Safety)
+            ignore_failures=hook.ignore_failures,
+            side_effects=False,
+            registry=registry,
+        )(hook.handler)
