@@ -263,3 +263,122 @@ class StaticContext:
 
     def listed(self, kind: str) -> None:
         self.relisted.append(kind)
+
+
+# ---------------------------------------------------------------------- JobSets
+def jobset_body(
+    name: str = "train",
+    replicated: Sequence[tuple[str, int, int]] = (("workers", 2, 2),),
+    *,
+    annotations: dict[str, str] | None = None,
+    suspend: bool = False,
+    managed: bool = True,
+    gated: bool = True,
+    gpus: int = 8,
+    created: str = "2026-11-30T11:00:00Z",
+    in_order: bool = False,
+) -> dict[str, Any]:
+    """A JobSet: `replicated` is (name, replicas, parallelism) per replicated Job; gated as the webhook
+    leaves it."""
+    pod_spec: dict[str, Any] = {
+        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
+    }
+    if gated:
+        pod_spec["schedulingGates"] = [GATE]
+    spec: dict[str, Any] = {
+        "suspend": suspend,
+        "replicatedJobs": [
+            {
+                "name": rjob,
+                "replicas": replicas,
+                "template": {
+                    "spec": {
+                        "parallelism": parallelism,
+                        "completions": parallelism,
+                        "template": {"spec": dict(pod_spec)},
+                    }
+                },
+            }
+            for rjob, replicas, parallelism in replicated
+        ],
+    }
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-js-{name}",
+            "creationTimestamp": created,
+            "labels": {"phalanx.dev/managed": "true"} if managed else {},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+    }
+
+
+def jobset_pod(
+    jobset: str,
+    rjob: str,
+    job_index: int,
+    index: int,
+    *,
+    global_index: int = 0,
+    gpus: int = 8,
+    node: str = "",
+    released_to: str = "",
+    gated: bool = True,
+    priority: int = 0,
+) -> dict[str, Any]:
+    """A pod of child Job `<jobset>-<rjob>-<job_index>`, completion index `index`, as JobSet labels it."""
+    child = f"{jobset}-{rjob}-{job_index}"
+    body = pod_body(
+        child,
+        index,
+        gpus=gpus,
+        node=node,
+        released_to=released_to,
+        gated=gated,
+        priority=priority,
+        completion_index=index,
+    )
+    body["metadata"]["labels"].update(
+        {
+            "jobset.sigs.k8s.io/jobset-name": jobset,
+            "jobset.sigs.k8s.io/jobset-uid": f"uid-js-{jobset}",
+            "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+            "jobset.sigs.k8s.io/job-index": str(job_index),
+            "jobset.sigs.k8s.io/job-global-index": str(global_index),
+        }
+    )
+    return body
+
+
+def jobset_cluster(
+    jobsets: Sequence[dict[str, Any]],
+    pods: Iterable[dict[str, Any]] = (),
+    *,
+    groups: Iterable[Group] = (),
+    busy: Iterable[int | str] = (),
+    others: Iterable[dict[str, Any]] = (),
+    jobs: Sequence[tuple[dict[str, Any], Group | Sequence[Group] | None, Sequence[dict[str, Any]]]] = (),
+) -> PlanInput:
+    """JobSets (and their pods, groups made for them) through the real cache, as a pass would plan."""
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    for record in groups:
+        _put(cache, record)
+    for body in [*pods, *others, *(filler(f"n{str(n).removeprefix('n')}") for n in busy)]:
+        cache.upsert("Pod", body)
+    for job, made, job_pods in jobs:
+        for record in [] if made is None else [made] if isinstance(made, Group) else list(made):
+            _put(cache, record)
+        for body in job_pods:
+            cache.upsert("Pod", body)
+        cache.upsert("Job", job)
+    for body in jobsets:
+        cache.upsert("JobSet", body)
+    return plan_input(cache)

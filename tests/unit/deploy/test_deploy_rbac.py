@@ -110,6 +110,16 @@ def code_needs() -> dict[Need, set[str]]:
             needs.setdefault((selector.group or "", resource, verb), set()).add(f"kopf watch {handler.id}")
     for need in KOPF:
         needs.setdefault(need, set()).add("kopf")
+    from phalanx.controller.kinds import OWNER_KINDS
+
+    for kind in OWNER_KINDS:
+        r = kind.resource
+        if r.group != "batch":  # Kube.patch_owner: a requeue suspends and resumes the owner itself; and our
+            # groups are owned by it with blockOwnerDeletion (api/owned.py)
+            needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
+            needs.setdefault((r.group, f"{r.plural}/finalizers", "update"), set()).add(
+                "api/owned.py ownerReferences"
+            )
     builders = (ROOT / "operator" / "phalanx" / "api" / "builders.py").read_text()
     if '"blockOwnerDeletion": True' in builders:
         for need in OWNER_REFERENCES:

@@ -385,17 +385,15 @@ class Applier:
         cache, kube = self.cache, self.kube
         match action:
             case SuspendJob(job=job, why=why):
-                suspended = await kube.patch_job(
-                    job.namespace,
-                    job.name,
+                suspended = await kube.patch_owner(
+                    job,
                     {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"suspend": True}},
                 )
                 if suspended is not None:
                     cache.upsert(job.kind, suspended, own_write=True)
             case ResumeJob(job=job):
-                resumed = await kube.patch_job(
-                    job.namespace,
-                    job.name,
+                resumed = await kube.patch_owner(
+                    job,
                     {
                         "metadata": {"annotations": {keys.REQUEUED_ANNOTATION: None}},
                         "spec": {"suspend": False},

@@ -17,6 +17,7 @@ from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
+from phalanx.controller.model.refs import ObjectRef
 
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
@@ -231,6 +232,32 @@ class Kube:
                 return False  # a PodDisruptionBudget does not allow it now
             raise
         return True
+
+    # -- owners
+    async def patch_owner(self, owner: ObjectRef, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of an owner (a batch/v1 Job, or a custom kind such as a JobSet); None if gone."""
+        if owner.api_version == "batch/v1" and owner.kind == "Job":
+            return await self.patch_job(owner.namespace, owner.name, patch)
+        group, _, version = owner.api_version.rpartition("/")
+        plural = owner.kind.lower() + "s"
+        try:
+            patched: dict[str, Any] = await retrying(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    owner.namespace,
+                    plural,
+                    owner.name,
+                    dict(patch),
+                    _content_type=MERGE_PATCH,
+                ),
+                verb="patch",
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return patched
 
     # -- Jobs
     async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@
     job_record.py  a batch/v1 Job as read (JobRecord) and as the state machine sees it (Owner)
     job.py         the Job kind: a plain Job is one gang
     job_slices.py  a sliced Job is one tree of slices
+    jobset.py      a JobSet is one tree: a PodGroup per child Job
     handmade.py    hand-made PodGroup / CompositePodGroup trees (no owner)
 
 Adding a kind is a module and a row below. Pure: no Kopf, no API client, no asyncio.
@@ -15,9 +16,10 @@ from __future__ import annotations
 from phalanx.controller.kinds.base import OwnerKind, WorkloadKind
 from phalanx.controller.kinds.handmade import HandMadeKind
 from phalanx.controller.kinds.job import JobKind
+from phalanx.controller.kinds.jobset import JobSetKind
 
 # Owners with API objects of their own: watched, listed, cached by uid, their pods indexed by owner.
-OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(),)
+OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(), JobSetKind())
 # Every kind whose units are scheduled (owners first; the plan orders units by rule, not by this order).
 KINDS: tuple[WorkloadKind, ...] = (*OWNER_KINDS, HandMadeKind())
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.controller.model.actions import Action
 from phalanx.controller.model.records import (
@@ -168,4 +168,18 @@ class OwnerKind(WorkloadKind, Protocol):
 
     def pod_owner(self, pod: PodRecord) -> str:
         """The uid of the owner of this kind that `pod` belongs to ("" if none)."""
+        ...
+
+
+@runtime_checkable
+class AdmittingKind(OwnerKind, Protocol):
+    """An owner kind whose objects Phalanx gates at creation through its own webhook (watch/registry.py)."""
+
+    def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The spec patch that holds its pods behind Phalanx's gate (None: nothing to add); raises
+        JobPolicyError naming every field at fault."""
+        ...
+
+    def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        """What an edit of a managed object may not change (each naming its field)."""
         ...

@@ -36,6 +36,9 @@ from phalanx.controller.kinds.job_slices import is_sliced, sliced_unit
 from phalanx.controller.model.actions import Action, CreatePodGroup, CreateWorkload, PatchMinCount, PostEvent
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 
+# Owner kinds whose Jobs are theirs: their pods belong to that owner's unit (kinds/jobset.py).
+CONTROLLED_BY_OTHER_KINDS = frozenset({"JobSet"})
+
 
 class JobKind:
     """batch/v1 Jobs labelled `phalanx.dev/managed=true` (implements kinds.base.OwnerKind)."""
@@ -48,7 +51,10 @@ class JobKind:
 
     def worth_keeping(self, owner: JobRecord, has_objects: bool) -> bool:
         """Managed Jobs; and unmanaged ones Phalanx still has to let go of: objects of ours to delete, or a
-        template carrying our gate (label removed, or YAML copied from a gang Job) whose pods we ungate."""
+        template carrying our gate (label removed, or YAML copied from a gang Job) whose pods we ungate. A
+        Job another owner kind of ours controls (a JobSet's child Job) is that owner's, never ours."""
+        if owner.controlled_by in CONTROLLED_BY_OTHER_KINDS:
+            return False
         if owner.managed or has_objects:
             return True
         return owner.gated_template and not owner.finished

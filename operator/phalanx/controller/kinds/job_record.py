@@ -19,7 +19,7 @@ from phalanx.controller.model.actions import (
     ResumeJob,
 )
 from phalanx.controller.model.keys import unit_key
-from phalanx.controller.model.records import PodGroupRecord, PodRecord, meta_of, parse_time
+from phalanx.controller.model.records import PodGroupRecord, PodRecord, controller_of, meta_of, parse_time
 from phalanx.controller.model.refs import ObjectRef
 
 JOB_API_VERSION = "batch/v1"
@@ -47,6 +47,7 @@ class JobRecord:
     body: Mapping[str, Any] = field(compare=False, hash=False)
     body_digest: tuple[Any, ...] = ()  # what of `body` the builders read, for comparison
     resource_version: str = field(default="", compare=False)
+    controlled_by: str = ""  # the kind of its controller owner (a JobSet's child Job: "JobSet")
 
     @property
     def key(self) -> str:
@@ -99,6 +100,7 @@ class JobRecord:
             requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
             remaining=_remaining(spec, status),
             layout=layout,
+            controlled_by=controller_of(meta)[0],
             body=slim,
             body_digest=(
                 tuple(sorted((meta.get("labels") or {}).items())),

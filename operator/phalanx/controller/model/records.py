@@ -105,6 +105,10 @@ class PodRecord:
     def bound(self) -> bool:
         return bool(self.node_name)
 
+    def label(self, key: str) -> str:
+        """The value of one of its labels ("" if it has none)."""
+        return next((v for k, v in self.traits.labels if k == key), "")
+
     @property
     def released(self) -> bool:
         """Ungated by Phalanx, pinned to a node, not yet bound: capacity Phalanx has promised."""

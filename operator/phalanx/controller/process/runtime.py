@@ -183,7 +183,7 @@ class Runtime:
             await install_crds(self.api)
         self.health.mark_crds_installed()
         await self._prime_cache()
-        self.relister = Relister(self.cache, {row.kind: self._lister(row) for row in WATCHED})
+        self.relister = Relister(self.cache, {row.kind: self._served_lister(row) for row in WATCHED})
         self.health.mark_cache_primed()
         if self.settings.leader_election:
             self._start_election()
@@ -328,6 +328,9 @@ class Runtime:
 
         return lambda: list_items(call)
 
+    def _served_lister(self, row: Watched) -> Lister:
+        return lambda: self._list_served(row)
+
     # ------------------------------------------------------------------ WatchContext (watch/webhooks.py)
     @property
     def cache_primed(self) -> bool:
@@ -341,12 +344,29 @@ class Runtime:
         if self.relister is not None:
             self.relister.listed(kind)
 
+    async def _list_served(self, row: Watched) -> list[dict[str, Any]]:
+        """A watched kind's objects; none (said once) for an optional kind whose CRD is not installed: Phalanx
+        runs without it, and Kopf starts watching it when the CRD appears."""
+        try:
+            return await self._lister(row)()
+        except ApiException as e:
+            if e.status != 404 or not row.optional:
+                raise
+            r = row.resource
+            log.warning(
+                "%s.%s is not served by this cluster: %ss are not admitted until its CRD is installed",
+                r.plural,
+                r.group,
+                row.kind,
+            )
+            return []
+
     async def _prime_cache(self) -> None:
         """One consistent LIST of every watched kind before the first pass (watched.py's phases in order),
         so no pass decides on an empty view."""
         for phase in sorted({row.phase for row in WATCHED}):
             rows = [row for row in WATCHED if row.phase == phase]
-            listed = await asyncio.gather(*(self._lister(row)() for row in rows))
+            listed = await asyncio.gather(*(self._list_served(row) for row in rows))
             for row, items in zip(rows, listed, strict=True):
                 for item in items:
                     namespace = str((item.get("metadata") or {}).get("namespace") or "")

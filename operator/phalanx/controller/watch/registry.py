@@ -13,7 +13,8 @@ import kopf
 
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
-from phalanx.controller.kinds.base import Resource
+from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.kinds.base import AdmittingKind, Resource
 from phalanx.controller.watch.watched import WATCHED, Watched
 from phalanx.controller.watch.webhooks import WatchContext, Webhooks
 
@@ -130,8 +131,41 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
     )
 
 
+def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
+    """For each owner kind with a webhook of its own (kinds.OWNER_KINDS: a JobSet), a gate at creation that
+    fails closed and an edit check that fails open, both only for objects carrying the managed label."""
+    out: list[_Hook] = []
+    for kind in OWNER_KINDS:
+        if not isinstance(kind, AdmittingKind):
+            continue
+        r, name = kind.resource, kind.name.lower()
+        out.append(
+            _Hook(
+                True,
+                r,
+                f"gate-{name}",
+                ("CREATE",),
+                {names.MANAGED_LABEL: kopf.PRESENT},
+                False,
+                hooks.gate_owner(kind),
+            )
+        )
+        out.append(
+            _Hook(
+                False,
+                r,
+                f"validate-{name}",
+                ("UPDATE",),
+                {names.MANAGED_LABEL: "true"},
+                True,
+                hooks.validate_owner(kind),
+            )
+        )
+    return tuple(out)
+
+
 def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
-    for hook in _hooks(hooks):
+    for hook in (*_hooks(hooks), *_owner_hooks(hooks)):
         on = kopf.on.mutate if hook.mutating else kopf.on.validate
         r = hook.resource
         on(

@@ -24,6 +24,7 @@ class Watched:
     namespaced: bool
     phase: int  # priming order (module docstring)
     owner: bool = False  # an owner kind: only its managed namespaces (--namespaces) are cached
+    optional: bool = False  # another project's kind (a JobSet): its CRD may not be installed (yet)
 
     @property
     def plural(self) -> str:
@@ -59,7 +60,10 @@ WATCHED: tuple[Watched, ...] = (
     Watched(names.COMPOSITE, _r(_OURS, "compositepodgroups"), True, 2),
     Watched(names.TOPOLOGY, _r(_OURS, "topologies"), False, 2),
     # Every owner, not only labelled ones: one whose label was removed must be seen to be let go.
-    *(Watched(kind.name, kind.resource, True, 3, owner=True) for kind in OWNER_KINDS),
+    *(
+        Watched(kind.name, kind.resource, True, 3, owner=True, optional=kind.resource.group != "batch")
+        for kind in OWNER_KINDS
+    ),
 )
 
 

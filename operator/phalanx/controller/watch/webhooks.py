@@ -5,7 +5,7 @@ message naming the field; they never raise anything else (fuzzed in the tests)."
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import kopf
@@ -19,6 +19,7 @@ from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.model.topology import label_conflicts
 
@@ -46,6 +47,40 @@ class Webhooks:
 
     def __init__(self, ctx: WatchContext) -> None:
         self.ctx = ctx
+
+    def gate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The CREATE handler of an owner kind with a webhook of its own (a JobSet): its annotations checked,
+        its pods held behind Phalanx's gate through its templates."""
+
+        def gate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+            meta = mapping(body.get("metadata"))
+            if not self.ctx.watches(str(meta.get("namespace") or "")):
+                return  # another operator's namespace (--namespaces)
+            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
+                return  # opted out in so many words
+            try:
+                spec = kind.admit_create(body)
+            except JobPolicyError as e:
+                raise kopf.AdmissionError(str(e), code=422) from e
+            if spec is not None:
+                patch.spec.update(spec)
+
+        return gate
+
+    def validate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The UPDATE handler of an owner kind: what an edit of a managed object may not change."""
+
+        def validate(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+            if old is None:
+                return
+            labels = mapping(mapping(body.get("metadata")).get("labels"))
+            if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+                return  # released from Phalanx: its annotations no longer matter
+            problems = kind.update_problems(old, body)
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
+
+        return validate
 
     def gate_job(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
