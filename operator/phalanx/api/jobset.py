@@ -192,9 +192,18 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
     return out
 
 
+def gated_pod_spec(pod_spec: Mapping[str, Any], gate: str) -> tuple[dict[str, Any], bool]:
+    """A pod spec with `gate` among its scheduling gates, and whether it had to be added."""
+    spec = dict(pod_spec)
+    gates = [g for g in items(spec.get("schedulingGates")) if isinstance(g, Mapping)]
+    if any(g.get("name") == gate for g in gates):
+        return spec, False
+    spec["schedulingGates"] = [*gates, {"name": gate}]
+    return spec, True
+
+
 def gated_replicated_jobs(spec: Mapping[str, Any], gate: str) -> list[dict[str, Any]] | None:
-    """`spec.replicatedJobs` with `gate` added to each pod template (None: every one has it already); a
-    replicated Job whose schedulingGates is not a list is left for the caller's validation."""
+    """`spec.replicatedJobs` with `gate` added to each pod template (None: every one has it already)."""
     changed = False
     out: list[dict[str, Any]] = []
     for entry in items(spec.get("replicatedJobs")):
@@ -202,12 +211,8 @@ def gated_replicated_jobs(spec: Mapping[str, Any], gate: str) -> list[dict[str, 
         template = dict(mapping(entry.get("template")))
         job_spec = dict(mapping(template.get("spec")))
         pod_template = dict(mapping(job_spec.get("template")))
-        pod_spec = dict(mapping(pod_template.get("spec")))
-        gates = [g for g in items(pod_spec.get("schedulingGates")) if isinstance(g, Mapping)]
-        if not any(g.get("name") == gate for g in gates):
-            gates.append({"name": gate})
-            changed = True
-        pod_spec["schedulingGates"] = gates
+        pod_spec, added = gated_pod_spec(mapping(pod_template.get("spec")), gate)
+        changed = changed or added
         pod_template["spec"], job_spec["template"], template["spec"] = pod_spec, pod_template, job_spec
         entry["template"] = template
         out.append(entry)

@@ -106,6 +106,7 @@ def build_tree(
     priority_class_name: str | None,
     priority: int | None,
     preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+    suffix: str = "",
 ) -> tuple[Workload, CompositePodGroup, list[PodGroup]]:
     """One Workload with one composite template (a PodGroupTemplate per distinct leaf template), its
     CompositePodGroup (all leaves together: minGroupCount = the number of leaves) and one PodGroup per
@@ -145,6 +146,8 @@ def build_tree(
         ),
     )
     composite_name = pod_group_name(wl_name, root.name)
+    if suffix:  # one of several trees of the owner (a LeaderWorkerSet group)
+        composite_name = f"{composite_name}-{suffix}"
     composite = CompositePodGroup(
         metadata=metadata(owner, composite_name),
         spec=CompositePodGroupSpec(
@@ -176,3 +179,48 @@ def build_tree(
             )
         )
     return workload, composite, groups
+
+
+def build_group(
+    owner: Owner,
+    suffix: str,
+    min_count: int,
+    *,
+    topology_key: str | None,
+    priority_class_name: str | None,
+    priority: int | None,
+    preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+    template: str = "group",
+) -> tuple[Workload, PodGroup]:
+    """One Workload of one PodGroupTemplate (a gang of `min_count`), and the PodGroup `<workload>-<suffix>`:
+    one of the owner's several gangs (a LeaderWorkerSet group)."""
+    group_template = PodGroupTemplate(
+        name=template,
+        scheduling_policy=SchedulingPolicy.of_gang(min_count),
+        scheduling_constraints=_constraints(topology_key),
+        disruption_mode=DisruptionMode.of_all(),
+        priority_class_name=priority_class_name,
+        priority=priority,
+        preemption_policy=preemption_policy,
+    )
+    wl_name = workload_name(owner.name, owner.uid)
+    workload = Workload(
+        metadata=metadata(owner, wl_name),
+        spec=WorkloadSpec(
+            controller_ref=ControllerRef(api_group=owner.group, kind=owner.kind, name=owner.name),
+            pod_group_templates=[group_template],
+        ),
+    )
+    group = PodGroup(
+        metadata=metadata(owner, f"{wl_name}-{suffix}"),
+        spec=PodGroupSpec(
+            workload_ref=WorkloadRef(workload_name=wl_name, template_name=template),
+            scheduling_policy=group_template.scheduling_policy,
+            scheduling_constraints=group_template.scheduling_constraints,
+            disruption_mode=DisruptionMode.of_all(),
+            priority_class_name=priority_class_name,
+            priority=priority,
+            preemption_policy=preemption_policy,
+        ),
+    )
+    return workload, group

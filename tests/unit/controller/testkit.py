@@ -187,6 +187,7 @@ def cluster(
     priority_classes: Iterable[dict[str, Any]] = (),
     levels: dict[str, tuple[str, ...]] | None = None,
     node_failure_grace: float = 30.0,
+    owners: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> PlanInput:
     """A cache filled with these objects, and what a pass would plan from it.
 
@@ -214,6 +215,8 @@ def cluster(
         cache.upsert("Pod", body)
     for job, _, _ in jobs:  # after our objects: a Job is kept while objects of ours exist for it
         cache.upsert("Job", job)
+    for kind, body in owners:  # owners of other kinds (JobSets, LeaderWorkerSets), as (kind, body)
+        cache.upsert(kind, body)
     cache.announced.update(announced or {})
     state = plan_input(cache, backing_off, node_failure_grace)
     if levels is not None:
@@ -382,3 +385,127 @@ def jobset_cluster(
     for body in jobsets:
         cache.upsert("JobSet", body)
     return plan_input(cache)
+
+
+# ---------------------------------------------------------------------- LeaderWorkerSets
+def lws_body(
+    name: str = "serve",
+    *,
+    replicas: int = 1,
+    size: int = 4,
+    annotations: dict[str, str] | None = None,
+    leader_ready: bool = False,
+    subgroup_size: int | None = None,
+    managed: bool = True,
+    gated: bool = True,
+    gpus: int = 8,
+    created: str = "2026-11-30T11:00:00Z",
+) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
+    }
+    if gated:
+        pod_spec["schedulingGates"] = [GATE]
+    template: dict[str, Any] = {"size": size, "workerTemplate": {"spec": pod_spec}}
+    if subgroup_size is not None:
+        template["subGroupPolicy"] = {"subGroupSize": subgroup_size}
+    spec: dict[str, Any] = {"replicas": replicas, "leaderWorkerTemplate": template}
+    if leader_ready:
+        spec["startupPolicy"] = "LeaderReady"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-lws-{name}",
+            "creationTimestamp": created,
+            "labels": {"phalanx.dev/managed": "true"} if managed else {},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+    }
+
+
+def lws_pod(
+    lws: str,
+    group: int,
+    worker: int,
+    *,
+    revision: str = "r1",
+    gpus: int = 8,
+    node: str = "",
+    released_to: str = "",
+    gated: bool = True,
+    phase: str = "Pending",
+    pod_group: str = "",
+) -> dict[str, Any]:
+    """Group `group`'s pod of worker index `worker` (0: the leader), as LWS names and labels it."""
+    name = f"{lws}-{group}" if worker == 0 else f"{lws}-{group}-{worker}"
+    body = member(name, "", gpus=gpus, node=node, released_to=released_to)
+    if not gated:
+        body["spec"].pop("schedulingGates", None)
+    body["status"]["phase"] = phase if not node else "Running"
+    body["metadata"]["labels"] = {
+        "leaderworkerset.sigs.k8s.io/name": lws,
+        "leaderworkerset.sigs.k8s.io/group-index": str(group),
+        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        "leaderworkerset.sigs.k8s.io/template-revision-hash": revision,
+    }
+    if pod_group:  # released by Phalanx: it carries its PodGroup's name
+        from phalanx.api.naming import pod_group_label_value
+
+        body["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(pod_group)
+    return body
+
+
+def owner_cluster(
+    owners: Sequence[tuple[str, dict[str, Any]]],
+    pods: Iterable[dict[str, Any]] = (),
+    *,
+    groups: Iterable[Group] = (),
+    busy: Iterable[int | str] = (),
+    others: Iterable[dict[str, Any]] = (),
+) -> PlanInput:
+    """Owners of any kind, as (kind, body), with their pods and the groups made for them."""
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    for record in groups:
+        _put(cache, record)
+    for body in [*pods, *others, *(filler(f"n{str(n).removeprefix('n')}") for n in busy)]:
+        cache.upsert("Pod", body)
+    for kind, body in owners:
+        cache.upsert(kind, body)
+    return plan_input(cache)
+
+
+def made_groups(result: Plan) -> list[Group]:
+    """The groups a plan creates, as the cache holds them once created (and with the status it wrote)."""
+    from phalanx.controller.model.actions import CreateCompositePodGroup, CreatePodGroup
+
+    out: list[Group] = []
+    for a in result.actions:
+        if isinstance(a, CreateCompositePodGroup):
+            body = a.group.to_api()
+            body["metadata"]["uid"] = f"cpg-{body['metadata']['name']}"
+            out.append(CompositePodGroupRecord.from_body(body))
+        elif isinstance(a, CreatePodGroup):
+            body = a.pod_group.to_api()
+            body["metadata"]["uid"] = f"pg-{body['metadata']['name']}"
+            out.append(PodGroupRecord.from_body(body))
+    return written(result, out)
+
+
+def written(result: Plan, groups: Iterable[Group]) -> list[Group]:
+    """`groups` with the statuses (and recorded decisions) the plan wrote, as the next pass reads them."""
+    from phalanx.controller.model.actions import RecordAdmission
+
+    by_name = {g.name: g for g in groups}
+    for a in result.actions:
+        if isinstance(a, RecordAdmission) and a.group.name in by_name:
+            g = by_name[a.group.name]
+            by_name[g.name] = with_status(g, g.status.model_copy(update={"admission": a.admission}))
+        elif isinstance(a, PatchStatus) and a.group.name in by_name:
+            by_name[a.group.name] = with_status(by_name[a.group.name], a.status)
+    return list(by_name.values())

@@ -43,6 +43,7 @@ from phalanx.controller.model.actions import (
     CreatePodGroup,
     CreateWorkload,
     DeleteObject,
+    DeletePod,
     EventType,
     EvictPod,
     LabelPod,
@@ -155,9 +156,11 @@ def describe(action: Action) -> str:
         case EvictPod(pod=p):
             return f"evicting pod {p.name}"
         case SuspendJob(job=j):
-            return f"suspending Job {j.name} to requeue it"
+            return f"suspending {j.kind} {j.name} to requeue it"
+        case DeletePod(pod=p):
+            return f"deleting pod {p.name} to requeue its group"
         case ResumeJob(job=j):
-            return f"resuming Job {j.name}"
+            return f"resuming {j.kind} {j.name}"
     raise AssertionError(f"unknown action {action!r}")
 
 
@@ -235,7 +238,9 @@ class Applier:
             metrics.PODS_RELEASED.inc(group.admitted_pods)
         if group.admission_latency is not None:
             metrics.ADMISSION_LATENCY.observe(group.admission_latency)
-        requeues = [a for a in group.actions if isinstance(a, SuspendJob)]
+        # One requeue per suspension, or per group of pods deleted for the same reason.
+        requeues: list[SuspendJob | DeletePod] = [a for a in group.actions if isinstance(a, SuspendJob)]
+        requeues += list({a.why: a for a in group.actions if isinstance(a, DeletePod)}.values())
         for requeue in requeues:
             metrics.REQUEUES.labels(requeue.cause).inc()
             if requeue.cause == "unbindable":
@@ -290,7 +295,7 @@ class Applier:
                 await self._post(self._resolved(involved), type_, reason, message)
             case RememberAnnounced(key=key, message=message):
                 self.cache.announced[key] = message
-            case ReleasePod() | UngatePod() | LabelPod() | EvictPod():
+            case ReleasePod() | UngatePod() | LabelPod() | EvictPod() | DeletePod():
                 await self._pod(action)
             case SuspendJob() | ResumeJob():
                 await self._owner(action)
@@ -373,6 +378,8 @@ class Applier:
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:
                     cache.upsert(POD, labelled, own_write=True)
+            case DeletePod(pod=pod):
+                await kube.delete_pod(pod.namespace, pod.name)
             case EvictPod(pod=pod, reason=reason, message=message):
                 if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
                     cache.eviction_blocked(pod.key)

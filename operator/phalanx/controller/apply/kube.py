@@ -202,6 +202,14 @@ class Kube:
             {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
         )
 
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (gone already is fine): its owner makes it again."""
+        try:
+            await retrying(lambda: self.core.delete_namespaced_pod(name, namespace), verb="delete")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
         """Mark the pod a disruption target (as kube-scheduler's preemption does), then evict it through
         the Eviction API, which honours PodDisruptionBudgets. False if a budget blocks it (429); True when

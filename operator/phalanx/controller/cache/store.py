@@ -294,8 +294,9 @@ class ClusterCache:
             self.live.remove_pod(key)
         self._touch()
 
-    def pods_of(self, kind: str, uid: str) -> Iterator[PodRecord]:
-        for key in self.pods_by_owner.get((kind, uid), ()):
+    def pods_of(self, kind: str, index_key: str) -> Iterator[PodRecord]:
+        """The pods of an owner of `kind`, by its index key (OwnerKind.index_key: usually its uid)."""
+        for key in self.pods_by_owner.get((kind, index_key), ()):
             pod = self.pods.get(key)
             if pod is not None:
                 yield pod
@@ -411,7 +412,9 @@ class ClusterCache:
                 workload=workloads[0] if workloads else None,
                 pod_groups=tuple(self.pod_groups.of_owner(uid)),
                 composites=tuple(self.composite_pod_groups.of_owner(uid)),
-                pods=tuple(sorted(self.pods_of(kind, uid), key=lambda p: p.name)),
+                pods=tuple(
+                    sorted(self.pods_of(kind, self.kinds[kind].index_key(owner)), key=lambda p: p.name)
+                ),
             )
 
     def unowned_groups(self) -> tuple[list[CompositePodGroupRecord], list[PodGroupRecord]]:

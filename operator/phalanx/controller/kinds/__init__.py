@@ -6,6 +6,7 @@
     job.py         the Job kind: a plain Job is one gang
     job_slices.py  a sliced Job is one tree of slices
     jobset.py      a JobSet is one tree: a PodGroup per child Job
+    lws.py         each LeaderWorkerSet group (of one revision) is one gang (a tree with subgroups)
     handmade.py    hand-made PodGroup / CompositePodGroup trees (no owner)
 
 Adding a kind is a module and a row below. Pure: no Kopf, no API client, no asyncio.
@@ -17,9 +18,10 @@ from phalanx.controller.kinds.base import OwnerKind, WorkloadKind
 from phalanx.controller.kinds.handmade import HandMadeKind
 from phalanx.controller.kinds.job import JobKind
 from phalanx.controller.kinds.jobset import JobSetKind
+from phalanx.controller.kinds.lws import LwsKind
 
 # Owners with API objects of their own: watched, listed, cached by uid, their pods indexed by owner.
-OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(), JobSetKind())
+OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(), JobSetKind(), LwsKind())
 # Every kind whose units are scheduled (owners first; the plan orders units by rule, not by this order).
 KINDS: tuple[WorkloadKind, ...] = (*OWNER_KINDS, HandMadeKind())
 

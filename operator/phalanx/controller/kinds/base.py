@@ -28,7 +28,14 @@ from phalanx.controller.model.records import (
     WorkloadRecord,
 )
 from phalanx.controller.model.refs import ObjectRef
-from phalanx.placement import TopologyMode
+from phalanx.placement import (
+    PodRequirements,
+    PodTraits,
+    TopologyMode,
+    pod_requests,
+    pod_requirements,
+    pod_traits,
+)
 
 RequeueHow = Literal["suspend", "delete-pods"]
 
@@ -67,11 +74,37 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class PodTemplate:
+    """What a pod not made yet will ask for (a staged unit's later pods), from its owner's pod template."""
+
+    requests: Mapping[str, int]
+    requirements: PodRequirements
+    traits: PodTraits
+
+    @classmethod
+    def of(cls, pod_spec: Mapping[str, Any], namespace: str) -> PodTemplate:
+        requests = pod_requests(pod_spec)
+        traits = pod_traits({"namespace": namespace}, pod_spec)
+        return cls(requests, pod_requirements(pod_spec, requests), traits)
+
+
+@dataclass(frozen=True)
 class Leaf:
-    """A PodGroup (existing, or planned in this pass) and the pods that belong to it, in rank order."""
+    """A PodGroup (existing, or planned in this pass) and the pods that belong to it, in rank order.
+
+    For a staged unit: `ranks` (each pod's rank, as `pods`), the ranks the owner will make (`slots`,
+    default 0 .. expected-1) and the `template` those not made yet will have."""
 
     group: PodGroupRecord
     pods: tuple[PodRecord, ...]
+    ranks: tuple[int, ...] = ()
+    expected: int = 0
+    template: PodTemplate | None = None
+    slots: tuple[int, ...] = ()
+
+    @property
+    def ranked_slots(self) -> tuple[int, ...]:
+        return self.slots or tuple(range(self.expected))
 
 
 @dataclass(frozen=True)
@@ -99,6 +132,9 @@ class Unit:
     setup: tuple[Action, ...] = ()  # objects made, notes said once, a requeued owner resumed
     priority: int = 0
     created: dt.datetime | None = None
+    # Its owner makes its pods in stages (JobSet InOrder, LWS LeaderReady): the whole unit is decided when
+    # the first stage's pods are there, the room of the later ones held until they come.
+    staged: bool = False
 
     @property
     def order(self) -> tuple[int, dt.datetime, str]:
@@ -167,7 +203,12 @@ class OwnerKind(WorkloadKind, Protocol):
         ...
 
     def pod_owner(self, pod: PodRecord) -> str:
-        """The uid of the owner of this kind that `pod` belongs to ("" if none)."""
+        """The index key of the owner of this kind that `pod` belongs to ("" if none): see `index_key`."""
+        ...
+
+    def index_key(self, owner: Any) -> str:
+        """What `pod_owner` returns for this owner's pods (its uid, or `<namespace>/<name>` for a kind
+        whose pods name their owner only)."""
         ...
 
 

@@ -59,6 +59,9 @@ class JobKind:
             return True
         return owner.gated_template and not owner.finished
 
+    def index_key(self, owner: Any) -> str:
+        return str(owner.uid)
+
     def pod_owner(self, pod: PodRecord) -> str:
         return pod.job_uid
 

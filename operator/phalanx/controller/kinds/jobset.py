@@ -31,7 +31,16 @@ from phalanx.api.owned import Leaf as LeafShape
 from phalanx.api.owned import Owner as OwnerIdentity
 from phalanx.api.owned import build_tree
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
-from phalanx.controller.kinds.base import ClusterView, Leaf, Owner, OwnerState, Resource, Tree, Unit
+from phalanx.controller.kinds.base import (
+    ClusterView,
+    Leaf,
+    Owner,
+    OwnerState,
+    PodTemplate,
+    Resource,
+    Tree,
+    Unit,
+)
 from phalanx.controller.kinds.common import (
     announce_once,
     let_go,
@@ -154,6 +163,9 @@ class JobSetKind:
     def worth_keeping(self, owner: JobSetRecord, has_objects: bool) -> bool:
         return owner.managed or has_objects or (owner.gated_template and not owner.finished)
 
+    def index_key(self, owner: Any) -> str:
+        return str(owner.uid)
+
     def pod_owner(self, pod: PodRecord) -> str:
         return pod.label(JOBSET_UID_LABEL)
 
@@ -232,25 +244,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
             status=CompositePodGroupStatus(),
             owner_kind=KIND,
         )
-    existing = {g.name: g for g in state.pod_groups}
-    by_child = _pods_by_child(state.pods, jobset.name)
-    leaves = []
-    for child, group in zip(children, groups, strict=True):
-        name = str(group.metadata["name"])
-        record = existing.get(name)
-        if record is None:
-            setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
-            record = PodGroupRecord(
-                uid="",
-                namespace=jobset.namespace,
-                name=name,
-                owner_uid=jobset.uid,
-                generation=1,
-                spec=group.spec,
-                status=PodGroupStatus(),
-                owner_kind=KIND,
-            )
-        leaves.append(Leaf(record, tuple(sorted(by_child.get(child.name, ()), key=_rank))))
+    leaves = _leaves(state, policy, children, groups, str(workload.metadata["name"]), setup)
     created = sum(1 for a in setup if isinstance(a, CreatePodGroup))
     if created:
         made.append(f"{created} PodGroup(s) (one per child Job)")
@@ -265,7 +259,51 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
         setup=tuple(setup),
         priority=unit_priority(state.pods, priority),
         created=jobset.created,
+        # Replicated Jobs made one after another (InOrder, dependsOn): decided whole with the first stage.
+        staged=policy.in_order or any(r.depends_on for r in policy.replicated_jobs),
     )
+
+
+def _leaves(
+    state: OwnerState,
+    policy: JobSetPolicy,
+    children: list[Any],
+    groups: list[Any],
+    workload_name: str,
+    setup: list[Action],
+) -> list[Leaf]:
+    """One leaf per child Job: its PodGroup (made where missing) and its pods in completion-index order."""
+    jobset: JobSetRecord = state.owner
+    existing = {g.name: g for g in state.pod_groups}
+    by_child = _pods_by_child(state.pods, jobset.name)
+    templates = {r.name: PodTemplate.of(r.pod_spec, jobset.namespace) for r in policy.replicated_jobs}
+    leaves = []
+    for child, group in zip(children, groups, strict=True):
+        name = str(group.metadata["name"])
+        record = existing.get(name)
+        if record is None:
+            setup.append(CreatePodGroup(group, workload_name))
+            record = PodGroupRecord(
+                uid="",
+                namespace=jobset.namespace,
+                name=name,
+                owner_uid=jobset.uid,
+                generation=1,
+                spec=group.spec,
+                status=PodGroupStatus(),
+                owner_kind=KIND,
+            )
+        pods = tuple(sorted(by_child.get(child.name, ()), key=_rank))
+        leaves.append(
+            Leaf(
+                record,
+                pods,
+                ranks=tuple(_rank(p)[0] for p in pods),
+                expected=child.parallelism,
+                template=templates[child.replicated_job],
+            )
+        )
+    return leaves
 
 
 def _pods_by_child(pods: Iterable[PodRecord], jobset: str) -> dict[str, list[PodRecord]]:

@@ -104,6 +104,16 @@ class SuspendJob:
 
 
 @dataclass(frozen=True)
+class DeletePod:
+    """Requeue a unit whose owner has no suspend (a LeaderWorkerSet group): delete its pods, which the
+    owner recreates, born gated."""
+
+    pod: ObjectRef
+    why: str
+    cause: RequeueCause
+
+
+@dataclass(frozen=True)
 class ResumeJob:
     """Resume a Job Phalanx requeued, once its pods are gone; its new pods are born gated."""
 
@@ -163,12 +173,13 @@ Action = (
     | DeleteObject
     | EvictPod
     | SuspendJob
+    | DeletePod
     | ResumeJob
 )
 
 # Actions of these kinds that follow each other in a group's list are independent of each other:
 # the applier runs such a run of them concurrently (a gang's releases go out together).
-CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob)
+CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob, DeletePod)
 
 
 @dataclass(frozen=True)

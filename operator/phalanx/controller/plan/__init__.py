@@ -8,6 +8,7 @@ no aiohttp, no asyncio: the same input and time give the same actions).
     preempt.py     a gang that does not fit: wait for freed room, preempt, or wait
     victims.py     who may be a victim, what a preemption turns into, the reservation
     requeue.py     taking a unit back whole (unbindable releases, a broken running gang)
+    staging.py     staged units (JobSet InOrder, LWS LeaderReady): decided whole, later pods into slots
     report.py      statuses, events (said on the owner too) and pod labels
     status.py      what a group's status should say (conditions, counters)
     topologies.py  Topologies' status
@@ -23,6 +24,7 @@ import datetime as dt
 
 from phalanx.controller.plan.input import Plan, PlanInput
 from phalanx.controller.plan.machine import schedule
+from phalanx.controller.plan.staging import hold
 from phalanx.controller.plan.victims import Victims, victim_units
 from phalanx.controller.plan.work import Pass
 
@@ -42,5 +44,6 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         levels=state.levels,
         priority_classes=state.priority_classes,
     )
+    hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
     plans = [p for unit in sorted(units, key=lambda u: u.order) if (p := schedule(unit, ctx)) is not None]
     return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds))

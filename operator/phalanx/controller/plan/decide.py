@@ -22,6 +22,7 @@ from phalanx.api.suggest import closest
 from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod
 from phalanx.controller.model.records import CompositePodGroupRecord, PodRecord
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.staging import held_slots, slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import (
     Admit,
@@ -51,7 +52,9 @@ def levels_of(keys_: Iterable[str | None], levels: Mapping[str, tuple[str, ...]]
 def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode = "required") -> GroupRequest:
     return GroupRequest(
         name=leaf.group.name,  # a tree names its groups by name (CompositeAdmit.admits)
-        pending=tuple(PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.ready),
+        pending=tuple(
+            PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.to_place
+        ),
         min_count=leaf.min_count,
         topology_key=leaf.group.topology_key,
         bound_nodes=tuple(p.usage_node for p in leaf.placed),
@@ -105,7 +108,9 @@ def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest
     key = leaf.group.topology_key
     request = GroupRequest(
         name=leaf.group.key,
-        pending=tuple(PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.ready),
+        pending=tuple(
+            PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.to_place
+        ),
         min_count=leaf.min_count,
         topology_key=key,
         bound_nodes=tuple(p.usage_node for p in leaf.placed),
@@ -261,17 +266,25 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
     nodes = {a.pod: a.node for a in recorded.assignments}
     chosen: dict[str, list[tuple[PodRecord, str]]] = {}
     for name, leaf in work.leaves.items():
-        pairs = [(p, nodes[p.name]) for p in leaf.ready if p.name in nodes]
+        pairs = [
+            (p, node) for p in leaf.ready if (node := nodes.get(p.name) or nodes.get(slot_of(leaf, p), ""))
+        ]
         if pairs:
             chosen[name] = pairs
     if not chosen:
         return False
-    if any(
-        len(pairs) + len(work.leaves[name].placed) < work.leaves[name].min_count
+    for name, pairs in chosen.items():
+        leaf = work.leaves[name]
+        held = len(held_slots(leaf, nodes))  # a staged unit's pods still to come, their room held
+        if len(pairs) + len(leaf.placed) + held < leaf.min_count:
+            return False
+    arriving = {
+        p.key
         for name, pairs in chosen.items()
-    ):
-        return False
-    if not still_fit([pair for pairs in chosen.values() for pair in pairs], ctx):
+        for p, _ in pairs
+        if f"{p.namespace}/{slot_of(work.leaves[name], p)}" in ctx.reserved_slots
+    }
+    if not still_fit([pair for pairs in chosen.values() for pair in pairs], ctx, arriving):
         return False
     for name, pairs in chosen.items():
         _finish_leaf(work, work.leaves[name], pairs, recorded, ctx)
@@ -298,9 +311,10 @@ def _finish_leaf(
     work.actions.append(PostEvent(leaf.group.ref, "Normal", "Admitted", message))
 
 
-def still_fit(pairs: list[tuple[PodRecord, str]], ctx: Pass) -> bool:
+def still_fit(pairs: list[tuple[PodRecord, str]], ctx: Pass, held: set[str] | None = None) -> bool:
     """Every pod still fits on the node a recorded decision gave it: node present, schedulable, its taints
-    tolerated and selectors met, room left for all of them together."""
+    tolerated and selectors met, room left for all of them together (`held`: pods whose room is held for
+    them already, a staged unit's slots)."""
     room: dict[str, dict[str, int]] = {}
     for pod, node_name in pairs:
         node = ctx.nodes.get(node_name)
@@ -309,6 +323,8 @@ def still_fit(pairs: list[tuple[PodRecord, str]], ctx: Pass) -> bool:
             return False
         if ctx.snapshot.node_index(node_name) is None:
             return False
+        if held and pod.key in held:
+            continue  # a staged pod arriving in its slot: its room was held for it (staging.py)
         free = room.setdefault(node_name, ctx.snapshot.free(node_name))
         free[PODS] = free.get(PODS, 0) - 1
         for resource, amount in pod.requests.items():

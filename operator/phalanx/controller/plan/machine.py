@@ -30,6 +30,7 @@ from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
 from phalanx.controller.plan.preempt import wait_or_preempt
 from phalanx.controller.plan.report import report
 from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
+from phalanx.controller.plan.staging import placeholders
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
 
 
@@ -96,7 +97,10 @@ def place(work: UnitWork, ctx: Pass) -> None:
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):
         return
-    if _blocked_by_gates(work) or finish(work, ctx) or _short_of_pods(work):
+    if _blocked_by_gates(work) or finish(work, ctx):
+        return
+    placeholders(work)  # a staged unit is decided whole with its first stage (staging.py)
+    if _short_of_pods(work):
         return
     if single is not None:
         _decide_single(work, single, ctx)

@@ -7,7 +7,7 @@ recreate its pods."""
 from __future__ import annotations
 
 from phalanx.api import conditions as c
-from phalanx.controller.model.actions import PostEvent, RequeueCause, SuspendJob
+from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.work import Pass, UnitWork
 
@@ -35,7 +35,11 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
     """Take the unit back whole through its owner; every group of it says so."""
     owner, tree = work.owner, work.unit.tree
     assert owner is not None and tree is not None
-    work.actions.append(SuspendJob(owner.ref, why, cause))
+    if owner.requeue == "delete-pods":
+        pods = [p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting]
+        work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
+    else:
+        work.actions.append(SuspendJob(owner.ref, why, cause))
     work.actions.append(PostEvent(tree.holder.ref, "Warning", "Requeued", why))  # said on the owner too
     outcome = st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
     work.outcome = outcome

@@ -17,7 +17,7 @@ from functools import cached_property
 
 from phalanx.api.status import Reservation
 from phalanx.controller.kinds.base import Owner, Unit
-from phalanx.controller.model.actions import Action, EvictPod, PostEvent, SuspendJob
+from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent, SuspendJob
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan.status import PREEMPTED_PREFIX
@@ -134,7 +134,11 @@ def actuate(
         unit = victims.unit(key)
         if unit is None:
             continue
-        actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
+        if unit.owner.requeue == "delete-pods":  # no suspend (a LeaderWorkerSet group): its pods go
+            members = [k for k, u in victims.units_by_pod.items() if u.group.key == key and k in victims.pods]
+            actions.extend(DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(members))
+        else:
+            actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
         actions.append(PostEvent(unit.owner.ref, "Warning", "Preempted", said))
         actions.append(PostEvent(unit.group, "Warning", "Preempted", said))
         requeued.append(key)

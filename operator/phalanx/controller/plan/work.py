@@ -38,6 +38,8 @@ class Pass:
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
+    # Slots of staged units whose room the pass assumed at its start (staging.py): "<namespace>/<slot>"
+    reserved_slots: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -56,15 +58,23 @@ class LeafWork:
     ungated: int = 0
     outcome: st.Outcome | None = None
     reservation: Reservation | None = None  # kept only while it waits for room freed for it
+    # A staged unit's pods not made yet, as placeholders named by their slot (staging.py): decided with the
+    # real ones, recorded, their room held; never released.
+    virtual: tuple[PodRecord, ...] = ()
 
     @property
     def group(self) -> PodGroupRecord:
         return self.leaf.group
 
     @property
+    def to_place(self) -> tuple[PodRecord, ...]:
+        """What the engine places for it: its ready pods, then a staged unit's placeholders."""
+        return (*self.ready, *self.virtual)
+
+    @property
     def enough(self) -> bool:
-        """Its pods (ready to place, or placed) reach its minCount."""
-        return len(self.ready) + len(self.placed) >= self.min_count
+        """Its pods (ready to place, placeholders of a staged unit, or placed) reach its minCount."""
+        return len(self.to_place) + len(self.placed) >= self.min_count
 
     @property
     def whole(self) -> bool:
