@@ -114,9 +114,10 @@ def code_needs() -> dict[Need, set[str]]:
 
     for kind in OWNER_KINDS:
         r = kind.resource
-        if r.group != "batch":  # Kube.patch_owner: a requeue suspends and resumes the owner itself; and our
-            # groups are owned by it with blockOwnerDeletion (api/owned.py)
-            needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
+        if r.group != "batch":  # Kube.patch_owner: a requeue suspends and resumes the owner itself (kinds whose
+            # owners have a suspend); and our groups are owned by it with blockOwnerDeletion (api/owned.py)
+            if kind.name != "LeaderWorkerSet":
+                needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
             needs.setdefault((r.group, f"{r.plural}/finalizers", "update"), set()).add(
                 "api/owned.py ownerReferences"
             )
