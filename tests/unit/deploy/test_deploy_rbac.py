@@ -114,13 +114,13 @@ def code_needs() -> dict[Need, set[str]]:
 
     for kind in OWNER_KINDS:
         r = kind.resource
-        if r.group != "batch":  # Kube.patch_owner: a requeue suspends and resumes the owner itself (kinds whose
-            # owners have a suspend); and our groups are owned by it with blockOwnerDeletion (api/owned.py)
-            if kind.name != "LeaderWorkerSet":
-                needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
-            needs.setdefault((r.group, f"{r.plural}/finalizers", "update"), set()).add(
-                "api/owned.py ownerReferences"
-            )
+        if r.group == "batch":
+            continue  # Jobs: patched through BatchV1Api (found by the scan), finalizers in OWNER_REFERENCES
+        if kind.suspends:  # Kube.patch_owner: a requeue suspends and resumes the owner itself
+            needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
+        if kind.owns_groups:  # our groups are owned by it with blockOwnerDeletion (api/owned.py)
+            owned = (r.group, f"{r.plural}/finalizers", "update")
+            needs.setdefault(owned, set()).add("api/owned.py ownerReferences")
     builders = (ROOT / "operator" / "phalanx" / "api" / "builders.py").read_text()
     if '"blockOwnerDeletion": True' in builders:
         for need in OWNER_REFERENCES:

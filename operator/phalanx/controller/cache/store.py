@@ -417,6 +417,9 @@ class ClusterCache:
                 ),
             )
 
+    def owner_record(self, kind: str, uid: str) -> Any:
+        return self.owners.get(kind, {}).get(uid)
+
     def unowned_groups(self) -> tuple[list[CompositePodGroupRecord], list[PodGroupRecord]]:
         """Groups no owner kind of ours made (hand-made, or another controller's)."""
 

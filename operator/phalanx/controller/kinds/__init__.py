@@ -7,6 +7,7 @@
     job_slices.py  a sliced Job is one tree of slices
     jobset.py      a JobSet is one tree: a PodGroup per child Job
     lws.py         each LeaderWorkerSet group (of one revision) is one gang (a tree with subgroups)
+    trainjob.py    a TrainJob reaches its JobSet through a runtime patch; its JobSet's unit names it
     handmade.py    hand-made PodGroup / CompositePodGroup trees (no owner)
 
 Adding a kind is a module and a row below. Pure: no Kopf, no API client, no asyncio.
@@ -19,9 +20,10 @@ from phalanx.controller.kinds.handmade import HandMadeKind
 from phalanx.controller.kinds.job import JobKind
 from phalanx.controller.kinds.jobset import JobSetKind
 from phalanx.controller.kinds.lws import LwsKind
+from phalanx.controller.kinds.trainjob import TrainJobKind
 
 # Owners with API objects of their own: watched, listed, cached by uid, their pods indexed by owner.
-OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(), JobSetKind(), LwsKind())
+OWNER_KINDS: tuple[OwnerKind, ...] = (JobKind(), JobSetKind(), LwsKind(), TrainJobKind())
 # Every kind whose units are scheduled (owners first; the plan orders units by rule, not by this order).
 KINDS: tuple[WorkloadKind, ...] = (*OWNER_KINDS, HandMadeKind())
 

@@ -45,6 +45,8 @@ class JobKind:
 
     name = KIND
     resource = RESOURCE
+    suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
 
     def parse(self, body: Mapping[str, Any]) -> JobRecord:
         return JobRecord.from_body(body)

@@ -61,12 +61,14 @@ from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
     PodRecord,
+    controller_of,
     meta_of,
     parse_time,
 )
 from phalanx.controller.model.refs import ObjectRef
 
 RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+TRAINJOB_KIND = "TrainJob"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
@@ -86,6 +88,7 @@ class JobSetRecord:
     created: dt.datetime | None
     body: Mapping[str, Any] = field(compare=False, hash=False)  # a slim copy, for the builders
     resource_version: str = field(default="", compare=False)
+    controller: tuple[str, str] = ("", "")  # (kind, uid) of its controller owner (a TrainJob)
 
     @property
     def key(self) -> str:
@@ -130,6 +133,7 @@ class JobSetRecord:
             created=parse_time(meta.get("creationTimestamp")),
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
+            controller=controller_of(meta),
         )
 
 
@@ -156,6 +160,8 @@ class JobSetKind:
 
     name = KIND
     resource = RESOURCE
+    suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
 
     def parse(self, body: Mapping[str, Any]) -> JobSetRecord:
         return JobSetRecord.from_body(body)
@@ -187,27 +193,37 @@ class JobSetKind:
                 yield jobset_unit(state, view)
 
 
-def owner_of(jobset: JobSetRecord) -> Owner:
+def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:
+    """The JobSet, or the TrainJob that made it: Trainer keeps the JobSet's suspend in step with its
+    TrainJob's, so a TrainJob's JobSet is requeued (and said to be) through the TrainJob."""
     policy = jobset.policy
+    kind, ref, requeued = KIND, jobset.ref, jobset.requeued
+    suspended, finished, how = jobset.suspended, jobset.finished, jobset.finished_how
+    if jobset.controller[0] == TRAINJOB_KIND:
+        trainjob = view.owner_record(TRAINJOB_KIND, jobset.controller[1])
+        if trainjob is not None:
+            kind, ref, requeued = TRAINJOB_KIND, trainjob.ref, trainjob.requeued
+            suspended = suspended or trainjob.suspended
+            finished, how = finished or trainjob.finished, how or trainjob.finished_how
     return Owner(
-        kind=KIND,
-        ref=jobset.ref,
+        kind=kind,
+        ref=ref,
         created=jobset.created,
-        suspended=jobset.suspended,
-        finished=jobset.finished,
-        finished_how=jobset.finished_how,
-        requeued=jobset.requeued,
+        suspended=suspended,
+        finished=finished,
+        finished_how=how,
+        requeued=requeued,
         gated_template=jobset.gated_template,
         preemption_never=policy is not None and policy.preemption_policy == "Never",
         disruption_all=True,  # one tree: a broken JobSet is placed again whole
         priority_class=policy.priority_class_name if policy is not None else None,
-        pods_from="the JobSet's Jobs to create the other pods",
+        pods_from=f"the {kind}'s Jobs to create the other pods",
     )
 
 
 def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     jobset: JobSetRecord = state.owner
-    owner = owner_of(jobset)
+    owner = owner_of(jobset, view)
     policy = jobset.policy
     if policy is None:
         notes = announce_once(view.announced, jobset.ref, "policy", "InvalidPolicy", jobset.policy_error)
@@ -250,8 +266,8 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"{created} PodGroup(s) (one per child Job)")
     if made:
         setup.append(PostEvent(jobset.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
-    if jobset.requeued and (not jobset.suspended or not any(not p.terminal for p in state.pods)):
-        setup.append(ResumeJob(jobset.ref))
+    if owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
+        setup.append(ResumeJob(owner.ref))  # the JobSet, or its TrainJob
     return Unit(
         key=jobset.unit_key,
         owner=owner,

@@ -136,6 +136,8 @@ class LwsKind:
 
     name = KIND
     resource = RESOURCE
+    suspends = False  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
 
     def parse(self, body: Mapping[str, Any]) -> LwsRecord:
         return LwsRecord.from_body(body)
