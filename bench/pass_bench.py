@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.plan import plan
-from phalanx.controller.scheduler import cluster_state
+from phalanx.controller.plan.jobs import plan
+
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import cluster_state
 from placement_bench import machine, percentile
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
@@ -132,18 +133,18 @@ def fill(cache: ClusterCache, nodes: int, pods: int, gangs: int) -> tuple[list[s
     names = []
     for i in range(nodes):
         body = node_body(i, racks_per_block, nodes_per_rack)
-        cache.upsert_node(body)
+        cache.upsert("Node", body)
         names.append(body["metadata"]["name"])
     busy = rng.sample(names, pods)
     running = []
     for j, node in enumerate(busy):
         name = f"busy-{j:05d}"
-        cache.upsert_pod(pod_body(name, node=node))
+        cache.upsert("Pod", pod_body(name, node=node))
         running.append(name)
     for g in range(gangs):
-        cache.upsert_job(job_body(g))
+        cache.upsert("Job", job_body(g))
         for k in range(8):
-            cache.upsert_pod(pod_body(f"gang-{g}-{k}", job_uid=f"job-{g}", gated=True))
+            cache.upsert("Pod", pod_body(f"gang-{g}-{k}", job_uid=f"job-{g}", gated=True))
     return busy, running
 
 
@@ -158,7 +159,7 @@ def make_gangs_wait(cache: ClusterCache) -> None:
                 body["metadata"].update(
                     uid=f"pg-{body['metadata']['name']}", resourceVersion="1", generation=1
                 )
-                cache.upsert_pod_group(body)
+                cache.upsert("PodGroup", body)
 
 
 def bench_pass(nodes: int, pods: int, gangs: int, runs: int) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def bench_pass(nodes: int, pods: int, gangs: int, runs: int) -> dict[str, Any]:
         body["status"]["phase"] = phase
         gc.disable()
         started = time.perf_counter()
-        cache.upsert_pod(body)
+        cache.upsert("Pod", body)
         result = plan(cluster_state(cache), NOW)
         times.append(time.perf_counter() - started)
         gc.enable()
@@ -210,7 +211,7 @@ def bench_rss(nodes: int = 50_000, pods: int = 50_000) -> dict[str, Any]:
     cache = ClusterCache()
     names, _ = fill(cache, nodes, nodes // 2, 0)
     for j in range(pods - nodes // 2):
-        cache.upsert_pod(pod_body(f"extra-{j:05d}", node=names[j % nodes]))
+        cache.upsert("Pod", pod_body(f"extra-{j:05d}", node=names[j % nodes]))
     cache.snapshot()
     gc.collect()
     after = rss_kib()

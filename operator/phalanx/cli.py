@@ -185,8 +185,8 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from phalanx.controller.main import run_operator
-    from phalanx.controller.settings import Settings
+    from phalanx.controller.process.main import run_operator
+    from phalanx.controller.process.settings import Settings
 
     return run_operator(Settings.from_args_and_env(args, parser=args.run_parser))
 
@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    from phalanx.controller.settings import PRECEDENCE, Settings
+    from phalanx.controller.process.settings import PRECEDENCE, Settings
 
     run = sub.add_parser(
         "run",

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.controller import faults
+from phalanx.controller.apply import faults
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from phalanx.controller.events import EventKey, EventRecorder
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.events import EventKey, EventRecorder
+from phalanx.controller.model.refs import ObjectRef
 from phalanx.devcluster.cluster import ClusterState
 
 from .kube import Namespace, delete_namespace, new_namespace

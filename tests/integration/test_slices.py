@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.controller.faults import AFTER_RELEASES
+from phalanx.controller.apply.faults import AFTER_RELEASES
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess

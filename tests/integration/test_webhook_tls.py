@@ -17,7 +17,7 @@ from cryptography import x509
 from kubernetes_asyncio import client, config
 
 from phalanx import certs
-from phalanx.controller.webhook_tls import WebhookCerts, WebhookTLS, read_files
+from phalanx.controller.process.webhook_tls import WebhookCerts, WebhookTLS, read_files
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import RestClient
 

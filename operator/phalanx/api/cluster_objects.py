@@ -1,6 +1,6 @@
 """How Phalanx reads Nodes and Pods: one set of rules for the controller's records and the CLI tools.
 
-The controller (`phalanx.controller.records`) and the tools (`phalanx.tools.view`) must agree on which
+The controller (`phalanx.controller.model.records`) and the tools (`phalanx.tools.view`) must agree on which
 node a pod holds capacity on, or `phalanx explain` would describe a cluster the operator does not see.
 """
 

@@ -156,17 +156,20 @@ def default_min_count(parallelism: int) -> int:
     return max(1, parallelism)
 
 
-def key_problems(job: Mapping[str, Any], *, creating: bool = True) -> list[PolicyProblem]:
+def key_problems(
+    job: Mapping[str, Any], *, creating: bool = True, annotations: tuple[str, ...] = JOB_ANNOTATIONS
+) -> list[PolicyProblem]:
     """The Job's ``phalanx.dev/`` keys Phalanx does not know, or finds in the wrong place, each with a
     did-you-mean; a managed label that is neither true nor false; a key only Phalanx writes, set at creation.
 
     A misspelt key would otherwise be ignored in silence and the Job scheduled other than asked.
+    `annotations`: the Phalanx annotations this kind of object takes (a Job's by default).
     """
     meta = mapping(job.get("metadata"))
     problems: list[PolicyProblem] = []
     sides: tuple[tuple[KeyPlace, tuple[str, ...], tuple[str, ...]], ...] = (
-        ("annotation", JOB_ANNOTATIONS, JOB_LABELS),
-        ("label", JOB_LABELS, JOB_ANNOTATIONS),
+        ("annotation", annotations, JOB_LABELS),
+        ("label", JOB_LABELS, annotations),
     )
     for place, own, other in sides:
         keys = mapping(meta.get(f"{place}s"))

@@ -21,12 +21,30 @@ from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, pars
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.suggest import closest, did_you_mean, edit_distance
 from phalanx.api.workload import WorkloadSpec, workload_problems
-from phalanx.controller.handlers import (
-    gate_job,
-    validate_job_update,
-    validate_pod_group_update,
-    validate_workload,
-)
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.watch.webhooks import Webhooks
+
+
+class _Context:
+    """The webhooks' context without a process: an empty cache, every namespace managed."""
+
+    cache = ClusterCache()
+    kube: Kube | None = None
+    cache_primed = False
+
+    def watches(self, namespace: str) -> bool:
+        return True
+
+    def listed(self, kind: str) -> None:
+        pass
+
+
+_HOOKS = Webhooks(_Context())
+gate_job = _HOOKS.gate_job
+validate_job_update = _HOOKS.validate_job_update
+validate_pod_group_update = _HOOKS.validate_pod_group_update
+validate_workload = _HOOKS.validate_workload
 
 MANAGED = {keys.MANAGED_LABEL: "true"}
 

@@ -15,11 +15,11 @@ from typing import Any, cast
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.status import Admission, Assignment
-from phalanx.controller.actions import GroupPlan, PostEvent, RecordAdmission, ReleasePod
-from phalanx.controller.apply import Applier, Backoff
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.kube import Kube
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.applier import Applier, Backoff
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod, UnitPlan
+from phalanx.controller.model.refs import ObjectRef
 
 
 def forbidden(message: str) -> ApiException:
@@ -73,7 +73,7 @@ class Events:
         self.posted.append((involved, type_, reason, message))
 
 
-def admission_plan(namespace: str, pods: int = 2) -> GroupPlan:
+def admission_plan(namespace: str, pods: int = 2) -> UnitPlan:
     group = ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", namespace, "pg", "u")
     job = ObjectRef("batch/v1", "Job", namespace, "train", "j")
     admission = Admission(
@@ -87,7 +87,7 @@ def admission_plan(namespace: str, pods: int = 2) -> GroupPlan:
         *(ReleasePod(ObjectRef("v1", "Pod", namespace, f"p{i}"), f"n{i}", "pg") for i in range(pods)),
         PostEvent(job, "Normal", "Admitted", "admitted"),
     )
-    return GroupPlan(f"{namespace}/train", actions, job, pods)
+    return UnitPlan(f"{namespace}/train", actions, job, pods)
 
 
 def applier(kube: RecordingKube, clock: list[float]) -> tuple[Applier, ClusterCache, Events]:

@@ -9,28 +9,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from test_controller_plan import (
-    GATED4,
-    NB,
-    NOW,
-    admitted_reason,
-    filler,
-    group_of,
-    job_body,
-    only,
-    pod_body,
-    state,
-    status_of,
-)
+from test_controller_plan import GATED4, admitted_reason, state
+from testkit import NB, NOW, filler, group_of, job_body, only, pod_body, status_of
 
 from phalanx.api import conditions as c
 from phalanx.api.status import PodGroupStatus
-from phalanx.controller.actions import PatchStatus, PostEvent, ReleasePod
-from phalanx.controller.plan import ClusterState, Plan, plan
-from phalanx.controller.records import PriorityClassRecord
+from phalanx.controller.model.actions import PatchStatus, PostEvent, ReleasePod
+from phalanx.controller.model.records import PriorityClassRecord
+from phalanx.controller.plan import Plan, PlanInput, plan
 
 
-def with_class(cluster: ClusterState, name: str) -> ClusterState:
+def with_class(cluster: PlanInput, name: str) -> PlanInput:
     record = PriorityClassRecord.from_body({"metadata": {"name": name}, "value": 1000})
     return dataclasses.replace(cluster, priority_classes={name: record})
 

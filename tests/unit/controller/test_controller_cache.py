@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.controller.cache import ClusterCache, Expectations
-from phalanx.controller.records import JobRecord, PodRecord
+from phalanx.controller.cache.store import ClusterCache, Expectations
+from phalanx.controller.kinds.job_record import JobRecord
+from phalanx.controller.model.records import PodRecord
 
 GATE = {"name": "phalanx.dev/admission"}
 
@@ -81,12 +82,12 @@ def test_capacity_is_held_by_bound_terminating_and_released_pods_only() -> None:
 
 def test_a_late_watch_event_does_not_undo_our_write() -> None:
     cache = ClusterCache()
-    cache.upsert_pod(pod("a", 5, gated=True))
-    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)  # our release, written through
-    cache.upsert_pod(pod("a", 6, gated=True))  # the watch catching up with an older version
+    cache.upsert("Pod", pod("a", 5, gated=True))
+    cache.upsert("Pod", pod("a", 7, selector="n1", group="g"), own_write=True)  # our release, written through
+    cache.upsert("Pod", pod("a", 6, gated=True))  # the watch catching up with an older version
     assert cache.pods["ns/a"].released
-    cache.upsert_pod(pod("a", 7, selector="n1", group="g"))  # the watch shows our write: expectation met
-    cache.upsert_pod(pod("a", 8, node="n1", group="g"))  # later changes by others are taken as they come
+    cache.upsert("Pod", pod("a", 7, selector="n1", group="g"))  # the watch shows our write: expectation met
+    cache.upsert("Pod", pod("a", 8, node="n1", group="g"))  # later changes by others are taken as they come
     assert cache.pods["ns/a"].bound
 
 
@@ -94,18 +95,18 @@ def test_resource_versions_are_opaque_strings_never_compared_as_numbers() -> Non
     cache = ClusterCache()
     written = pod("a", 1, selector="n1", group="g")
     written["metadata"]["resourceVersion"] = "opaque-b"
-    cache.upsert_pod(written, own_write=True)
+    cache.upsert("Pod", written, own_write=True)
     older = pod("a", 1, gated=True)
     older["metadata"]["resourceVersion"] = "opaque-z"  # "greater" as text or number: still older than ours
-    cache.upsert_pod(older)
+    cache.upsert("Pod", older)
     assert cache.pods["ns/a"].released
 
 
 def test_an_expectation_never_met_lapses_and_the_newest_held_back_event_wins() -> None:
     now = [0.0]
     cache = ClusterCache(clock=lambda: now[0])
-    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)
-    cache.upsert_pod(pod("a", 9, node="n2", group="g"))  # a re-list past our write: held back for now
+    cache.upsert("Pod", pod("a", 7, selector="n1", group="g"), own_write=True)
+    cache.upsert("Pod", pod("a", 9, node="n2", group="g"))  # a re-list past our write: held back for now
     assert cache.pods["ns/a"].released
     now[0] = 31.0
     cache.settle_expectations()
@@ -124,40 +125,40 @@ def test_expectations_alone() -> None:
 
 def test_a_status_change_that_cannot_change_a_decision_does_not_wake_the_loop() -> None:
     cache = ClusterCache()
-    cache.upsert_node(node("n1"))
-    cache.upsert_pod(pod("a", 1, node="n1", phase="Pending"))
+    cache.upsert("Node", node("n1"))
+    cache.upsert("Pod", pod("a", 1, node="n1", phase="Pending"))
     cache.changed.clear()
     generation = cache.generation
     running = pod("a", 2, node="n1", phase="Running")
     running["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    cache.upsert_pod(running)  # new resourceVersion, phase and conditions: nothing placement reads
+    cache.upsert("Pod", running)  # new resourceVersion, phase and conditions: nothing placement reads
     assert not cache.changed.is_set() and cache.generation == generation
-    cache.upsert_pod(pod("a", 3, node="n1", phase="Succeeded"))  # frees its GPUs: that counts
+    cache.upsert("Pod", pod("a", 3, node="n1", phase="Succeeded"))  # frees its GPUs: that counts
     assert cache.changed.is_set()
 
 
 def test_pods_are_indexed_by_job_and_forgotten_on_delete() -> None:
     cache = ClusterCache()
-    cache.upsert_pod(pod("a", 1, gated=True))
-    cache.upsert_pod(pod("b", 1, gated=True, job_uid="job-2"))
-    assert [p.name for p in cache.job_pods("job-1")] == ["a"]
-    cache.delete_pod("ns", "a", "uid-a")
-    assert list(cache.job_pods("job-1")) == []
+    cache.upsert("Pod", pod("a", 1, gated=True))
+    cache.upsert("Pod", pod("b", 1, gated=True, job_uid="job-2"))
+    assert [p.name for p in cache.pods_of("Job", "job-1")] == ["a"]
+    cache.delete("Pod", {"metadata": {"namespace": "ns", "name": "a", "uid": "uid-a"}})
+    assert list(cache.pods_of("Job", "job-1")) == []
     assert cache.changed.is_set()
 
 
 def test_snapshot_counts_what_holds_capacity_and_follows_changes() -> None:
     cache = ClusterCache()
     for name in ("n1", "n2"):
-        cache.upsert_node(node(name))
-    cache.upsert_pod(pod("a", 1, node="n1", phase="Running"))
-    cache.upsert_pod(pod("b", 1, selector="n2", group="g"))
-    cache.upsert_pod(pod("c", 1, gated=True))
+        cache.upsert("Node", node(name))
+    cache.upsert("Pod", pod("a", 1, node="n1", phase="Running"))
+    cache.upsert("Pod", pod("b", 1, selector="n2", group="g"))
+    cache.upsert("Pod", pod("c", 1, gated=True))
     snapshot = cache.snapshot()
     assert snapshot.free("n1")["nvidia.com/gpu"] == 0
     assert snapshot.free("n2")["nvidia.com/gpu"] == 0
-    cache.upsert_pod(pod("a", 2, node="n1", phase="Succeeded"))
-    cache.delete_pod("ns", "b", "uid-b")
+    cache.upsert("Pod", pod("a", 2, node="n1", phase="Succeeded"))
+    cache.delete("Pod", {"metadata": {"namespace": "ns", "name": "b", "uid": "uid-b"}})
     assert cache.snapshot().free("n1")["nvidia.com/gpu"] == 8
     assert cache.snapshot().free("n2")["nvidia.com/gpu"] == 8
     assert snapshot.free("n1")["nvidia.com/gpu"] == 0  # a snapshot handed out never changes
@@ -200,11 +201,11 @@ def test_a_job_record_carries_its_parsed_policy_or_why_it_is_invalid() -> None:
 def test_a_watch_that_skips_our_version_is_taken_once_it_shows_our_write() -> None:
     """Kopf hands handlers the newest state of an object: the event with our exact version may never come."""
     cache = ClusterCache()
-    cache.upsert_pod(pod("a", 5, gated=True))
-    cache.upsert_pod(pod("a", 7, selector="n1", group="g"), own_write=True)  # our release
-    cache.upsert_pod(pod("a", 6, gated=True))  # older: still gated, held back
+    cache.upsert("Pod", pod("a", 5, gated=True))
+    cache.upsert("Pod", pod("a", 7, selector="n1", group="g"), own_write=True)  # our release
+    cache.upsert("Pod", pod("a", 6, gated=True))  # older: still gated, held back
     assert cache.pods["ns/a"].released
     bound_later = pod("a", 9, node="n1", selector="n1", group="g")  # kube-scheduler bound it; 7 never seen
-    cache.upsert_pod(bound_later)
+    cache.upsert("Pod", bound_later)
     assert cache.pods["ns/a"].bound
     assert not cache.expectations.pending

@@ -11,11 +11,11 @@ from typing import Any, cast
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api.status import Admission, Assignment
-from phalanx.controller.actions import GroupPlan, RecordAdmission
-from phalanx.controller.apply import Applier
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.kube import Kube
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.apply.applier import Applier
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import RecordAdmission, UnitPlan
+from phalanx.controller.model.refs import ObjectRef
 
 
 def group(version: str, status: dict[str, Any]) -> dict[str, Any]:
@@ -54,16 +54,16 @@ ADMISSION = Admission(
 
 def test_a_conflict_applies_the_event_held_back_as_older() -> None:
     cache = ClusterCache()
-    cache.upsert_pod_group(group("5", {}), own_write=True)  # our last write whose answer came back
+    cache.upsert("PodGroup", group("5", {}), own_write=True)  # our last write whose answer came back
     recorded = group("7", {"admission": ADMISSION.to_api()})  # a later write of ours, answer lost
-    cache.upsert_pod_group(recorded)  # the watch shows it: taken for older than our write, held back
+    cache.upsert("PodGroup", recorded)  # the watch shows it: taken for older than our write, held back
     assert cache.pod_groups.get("ml/pg").resource_version == "5"  # type: ignore[union-attr]
 
     ref = ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", "ml", "pg", "u")
     job = ObjectRef("batch/v1", "Job", "ml", "train", "j")
     applier = Applier(cache, cast(Kube, ConflictingKube()), Events())
     (result,) = asyncio.run(
-        applier.apply([GroupPlan("ml/train", (RecordAdmission(ref, ADMISSION, "5"),), job)])
+        applier.apply([UnitPlan("ml/train", (RecordAdmission(ref, ADMISSION, "5"),), job)])
     )
 
     assert not result.ok and result.error.startswith("409")

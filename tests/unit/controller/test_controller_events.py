@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from phalanx.api.formats import dns_subdomain_problems
-from phalanx.controller.events import (
+from phalanx.controller.apply.events import (
     MAX_MESSAGE,
     Bump,
     Create,
@@ -12,7 +12,7 @@ from phalanx.controller.events import (
     SeenEvents,
     decide,
 )
-from phalanx.controller.refs import ObjectRef
+from phalanx.controller.model.refs import ObjectRef
 
 JOB = ObjectRef("batch/v1", "Job", "ml", "train", "uid-1")
 NOW = "2026-01-02T03:04:05Z"

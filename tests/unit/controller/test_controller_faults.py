@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from phalanx.controller.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 
 
 def test_no_variable_set_means_nothing_armed() -> None:
@@ -41,7 +41,7 @@ def test_the_nth_passage_of_the_armed_point_kills_and_no_other_point_counts() ->
 
 def test_an_armed_abort_is_a_real_sigkill_of_the_process() -> None:
     code = (
-        "from phalanx.controller.faults import Faults, BEFORE_STATUS\n"
+        "from phalanx.controller.apply.faults import Faults, BEFORE_STATUS\n"
         "f = Faults.from_env()\n"
         "f.reached(BEFORE_STATUS)\n"
         "print('after first', flush=True)\n"

@@ -8,9 +8,9 @@ import logging
 from aiohttp.test_utils import TestClient, TestServer
 
 from phalanx.controller import metrics
-from phalanx.controller.health import Health
-from phalanx.controller.httpserver import build_app
-from phalanx.controller.logs import JsonFormatter
+from phalanx.controller.process.health import Health
+from phalanx.controller.process.httpserver import build_app
+from phalanx.controller.process.logs import JsonFormatter
 
 
 class Clock:

@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.controller import metrics
-from phalanx.controller.leader import (
+from phalanx.controller.process.leader import (
     KubeLeaseStore,
     LeaderElector,
     LeaseConflictError,

@@ -6,11 +6,12 @@ import asyncio
 import socket
 from typing import Any
 
+import kopf
 import pytest
 
-from phalanx.controller import main
-from phalanx.controller.main import run_operator, webhook_port_taken
-from phalanx.controller.settings import Settings
+from phalanx.controller.process import main
+from phalanx.controller.process.main import run_operator, webhook_port_taken
+from phalanx.controller.process.settings import Settings
 
 
 def test_a_taken_webhook_port_fails_fast_with_a_clear_message(capsys: object) -> None:
@@ -45,12 +46,12 @@ def test_when_kopf_stops_on_its_own_the_process_is_made_to_end(monkeypatch: pyte
     monkeypatch.setattr(main, "exit_soon", lambda why, after=0.0: armed.append(why))
     monkeypatch.setattr(main.kopf, "run_tasks", failing_run_tasks)
     with pytest.raises(RuntimeError):
-        asyncio.run(main.operate())
+        asyncio.run(main.operate(kopf.OperatorRegistry()))
     assert armed and "a watcher failed for good" in armed[0]
 
     armed.clear()
     monkeypatch.setattr(main.kopf, "run_tasks", returning_run_tasks)
-    assert asyncio.run(main.operate()) == 1
+    assert asyncio.run(main.operate(kopf.OperatorRegistry())) == 1
     assert armed == ["Kopf stopped on its own"]
 
 

@@ -4,31 +4,28 @@ n1-n3; n4 is nb-a's last node."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
-from test_controller_plan import (
+from test_controller_plan import admitted_reason
+from testkit import (
     NODES,
     NOW,
     TOPOLOGY,
-    admitted_reason,
+    cluster,
     filler,
     group_of,
     job_body,
     node_body,
     only,
     pod_body,
-    state,
     status_of,
 )
 
 from phalanx.api import conditions as c
-from phalanx.api.cluster_objects import node_info
-from phalanx.controller.actions import EvictPod, ReleasePod, SuspendJob
+from phalanx.controller.model.actions import EvictPod, ReleasePod, SuspendJob
+from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, plan
-from phalanx.controller.records import PodGroupRecord, PodRecord
-from phalanx.placement import Snapshot
 
 
 def running(group: str, *nodes: str) -> list[dict[str, Any]]:
@@ -46,15 +43,8 @@ def at(
     others: list[dict[str, Any]] | None = None,
 ) -> Plan:
     """plan() with some nodes changed (a body) or gone (None)."""
-    others = others or []
-    s = state([(job, group, pods)], others=others)
-    bodies = [nodes.get(n, node_body(n)) for n in NODES]
-    infos = [node_info(b) for b in bodies if b is not None]
-    usage = [bp for p in [*pods, *others] if (bp := PodRecord.from_body(p).bound_pod()) is not None]
-    changed = dataclasses.replace(
-        s, snapshot=Snapshot.build(infos, usage), nodes={i.name: i for i in infos}, node_failure_grace=30
-    )
-    return plan(changed, now)
+    bodies = [b for n in NODES if (b := nodes.get(n, node_body(n))) is not None]
+    return plan(cluster([(job, group, pods)], others=others or [], nodes=bodies), now)
 
 
 def test_a_deleted_node_with_a_free_node_left_in_the_block_gets_its_pod_replaced_there() -> None:

@@ -8,14 +8,27 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from testkit import (
+    GATE,
+    LB,
+    NODES,
+    NOW,
+    TOPOLOGY,
+    cluster,
+    filler,
+    group_of,
+    job_body,
+    job_key,
+    kinds,
+    node_body,
+    only,
+    pod_body,
+    status_of,
+)
 
 from phalanx.api import conditions as c
-from phalanx.api.builders import build_pod_group
-from phalanx.api.cluster_objects import node_info
-from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
-from phalanx.controller.actions import (
-    Action,
+from phalanx.controller.model.actions import (
     CreatePodGroup,
     CreateWorkload,
     DeleteObject,
@@ -31,124 +44,8 @@ from phalanx.controller.actions import (
     SuspendJob,
     UngatePod,
 )
-from phalanx.controller.plan import ClusterState, JobState, Plan, plan
-from phalanx.controller.records import JobRecord, PodGroupRecord, PodRecord
-from phalanx.placement import Snapshot
-
-NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-NB = "oci.oraclecloud.com/rdma.network_block_id"
-GATE = {"name": "phalanx.dev/admission"}
-# The article's cluster: 8 nodes of 8 GPUs; n1-n4 in nb-a, n5-n8 in nb-b.
-NODES = [f"n{i}" for i in range(1, 9)]
-
-
-def node_body(name: str) -> dict[str, Any]:
-    block = "nb-a" if int(name[1:]) <= 4 else "nb-b"
-    return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, NB: block}},
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": "8", "cpu": "112", "memory": "2Ti", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def job_body(
-    name: str = "train",
-    count: int = 4,
-    *,
-    annotations: dict[str, str] | None = None,
-    suspend: bool = False,
-    finished: bool = False,
-    completions: int | None = None,
-    succeeded: int = 0,
-    created: str = "2026-11-30T11:00:00Z",
-    priority_class: str | None = None,
-    labelled_late: bool = False,
-    managed: bool = True,
-) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {"containers": [{"name": "w", "image": "x"}]}
-    if not labelled_late and (annotations or {}).get("phalanx.dev/policy") != "basic":
-        pod_spec["schedulingGates"] = [GATE]  # what the webhook adds at creation
-    if priority_class:
-        pod_spec["priorityClassName"] = priority_class
-    status: dict[str, Any] = {"succeeded": succeeded}
-    if finished:
-        status["conditions"] = [{"type": "Complete", "status": "True"}]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": f"uid-{name}",
-            "creationTimestamp": created,
-            "labels": {"phalanx.dev/managed": "true"} if managed else {},
-            "annotations": dict(annotations or {}),
-        },
-        "spec": {
-            "parallelism": count,
-            "completions": count if completions is None else completions,
-            "suspend": suspend,
-            "template": {"spec": pod_spec},
-        },
-        "status": status,
-    }
-
-
-def pod_body(
-    job: str,
-    index: int,
-    *,
-    gpus: int = 8,
-    node: str = "",
-    released_to: str = "",
-    gated: bool = True,
-    group: str = "",
-    phase: str = "Pending",
-    priority: int = 0,
-) -> dict[str, Any]:
-    labels = {"batch.kubernetes.io/controller-uid": f"uid-{job}", "job-name": job}
-    if group:
-        labels["phalanx.dev/pod-group"] = group
-    spec: dict[str, Any] = {
-        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-        "priority": priority,
-    }
-    if node:
-        spec["nodeName"] = node
-    if gated:
-        spec["schedulingGates"] = [GATE]
-    if released_to:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": released_to}
-    return {
-        "metadata": {
-            "name": f"{job}-{index}",
-            "namespace": "ml",
-            "uid": f"uid-{job}-{index}",
-            "labels": labels,
-        },
-        "spec": spec,
-        "status": {"phase": phase},
-    }
-
-
-def filler(node: str) -> dict[str, Any]:
-    """A pod of someone else taking all 8 GPUs of a node."""
-    body = pod_body("other", int(node[1:]), node=node, gated=False, phase="Running")
-    body["metadata"]["labels"] = {}
-    body["metadata"]["name"] = f"filler-{node}"
-    return body
-
-
-def group_of(job: dict[str, Any], status: PodGroupStatus | None = None) -> PodGroupRecord:
-    policy = parse_job_policy(job, running=True)  # an existing Job (it may carry phalanx.dev/requeued)
-    body = build_pod_group(job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid")
-    body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1)
-    if status is not None:
-        body["status"] = status.to_api()
-    return PodGroupRecord.from_body(body)
+from phalanx.controller.model.records import PodGroupRecord
+from phalanx.controller.plan import Plan, PlanInput, plan
 
 
 def state(
@@ -157,41 +54,8 @@ def state(
     others: Sequence[dict[str, Any]] = (),
     backing_off: frozenset[str] = frozenset(),
     announced: dict[str, str] | None = None,
-) -> ClusterState:
-    nodes = [node_info(node_body(n)) for n in NODES]
-    all_pods = [PodRecord.from_body(p) for _, _, pods in jobs for p in pods] + [
-        PodRecord.from_body(p) for p in others
-    ]
-    usage = [bp for p in all_pods if (bp := p.bound_pod()) is not None]
-    return ClusterState(
-        jobs=tuple(
-            JobState(
-                job=JobRecord.from_body(job),
-                pod_group=group,
-                workload_name=f"{job['metadata']['name']}-wl" if group is not None else None,
-                pods=tuple(PodRecord.from_body(p) for p in pods),
-            )
-            for job, group, pods in jobs
-        ),
-        snapshot=Snapshot.build(nodes, usage),
-        nodes={n.name: n for n in nodes},
-        backing_off=backing_off,
-        announced=announced or {},
-    )
-
-
-def kinds(actions: Sequence[Action]) -> list[str]:
-    return [type(a).__name__ for a in actions]
-
-
-def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def status_of(result: Plan) -> PodGroupStatus:
-    (patch,) = only(result.actions, PatchStatus)
-    status: PodGroupStatus = patch.status
-    return status
+) -> PlanInput:
+    return cluster(jobs, others=others, backing_off=backing_off, announced=announced)
 
 
 def admitted_reason(status: PodGroupStatus) -> tuple[str, str, str]:
@@ -201,7 +65,6 @@ def admitted_reason(status: PodGroupStatus) -> tuple[str, str, str]:
 
 
 GATED4 = [pod_body("train", i) for i in range(4)]
-TOPOLOGY = {"phalanx.dev/topology-key": NB}
 
 
 # ---------------------------------------------------------------------- the cases
@@ -215,8 +78,8 @@ def test_a_new_job_gets_its_workload_and_pod_group_and_is_admitted_in_the_same_p
     assert only(actions, CreateWorkload)[0].workload.metadata["name"] == created.workload
     assert len(only(actions, ReleasePod)) == 4
     assert not only(actions, LabelPod)  # a release labels the pod in the same request
-    assert result.groups[0].admitted_pods == 4
-    assert result.groups[0].admission_latency == 3600.0
+    assert result.units[0].admitted_pods == 4
+    assert result.units[0].admission_latency == 3600.0
 
 
 def test_a_fitting_gang_records_its_decision_before_releasing_any_pod() -> None:
@@ -391,9 +254,10 @@ def test_a_group_that_backs_off_is_left_out_and_the_others_are_planned() -> None
     pods_a = [pod_body("a", i) for i in range(2)]
     pods_b = [pod_body("b", i) for i in range(2)]
     result = plan(
-        state([(a, group_of(a), pods_a), (b, group_of(b), pods_b)], backing_off=frozenset({"ml/a"})), NOW
+        state([(a, group_of(a), pods_a), (b, group_of(b), pods_b)], backing_off=frozenset({job_key("a")})),
+        NOW,
     )
-    assert [g.key for g in result.groups] == ["ml/b"]
+    assert [g.key for g in result.units] == [job_key("b")]
     assert len(only(result.actions, ReleasePod)) == 2
 
 
@@ -521,30 +385,12 @@ def test_a_requeued_job_is_resumed_once_its_pods_are_gone_and_says_why_meanwhile
 
 
 # ---------------------------------------------------------------------- preemption
-LB = "oci.oraclecloud.com/rdma.local_block_id"
-
-
 def blocks_state(
     jobs: Sequence[tuple[dict[str, Any], PodGroupRecord | None, Sequence[dict[str, Any]]]],
     unevictable: frozenset[str] = frozenset(),
-) -> ClusterState:
+) -> PlanInput:
     """The seed cluster with local blocks: lb-a1 n1-n2, lb-a2 n3-n4, lb-b1 n5-n6, lb-b2 n7-n8."""
-    base = state(jobs)
-    nodes = []
-    for name in NODES:
-        body = node_body(name)
-        index = int(name[1:])
-        body["metadata"]["labels"][LB] = ["lb-a1", "lb-a2", "lb-b1", "lb-b2"][(index - 1) // 2]
-        nodes.append(node_info(body))
-    records = {p.key: p for js in base.jobs for p in js.pods}
-    usage = [bp for p in records.values() if (bp := p.bound_pod()) is not None]
-    return dataclasses.replace(
-        base,
-        snapshot=Snapshot.build(nodes, usage),
-        nodes={n.name: n for n in nodes},
-        pods=records,
-        unevictable=unevictable,
-    )
+    return dataclasses.replace(state(jobs), unevictable=unevictable)
 
 
 def running_gang(name: str, first_node: int, priority: int, mode: str = "single") -> tuple[Any, Any, Any]:
@@ -582,15 +428,13 @@ def test_the_articles_preemption_requeues_one_low_gang_whole_and_reserves_its_lo
     assert suspend.job.name in {"low-a", "low-b"}
     assert suspend.why.startswith("preempted by podgroup ml/")
     assert not only(result.actions, EvictPod)  # minCount 4: the whole gang goes, never 2 of 4
-    high_status = next(
-        a.status for a in only(result.actions, PatchStatus) if a.pod_group.name.startswith("high")
-    )
+    high_status = next(a.status for a in only(result.actions, PatchStatus) if a.group.name.startswith("high"))
     assert admitted_reason(high_status)[1] == c.REASON_PREEMPTING
     reservation = high_status.reservation
     assert reservation is not None and len(reservation.nodes) == 2
     assert reservation.domain in {"lb-a1", "lb-a2", "lb-b1", "lb-b2"}
     assert not only(result.actions, ReleasePod)
-    assert result.groups[-1].preempted_pods == 4 or any(g.preempted_pods == 4 for g in result.groups)
+    assert result.units[-1].preempted_pods == 4 or any(g.preempted_pods == 4 for g in result.units)
 
 
 def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
@@ -604,7 +448,7 @@ def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
     never = plan(blocks_state([low_a, low_b, preemptor(**{"phalanx.dev/preemption-policy": "Never"})]), NOW)
     assert not only(never.actions, SuspendJob) and not only(never.actions, EvictPod)
     patches = only(never.actions, PatchStatus)
-    high_status = next(a.status for a in patches if a.pod_group.name.startswith("high"))
+    high_status = next(a.status for a in patches if a.group.name.startswith("high"))
     assert "preemptionPolicy Never" in admitted_reason(high_status)[2]
 
 
@@ -624,10 +468,8 @@ def test_a_running_gang_below_min_count_with_no_room_left_is_requeued_after_the_
     tainted["spec"]["taints"] = [{"key": "example.com/failed", "value": "true", "effect": "NoExecute"}]
 
     def at(now: dt.datetime, group: PodGroupRecord) -> Plan:
-        s = state([(job, group, pods)], others=fillers)
-        nodes = [node_info(tainted if n == "n3" else node_body(n)) for n in NODES]
-        usage = [bp for p in [*pods, *fillers] if (bp := PodRecord.from_body(p).bound_pod()) is not None]
-        return plan(dataclasses.replace(s, snapshot=Snapshot.build(nodes, usage), node_failure_grace=30), now)
+        nodes = [tainted if n == "n3" else node_body(n) for n in NODES]
+        return plan(cluster([(job, group, pods)], others=fillers, nodes=nodes), now)
 
     first = at(NOW, base)
     assert not only(first.actions, SuspendJob)

@@ -12,57 +12,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+import testkit
+from testkit import GATE, LB, LOCAL, NB, NOW, RACK, node_body
+from testkit import filler as _filler
+from testkit import member as pod
 
 from phalanx.api import conditions as c
-from phalanx.api.cluster_objects import node_info
 from phalanx.api.status import Admission, Assignment, CompositePodGroupStatus, GroupStatus, PodGroupStatus
-from phalanx.controller.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
-from phalanx.controller.plan import ClusterState, Plan, plan
-from phalanx.controller.plan_composite import hand_made_pods, hand_made_trees
-from phalanx.controller.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
-from phalanx.placement import Snapshot
+from phalanx.controller.model.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
+from phalanx.controller.plan import Plan, PlanInput, plan
 
-NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-NB = "oci.oraclecloud.com/rdma.network_block_id"
-LB = "oci.oraclecloud.com/rdma.local_block_id"
-RACK = "example.com/rack"
-GATE = {"name": "phalanx.dev/admission"}
-LOCAL = {1: "lb-a1", 2: "lb-a1", 3: "lb-a2", 4: "lb-a2", 5: "lb-b1", 6: "lb-b1", 7: "lb-b2", 8: "lb-b2"}
-
-
-def node_body(i: int) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": f"n{i}", NB: "nb-a" if i <= 4 else "nb-b", LB: LOCAL[i]}
-    return {
-        "metadata": {"name": f"n{i}", "labels": labels},
-        "spec": {},
-        "status": {
-            "allocatable": {"nvidia.com/gpu": "8", "cpu": "112", "memory": "2Ti", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
-def pod(name: str, group: str, *, gpus: int = 8, node: str = "", released_to: str = "") -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
-    }
-    if node:
-        spec["nodeName"] = node
-    elif released_to:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": released_to}
-    else:
-        spec["schedulingGates"] = [GATE]
-    labels = {"phalanx.dev/pod-group": group} if group else {}
-    phase = "Running" if node else "Pending"
-    return {
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": labels},
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+JobSpec = tuple[dict[str, Any], Any, list[dict[str, Any]]]
+LEVELS = {NB: (NB, LB), LB: (NB, LB)}
 
 
 def filler(i: int) -> dict[str, Any]:
-    return pod(f"filler-n{i}", "", node=f"n{i}")
+    return _filler(f"n{i}")
 
 
 def composite(
@@ -117,20 +83,21 @@ def cluster(
     *,
     busy: Sequence[int] = (),
     levels: dict[str, tuple[str, ...]] | None = None,
-) -> ClusterState:
-    nodes = [node_info(node_body(i)) for i in range(1, 9)]
-    records = [PodRecord.from_body(p) for p in [*pods, *(filler(i) for i in busy)]]
-    usage = [bp for p in records if (bp := p.bound_pod()) is not None]
-
-    def by_label(namespace: str, value: str) -> list[PodRecord]:
-        return [p for p in records if p.namespace == namespace and p.joins_group == value]
-
-    return ClusterState(
-        jobs=(),
-        trees=hand_made_trees(composites, groups, hand_made_pods(by_label)),
-        snapshot=Snapshot.build(nodes, usage),
-        nodes={n.name: n for n in nodes},
-        levels=levels or {},
+    nodes: Sequence[dict[str, Any]] | None = None,
+    jobs: Sequence[JobSpec] = (),
+    others: Sequence[dict[str, Any]] = (),
+    node_failure_grace: float = 30.0,
+) -> PlanInput:
+    """Hand-made groups and the pods that join them (and any Jobs), on the seed cluster."""
+    return testkit.cluster(
+        jobs,
+        groups=[*composites, *groups],
+        pods=pods,
+        others=others,
+        busy=busy,
+        levels=levels,
+        nodes=nodes,
+        node_failure_grace=node_failure_grace,
     )
 
 
@@ -143,7 +110,7 @@ def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
 
 
 def status_on(result: Plan, name: str) -> GroupStatus:
-    (patch,) = [a for a in only(result.actions, PatchStatus) if a.pod_group.name == name]
+    (patch,) = [a for a in only(result.actions, PatchStatus) if a.group.name == name]
     status: GroupStatus = patch.status
     return status
 
@@ -168,7 +135,7 @@ def test_empty_cluster_records_the_tree_on_the_root_then_each_group_then_release
     names = kinds(result.actions)
     records = only(result.actions, RecordAdmission)
     # One atomic write of the whole tree on the root, with the version it was planned on, first.
-    assert [r.pod_group.kind for r in records] == ["CompositePodGroup", "PodGroup", "PodGroup"]
+    assert [r.group.kind for r in records] == ["CompositePodGroup", "PodGroup", "PodGroup"]
     assert records[0].resource_version == "7"
     assert len(records[0].admission.assignments) == 4
     assert max(i for i, n in enumerate(names) if n == "RecordAdmission") < names.index("ReleasePod")
@@ -177,7 +144,7 @@ def test_empty_cluster_records_the_tree_on_the_root_then_each_group_then_release
     assert where["slices-0-0"] != where["slices-1-0"]
     assert {b[:4] for b in where.values()} == {"lb-a"}  # both slices in one network block (nb-a)
     assert records[0].admission.domain == "nb-a"
-    assert result.groups[0].admitted_pods == 4
+    assert result.units[0].admitted_pods == 4
     root_status = status_on(result, "slices")
     assert admitted(root_status) == ("True", c.REASON_ADMITTED, "2 child group(s) admitted in nb-a")
     initial = root_status.condition(c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED)
@@ -231,7 +198,7 @@ def _written(result: Plan, records: dict[str, Any]) -> dict[str, Any]:
     """The records after the plan's status patches (what the next pass sees)."""
     out = dict(records)
     for patch in only(result.actions, PatchStatus):
-        out[patch.pod_group.name] = dataclasses.replace(out[patch.pod_group.name], status=patch.status)
+        out[patch.group.name] = dataclasses.replace(out[patch.group.name], status=patch.status)
     return out
 
 
@@ -286,7 +253,7 @@ def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_de
     releases = {r.pod.name: r.node for r in only(result.actions, ReleasePod)}
     assert releases == {"slices-1-0": "n7", "slices-1-1": "n8"}  # where the record says, not decided anew
     (record,) = only(result.actions, RecordAdmission)
-    assert record.pod_group.name == "slices-1"  # the PodGroup's own record, missing, written first
+    assert record.group.name == "slices-1"  # the PodGroup's own record, missing, written first
     assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
 
 
@@ -326,22 +293,17 @@ def test_a_pod_group_whose_parent_does_not_exist_is_in_no_tree_and_its_pods_stay
 
 def test_levels_make_a_rack_domain_a_path_so_a_rack_gang_never_spans_blocks() -> None:
     # Racks named r1 in both network blocks: with the Topology's levels, nb-a/r1 != nb-b/r1.
-    def relabel(state: ClusterState) -> ClusterState:
-        nodes = []
-        for n in state.nodes.values():
-            i = int(n.name[1:])
-            labels = {**n.labels, RACK: "r1" if i in (1, 5) else f"r{i}"}
-            nodes.append(dataclasses.replace(n, labels=labels))
-        usage = [bp for p in (PodRecord.from_body(filler(i)) for i in (6, 7, 8)) if (bp := p.bound_pod())]
-        return dataclasses.replace(
-            state, snapshot=Snapshot.build(nodes, usage), nodes={n.name: n for n in nodes}
-        )
-
+    nodes = []
+    for i in range(1, 9):
+        body = node_body(i)
+        body["metadata"]["labels"][RACK] = "r1" if i in (1, 5) else f"r{i}"
+        nodes.append(body)
     group = pod_group("rack", parent=None, min_count=2, key=RACK)
     pods = [pod("rack-0", "rack", gpus=8), pod("rack-1", "rack", gpus=8)]
-    without = plan(relabel(cluster([], [group], pods)), NOW)
+    without = plan(cluster([], [group], pods, nodes=nodes, busy=(6, 7, 8)), NOW)
     assert sorted(r.node for r in only(without.actions, ReleasePod)) == ["n1", "n5"]  # r1 spans blocks
-    with_levels = plan(relabel(cluster([], [group], pods, levels={NB: (NB, RACK), RACK: (NB, RACK)})), NOW)
+    levels = {NB: (NB, RACK), RACK: (NB, RACK)}
+    with_levels = plan(cluster([], [group], pods, nodes=nodes, busy=(6, 7, 8), levels=levels), NOW)
     assert not only(with_levels.actions, ReleasePod)
     assert admitted(status_on(with_levels, "rack"))[1] == c.REASON_UNSCHEDULABLE
 
@@ -368,11 +330,9 @@ def _job(annotations: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _job_state(annotations: dict[str, str]) -> ClusterState:
+def _job_spec(annotations: dict[str, str]) -> JobSpec:
     from phalanx.api.builders import build_pod_group
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
 
     job = _job(annotations)
     body = build_pod_group(job, "local-4-wl", parse_job_policy(job), None, workload_uid="wl")
@@ -381,13 +341,12 @@ def _job_state(annotations: dict[str, str]) -> ClusterState:
     for i in range(4):
         p = pod(f"local-4-{i}", "")
         p["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "uid-local-4"}
-        pods.append(PodRecord.from_body(p))
-    base = cluster([], [], [])
-    return dataclasses.replace(
-        base,
-        jobs=(JobState(JobRecord.from_body(job), PodGroupRecord.from_body(body), "local-4-wl", tuple(pods)),),
-        levels={NB: (NB, LB), LB: (NB, LB)},
-    )
+        pods.append(p)
+    return job, PodGroupRecord.from_body(body), pods
+
+
+def _job_state(annotations: dict[str, str]) -> PlanInput:
+    return cluster([], [], [], jobs=[_job_spec(annotations)], levels={NB: (NB, LB), LB: (NB, LB)})
 
 
 def test_preferred_local_4_climbs_to_one_network_block_and_says_so_required_waits() -> None:
@@ -403,7 +362,7 @@ def test_preferred_local_4_climbs_to_one_network_block_and_says_so_required_wait
     assert nodes in (["n1", "n2", "n3", "n4"], ["n5", "n6", "n7", "n8"])  # one network block
     (record,) = only(preferred.actions, RecordAdmission)
     assert record.admission.level == NB
-    status = status_on(preferred, record.pod_group.name)
+    status = status_on(preferred, record.group.name)
     flag, reason, message = admitted(status)
     assert (flag, reason) == ("True", c.REASON_ADMITTED)
     assert f"topology mode preferred: no domain of {LB} had room, so it went to one domain of {NB}" in message
@@ -412,12 +371,10 @@ def test_preferred_local_4_climbs_to_one_network_block_and_says_so_required_wait
 
 
 # ---------------------------------------------------------------------- a sliced Job
-def _sliced_state(gpus: int, *, created: bool = False) -> ClusterState:
+def _sliced_spec(gpus: int, *, created: bool = False) -> JobSpec:
     from phalanx.api.builders import build_sliced_objects
     from phalanx.api.job_layout import parse_job_layout
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
 
     job = _job(
         {
@@ -435,25 +392,23 @@ def _sliced_state(gpus: int, *, created: bool = False) -> ClusterState:
             "batch.kubernetes.io/controller-uid": "uid-sliced",
             "batch.kubernetes.io/job-completion-index": str(i),
         }
-        pods.append(PodRecord.from_body(p))
-    record = JobRecord.from_body(job)
-    composite_record, slices, workload_name = None, (), None
+        pods.append(p)
+    made: list[Any] | None = None
     if created:
         policy = parse_job_policy(job)
-        workload, root, groups = build_sliced_objects(job, policy, parse_job_layout(job, policy), None)
-        workload_name = str(workload.metadata["name"])
+        _, root, groups = build_sliced_objects(job, policy, parse_job_layout(job, policy), None)
         body = root.to_api()
         body["metadata"].update(uid="uid-root", resourceVersion="9")
-        composite_record = CompositePodGroupRecord.from_body(body)
-        slices = tuple(
+        made = [CompositePodGroupRecord.from_body(body)]
+        made += [
             PodGroupRecord.from_body({**g.to_api(), "metadata": {**g.to_api()["metadata"], "uid": f"u{i}"}})
             for i, g in enumerate(groups)
-        )
-    base = cluster([], [], [])
-    return dataclasses.replace(
-        base,
-        jobs=(JobState(record, None, workload_name, tuple(pods), composite=composite_record, slices=slices),),
-    )
+        ]
+    return job, made, pods
+
+
+def _sliced_state(gpus: int, *, created: bool = False) -> PlanInput:
+    return cluster([], [], [], jobs=[_sliced_spec(gpus, created=created)])
 
 
 def test_a_sliced_job_gets_its_composite_objects_and_is_placed_whole_in_the_same_pass() -> None:
@@ -477,7 +432,7 @@ def test_a_sliced_job_gets_its_composite_objects_and_is_placed_whole_in_the_same
     # Rank order inside a slice: index 0 on the first node the slice fills.
     assert int(releases["0"][0][1:]) < int(releases["1"][0][1:])
     assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
-    assert result.groups[0].key == "ml/sliced" and result.groups[0].admitted_pods == 4
+    assert result.units[0].key == "Job/ml/sliced" and result.units[0].admitted_pods == 4
 
 
 def test_a_sliced_job_of_4_gpu_pods_packs_each_slice_on_one_node() -> None:
@@ -487,7 +442,7 @@ def test_a_sliced_job_of_4_gpu_pods_packs_each_slice_on_one_node() -> None:
     assert releases["0"] == releases["1"] and releases["2"] == releases["3"]
     assert releases["0"] != releases["2"]
     (record, *_) = only(result.actions, RecordAdmission)
-    assert record.pod_group.kind == "CompositePodGroup" and record.resource_version == "9"
+    assert record.group.kind == "CompositePodGroup" and record.resource_version == "9"
     job_events = [e.reason for e in only(result.actions, PostEvent) if e.involved.kind == "Job"]
     assert "Admitted" in job_events
 
@@ -512,25 +467,22 @@ def _slice_pod(i: int, *, node: str = "", released_to: str = "", refused: bool =
     return p
 
 
-def _running_sliced(
+def _running_sliced_spec(
     pods: list[dict[str, Any]],
     *,
-    busy: Sequence[int] = (),
     unschedulable_for: float | None = None,
     annotations: dict[str, str] | None = None,
     requeued: str = "",
     suspended: bool = False,
-) -> ClusterState:
-    """The sliced Job of _sliced_state, admitted on n1-n4 (slice 0 in lb-a1, slice 1 in lb-a2), with `pods`
+) -> JobSpec:
+    """The sliced Job of _sliced_spec, admitted on n1-n4 (slice 0 in lb-a1, slice 1 in lb-a2), with `pods`
     as they are now; `unschedulable_for`: its root has said Unschedulable for that many seconds."""
     from phalanx.api.conditions import Condition
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
 
-    base = _sliced_state(8, created=True)
-    (state,) = base.jobs
-    assert state.composite is not None
-    names = [g.name for g in state.slices]
+    _, made, _ = _sliced_spec(8, created=True)
+    assert made is not None
+    composite_record, *slices_made = made
+    names = [g.name for g in slices_made]
     record = Admission(
         domain="nb-a",
         assignments=[Assignment(pod=f"sliced-{i}-old", node=f"n{i + 1}") for i in range(4)],
@@ -550,20 +502,18 @@ def _running_sliced(
             )
         )
     root = dataclasses.replace(
-        state.composite, status=CompositePodGroupStatus(admission=record, conditions=conditions or None)
+        composite_record, status=CompositePodGroupStatus(admission=record, conditions=conditions or None)
     )
-    slices = tuple(
+    slices = [
         dataclasses.replace(g, status=PodGroupStatus(admission=record, domain=f"lb-a{i + 1}"))
-        for i, g in enumerate(state.slices)
-    )
-    records = []
+        for i, g in enumerate(slices_made)
+    ]
     for body in pods:
         labels = body["metadata"]["labels"]
         if body["spec"].get("nodeName") or body["spec"].get("nodeSelector"):
             labels["phalanx.dev/pod-group"] = names[
                 int(labels["batch.kubernetes.io/job-completion-index"]) // 2
             ]
-        records.append(PodRecord.from_body(body))
     job = _job(
         {
             "phalanx.dev/topology-key": NB,
@@ -576,15 +526,26 @@ def _running_sliced(
     if requeued:
         job["metadata"]["annotations"]["phalanx.dev/requeued"] = requeued
     job["spec"]["suspend"] = suspended
-    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
-    usage += [bp for r in (PodRecord.from_body(filler(i)) for i in busy) if (bp := r.bound_pod()) is not None]
-    nodes = list(base.nodes.values())
-    job_state = JobState(
-        JobRecord.from_body(job), None, state.workload_name, tuple(records), composite=root, slices=slices
+    return job, [root, *slices], pods
+
+
+def _running_sliced(
+    pods: list[dict[str, Any]],
+    *,
+    busy: Sequence[int] = (),
+    unschedulable_for: float | None = None,
+    annotations: dict[str, str] | None = None,
+    requeued: str = "",
+    suspended: bool = False,
+) -> PlanInput:
+    spec = _running_sliced_spec(
+        pods,
+        unschedulable_for=unschedulable_for,
+        annotations=annotations,
+        requeued=requeued,
+        suspended=suspended,
     )
-    return dataclasses.replace(
-        base, jobs=(job_state,), snapshot=Snapshot.build(nodes, usage), node_failure_grace=GRACE
-    )
+    return cluster([], [], [], jobs=[spec], busy=busy, node_failure_grace=GRACE)
 
 
 # n4 failed: index 3's pod went with it and the Job controller made a new one (gated).
@@ -596,9 +557,7 @@ def _suspends(result: Plan) -> list[Any]:
 
 
 def _root_name(result: Plan) -> str:
-    (name,) = {
-        a.pod_group.name for a in only(result.actions, PatchStatus) if a.pod_group.kind == "CompositePodGroup"
-    }
+    (name,) = {a.group.name for a in only(result.actions, PatchStatus) if a.group.kind == "CompositePodGroup"}
     return name
 
 
@@ -672,17 +631,13 @@ def test_a_requeued_sliced_job_is_resumed_once_its_pods_are_gone_and_says_requeu
 
 
 # ---------------------------------------------------------------- annotations changed around the webhook
-def _with_annotations(state: ClusterState, annotations: dict[str, str | None]) -> ClusterState:
-    """The same cluster, the (only) Job's annotations edited as if the update webhook had been away."""
-    from phalanx.controller.records import JobRecord
-
-    (js,) = state.jobs
-    body = {**js.job.body, "metadata": {**js.job.body["metadata"], "uid": js.job.uid}}
+def _with_annotations(spec: JobSpec, annotations: dict[str, str | None]) -> JobSpec:
+    """The same Job, its annotations edited as if the update webhook had been away."""
+    job, made, pods = spec
+    body = {**job, "metadata": {**job["metadata"]}}
     merged = {**(body["metadata"].get("annotations") or {}), **annotations}
     body["metadata"]["annotations"] = {k: v for k, v in merged.items() if v is not None}
-    edited = JobRecord.from_body(body)
-    assert edited.policy is not None, edited.policy_error
-    return dataclasses.replace(state, jobs=(dataclasses.replace(js, job=edited),))
+    return body, made, pods
 
 
 def _ignored(result: Plan) -> list[str]:
@@ -690,27 +645,28 @@ def _ignored(result: Plan) -> list[str]:
 
 
 def test_slices_added_to_a_job_that_has_its_pod_group_are_said_once_not_applied() -> None:
-    state = _with_annotations(
-        _job_state({"phalanx.dev/topology-key": NB}),
+    spec = _with_annotations(
+        _job_spec({"phalanx.dev/topology-key": NB}),
         {"phalanx.dev/slice-size": "2", "phalanx.dev/slice-topology-key": LB},
     )
-    result = plan(state, NOW)
+    result = plan(cluster([], [], [], jobs=[spec], levels=LEVELS), NOW)
     assert not [a for a in result.actions if type(a).__name__.startswith("Create")]  # no slices made
     (message,) = _ignored(result)
     assert message.startswith("phalanx.dev/slice-size: '2' differs from None, which the PodGroup keeps")
     assert "phalanx.dev/slice-topology-key" in message
     assert len(only(result.actions, ReleasePod)) == 4  # placed as the one gang it was made as
     # Said once: with the message remembered, the next pass says nothing.
-    again = plan(dataclasses.replace(state, announced={"uid-local-4/immutable": message}), NOW)
+    said = {"uid-local-4/immutable": message}
+    again = plan(testkit.cluster([spec], announced=said, levels=LEVELS), NOW)
     assert not _ignored(again)
 
 
 def test_a_topology_mode_changed_after_creation_is_not_applied_either_way() -> None:
     # Made required: local-4 fits no local block and waits, even though the Job says preferred now.
     required = _with_annotations(
-        _job_state({"phalanx.dev/topology-key": LB}), {"phalanx.dev/topology-mode": "preferred"}
+        _job_spec({"phalanx.dev/topology-key": LB}), {"phalanx.dev/topology-mode": "preferred"}
     )
-    result = plan(required, NOW)
+    result = plan(cluster([], [], [], jobs=[required], levels=LEVELS), NOW)
     assert not only(result.actions, ReleasePod)
     (message,) = _ignored(result)
     assert message.startswith(
@@ -718,10 +674,10 @@ def test_a_topology_mode_changed_after_creation_is_not_applied_either_way() -> N
     )
     # Made preferred (the PodGroup carries it): still climbs after the annotation is removed.
     preferred = _with_annotations(
-        _job_state({"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"}),
+        _job_spec({"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"}),
         {"phalanx.dev/topology-mode": None},
     )
-    result = plan(preferred, NOW)
+    result = plan(cluster([], [], [], jobs=[preferred], levels=LEVELS), NOW)
     assert len(only(result.actions, ReleasePod)) == 4
     (message,) = _ignored(result)
     assert "'required' differs from 'preferred'" in message
@@ -739,7 +695,7 @@ def test_a_topology_mode_changed_after_creation_is_not_applied_either_way() -> N
     ],
 )
 def test_a_sliced_job_keeps_the_slices_it_was_made_with(edit: dict[str, str | None], named: str) -> None:
-    result = plan(_with_annotations(_sliced_state(8, created=True), edit), NOW)
+    result = plan(cluster([], [], [], jobs=[_with_annotations(_sliced_spec(8, created=True), edit)]), NOW)
     (message,) = _ignored(result)
     assert named in message, message
     assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
@@ -752,12 +708,12 @@ def test_a_sliced_job_keeps_the_slices_it_was_made_with(edit: dict[str, str | No
 def test_a_sliced_job_whose_slices_are_unknown_and_annotations_gone_waits_and_says_so() -> None:
     # Its CompositePodGroup exists, its slices' PodGroups are not in the cache (not made yet, or deleted),
     # and its slice annotations were removed around the webhook: nothing to place it by, and no crash.
-    base = _sliced_state(8, created=True)
-    state = dataclasses.replace(base, jobs=(dataclasses.replace(base.jobs[0], slices=()),))
+    job, made, pods = _sliced_spec(8, created=True)
+    assert made is not None
     edited = _with_annotations(
-        state, {"phalanx.dev/slice-size": None, "phalanx.dev/slice-topology-key": None}
+        (job, made[:1], pods), {"phalanx.dev/slice-size": None, "phalanx.dev/slice-topology-key": None}
     )
-    result = plan(edited, NOW)
+    result = plan(cluster([], [], [], jobs=[edited]), NOW)
     assert not only(result.actions, ReleasePod)
     assert not [a for a in result.actions if type(a).__name__.startswith("Create")]
     (message,) = _ignored(result)
@@ -765,12 +721,10 @@ def test_a_sliced_job_whose_slices_are_unknown_and_annotations_gone_waits_and_sa
 
 
 # ---------------------------------------------------------------------- trees as preemption victims
-def _high_priority_gang() -> Any:
+def _high_priority_gang() -> JobSpec:
     """A plain gang of 2 pods x 8 GPUs in one local block, priority 1000, not yet placed."""
     from phalanx.api.builders import build_pod_group
     from phalanx.api.job_policy import parse_job_policy
-    from phalanx.controller.plan import JobState
-    from phalanx.controller.records import JobRecord
 
     job = _job({"phalanx.dev/topology-key": LB})
     job["metadata"].update(name="high", uid="uid-high", creationTimestamp="2026-11-30T11:59:00Z")
@@ -782,8 +736,8 @@ def _high_priority_gang() -> Any:
         p = pod(f"high-{i}", "")
         p["metadata"]["labels"] = {"batch.kubernetes.io/controller-uid": "uid-high"}
         p["spec"]["priority"] = 1000
-        pods.append(PodRecord.from_body(p))
-    return JobState(JobRecord.from_body(job), PodGroupRecord.from_body(body), "high-wl", tuple(pods))
+        pods.append(p)
+    return job, PodGroupRecord.from_body(body), pods
 
 
 def _guarded_filler(i: int) -> dict[str, Any]:
@@ -795,19 +749,9 @@ def _guarded_filler(i: int) -> dict[str, Any]:
 
 def test_a_running_sliced_job_is_a_victim_only_whole_requeued_never_one_pod_of_a_slice() -> None:
     running = [_slice_pod(i, node=f"n{i + 1}") for i in range(4)]
-    base = _running_sliced(running)
-    busy = [PodRecord.from_body(_guarded_filler(i)) for i in range(5, 9)]
-    high = _high_priority_gang()
-    jobs = (*base.jobs, high)
-    records = [*base.jobs[0].pods, *busy, *high.pods]
-    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
-    state = dataclasses.replace(
-        base,
-        jobs=jobs,
-        pods={r.key: r for r in records},
-        snapshot=Snapshot.build(list(base.nodes.values()), usage),
-    )
-    result = plan(state, NOW)
+    busy = [_guarded_filler(i) for i in range(5, 9)]
+    jobs = [_running_sliced_spec(running), _high_priority_gang()]
+    result = plan(cluster([], [], [], jobs=jobs, others=busy), NOW)
     assert not [a for a in result.actions if type(a).__name__ == "EvictPod"]
     (suspend,) = _suspends(result)
     assert suspend.job.name == "sliced"  # the whole Job, to be placed again as one tree
@@ -818,20 +762,10 @@ def test_pods_of_a_hand_made_tree_are_never_preemption_victims() -> None:
         pod(f"{g}-{i}", g, node=f"n{n}")
         for n, (g, i) in enumerate([(g, i) for g in ("slices-0", "slices-1") for i in (0, 1)], start=1)
     ]
-    base = cluster(list(TREE[:1]), list(TREE[1:]), running, busy=())
-    busy = [PodRecord.from_body(_guarded_filler(i)) for i in range(5, 9)]
-    high = _high_priority_gang()
-    tree_pods = [PodRecord.from_body(p) for p in running]
-    records = [*tree_pods, *busy, *high.pods]
-    usage = [bp for r in records if (bp := r.bound_pod()) is not None]
-    state = dataclasses.replace(
-        base,
-        jobs=(high,),
-        pods={r.key: r for r in records},
-        snapshot=Snapshot.build(list(base.nodes.values()), usage),
-    )
+    busy = [_guarded_filler(i) for i in range(5, 9)]
+    state = cluster(list(TREE[:1]), list(TREE[1:]), running, jobs=[_high_priority_gang()], others=busy)
     result = plan(state, NOW)
     assert not [a for a in result.actions if type(a).__name__ in ("EvictPod", "SuspendJob")]
     assert not only(result.actions, ReleasePod)
-    (patch,) = [a for a in only(result.actions, PatchStatus) if a.pod_group.name.startswith("high")]
+    (patch,) = [a for a in only(result.actions, PatchStatus) if a.group.name.startswith("high")]
     assert admitted(patch.status)[1] == c.REASON_UNSCHEDULABLE

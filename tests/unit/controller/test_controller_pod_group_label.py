@@ -9,13 +9,16 @@ from typing import Any
 
 import kopf
 import pytest
+from testkit import StaticContext
 
-from phalanx.controller import handlers
-from phalanx.controller.cache import ClusterCache
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import plan_input
+from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan import plan
-from phalanx.controller.records import PodRecord
-from phalanx.controller.scheduler import cluster_state
-from phalanx.controller.settings import Settings
+from phalanx.controller.watch.registry import GATE_POD_ID, build_registry
+from phalanx.controller.watch.webhooks import Webhooks
+
+CONTEXT = StaticContext()
 
 GATE = {"name": "phalanx.dev/admission"}
 
@@ -43,15 +46,15 @@ def pod(
 
 def gate(body: dict[str, Any]) -> kopf.Patch:
     patch = kopf.Patch()
-    handlers.gate_pod(body=kopf.Body(body), patch=patch)
+    Webhooks(CONTEXT).gate_pod(body=kopf.Body(body), patch=patch)
     return patch
 
 
 @pytest.fixture(autouse=True)
 def all_namespaces() -> Iterator[None]:
-    handlers.runtime.configure(Settings())
+    CONTEXT.namespaces = ()
     yield
-    handlers.runtime.configure(Settings())
+    CONTEXT.namespaces = ()
 
 
 def test_a_labelled_pod_is_gated_keeping_the_gates_it_had() -> None:
@@ -76,7 +79,7 @@ def test_pods_of_jobs_kube_system_and_other_operators_namespaces_are_left_alone(
     job_owner = [{"kind": "Job", "name": "j", "uid": "j", "controller": True}]
     assert not gate(pod(owners=job_owner))
     assert not gate(pod(namespace="kube-system"))
-    handlers.runtime.configure(Settings(namespaces=("research",)))
+    CONTEXT.namespaces = ("research",)
     assert not gate(pod(namespace="ml"))
     assert gate(pod(namespace="research"))
 
@@ -85,7 +88,7 @@ def test_the_webhook_selects_labelled_pods_no_job_made() -> None:
     import kopf._core.engines.admission as admission
 
     (handler,) = [
-        h for h in kopf.get_default_registry()._webhooks.get_all_handlers() if h.id == handlers.GATE_POD_ID
+        h for h in build_registry(StaticContext())._webhooks.get_all_handlers() if h.id == GATE_POD_ID
     ]
     assert not handler.ignore_failures and list(handler.operations or []) == ["CREATE"]
     assert admission._build_labels_selector(handler.labels) == {
@@ -106,31 +109,32 @@ def test_a_pod_joins_the_group_its_label_names_unless_a_job_made_it() -> None:
 
 def test_the_cache_indexes_labelled_pods_by_group_and_follows_relabels_and_deletes() -> None:
     cache = ClusterCache()
-    cache.upsert_pod(pod("a"))
-    cache.upsert_pod(pod("b"))
-    cache.upsert_pod(pod("c", labels={"batch.kubernetes.io/controller-uid": "j"}))
-    assert sorted(p.name for p in cache.group_label_pods("ml", "slices-0")) == ["a", "b"]
-    cache.upsert_pod(pod("b", labels={"phalanx.dev/pod-group": "slices-1"}))
-    assert [p.name for p in cache.group_label_pods("ml", "slices-0")] == ["a"]
-    assert [p.name for p in cache.group_label_pods("ml", "slices-1")] == ["b"]
-    cache.delete_pod("ml", "a", "uid-a")
-    assert list(cache.group_label_pods("ml", "slices-0")) == []
+    cache.upsert("Pod", pod("a"))
+    cache.upsert("Pod", pod("b"))
+    cache.upsert("Pod", pod("c", labels={"batch.kubernetes.io/controller-uid": "j"}))
+    assert sorted(p.name for p in cache.pods_joining("ml", "slices-0")) == ["a", "b"]
+    cache.upsert("Pod", pod("b", labels={"phalanx.dev/pod-group": "slices-1"}))
+    assert [p.name for p in cache.pods_joining("ml", "slices-0")] == ["a"]
+    assert [p.name for p in cache.pods_joining("ml", "slices-1")] == ["b"]
+    cache.delete("Pod", {"metadata": {"namespace": "ml", "name": "a", "uid": "uid-a"}})
+    assert list(cache.pods_joining("ml", "slices-0")) == []
     assert "ml/slices-0" not in cache.pods_by_group_label
 
 
 def test_todays_plan_leaves_gated_labelled_pods_alone() -> None:
     """No Job, so no JobState: nothing ungates, labels or releases them; they hold no capacity."""
     cache = ClusterCache()
-    cache.upsert_node(
+    cache.upsert(
+        "Node",
         {
             "metadata": {"name": "n1", "labels": {}},
             "status": {
                 "allocatable": {"cpu": "8", "pods": "110"},
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
-        }
+        },
     )
-    cache.upsert_pod(pod("a", schedulingGates=[GATE]))
-    state = cluster_state(cache)
+    cache.upsert("Pod", pod("a", schedulingGates=[GATE]))
+    state = plan_input(cache)
     assert plan(state, dt.datetime(2026, 1, 1, tzinfo=dt.UTC)).actions == []
     assert cache.pods["ml/a"].usage_node == ""

@@ -7,8 +7,11 @@ from typing import Any
 
 from test_controller_cache import node, pod
 
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.relist import COMPOSITE_POD_GROUPS, NODES, PODS, Relister
+from phalanx.controller.cache.store import COMPOSITE as COMPOSITE_POD_GROUPS
+from phalanx.controller.cache.store import NODE as NODES
+from phalanx.controller.cache.store import POD as PODS
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.watch.relist import Relister
 
 
 def relister(cache: ClusterCache, listed: dict[str, list[dict[str, Any]]], during: Any = None) -> Relister:
@@ -22,9 +25,9 @@ def relister(cache: ClusterCache, listed: dict[str, list[dict[str, Any]]], durin
 
 def test_a_pod_missing_from_the_list_is_dropped_and_frees_its_node() -> None:
     cache = ClusterCache()
-    cache.upsert_node(node("n1"))
-    cache.upsert_pod(pod("kept", 1, node="n1"))
-    cache.upsert_pod(pod("ghost", 2, node="n1"))
+    cache.upsert("Node", node("n1"))
+    cache.upsert("Pod", pod("kept", 1, node="n1"))
+    cache.upsert("Pod", pod("ghost", 2, node="n1"))
     assert cache.snapshot().free("n1")["nvidia.com/gpu"] == -8
     dropped = asyncio.run(relister(cache, {PODS: [pod("kept", 3, node="n1")]}).reconcile(PODS))
     assert dropped == 1
@@ -35,8 +38,8 @@ def test_a_pod_missing_from_the_list_is_dropped_and_frees_its_node() -> None:
 def test_what_arrives_while_the_list_is_asked_stays() -> None:
     """A pod created after the list was asked for (seen by the watch meanwhile) is newer than the answer."""
     cache = ClusterCache()
-    cache.upsert_pod(pod("old", 1, node="n1"))
-    during = lambda: cache.upsert_pod(pod("new", 5, node="n1"))  # noqa: E731
+    cache.upsert("Pod", pod("old", 1, node="n1"))
+    during = lambda: cache.upsert("Pod", pod("new", 5, node="n1"))  # noqa: E731
     dropped = asyncio.run(relister(cache, {PODS: [pod("old", 1, node="n1")]}, during).reconcile(PODS))
     assert dropped == 0
     assert set(cache.pods) == {"ns/old", "ns/new"}
@@ -44,13 +47,13 @@ def test_what_arrives_while_the_list_is_asked_stays() -> None:
 
 def test_a_pod_recreated_under_the_same_name_is_not_dropped_for_its_predecessor() -> None:
     cache = ClusterCache()
-    cache.upsert_pod(pod("p", 1, node="n1"))
+    cache.upsert("Pod", pod("p", 1, node="n1"))
 
     def recreate() -> None:
         body = pod("p", 7, node="n1")
         body["metadata"]["uid"] = "uid-p-second"
-        cache.delete_pod("ns", "p")
-        cache.upsert_pod(body)
+        cache.delete("Pod", {"metadata": {"namespace": "ns", "name": "p"}})
+        cache.upsert("Pod", body)
 
     dropped = asyncio.run(relister(cache, {PODS: []}, recreate).reconcile(PODS))
     assert dropped == 0
@@ -59,8 +62,8 @@ def test_a_pod_recreated_under_the_same_name_is_not_dropped_for_its_predecessor(
 
 def test_a_burst_of_listed_events_lists_once_after_it_is_quiet() -> None:
     cache = ClusterCache()
-    cache.upsert_node(node("n1"))
-    cache.upsert_node(node("gone"))
+    cache.upsert("Node", node("n1"))
+    cache.upsert("Node", node("gone"))
     calls: list[str] = []
 
     async def list_nodes() -> list[dict[str, Any]]:
@@ -93,8 +96,8 @@ def test_a_composite_pod_group_deleted_while_the_watch_was_away_is_dropped() -> 
         }
 
     cache = ClusterCache()
-    cache.upsert_composite_pod_group(cpg("kept"))
-    cache.upsert_composite_pod_group(cpg("gone"))
+    cache.upsert("CompositePodGroup", cpg("kept"))
+    cache.upsert("CompositePodGroup", cpg("gone"))
     listing = relister(cache, {COMPOSITE_POD_GROUPS: [cpg("kept")]})
     dropped = asyncio.run(listing.reconcile(COMPOSITE_POD_GROUPS))
     assert dropped == 1

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from phalanx.cli import build_parser
-from phalanx.controller.settings import OPTIONS, Settings
+from phalanx.controller.process.settings import OPTIONS, Settings
 
 
 def settings(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Settings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from phalanx.cli import build_parser
-from phalanx.controller.settings import Settings
+from phalanx.controller.process.settings import Settings
 
 
 def settings(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Settings:

@@ -7,7 +7,8 @@ from typing import Any
 
 from phalanx.api import conditions as c
 from phalanx.api.status import PodGroupStatus
-from phalanx.controller.status import GroupFacts, Outcome, desired_status, status_changed, status_patch
+from phalanx.controller.apply.applier import status_patch
+from phalanx.controller.plan.status import GroupFacts, Outcome, desired_status, status_changed
 
 UNSCHEDULABLE = Outcome(c.REASON_UNSCHEDULABLE, "pod group is unschedulable, 0/1 placements are available")
 EMPTY = PodGroupStatus()

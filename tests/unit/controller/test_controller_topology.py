@@ -11,20 +11,15 @@ import kopf
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from testkit import StaticContext
 
 from phalanx.api import conditions as c
 from phalanx.api.topology import ACTIVE, REASON_ACTIVE, REASON_LABEL_CONFLICT
-from phalanx.controller import handlers
-from phalanx.controller.actions import PatchTopologyStatus
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.topology import (
-    NodeCounts,
-    TopologyIndex,
-    TopologyRecord,
-    label_conflicts,
-    nodes_with_all,
-    plan_status,
-)
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import PatchTopologyStatus
+from phalanx.controller.model.topology import TopologyIndex, TopologyRecord, label_conflicts
+from phalanx.controller.plan.topologies import NodeCounts, nodes_with_all, plan_status
+from phalanx.controller.watch.webhooks import Webhooks
 from phalanx.placement import NodeInfo
 
 NB, LB, RACK = "example.com/block", "example.com/local-block", "example.com/rack"
@@ -167,42 +162,41 @@ def test_a_topology_that_is_not_used_says_why() -> None:
 
 def test_the_cache_keeps_topologies_their_index_and_a_node_label_generation() -> None:
     cache = ClusterCache()
-    cache.upsert_topology(body("rdma", NB, LB))
+    cache.upsert("Topology", body("rdma", NB, LB))
     assert cache.topology_index.levels_for(LB) == (NB, LB)
     assert cache.changed.is_set()
     generation = cache.node_labels_generation
-    cache.upsert_node({"metadata": {"name": "n1", "labels": {NB: "b1"}}, "status": {}})
+    cache.upsert("Node", {"metadata": {"name": "n1", "labels": {NB: "b1"}}, "status": {}})
     assert cache.node_labels_generation == generation + 1
-    cache.upsert_node({"metadata": {"name": "n1", "labels": {NB: "b1"}}, "spec": {"unschedulable": True}})
+    cache.upsert("Node", {"metadata": {"name": "n1", "labels": {NB: "b1"}}, "spec": {"unschedulable": True}})
     assert cache.node_labels_generation == generation + 1, "not a label change"
-    cache.delete_node("n1")
+    cache.delete("Node", {"metadata": {"name": "n1"}})
     assert cache.node_labels_generation == generation + 2
-    cache.delete_topology("rdma")
+    cache.delete("Topology", {"metadata": {"name": "rdma"}})
     assert cache.topology_index.levels_for(LB) is None and not cache.topologies
 
 
 def test_a_watch_event_older_than_our_status_write_does_not_undo_it() -> None:
     cache = ClusterCache()
-    cache.upsert_topology(body("rdma", NB))
+    cache.upsert("Topology", body("rdma", NB))
     written = body("rdma", NB, status={"nodes": 3})
     written["metadata"]["resourceVersion"] = "2"
-    cache.upsert_topology(written, own_write=True)
-    cache.upsert_topology(body("rdma", NB))  # the watch's older version arrives late
+    cache.upsert("Topology", written, own_write=True)
+    cache.upsert("Topology", body("rdma", NB))  # the watch's older version arrives late
     assert cache.topologies["rdma"].status.nodes == 3
-    cache.upsert_topology(written)
+    cache.upsert("Topology", written)
     assert cache.topologies["rdma"].status.nodes == 3
 
 
-def test_the_webhook_refuses_a_second_topology_listing_a_label(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_webhook_refuses_a_second_topology_listing_a_label() -> None:
     cache = ClusterCache()
-    monkeypatch.setattr(handlers.runtime, "cache", cache)
-    assert handlers.runtime.kube is None, "the unit test reads the cache, not an API"
-    cache.upsert_topology(body("rdma", NB, LB))
+    hooks = Webhooks(StaticContext(cache))
+    cache.upsert("Topology", body("rdma", NB, LB))
     with pytest.raises(kopf.AdmissionError) as error:
-        asyncio.run(handlers.validate_topology(body=kopf.Body(body("copy", RACK, LB))))
+        asyncio.run(hooks.validate_topology(body=kopf.Body(body("copy", RACK, LB))))
     assert str(error.value) == (
         f"Topology copy: nodeLabel {LB!r} is already a level of Topology 'rdma'; "
         "at most one Topology may list a given label: add levels to that one, or delete it"
     )
-    asyncio.run(handlers.validate_topology(body=kopf.Body(body("racks", RACK))))
-    asyncio.run(handlers.validate_topology(body=kopf.Body(body("rdma", NB, LB, RACK))))  # its own update
+    asyncio.run(hooks.validate_topology(body=kopf.Body(body("racks", RACK))))
+    asyncio.run(hooks.validate_topology(body=kopf.Body(body("rdma", NB, LB, RACK))))  # its own update

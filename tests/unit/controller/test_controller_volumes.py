@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from phalanx.api.cluster_objects import node_info
-from phalanx.controller.cache import ClusterCache
-from phalanx.controller.records import PodRecord
-from phalanx.controller.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.cache.volumes import UNBOUND_IMMEDIATE, VolumeCatalog
+from phalanx.controller.model.records import PodRecord
 from phalanx.placement import ClaimInfo, NodeSelectorRequirement, NodeSelectorTerm
 from phalanx.placement.model import CSINodeInfo, CSIVolume
 
@@ -147,9 +147,9 @@ def test_read_write_once_pod_is_marked() -> None:
 
 def test_the_cache_feeds_resolved_claims_to_the_snapshot_and_wakes_the_loop() -> None:
     cache = ClusterCache()
-    cache.upsert_storage_class(storage_class())
+    cache.upsert("StorageClass", storage_class())
     assert not cache.changed.is_set(), "no claim of that class: nothing changed for the engine"
-    cache.upsert_claim(claim())
+    cache.upsert("PersistentVolumeClaim", claim())
     assert cache.changed.is_set()
     assert cache.snapshot().claims["ns/data"] == ClaimInfo(
         csi=CSIVolume("csi.example.com", "csi.example.com/claim:ns/data")
@@ -157,9 +157,9 @@ def test_the_cache_feeds_resolved_claims_to_the_snapshot_and_wakes_the_loop() ->
     cache.changed.clear()
     status_only = claim()
     status_only["status"]["capacity"] = {"storage": "1Gi"}
-    cache.upsert_claim(status_only)
+    cache.upsert("PersistentVolumeClaim", status_only)
     assert not cache.changed.is_set(), "a change the filters do not read does not wake the loop"
-    cache.delete_claim("ns", "data")
+    cache.delete("PersistentVolumeClaim", {"metadata": {"namespace": "ns", "name": "data"}})
     assert "ns/data" not in cache.snapshot().claims
 
 
@@ -430,21 +430,23 @@ def test_csi_nodes_join_their_volume_attachments() -> None:
 
 def test_the_cache_feeds_csi_nodes_and_strict_drivers_to_the_snapshot() -> None:
     cache = ClusterCache()
-    cache.upsert_csi_node(csi_node("n1", {"csi.example.com": 3}))
+    cache.upsert("CSINode", csi_node("n1", {"csi.example.com": 3}))
     assert cache.changed.is_set()
     assert cache.snapshot().csi.nodes["n1"].limits == (("csi.example.com", 3),)
     cache.changed.clear()
-    cache.upsert_csi_driver(
-        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}}
+    cache.upsert(
+        "CSIDriver",
+        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}},
     )
     assert cache.changed.is_set()
     assert cache.snapshot().csi.strict_drivers == frozenset({"csi.example.com"})
     cache.changed.clear()
-    cache.upsert_csi_driver(
-        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}}
+    cache.upsert(
+        "CSIDriver",
+        {"metadata": {"name": "csi.example.com"}, "spec": {"preventPodSchedulingIfMissing": True}},
     )
     assert not cache.changed.is_set(), "nothing changed"
-    cache.delete_csi_node("n1")
+    cache.delete("CSINode", {"metadata": {"name": "n1"}})
     assert "n1" not in cache.snapshot().csi.nodes
 
 

@@ -6,8 +6,14 @@ from typing import Any
 
 import kopf
 import pytest
+from testkit import StaticContext
 
-from phalanx.controller.handlers import gate_job
+from phalanx.controller.watch.webhooks import Webhooks
+
+CONTEXT = StaticContext()
+HOOKS = Webhooks(CONTEXT)
+gate_job = HOOKS.gate_job
+validate_job_update = HOOKS.validate_job_update
 
 
 def job(annotations: dict[str, str] | None = None, **pod_spec: Any) -> kopf.Body:
@@ -63,15 +69,8 @@ def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
 def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from phalanx.controller import handlers
-    from phalanx.controller.records import PriorityClassRecord
-
-    monkeypatch.setattr(handlers.runtime.health, "cache_primed", True)
-    monkeypatch.setattr(
-        handlers.runtime.cache,
-        "priority_classes",
-        {"high": PriorityClassRecord.from_body({"metadata": {"name": "high"}, "value": 100})},
-    )
+    monkeypatch.setattr(CONTEXT, "cache_primed", True)
+    CONTEXT.cache.upsert("PriorityClass", {"metadata": {"name": "high"}, "value": 100})
     warnings: list[str] = []
     gate_job(body=job(priorityClassName="nope"), patch=kopf.Patch(), warnings=warnings)
     assert warnings == [
@@ -81,7 +80,7 @@ def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(
     warnings.clear()
     gate_job(body=job(priorityClassName="high"), patch=kopf.Patch(), warnings=warnings)
     assert warnings == []
-    monkeypatch.setattr(handlers.runtime.health, "cache_primed", False)  # an empty cache proves nothing
+    monkeypatch.setattr(CONTEXT, "cache_primed", False)  # an empty cache proves nothing
     gate_job(body=job(priorityClassName="nope"), patch=kopf.Patch(), warnings=warnings)
     assert warnings == []
 
@@ -103,8 +102,6 @@ def indexed(annotations: dict[str, str], parallelism: int = 4) -> dict[str, Any]
 
 
 def edit(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-    from phalanx.controller.handlers import validate_job_update
-
     try:
         validate_job_update(body=kopf.Body(new), old=kopf.Body(old))
     except kopf.AdmissionError as e:

@@ -10,7 +10,7 @@ from pathlib import Path
 from cryptography import x509
 
 from phalanx import certs
-from phalanx.controller.webhook_tls import (
+from phalanx.controller.process.webhook_tls import (
     CERT_VALIDITY,
     WebhookCerts,
     read_files,

@@ -61,7 +61,7 @@ def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def settings_of(docs: list[dict[str, Any]]) -> Any:
     """The Settings `phalanx run` makes of the Deployment's args, with the pod's environment."""
     from phalanx.cli import build_parser
-    from phalanx.controller.settings import Settings
+    from phalanx.controller.process.settings import Settings
 
     c = container(docs)
     assert c["command"] == ["phalanx"] and c["args"][0] == "run"

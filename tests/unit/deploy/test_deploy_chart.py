@@ -68,13 +68,10 @@ def test_the_charts_crds_and_the_single_file_install_are_not_stale() -> None:
 
 # ---------------------------------------------------------------------- the chart says what the code does
 def kopf_webhooks() -> dict[str, Any]:
-    """Phalanx's admission handlers as Kopf registered them (handlers.py), by id."""
-    import kopf
+    """Phalanx's admission handlers as the operator registers them (watch/registry.py), by id."""
+    from phalanx.controller.process.runtime import Runtime
 
-    from phalanx.controller import handlers  # registers them
-
-    assert handlers.WEBHOOK_ID
-    return {h.id: h for h in kopf.get_default_registry()._webhooks.get_all_handlers()}
+    return {h.id: h for h in Runtime().registry()._webhooks.get_all_handlers()}
 
 
 def selector_expressions(selector: dict[str, Any]) -> list[dict[str, Any]]:

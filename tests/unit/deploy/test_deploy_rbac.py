@@ -91,7 +91,7 @@ def need_of(path: str, http_method: str) -> list[Need]:
 def code_needs() -> dict[Need, set[str]]:
     """Every permission the operator's code asks for, with where (module.method) it does."""
     needs: dict[Need, set[str]] = {}
-    for path in sorted(CONTROLLER.glob("*.py")):
+    for path in sorted(CONTROLLER.rglob("*.py")):
         source = path.read_text()
         classes = [getattr(client, name) for name in set(re.findall(r"client\.(\w+Api)\(", source))]
         for name in sorted(set(re.findall(r"\.([a-z][a-z0-9_]+)\b", source))):
@@ -101,18 +101,26 @@ def code_needs() -> dict[Need, set[str]]:
             assert len(owners) == 1, f"{path.name}: {name} is ambiguous between {owners}"
             for need in need_of(*endpoint(owners[0], name)):
                 needs.setdefault(need, set()).add(f"{path.stem}.{name}")
-    import kopf
+    from phalanx.controller.process.runtime import Runtime
 
-    from phalanx.controller import handlers
-
-    assert handlers.runtime is not None
-    for handler in kopf.get_default_registry()._watching.get_all_handlers():
+    for handler in Runtime().registry()._watching.get_all_handlers():
         selector = handler.selector
         resource = selector.plural or selector.any_name
         for verb in ("list", "watch"):
             needs.setdefault((selector.group or "", resource, verb), set()).add(f"kopf watch {handler.id}")
     for need in KOPF:
         needs.setdefault(need, set()).add("kopf")
+    from phalanx.controller.kinds import OWNER_KINDS
+
+    for kind in OWNER_KINDS:
+        r = kind.resource
+        if r.group == "batch":
+            continue  # Jobs: patched through BatchV1Api (found by the scan), finalizers in OWNER_REFERENCES
+        if kind.suspends:  # Kube.patch_owner: a requeue suspends and resumes the owner itself
+            needs.setdefault((r.group, r.plural, "patch"), set()).add(f"kube.patch_owner {kind.name}")
+        if kind.owns_groups:  # our groups are owned by it with blockOwnerDeletion (api/owned.py)
+            owned = (r.group, f"{r.plural}/finalizers", "update")
+            needs.setdefault(owned, set()).add("api/owned.py ownerReferences")
     builders = (ROOT / "operator" / "phalanx" / "api" / "builders.py").read_text()
     if '"blockOwnerDeletion": True' in builders:
         for need in OWNER_REFERENCES:

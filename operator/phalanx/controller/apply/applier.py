@@ -1,0 +1,425 @@
+"""The applier: runs a pass's actions per group, each group in isolation, and backs off failing groups.
+
+A group's actions run in order (its decision is recorded before its pods are released), a run of
+independent ones (pod releases, labels, events) concurrently. The first failure ends that group's
+actions for this pass: nothing later in its list runs, the group backs off exponentially (per key,
+capped) and its Job gets a Warning event saying why; every other group goes on. What the API answers
+to a write goes into the cache at once (write-through, tracked as an expectation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx.api import keys
+from phalanx.api.group import (
+    API_VERSION,
+    COMPOSITE_POD_GROUP_KIND,
+    COMPOSITE_POD_GROUPS,
+    POD_GROUP_KIND,
+    POD_GROUPS,
+    TOPOLOGIES,
+    TOPOLOGY_KIND,
+    WORKLOAD_KIND,
+    WORKLOADS,
+)
+from phalanx.api.status import GroupStatus, PodGroupStatus
+from phalanx.controller import metrics
+from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import POD, ClusterCache
+from phalanx.controller.model.actions import (
+    CONCURRENT,
+    Action,
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    DeleteObject,
+    DeletePod,
+    EventType,
+    EvictPod,
+    LabelPod,
+    PatchMinCount,
+    PatchStatus,
+    PatchTopologyStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    RememberAnnounced,
+    ResumeJob,
+    SuspendJob,
+    UngatePod,
+    UnitPlan,
+)
+from phalanx.controller.model.refs import ObjectRef
+
+log = logging.getLogger("phalanx.apply")
+
+BACKOFF_INITIAL_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 60.0
+MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
+
+
+class EvictionBlockedError(RuntimeError):
+    """A PodDisruptionBudget refused an eviction: the next plan chooses other victims."""
+
+
+class EventSink(Protocol):
+    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None: ...
+
+
+@dataclass
+class Backoff:
+    """Per-key exponential backoff: 0.5 s, 1 s, 2 s, … up to a cap; a success forgets the key."""
+
+    clock: Callable[[], float] = time.monotonic
+    initial: float = BACKOFF_INITIAL_SECONDS
+    cap: float = BACKOFF_MAX_SECONDS
+    failures: dict[str, int] = field(default_factory=dict)
+    until: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, key: str) -> float:
+        count = self.failures.get(key, 0) + 1
+        self.failures[key] = count
+        delay: float = min(self.cap, self.initial * 2.0 ** (count - 1))
+        self.until[key] = self.clock() + delay
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        self.failures.pop(key, None)
+        self.until.pop(key, None)
+
+    def waiting(self) -> frozenset[str]:
+        """Keys still inside their backoff window."""
+        now = self.clock()
+        return frozenset(k for k, t in self.until.items() if t > now)
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until the earliest backing-off key may run again (None: none waits)."""
+        now = self.clock()
+        pending = [t - now for t in self.until.values() if t > now]
+        return min(pending) if pending else None
+
+    def forget_missing(self, keys: set[str]) -> None:
+        """Drop keys whose group no longer exists (a deleted Job)."""
+        for key in list(self.until):
+            if key not in keys:
+                self.succeeded(key)
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    key: str
+    ok: bool
+    failed_action: str = ""
+    error: str = ""
+    retry_in: float = 0.0
+
+
+def describe(action: Action) -> str:
+    """What an action does, in words for an event or a log line."""
+    match action:
+        case CreateWorkload(workload=w):
+            return f"creating Workload {w.metadata.get('name')}"
+        case CreatePodGroup(pod_group=g):
+            return f"creating PodGroup {g.metadata.get('name')}"
+        case CreateCompositePodGroup(group=g):
+            return f"creating CompositePodGroup {g.metadata.get('name')}"
+        case PatchMinCount(pod_group=g, min_count=n):
+            return f"setting minCount {n} on PodGroup {g.name}"
+        case RecordAdmission(group=g):
+            return f"recording the admission on {g.kind} {g.name}"
+        case ReleasePod(pod=p, node=n):
+            return f"releasing pod {p.name} to node {n}"
+        case LabelPod(pod=p):
+            return f"labelling pod {p.name}"
+        case UngatePod(pod=p):
+            return f"removing the gate of pod {p.name}"
+        case PatchStatus(group=g):
+            return f"writing the status of {g.kind} {g.name}"
+        case PatchTopologyStatus(topology=t):
+            return f"writing the status of Topology {t.name}"
+        case PostEvent(reason=r):
+            return f"posting event {r}"
+        case RememberAnnounced():
+            return "noting an announced problem"
+        case DeleteObject(target=t):
+            return f"deleting {t.kind} {t.name}"
+        case EvictPod(pod=p):
+            return f"evicting pod {p.name}"
+        case SuspendJob(job=j):
+            return f"suspending {j.kind} {j.name} to requeue it"
+        case DeletePod(pod=p):
+            return f"deleting pod {p.name} to requeue its group"
+        case ResumeJob(job=j):
+            return f"resuming {j.kind} {j.name}"
+    raise AssertionError(f"unknown action {action!r}")
+
+
+def error_text(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        reason = error.reason or ""
+        detail = error.body if isinstance(error.body, str) else ""
+        message = _api_message(detail) or reason
+        return f"{error.status} {message}".strip()
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _api_message(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return ""
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def _plural(ref: ObjectRef) -> str:
+    """PodGroups and CompositePodGroups take the same status writes."""
+    return COMPOSITE_POD_GROUPS if ref.kind == COMPOSITE_POD_GROUP_KIND else POD_GROUPS
+
+
+def _runs(actions: Sequence[Action]) -> list[list[Action]]:
+    """Consecutive independent actions of one kind run together; everything else alone, in order."""
+    runs: list[list[Action]] = []
+    for action in actions:
+        if runs and isinstance(action, CONCURRENT) and type(runs[-1][0]) is type(action):
+            runs[-1].append(action)
+        else:
+            runs.append([action])
+    return runs
+
+
+class Applier:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        kube: Kube,
+        events: EventSink,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.cache = cache
+        self.kube = kube
+        self.events = events
+        self.backoff = backoff or Backoff()
+        self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
+        self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
+
+    async def apply(self, groups: Sequence[UnitPlan]) -> list[GroupResult]:
+        results = await asyncio.gather(*(self._group(g) for g in groups))
+        metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
+        return list(results)
+
+    async def _group(self, group: UnitPlan) -> GroupResult:
+        async with self._limit:
+            for run in _runs(group.actions):
+                if isinstance(run[0], ReleasePod):
+                    await self.faults.before_release()
+                outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
+                for action, outcome in zip(run, outcomes, strict=True):
+                    if isinstance(outcome, asyncio.CancelledError):
+                        raise outcome
+                    if isinstance(outcome, BaseException):
+                        return await self._failed(group, action, outcome)
+            self.backoff.succeeded(group.key)
+            self._observe(group)
+            return GroupResult(group.key, True)
+
+    def _observe(self, group: UnitPlan) -> None:
+        if group.admitted_pods:
+            metrics.ADMISSIONS.labels("Gang").inc()
+            metrics.PODS_RELEASED.inc(group.admitted_pods)
+        if group.admission_latency is not None:
+            metrics.ADMISSION_LATENCY.observe(group.admission_latency)
+        # One requeue per suspension, or per group of pods deleted for the same reason.
+        requeues: list[SuspendJob | DeletePod] = [a for a in group.actions if isinstance(a, SuspendJob)]
+        requeues += list({a.why: a for a in group.actions if isinstance(a, DeletePod)}.values())
+        for requeue in requeues:
+            metrics.REQUEUES.labels(requeue.cause).inc()
+            if requeue.cause == "unbindable":
+                metrics.RELEASES_ROLLED_BACK.inc()
+        if group.preempted_pods:
+            metrics.PREEMPTED_PODS.inc(group.preempted_pods)
+            if requeues:
+                metrics.PREEMPTIONS.labels("whole").inc()
+            if any(isinstance(a, EvictPod) for a in group.actions):
+                metrics.PREEMPTIONS.labels("partial").inc()
+
+    async def _failed(self, group: UnitPlan, action: Action, error: BaseException) -> GroupResult:
+        name = type(action).__name__
+        metrics.APPLY_FAILURES.labels(name).inc()
+        delay = self.backoff.failed(group.key)
+        text = error_text(error)
+        what = describe(action)
+        log.warning("%s: %s failed: %s; retrying in %.1f s", group.key, what, text, delay)
+        if group.owner is not None and not isinstance(action, PostEvent):
+            creating = isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup)
+            reason = "FailedCreate" if creating else "FailedSync"
+            await self._post(
+                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
+            )
+        return GroupResult(group.key, False, name, text, delay)
+
+    async def _post(self, involved: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        try:
+            await self.events.post(involved, type_, reason, message)
+        except Exception as e:  # losing an event is not worth failing a group for
+            log.warning("could not post event %s on %s: %s", reason, involved, e)
+
+    def _resolved(self, ref: ObjectRef) -> ObjectRef:
+        """A PodGroup planned in this pass has no uid in the plan; it has one once created."""
+        if ref.uid or ref.kind not in (POD_GROUP_KIND, COMPOSITE_POD_GROUP_KIND):
+            return ref
+        store = self.cache.pod_groups if ref.kind == POD_GROUP_KIND else self.cache.composite_pod_groups
+        record = store.get(ref.key)
+        if record is None:
+            return ref
+        return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, record.uid)
+
+    def _upsert_group(self, ref: ObjectRef, body: dict[str, Any]) -> None:
+        if ref.kind == COMPOSITE_POD_GROUP_KIND:
+            self.cache.upsert(COMPOSITE_POD_GROUP_KIND, body, own_write=True)
+        else:
+            self.cache.upsert(POD_GROUP_KIND, body, own_write=True)
+
+    async def _one(self, action: Action) -> None:
+        match action:
+            case PostEvent(involved=involved, type=type_, reason=reason, message=message):
+                await self._post(self._resolved(involved), type_, reason, message)
+            case RememberAnnounced(key=key, message=message):
+                self.cache.announced[key] = message
+            case ReleasePod() | UngatePod() | LabelPod() | EvictPod() | DeletePod():
+                await self._pod(action)
+            case SuspendJob() | ResumeJob():
+                await self._owner(action)
+            case _:
+                await self._ours(action)
+
+    async def _ours(self, action: Action) -> None:
+        """Writes of Phalanx's own objects: Workloads, groups, their status, Topologies' status."""
+        cache, kube = self.cache, self.kube
+        match action:
+            case CreateWorkload(workload=workload):
+                created = await kube.create_object(WORKLOADS, workload.to_api())
+                cache.upsert(WORKLOAD_KIND, created, own_write=True)
+            case CreatePodGroup(pod_group=pod_group, workload=workload_name):
+                body = pod_group.to_api()
+                namespace = str(body["metadata"].get("namespace", ""))
+                owner = cache.workloads.get(f"{namespace}/{workload_name}")
+                if owner is not None:
+                    # Also owned by its Workload, as upstream (the Workload's uid is known only now).
+                    body["metadata"].setdefault("ownerReferences", []).append(
+                        {
+                            "apiVersion": API_VERSION,
+                            "kind": WORKLOAD_KIND,
+                            "name": owner.name,
+                            "uid": owner.uid,
+                        }
+                    )
+                created = await kube.create_object(POD_GROUPS, body)
+                cache.upsert(POD_GROUP_KIND, created, own_write=True)
+            case CreateCompositePodGroup(group=composite):
+                created = await kube.create_object(COMPOSITE_POD_GROUPS, composite.to_api())
+                cache.upsert(COMPOSITE_POD_GROUP_KIND, created, own_write=True)
+            case PatchMinCount(pod_group=ref, min_count=count):
+                patched = await kube.patch_spec(
+                    POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
+                )
+                cache.upsert(POD_GROUP_KIND, patched, own_write=True)
+            case RecordAdmission(group=ref, admission=admission, resource_version=version):
+                try:
+                    patched = await kube.patch_status(
+                        _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
+                    )
+                except ApiException as e:
+                    if e.status == 409:  # the cache's group is stale: the next pass plans on the newest seen
+                        cache.conflicted(ref.kind, ref.key)
+                    raise
+                self._upsert_group(ref, patched)
+                self.faults.reached(AFTER_RECORD)
+            case PatchStatus(group=ref, status=status):
+                self.faults.reached(BEFORE_STATUS)
+                patched = await kube.patch_status(
+                    _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
+                )
+                self._upsert_group(ref, patched)
+            case PatchTopologyStatus(topology=ref, status=topology_status):
+                written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
+                cache.upsert(TOPOLOGY_KIND, written, own_write=True)
+            case DeleteObject(target=target):
+                plural = WORKLOADS if target.kind == WORKLOAD_KIND else _plural(target)
+                await kube.delete_object(plural, target.namespace, target.name)
+                cache.delete(target.kind, {"metadata": {"namespace": target.namespace, "name": target.name}})
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+
+    async def _pod(self, action: Action) -> None:
+        """Writes of pods: released (pinned and ungated), ungated, labelled, evicted."""
+        cache, kube = self.cache, self.kube
+        match action:
+            case ReleasePod(pod=pod, node=node, pod_group=group_name):
+                async with self.faults.release_slot():
+                    released = await kube.release_pod(pod.namespace, pod.name, node, group_name)
+                    if released is not None:  # None: the pod is gone, nothing to release
+                        cache.upsert(POD, released, own_write=True)
+                    self.faults.reached(AFTER_RELEASES)
+            case UngatePod(pod=pod):
+                ungated = await kube.ungate_pod(pod.namespace, pod.name)
+                if ungated is not None:
+                    cache.upsert(POD, ungated, own_write=True)
+            case LabelPod(pod=pod, pod_group=group_name):
+                labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
+                if labelled is not None:
+                    cache.upsert(POD, labelled, own_write=True)
+            case DeletePod(pod=pod):
+                await kube.delete_pod(pod.namespace, pod.name)
+            case EvictPod(pod=pod, reason=reason, message=message):
+                if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
+                    cache.eviction_blocked(pod.key)
+                    raise EvictionBlockedError(f"a PodDisruptionBudget does not allow evicting {pod.key} now")
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+
+    async def _owner(self, action: Action) -> None:
+        """Writes of owners: suspended to be requeued whole, resumed once its pods are gone."""
+        cache, kube = self.cache, self.kube
+        match action:
+            case SuspendJob(job=job, why=why):
+                suspended = await kube.patch_owner(
+                    job,
+                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"suspend": True}},
+                )
+                if suspended is not None:
+                    cache.upsert(job.kind, suspended, own_write=True)
+            case ResumeJob(job=job):
+                resumed = await kube.patch_owner(
+                    job,
+                    {
+                        "metadata": {"annotations": {keys.REQUEUED_ANNOTATION: None}},
+                        "spec": {"suspend": False},
+                    },
+                )
+                if resumed is not None:
+                    cache.upsert(job.kind, resumed, own_write=True)
+            case _:
+                raise AssertionError(f"unknown action {action!r}")
+
+
+def status_patch(status: GroupStatus) -> dict[str, Any]:
+    """A merge patch that makes the status exactly `status` (unset fields are cleared)."""
+    body = status.to_api()
+    for name in STATUS_FIELDS:
+        alias = PodGroupStatus.model_fields[name].alias or name
+        body.setdefault(alias, None)
+    return {"status": body}
+
+
+# A status patch replaces these whole; a None among them is written as null (cleared).
+STATUS_FIELDS = tuple(PodGroupStatus.model_fields)

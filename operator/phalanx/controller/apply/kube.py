@@ -1,0 +1,284 @@
+"""The operator's writes to the API: idempotent, retried on transient failures (tenacity)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+
+from phalanx.api import keys as names
+from phalanx.api.group import GROUP, VERSION
+from phalanx.api.naming import pod_group_label_value
+from phalanx.controller import metrics
+from phalanx.controller.model.refs import ObjectRef
+
+log = logging.getLogger("phalanx.kube")
+T = TypeVar("T")
+
+RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+COMPONENT = "phalanx"
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, ApiException):
+        return error.status in RETRIABLE_STATUS
+    return isinstance(error, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+
+
+def _code(error: BaseException) -> str:
+    """The HTTP status of a failed request, or 0 when the apiserver did not answer."""
+    return str(error.status) if isinstance(error, ApiException) and error.status else "0"
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb: str = "unknown") -> T:
+    """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_transient),
+        # Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
+        wait=wait_exponential(multiplier=0.1, max=3.0) + wait_random(0, 0.1),
+        stop=stop_after_attempt(attempts),
+        reraise=True,
+    ):
+        with attempt:
+            try:
+                return await call()
+            except Exception as e:
+                metrics.API_ERRORS.labels(verb, _code(e)).inc()
+                raise
+    raise AssertionError("unreachable")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
+        return result
+
+    # -- Workloads and PodGroups
+    async def create_object(self, plural: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create, or return the existing object of that name (idempotent)."""
+        namespace = body["metadata"]["namespace"]
+        name = body["metadata"]["name"]
+        try:
+            created: dict[str, Any] = await retrying(
+                lambda: self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, dict(body)
+                ),
+                verb="create",
+            )
+            return created
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        existing: dict[str, Any] = await retrying(
+            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+            verb="get",
+        )
+        return existing
+
+    async def delete_object(self, plural: str, namespace: str, name: str) -> None:
+        """Delete (gone already is fine)."""
+        try:
+            await retrying(
+                lambda: self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+                verb="delete",
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    async def patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str = "",
+    ) -> dict[str, Any]:
+        """With `resource_version`, only if the object is still at that version (else 409 Conflict)."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self._merge_patch(plural, namespace, name, body, status_subresource=True)
+
+    async def patch_cluster_status(self, plural: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status of a cluster-scoped object of ours (a Topology)."""
+        patched: dict[str, Any] = await retrying(
+            lambda: self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
+            ),
+            verb="patch",
+        )
+        return patched
+
+    async def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-scoped kind of ours (few: read live by the Topology webhook)."""
+        listed: dict[str, Any] = await retrying(
+            lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, plural), verb="list"
+        )
+        items: list[dict[str, Any]] = listed.get("items") or []
+        return items
+
+    async def patch_spec(
+        self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await self._merge_patch(
+            plural, namespace, name, {"spec": dict(spec)}, status_subresource=False
+        )
+
+    async def _merge_patch(
+        self, plural: str, namespace: str, name: str, body: dict[str, Any], status_subresource: bool
+    ) -> dict[str, Any]:
+        call = (
+            self.custom.patch_namespaced_custom_object_status
+            if status_subresource
+            else self.custom.patch_namespaced_custom_object
+        )
+        patched: dict[str, Any] = await retrying(
+            lambda: call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH),
+            verb="patch",
+        )
+        return patched
+
+    # -- pods
+    async def _patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        """A strategic merge patch of a pod; None if the pod is gone."""
+        try:
+            pod = await retrying(
+                lambda: self.core.patch_namespaced_pod(
+                    name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
+                ),
+                verb="patch",
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self._dict(pod)
+
+    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
+        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
+        return await self._patch_pod(
+            namespace,
+            name,
+            {
+                "metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
+                },
+            },
+        )
+
+    async def label_pod(self, namespace: str, name: str, group: str) -> dict[str, Any] | None:
+        """Link a pod to its PodGroup. None if the pod is gone."""
+        return await self._patch_pod(
+            namespace, name, {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}}
+        )
+
+    async def ungate_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Remove our gate only (no node chosen): kube-scheduler places the pod. None if the pod is gone."""
+        return await self._patch_pod(
+            namespace,
+            name,
+            {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
+        )
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (gone already is fine): its owner makes it again."""
+        try:
+            await retrying(lambda: self.core.delete_namespaced_pod(name, namespace), verb="delete")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
+        """Mark the pod a disruption target (as kube-scheduler's preemption does), then evict it through
+        the Eviction API, which honours PodDisruptionBudgets. False if a budget blocks it (429); True when
+        evicted or already gone."""
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": now_rfc3339(),
+        }
+        try:
+            await retrying(
+                lambda: self.core.patch_namespaced_pod_status(
+                    name,
+                    namespace,
+                    {"status": {"conditions": [condition]}},
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                ),
+                verb="patch",
+            )
+            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+            await self.core.create_namespaced_pod_eviction(name, namespace, eviction)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            if e.status == 429:
+                return False  # a PodDisruptionBudget does not allow it now
+            raise
+        return True
+
+    # -- owners
+    async def patch_owner(self, owner: ObjectRef, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of an owner (a batch/v1 Job, or a custom kind such as a JobSet); None if gone."""
+        if owner.api_version == "batch/v1" and owner.kind == "Job":
+            return await self.patch_job(owner.namespace, owner.name, patch)
+        group, _, version = owner.api_version.rpartition("/")
+        plural = owner.kind.lower() + "s"
+        try:
+            patched: dict[str, Any] = await retrying(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    owner.namespace,
+                    plural,
+                    owner.name,
+                    dict(patch),
+                    _content_type=MERGE_PATCH,
+                ),
+                verb="patch",
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return patched
+
+    # -- Jobs
+    async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A merge patch of a Job; None if the Job is gone."""
+        try:
+            job = await retrying(
+                lambda: self.batch.patch_namespaced_job(
+                    name, namespace, dict(patch), _content_type=MERGE_PATCH
+                ),
+                verb="patch",
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self._dict(job)

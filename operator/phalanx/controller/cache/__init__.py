@@ -1,0 +1,7 @@
+"""cache/: the cluster as Phalanx sees it, fed by watch events and by our own writes.
+
+store.py         ClusterCache: upsert/delete for every kind, indexes, the live snapshot, ClusterView
+expectations.py  our writes the watch has not shown yet (resourceVersion is opaque)
+volumes.py       claims, volumes, classes and CSI objects resolved like kube-scheduler's filters
+csi.py           CSI records (CSINode, VolumeAttachment, CSIDriver, CSIStorageCapacity)
+"""

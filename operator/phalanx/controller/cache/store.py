@@ -1,0 +1,474 @@
+"""The cluster as Phalanx sees it: typed records of every watched kind, parsed once, indexed for planning.
+
+Fed by watch events and by our own writes (write-through, so a pass never acts on a view older than
+what it just did), through two entry points for every kind: `upsert(kind, body)` and `delete(kind, body)`
+(kinds are named as in watch/watched.py). Our writes are tracked as expectations (expectations.py).
+
+A pass is woken (`changed`) only when a record changed in a way that can change a decision: records
+compare without their resourceVersion, and a pod record keeps only what placement and status read.
+Our own writes do not wake it: the pass that made them already planned with their outcome.
+The placement snapshot is kept up to date incrementally (`LiveSnapshot`), not rebuilt per pass.
+
+The cache is the kinds' `ClusterView` (kinds/base.py): owners with what Phalanx made for them and their
+pods, hand-made groups and the pods that join them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from phalanx.api.cluster_objects import node_info
+from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
+from phalanx.controller.cache.volumes import VolumeCatalog
+from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.kinds.base import OwnerKind, OwnerState
+from phalanx.controller.model.records import (
+    CompositePodGroupRecord,
+    PodGroupRecord,
+    PodRecord,
+    PriorityClassRecord,
+    WorkloadRecord,
+)
+from phalanx.controller.model.topology import TopologyIndex, TopologyRecord
+from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
+
+log = logging.getLogger("phalanx.cache")
+
+EVICTION_BLOCK_SECONDS = 30.0  # how long a pod a budget protected is left out of victim choices
+
+NODE, POD, PRIORITY_CLASS = "Node", "Pod", "PriorityClass"
+POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Workload", "Topology"
+CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
+CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
+GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
+
+
+def key_of(body: Mapping[str, Any]) -> str:
+    """`namespace/name`, or `name` for a cluster-scoped object."""
+    meta = body.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+def _version(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Owned:
+    """Records of one of our kinds (PodGroups, CompositePodGroups, Workloads) by key, and by owner uid."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Any] = {}
+        self.by_owner: dict[str, set[str]] = defaultdict(set)
+
+    def get(self, key: str) -> Any:
+        return self.items.get(key)
+
+    def of_owner(self, uid: str) -> list[Any]:
+        return [self.items[k] for k in sorted(self.by_owner.get(uid, ())) if k in self.items]
+
+    def put(self, record: GroupRecord) -> bool:
+        old = self.items.get(record.key)
+        if old is not None and old.owner_uid != record.owner_uid:
+            self._unindex(old)
+        self.items[record.key] = record
+        if record.owner_uid:
+            self.by_owner[record.owner_uid].add(record.key)
+        return old != record
+
+    def pop(self, key: str) -> Any:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def _unindex(self, old: GroupRecord) -> None:
+        keys = self.by_owner.get(old.owner_uid)
+        if keys is not None:
+            keys.discard(old.key)
+            if not keys:
+                del self.by_owner[old.owner_uid]
+
+
+class ClusterCache:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, kinds: Iterable[OwnerKind] = OWNER_KINDS
+    ) -> None:
+        self.kinds: dict[str, OwnerKind] = {k.name: k for k in kinds}
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodRecord] = {}  # by namespace/name
+        self.owners: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}  # kind -> uid -> record
+        self._owner_uids: dict[str, dict[str, str]] = {k: {} for k in self.kinds}  # kind -> key -> uid
+        self.pods_by_owner: dict[tuple[str, str], set[str]] = defaultdict(set)  # (kind, uid) -> pod keys
+        self.pod_groups = Owned()
+        self.composite_pod_groups = Owned()
+        self.workloads = Owned()
+        self.priority_classes: dict[str, PriorityClassRecord] = {}
+        # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
+        self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
+        self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
+        # Which Topology each node label belongs to: `topology_index.levels_for(key)` for placement.
+        self.topology_index = TopologyIndex()
+        self.node_labels_generation = 0  # bumps when a node comes, goes or changes its labels
+        self.expectations = Expectations(clock=clock)
+        self.live = LiveSnapshot()
+        self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
+        self.changed = asyncio.Event()
+        self.generation = 0  # bumps on any change that can alter a decision
+        # "<owner uid>/<what>" -> the message already announced (one event per change, not per pass).
+        self.announced: dict[str, str] = {}
+        # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
+        self.blocked_evictions: dict[str, float] = {}
+        self._clock = clock
+
+    # ------------------------------------------------------------------ the two entry points
+    def upsert(self, kind: str, body: Mapping[str, Any], *, own_write: bool = False) -> None:
+        """A watch event's object (or, with `own_write`, the API's answer to a write of ours)."""
+        if kind in self.kinds:
+            self._upsert_owner(self.kinds[kind], body, own_write)
+        elif kind == POD:
+            self._upsert_pod(body, own_write)
+        elif kind in (POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY):
+            self._upsert_written(kind, body, own_write)
+        elif kind == NODE:
+            self._upsert_node(body)
+        elif kind == PRIORITY_CLASS:
+            self._upsert_priority_class(body)
+        else:
+            self._volume_event(kind, body, deleted=False)
+
+    def delete(self, kind: str, body: Mapping[str, Any]) -> None:
+        """A DELETED watch event's object (its metadata is enough), or the answer to our delete."""
+        key = key_of(body)
+        if kind in self.kinds:
+            uid = uid_of(body) or self._owner_uids[kind].get(key, "")
+            self._delete_owner(kind, uid)
+        elif kind == POD:
+            self._delete_pod(key, uid_of(body))
+        elif kind in (POD_GROUP, COMPOSITE, WORKLOAD):
+            self._delete_owned(kind, key)
+        elif kind == TOPOLOGY:
+            self.expectations.forget(TOPOLOGY, key)
+            if self.topologies.pop(key, None) is not None:
+                self.topology_index = TopologyIndex.build(self.topologies.values())
+                self._touch()
+        elif kind == NODE:
+            if self.nodes.pop(key, None) is not None:
+                self.node_labels_generation += 1
+                self.live.remove_node(key)
+                self._touch()
+        elif kind == PRIORITY_CLASS:
+            if self.priority_classes.pop(key, None) is not None:
+                self._touch()
+        else:
+            self._volume_event(kind, body, deleted=True)
+
+    def records(self, kind: str) -> set[tuple[str, str]]:
+        """(key, uid) of every record of `kind` the cache holds (nodes have no uid here): the Relister's
+        view of what might have been deleted while a watch was away."""
+        if kind in self.kinds:
+            return {(key, uid) for key, uid in self._owner_uids[kind].items()}
+        stores: dict[str, Mapping[str, Any]] = {
+            POD: self.pods,
+            POD_GROUP: self.pod_groups.items,
+            COMPOSITE: self.composite_pod_groups.items,
+            WORKLOAD: self.workloads.items,
+            TOPOLOGY: self.topologies,
+        }
+        if kind in stores:
+            return {(key, str(r.uid)) for key, r in stores[kind].items()}
+        if kind == NODE:
+            return {(name, "") for name in self.nodes}
+        if kind == PRIORITY_CLASS:
+            return {(name, "") for name in self.priority_classes}
+        return {(key, "") for key in self.volumes.keys(kind)}
+
+    # ------------------------------------------------------------------ passes
+    def _touch(self, wake: bool = True) -> None:
+        self.generation += 1
+        if wake:
+            self.changed.set()
+
+    def snapshot(self) -> Snapshot:
+        return self.live.snapshot()
+
+    def settle_expectations(self) -> None:
+        """Apply the held-back events of expectations that lapsed (called before each pass)."""
+        for kind, body in self.expectations.expired():
+            log.info("expectation for %s %s lapsed; applying the newest event", kind, key_of(body))
+            self.upsert(kind, body)
+
+    def conflicted(self, kind: str, key: str) -> None:
+        """A write of ours with a resourceVersion precondition got 409: the API holds a newer version than
+        the cache. An event held back as older than an earlier write of ours is then newer (a later write of
+        ours went through with its answer lost): apply it now, rather than conflict until the expectation
+        lapses."""
+        held_back = self.expectations.take(kind, key)
+        if held_back is not None:
+            log.info("%s %s: a conflict shows the held-back event is newer; applying it", kind, key)
+            self.upsert(kind, held_back)
+
+    def _admitted(
+        self, kind: str, key: str, body: Mapping[str, Any], own_write: bool, reflects: Reflects
+    ) -> bool:
+        """Whether the object goes into the cache: our own write always (remembered as an expectation); a
+        watch event unless it is older than a write of ours."""
+        if own_write:
+            self.expectations.wrote(kind, key, _version(body), reflects)
+            return True
+        return self.expectations.admit(kind, key, body)
+
+    # ------------------------------------------------------------------ nodes and priority classes
+    def _upsert_node(self, body: Mapping[str, Any]) -> None:
+        info = node_info(body)
+        old = self.nodes.get(info.name)
+        if old != info:
+            if old is None or old.labels != info.labels:
+                self.node_labels_generation += 1
+            self.nodes[info.name] = info
+            self.live.upsert_node(info)
+            self._touch()
+
+    def _upsert_priority_class(self, body: Mapping[str, Any]) -> None:
+        record = PriorityClassRecord.from_body(body)
+        if self.priority_classes.get(record.name) != record:
+            self.priority_classes[record.name] = record
+            self._touch()
+
+    # ------------------------------------------------------------------ pods
+    def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
+        record = PodRecord.from_body(body)
+        if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
+            self._put_pod(record, wake=not own_write)
+
+    def _pod_owners(self, pod: PodRecord) -> list[tuple[str, str]]:
+        return [(name, uid) for name, kind in self.kinds.items() if (uid := kind.pod_owner(pod))]
+
+    def _put_pod(self, record: PodRecord, wake: bool = True) -> None:
+        old = self.pods.get(record.key)
+        if old is not None:
+            self._unindex_pod(old)
+        self.pods[record.key] = record
+        for owner in self._pod_owners(record):
+            self.pods_by_owner[owner].add(record.key)
+        if record.joins_group:
+            self.pods_by_group_label[f"{record.namespace}/{record.joins_group}"].add(record.key)
+        if old != record:
+            usage = record.bound_pod()
+            if usage is not None:
+                self.live.upsert_pod(usage)
+            elif old is not None and old.usage_node:
+                self.live.remove_pod(record.key)
+            self._touch(wake)
+
+    def _unindex_pod(self, old: PodRecord) -> None:
+        for owner in self._pod_owners(old):
+            keys = self.pods_by_owner.get(owner)
+            if keys is not None:
+                keys.discard(old.key)
+                if not keys:
+                    del self.pods_by_owner[owner]
+        if old.joins_group:
+            index = f"{old.namespace}/{old.joins_group}"
+            labelled = self.pods_by_group_label.get(index)
+            if labelled is not None:
+                labelled.discard(old.key)
+                if not labelled:
+                    del self.pods_by_group_label[index]
+
+    def _delete_pod(self, key: str, uid: str = "") -> None:
+        old = self.pods.get(key)
+        if old is None or (uid and old.uid != uid):
+            return
+        self.expectations.forget(POD, key)
+        del self.pods[key]
+        self._unindex_pod(old)
+        if old.usage_node:
+            self.live.remove_pod(key)
+        self._touch()
+
+    def pods_of(self, kind: str, index_key: str) -> Iterator[PodRecord]:
+        """The pods of an owner of `kind`, by its index key (OwnerKind.index_key: usually its uid)."""
+        for key in self.pods_by_owner.get((kind, index_key), ()):
+            pod = self.pods.get(key)
+            if pod is not None:
+                yield pod
+
+    # ------------------------------------------------------------------ owners (Jobs, ...)
+    def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
+        record = kind.parse(body)
+        key = key_of(body)
+        if self._admitted(kind.name, key, body, own_write, _owner_reflects(kind, record)):
+            self._put_owner(kind, record, wake=not own_write)
+
+    def _has_objects(self, uid: str) -> bool:
+        return any(
+            store.by_owner.get(uid) for store in (self.pod_groups, self.workloads, self.composite_pod_groups)
+        )
+
+    def _put_owner(self, kind: OwnerKind, record: Any, wake: bool = True) -> None:
+        owners = self.owners[kind.name]
+        old = owners.get(record.uid)
+        if not kind.worth_keeping(record, self._has_objects(record.uid)):
+            if old is not None:
+                self._delete_owner(kind.name, record.uid)
+            return
+        key = f"{record.namespace}/{record.name}"
+        previous = self._owner_uids[kind.name].get(key)
+        if previous is not None and previous != record.uid:
+            self._delete_owner(kind.name, previous)  # deleted and made again under the same name
+        owners[record.uid] = record
+        self._owner_uids[kind.name][key] = record.uid
+        if old != record:
+            self._touch(wake)
+
+    def _delete_owner(self, kind: str, uid: str) -> None:
+        for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
+            del self.announced[key]
+        old = self.owners[kind].pop(uid, None)
+        if old is not None:
+            self._owner_uids[kind].pop(f"{old.namespace}/{old.name}", None)
+            self.expectations.forget(kind, f"{old.namespace}/{old.name}")
+            self._touch()
+
+    def _recheck_owner(self, uid: str) -> None:
+        """An object of ours is gone: an owner kept only to be let go of may go too."""
+        for name, kind in self.kinds.items():
+            record = self.owners[name].get(uid)
+            if record is not None and not kind.worth_keeping(record, self._has_objects(uid)):
+                self._delete_owner(name, uid)
+
+    # ------------------------------------------------------------------ our objects
+    def _store(self, kind: str) -> Owned:
+        return {POD_GROUP: self.pod_groups, COMPOSITE: self.composite_pod_groups, WORKLOAD: self.workloads}[
+            kind
+        ]
+
+    def _upsert_written(self, kind: str, body: Mapping[str, Any], own_write: bool) -> None:
+        key = key_of(body)
+        reflects = same_uid(body) if kind == WORKLOAD else status_reflects(body)
+        if not self._admitted(kind, key, body, own_write, reflects):
+            return
+        try:
+            record = _parse(kind, body)
+        except ValidationError as e:
+            # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
+            log.warning("ignoring %s %s: %s", kind, key, e.errors()[:3])
+            return
+        if kind == TOPOLOGY:
+            old = self.topologies.get(record.name)
+            self.topologies[record.name] = record
+            if old != record:
+                self.topology_index = TopologyIndex.build(self.topologies.values())
+                self._touch(not own_write)
+        elif self._store(kind).put(record):
+            self._touch(not own_write)
+
+    def _delete_owned(self, kind: str, key: str) -> None:
+        self.expectations.forget(kind, key)
+        old = self._store(kind).pop(key)
+        if old is not None:
+            self._recheck_owner(old.owner_uid)
+            self._touch()
+
+    # ------------------------------------------------------------------ volumes
+    def _volume_event(self, kind: str, body: Mapping[str, Any], *, deleted: bool) -> None:
+        """Claims, volumes, classes and CSI objects: a claim's resolution changes only when something the
+        volume filters read changed; changed claims and nodes go into the live snapshot."""
+        changes = self.volumes.event(kind, body, deleted=deleted)
+        for key, info in changes:
+            self.live.set_claim(key, info)
+        nodes = self.volumes.take_node_changes()
+        for name, csi in nodes:
+            self.live.set_csi_node(name, csi)
+        strict = self.live.set_strict_drivers(self.volumes.strict_drivers)
+        if changes or nodes or strict:
+            self._touch()
+
+    # ------------------------------------------------------------------ evictions
+    def eviction_blocked(self, pod_key: str, seconds: float = EVICTION_BLOCK_SECONDS) -> None:
+        self.blocked_evictions[pod_key] = self._clock() + seconds
+
+    def unevictable(self) -> frozenset[str]:
+        """Pods whose eviction a budget refused recently (the victim search tries others first)."""
+        now = self._clock()
+        for key in [k for k, until in self.blocked_evictions.items() if until <= now]:
+            del self.blocked_evictions[key]
+        return frozenset(self.blocked_evictions)
+
+    # ------------------------------------------------------------------ ClusterView (kinds/base.py)
+    def owner_states(self, kind: str) -> Iterator[OwnerState]:
+        for uid, owner in self.owners.get(kind, {}).items():
+            workloads = self.workloads.of_owner(uid)
+            yield OwnerState(
+                owner=owner,
+                workload=workloads[0] if workloads else None,
+                pod_groups=tuple(self.pod_groups.of_owner(uid)),
+                composites=tuple(self.composite_pod_groups.of_owner(uid)),
+                pods=tuple(
+                    sorted(self.pods_of(kind, self.kinds[kind].index_key(owner)), key=lambda p: p.name)
+                ),
+            )
+
+    def owner_record(self, kind: str, uid: str) -> Any:
+        return self.owners.get(kind, {}).get(uid)
+
+    def unowned_groups(self) -> tuple[list[CompositePodGroupRecord], list[PodGroupRecord]]:
+        """Groups no owner kind of ours made (hand-made, or another controller's)."""
+
+        def mine(record: GroupRecord) -> bool:
+            return bool(record.owner_uid) and record.owner_kind in self.kinds
+
+        composites = [g for g in self.composite_pod_groups.items.values() if not mine(g)]
+        groups = [g for g in self.pod_groups.items.values() if not mine(g)]
+        return composites, groups
+
+    def pods_joining(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
+        """Pods no owner made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""
+        for key in sorted(self.pods_by_group_label.get(f"{namespace}/{label_value}", ())):
+            pod = self.pods.get(key)
+            if pod is not None:
+                yield pod
+
+
+def _parse(kind: str, body: Mapping[str, Any]) -> Any:
+    """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
+    if kind == POD_GROUP:
+        return PodGroupRecord.from_body(body)
+    if kind == COMPOSITE:
+        return CompositePodGroupRecord.from_body(body)
+    if kind == WORKLOAD:
+        return WorkloadRecord.from_body(body)
+    return TopologyRecord.from_body(body)
+
+
+# What each kind of write of ours changes, and never changes back: an object that shows it is not older
+# than our write. (A pod's gate is only ever removed, its nodeSelector fixed once ungated.)
+def _pod_reflects(written: PodRecord) -> Reflects:
+    def reflects(body: Mapping[str, Any]) -> bool:
+        seen = PodRecord.from_body(body)
+        return (seen.uid, seen.gated, seen.node_selector_host, seen.pod_group) == (
+            written.uid,
+            written.gated,
+            written.node_selector_host,
+            written.pod_group,
+        )
+
+    return reflects
+
+
+def _owner_reflects(kind: OwnerKind, written: Any) -> Reflects:
+    """Our writes of an owner suspend or resume it with a note: an object with the same is not older."""
+
+    def reflects(body: Mapping[str, Any]) -> bool:
+        seen = kind.parse(body)
+        return (seen.uid, seen.suspended, seen.requeued) == (written.uid, written.suspended, written.requeued)
+
+    return reflects

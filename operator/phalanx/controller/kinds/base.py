@@ -1,0 +1,240 @@
+"""The workload-kind interface: what the one scheduling state machine needs from any owner of pods.
+
+Every kind of workload (a batch/v1 Job, plain or sliced; hand-made PodGroup and CompositePodGroup trees;
+later JobSet, LeaderWorkerSet) is the same gang state machine over a different owner. A kind turns what
+the cache holds into *units* (`Unit`): one thing placed all or nothing — a tree of groups (a single
+PodGroup is a tree of one leaf), the pods that belong to each leaf in rank order, the owner as the state
+machine sees it (`Owner`: identity, whether it is held, how to requeue it whole, when it is finished), and
+the actions that must come first (its Workload and groups made, notes said once, a requeued owner
+resumed). The state machine (plan/) never asks which kind a unit is.
+
+Adding a kind is one module implementing `OwnerKind` and one row in `kinds.KINDS` (Kueue's
+`jobframework.GenericJob` plays the same part there).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from phalanx.controller.model.actions import Action
+from phalanx.controller.model.records import (
+    CompositePodGroupRecord,
+    PodGroupRecord,
+    PodRecord,
+    PriorityClassRecord,
+    WorkloadRecord,
+)
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.placement import (
+    PodRequirements,
+    PodTraits,
+    TopologyMode,
+    pod_requests,
+    pod_requirements,
+    pod_traits,
+)
+
+RequeueHow = Literal["suspend", "delete-pods"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """An API resource: what is watched, listed and relisted (watch/watched.py)."""
+
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The owner of a unit's pods, as the state machine sees it (None for hand-made groups)."""
+
+    kind: str  # "Job": what messages call it
+    ref: ObjectRef  # events go here too; requeue acts on it
+    created: dt.datetime | None
+    suspended: bool = False  # nothing is placed and nothing is held while it is
+    finished: bool = False
+    finished_how: str = ""  # "succeeded", "failed (<reason>: <message>)"
+    requeued: str = ""  # why Phalanx requeued it ("" when it did not)
+    gated_template: bool = True  # its pods are born behind Phalanx's gate (False: labelled too late)
+    preemption_never: bool = False  # its own setting says it never preempts
+    disruption_all: bool = False  # a broken gang is requeued at once, without the grace period
+    priority_class: str | None = None  # the PriorityClass its pods name
+    remaining: int | None = None  # pods still to run (a Job with more completions than parallelism)
+    requeue: RequeueHow = "suspend"  # how it is taken back whole: suspended and resumed, or pods deleted
+    pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """What a pod not made yet will ask for (a staged unit's later pods), from its owner's pod template."""
+
+    requests: Mapping[str, int]
+    requirements: PodRequirements
+    traits: PodTraits
+
+    @classmethod
+    def of(cls, pod_spec: Mapping[str, Any], namespace: str) -> PodTemplate:
+        requests = pod_requests(pod_spec)
+        traits = pod_traits({"namespace": namespace}, pod_spec)
+        return cls(requests, pod_requirements(pod_spec, requests), traits)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A PodGroup (existing, or planned in this pass) and the pods that belong to it, in rank order.
+
+    For a staged unit: `ranks` (each pod's rank, as `pods`), the ranks the owner will make (`slots`,
+    default 0 .. expected-1) and the `template` those not made yet will have."""
+
+    group: PodGroupRecord
+    pods: tuple[PodRecord, ...]
+    ranks: tuple[int, ...] = ()
+    expected: int = 0
+    template: PodTemplate | None = None
+    slots: tuple[int, ...] = ()
+
+    @property
+    def ranked_slots(self) -> tuple[int, ...]:
+        return self.slots or tuple(range(self.expected))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What a unit places: one PodGroup (root None), or a CompositePodGroup over PodGroups."""
+
+    root: CompositePodGroupRecord | None
+    composites: tuple[CompositePodGroupRecord, ...]  # every composite of the tree, the root first
+    leaves: tuple[Leaf, ...]
+    mode: TopologyMode = "required"  # of a one-leaf tree (a tree's leaves are required)
+
+    @property
+    def holder(self) -> PodGroupRecord | CompositePodGroupRecord:
+        """The group whose status records the whole unit's decision: the root, or the only PodGroup."""
+        return self.root if self.root is not None else self.leaves[0].group
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One thing placed all or nothing, with what must be done before it is scheduled."""
+
+    key: str  # model.keys.unit_key: what backs off and what the plan is grouped by
+    owner: Owner | None  # None: hand-made groups, which nothing recreates
+    tree: Tree | None  # None: nothing to schedule this pass (let go, or not made yet)
+    setup: tuple[Action, ...] = ()  # objects made, notes said once, a requeued owner resumed
+    priority: int = 0
+    created: dt.datetime | None = None
+    # Its owner makes its pods in stages (JobSet InOrder, LWS LeaderReady): the whole unit is decided when
+    # the first stage's pods are there, the room of the later ones held until they come.
+    staged: bool = False
+
+    @property
+    def order(self) -> tuple[int, dt.datetime, str]:
+        """Units are scheduled by priority (highest first), then age (oldest first), then key."""
+        return (-self.priority, self.created or dt.datetime.max.replace(tzinfo=dt.UTC), self.key)
+
+
+class OwnerRecord(Protocol):
+    """A typed record of an owner object, parsed once at the cache boundary."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def ref(self) -> ObjectRef: ...
+    @property
+    def suspended(self) -> bool: ...
+    @property
+    def requeued(self) -> str:
+        """Why Phalanx requeued it ("" when it did not): written with the suspension."""
+        ...
+
+
+@dataclass(frozen=True)
+class OwnerState:
+    """One owner with what Phalanx made for it and its pods, as the cache holds them now."""
+
+    owner: Any  # the kind's own record type (OwnerRecord)
+    workload: WorkloadRecord | None
+    pod_groups: tuple[PodGroupRecord, ...]  # made for it (its controller owner reference)
+    composites: tuple[CompositePodGroupRecord, ...]
+    pods: tuple[PodRecord, ...]
+
+
+class ClusterView(Protocol):
+    """What a kind reads of the cluster to make its units (the cache implements it)."""
+
+    @property
+    def priority_classes(self) -> Mapping[str, PriorityClassRecord]: ...
+    @property
+    def announced(self) -> Mapping[str, str]: ...
+    def owner_states(self, kind: str) -> Iterable[OwnerState]: ...
+    def owner_record(self, kind: str, uid: str) -> Any:
+        """The record of the owner of `kind` with that uid, or None (an owner's own owner: a TrainJob)."""
+        ...
+
+    def unowned_groups(self) -> tuple[Iterable[CompositePodGroupRecord], Iterable[PodGroupRecord]]: ...
+    def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...
+
+
+class WorkloadKind(Protocol):
+    """A kind of workload: how its units are made from the cluster's state."""
+
+    @property
+    def name(self) -> str: ...
+    def units(self, view: ClusterView) -> Iterable[Unit]: ...
+
+
+class OwnerKind(WorkloadKind, Protocol):
+    """A kind whose owners are API objects of their own (Jobs, JobSets, ...), kept in the cache."""
+
+    @property
+    def resource(self) -> Resource: ...
+    @property
+    def suspends(self) -> bool:
+        """Its owners are requeued whole through `spec.suspend` (else by deleting their pods)."""
+        ...
+
+    @property
+    def owns_groups(self) -> bool:
+        """Phalanx's groups for an owner of this kind are owned by it (blockOwnerDeletion)."""
+        ...
+
+    def parse(self, body: Mapping[str, Any]) -> OwnerRecord: ...
+    def worth_keeping(self, owner: Any, has_objects: bool) -> bool:
+        """Whether the cache keeps it: managed, or Phalanx still has to let go of it."""
+        ...
+
+    def pod_owner(self, pod: PodRecord) -> str:
+        """The index key of the owner of this kind that `pod` belongs to ("" if none): see `index_key`."""
+        ...
+
+    def index_key(self, owner: Any) -> str:
+        """What `pod_owner` returns for this owner's pods (its uid, or `<namespace>/<name>` for a kind
+        whose pods name their owner only)."""
+        ...
+
+
+@runtime_checkable
+class AdmittingKind(OwnerKind, Protocol):
+    """An owner kind whose objects Phalanx gates at creation through its own webhook (watch/registry.py)."""
+
+    def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The spec patch that holds its pods behind Phalanx's gate (None: nothing to add); raises
+        JobPolicyError naming every field at fault."""
+        ...
+
+    def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        """What an edit of a managed object may not change (each naming its field)."""
+        ...

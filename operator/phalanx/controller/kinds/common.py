@@ -1,0 +1,72 @@
+"""What every kind of owner does the same way before its unit is scheduled: its priority and preemption
+policy, notes said once per change, and letting go of an owner that is no longer managed. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from phalanx.api import keys
+from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
+from phalanx.controller.kinds.base import OwnerState
+from phalanx.controller.model.actions import Action, DeleteObject, PostEvent, RememberAnnounced, UngatePod
+from phalanx.controller.model.records import PodRecord, PriorityClassRecord
+from phalanx.controller.model.refs import ObjectRef
+
+
+def priority_class_of(
+    name: str | None, classes: Mapping[str, PriorityClassRecord]
+) -> PriorityClassRecord | None:
+    """The named PriorityClass, or the cluster's global default one when none is named (as the Priority
+    admission plugin does for pods)."""
+    if name:
+        return classes.get(name)
+    return next((c for c in classes.values() if c.global_default), None)
+
+
+def preemption_policy_of(
+    annotation: PreemptionPolicy | None, priority_class: PriorityClassRecord | None
+) -> PreemptionPolicy:
+    """The owner's annotation, else its PriorityClass's, else PreemptLowerPriority."""
+    if annotation is not None:
+        return annotation
+    if priority_class is not None and priority_class.preemption_policy == PREEMPT_NEVER:
+        return PREEMPT_NEVER
+    return PREEMPT_LOWER_PRIORITY
+
+
+def announce_once(
+    announced: Mapping[str, str], owner: ObjectRef, what: str, reason: str, message: str
+) -> list[Action]:
+    """A Warning on the owner, once per distinct message (not once per pass)."""
+    key = f"{owner.uid}/{what}"
+    if announced.get(key) == message:
+        return []
+    return [PostEvent(owner, "Warning", reason, message), RememberAnnounced(key, message)]
+
+
+def unit_priority(pods: tuple[PodRecord, ...], default: int | None) -> int:
+    """The priority a unit is ordered by: its pods' (they carry their PriorityClass's value), else its
+    group's."""
+    live = [p.priority for p in pods if not p.terminal and not p.deleting]
+    return max(live, default=default or 0)
+
+
+def let_go(state: OwnerState, kind: str) -> list[Action]:
+    """An owner not (or no longer) managed: ungate its pods, delete our objects and say so (once)."""
+    owner = state.owner
+    actions: list[Action] = [UngatePod(p.ref) for p in state.pods if p.gated]
+    actions.extend(DeleteObject(g.ref) for g in state.pod_groups)
+    actions.extend(DeleteObject(g.ref) for g in state.composites)
+    if state.workload is not None:
+        ref = ObjectRef(API_VERSION, WORKLOAD_KIND, owner.namespace, state.workload.name, state.workload.uid)
+        actions.append(DeleteObject(ref))
+    if not state.pod_groups and not state.composites and state.workload is None:
+        return actions  # let go before: only pods born since to ungate
+    gated = sum(1 for p in state.pods if p.gated)
+    message = (
+        f"the {kind} is not labelled {keys.MANAGED_LABEL}=true: Phalanx no longer holds its pods "
+        f"({gated} ungated, placed by kube-scheduler alone) and deleted its PodGroup and Workload"
+    )
+    actions.append(PostEvent(owner.ref, "Normal", "ReleasedFromPhalanx", message))
+    return actions

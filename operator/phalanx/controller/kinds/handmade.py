@@ -1,0 +1,84 @@
+"""Hand-made groups: PodGroups and CompositePodGroups no owner made (the article's slice objects, written
+by hand or by another controller), and the pods that join them by the `phalanx.dev/pod-group` label.
+
+A tree rooted at a CompositePodGroup (its child CompositePodGroups and PodGroups found by
+`parentCompositePodGroupName` in its namespace) is one unit; so is a standalone PodGroup. A group whose
+parent does not exist (yet) is in no tree: its pods stay gated. Nothing would recreate such pods, so these
+units have no owner: they are never preemption victims and never requeued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from phalanx.api.group import COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND
+from phalanx.api.naming import pod_group_label_value
+from phalanx.controller.kinds.base import ClusterView, Leaf, Tree, Unit
+from phalanx.controller.kinds.common import unit_priority
+from phalanx.controller.model.keys import unit_key
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
+
+MAX_GROUPS = 64  # a tree deeper or wider than upstream allows is cut here (the engine refuses it)
+
+
+class HandMadeKind:
+    """Trees of hand-made groups (implements kinds.base.WorkloadKind)."""
+
+    name = "HandMade"
+
+    def units(self, view: ClusterView) -> Iterable[Unit]:
+        composites, groups = view.unowned_groups()
+
+        def pods_of(group: PodGroupRecord) -> Iterable[PodRecord]:
+            return view.pods_joining(group.namespace, pod_group_label_value(group.name))
+
+        return trees(composites, groups, pods_of)
+
+
+def _rank(pod: PodRecord) -> tuple[int, str]:
+    return (pod.completion_index if pod.completion_index is not None else 1 << 31, pod.name)
+
+
+def _leaf(group: PodGroupRecord, pods_of: Callable[[PodGroupRecord], Iterable[PodRecord]]) -> Leaf:
+    return Leaf(group, tuple(sorted(pods_of(group), key=_rank)))
+
+
+def trees(
+    composites: Iterable[CompositePodGroupRecord],
+    pod_groups: Iterable[PodGroupRecord],
+    pods_of: Callable[[PodGroupRecord], Iterable[PodRecord]],
+) -> list[Unit]:
+    """One unit per root CompositePodGroup, one per standalone PodGroup (groups with an owner excluded)."""
+    mine = [g for g in composites if not g.owner_uid]
+    children: dict[str, list[CompositePodGroupRecord]] = {}
+    for g in mine:
+        if g.parent:
+            children.setdefault(f"{g.namespace}/{g.parent}", []).append(g)
+    leaves: dict[str, list[PodGroupRecord]] = {}
+    units: list[Unit] = []
+    for pg in pod_groups:
+        if pg.owner_uid:
+            continue
+        if pg.parent:
+            leaves.setdefault(f"{pg.namespace}/{pg.parent}", []).append(pg)
+            continue
+        leaf = _leaf(pg, pods_of)
+        tree = Tree(None, (), (leaf,), mode=pg.topology_mode)
+        key = unit_key(POD_GROUP_KIND, pg.namespace, pg.name)
+        units.append(Unit(key, None, tree, priority=unit_priority(leaf.pods, 0), created=pg.created))
+    for root in sorted((g for g in mine if not g.parent), key=lambda g: g.key):
+        found: list[CompositePodGroupRecord] = []
+        found_leaves: list[Leaf] = []
+        stack = [root]
+        while stack and len(found) < MAX_GROUPS:
+            g = stack.pop(0)
+            found.append(g)
+            stack.extend(sorted(children.get(g.key, ()), key=lambda x: x.name))
+            found_leaves.extend(
+                _leaf(pg, pods_of) for pg in sorted(leaves.get(g.key, ()), key=lambda x: x.name)
+            )
+        tree = Tree(root, tuple(found), tuple(found_leaves))
+        pods = tuple(p for leaf in found_leaves for p in leaf.pods)
+        key = unit_key(COMPOSITE_POD_GROUP_KIND, root.namespace, root.name)
+        units.append(Unit(key, None, tree, priority=unit_priority(pods, 0), created=root.created))
+    return units

@@ -1,0 +1,176 @@
+"""A sliced Job (`phalanx.dev/slice-size`): its composite Workload, CompositePodGroup and one PodGroup per
+slice are made by Phalanx, and the whole Job is one unit, a tree placed all or nothing.
+
+Completion index i belongs to slice i // slice-size, so neighbouring ranks share the tightest domain;
+inside a slice the pods go in rank order. A Job's slices and topology mode are fixed at its creation: they
+are read from what Phalanx made (`kept_slices`), and an annotation changed afterwards is said, not applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from phalanx.api import keys
+from phalanx.api.builders import build_sliced_objects
+from phalanx.api.job_layout import REQUIRED, JobLayout
+from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit
+from phalanx.controller.kinds.common import (
+    announce_once,
+    preemption_policy_of,
+    priority_class_of,
+    unit_priority,
+)
+from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
+from phalanx.controller.model.actions import (
+    Action,
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    PostEvent,
+)
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
+
+
+def is_sliced(state: OwnerState) -> bool:
+    """Sliced at creation (or to be made so now). Slices added later to a Job that has its one PodGroup are
+    not applied (job_record.immutable_changes), nor removed from one that has its slices."""
+    job: JobRecord = state.owner
+    root = _root(state)
+    return job.policy is not None and (root is not None or (job.layout.sliced and root_group(state) is None))
+
+
+def _root(state: OwnerState) -> CompositePodGroupRecord | None:
+    return next((g for g in state.composites if not g.parent), None)
+
+
+def _slices(state: OwnerState, root: CompositePodGroupRecord | None) -> tuple[PodGroupRecord, ...]:
+    if root is None:
+        return ()
+    return tuple(g for g in state.pod_groups if g.parent == root.name)
+
+
+def kept_slices(
+    job: JobRecord, root: CompositePodGroupRecord | None, slices: tuple[PodGroupRecord, ...]
+) -> tuple[JobRecord, str]:
+    """The Job as its slices were made — slice size and key from its slices' PodGroups, the outer key from
+    its CompositePodGroup — and what its annotations say differently now (changed around the webhook, e.g.
+    with Phalanx down): said once, not applied."""
+    if root is None or job.policy is None:
+        return job, ""
+    if not slices:
+        if job.layout.sliced:
+            return job, ""  # its slices' PodGroups are made (again) from the annotations
+        # Nothing to read the slices from, and the annotations that made them are gone: the unit waits.
+        return job, (
+            f"{keys.SLICE_SIZE_ANNOTATION}, {keys.SLICE_TOPOLOGY_KEY_ANNOTATION}: removed, but the Job was "
+            f"made sliced (CompositePodGroup {root.name}); its pods wait (recreate the Job to change its "
+            "slices)"
+        )
+    first = min(slices, key=lambda g: g.name)
+    size, key = first.gang_min_count, first.topology_key
+    if size is None or key is None:
+        return job, ""
+    layout = job.layout
+    each = "PodGroup of each slice"
+    changes = [
+        f"{annotation}: {after!r} differs from {before!r}, which the {holder} keeps"
+        for annotation, before, after, holder in (
+            (keys.TOPOLOGY_KEY_ANNOTATION, root.topology_key, job.policy.topology_key, "CompositePodGroup"),
+            (keys.SLICE_SIZE_ANNOTATION, str(size), _text(layout.slice_size), each),
+            (keys.SLICE_TOPOLOGY_KEY_ANNOTATION, key, layout.slice_topology_key, each),
+            (keys.TOPOLOGY_MODE_ANNOTATION, REQUIRED, layout.topology_mode, "CompositePodGroup"),
+        )
+        if before != after
+    ]
+    if not changes:
+        return job, ""
+    kept = JobLayout(REQUIRED, size, key)
+    why = "; ".join(changes) + " (a Job's slices are fixed at its creation; recreate the Job to change them)"
+    return dataclasses.replace(job, layout=kept), why
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
+    """The Job's tree of slices (made first where missing), its pods by completion index."""
+    root = _root(state)
+    slices = _slices(state, root)
+    job, ignored = kept_slices(state.owner, root, slices)
+    setup: list[Action] = []
+    if ignored:
+        setup = announce_once(view.announced, job.ref, "immutable", "ImmutableChangeIgnored", ignored)
+    owner = owner_of(job, None, sliced=True)
+    if not job.layout.sliced:  # made sliced, annotations gone, slices not known: wait
+        return Unit(job.unit_key, owner, None, tuple(setup), created=job.created)
+    policy, layout = job.policy, job.layout
+    assert policy is not None and layout.slice_size is not None
+    chosen = priority_class_of(policy.priority_class_name, view.priority_classes)
+    priority = chosen.value if chosen is not None else None
+    preemption = preemption_policy_of(policy.preemption_policy, chosen)
+    workload, composite, groups = build_sliced_objects(job.body, policy, layout, priority, preemption)
+    workload_name = str(workload.metadata["name"])
+    made: list[str] = []
+    if state.workload is None:
+        setup.append(CreateWorkload(workload))
+        made.append(f"Workload {workload_name}")
+    if root is None:
+        setup.append(CreateCompositePodGroup(composite))
+        made.append(f"CompositePodGroup {composite.metadata['name']}")
+        root = CompositePodGroupRecord(
+            uid="",  # known once created; the applier fills it in where an event needs it
+            namespace=job.namespace,
+            name=str(composite.metadata["name"]),
+            owner_uid=job.uid,
+            generation=1,
+            spec=composite.spec,
+            status=CompositePodGroupStatus(),
+        )
+    existing = {g.name: g for g in slices}
+    leaves = []
+    created = 0
+    for i, group in enumerate(groups):
+        name = str(group.metadata["name"])
+        record = existing.get(name)
+        if record is None:
+            setup.append(CreatePodGroup(group, workload_name))
+            created += 1
+            record = PodGroupRecord(
+                uid="",
+                namespace=job.namespace,
+                name=name,
+                owner_uid=job.uid,
+                generation=1,
+                spec=group.spec,
+                status=PodGroupStatus(),
+            )
+        pods = tuple(
+            sorted(
+                (
+                    p
+                    for p in state.pods
+                    if p.completion_index is not None and p.completion_index // layout.slice_size == i
+                ),
+                key=_rank,
+            )
+        )
+        leaves.append(Leaf(record, pods))
+    if created:
+        made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
+    if made:
+        setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    setup.extend(resume_if_requeued(job, state.pods))
+    return Unit(
+        key=job.unit_key,
+        owner=owner,
+        tree=Tree(root, (root,), tuple(leaves)),
+        setup=tuple(setup),
+        priority=unit_priority(state.pods, root.spec.priority),
+        created=job.created,
+    )
+
+
+def _rank(pod: PodRecord) -> tuple[int, str]:
+    return (pod.completion_index if pod.completion_index is not None else 1 << 31, pod.name)

@@ -1,0 +1,336 @@
+"""JobSet (jobset.x-k8s.io/v1alpha2): a labelled JobSet is one unit, a tree placed all or nothing — a
+CompositePodGroup over one PodGroup per child Job (minCount: the child Job's parallelism), made from the
+JobSet's spec (api/jobset.py), not from the pods seen so far. Its pods are gated through the replicated
+Jobs' pod templates at the JobSet's creation (the webhook); the JobSet controller copies them into its
+child Jobs. It is requeued whole through `spec.suspend` (the JobSet controller suspends its Jobs, their
+pods go, no failure is counted), and resumed once its pods are gone. Its child Jobs are its own: the Job
+kind leaves them alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.api import keys as names
+from phalanx.api.job_policy import JobPolicyError
+from phalanx.api.jobset import (
+    API_VERSION,
+    JOB_INDEX_LABEL,
+    JOBSET_UID_LABEL,
+    KIND,
+    REPLICATED_JOB_LABEL,
+    JobSetPolicy,
+    admit_create,
+    parse_jobset_policy,
+    update_problems,
+)
+from phalanx.api.owned import Leaf as LeafShape
+from phalanx.api.owned import Owner as OwnerIdentity
+from phalanx.api.owned import build_tree
+from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.controller.kinds.base import (
+    ClusterView,
+    Leaf,
+    Owner,
+    OwnerState,
+    PodTemplate,
+    Resource,
+    Tree,
+    Unit,
+)
+from phalanx.controller.kinds.common import (
+    announce_once,
+    let_go,
+    preemption_policy_of,
+    priority_class_of,
+    unit_priority,
+)
+from phalanx.controller.model.actions import (
+    Action,
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    PostEvent,
+    ResumeJob,
+)
+from phalanx.controller.model.keys import unit_key
+from phalanx.controller.model.records import (
+    CompositePodGroupRecord,
+    PodGroupRecord,
+    PodRecord,
+    controller_of,
+    meta_of,
+    parse_time,
+)
+from phalanx.controller.model.refs import ObjectRef
+
+RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+TRAINJOB_KIND = "TrainJob"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSetRecord:
+    uid: str
+    namespace: str
+    name: str
+    managed: bool
+    gated_template: bool  # every replicated Job's pod template carries Phalanx's gate
+    policy: JobSetPolicy | None
+    policy_error: str
+    suspended: bool
+    finished: bool
+    finished_how: str
+    requeued: str
+    created: dt.datetime | None
+    body: Mapping[str, Any] = field(compare=False, hash=False)  # a slim copy, for the builders
+    resource_version: str = field(default="", compare=False)
+    controller: tuple[str, str] = ("", "")  # (kind, uid) of its controller owner (a TrainJob)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def unit_key(self) -> str:
+        return unit_key(KIND, self.namespace, self.name)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, KIND, self.namespace, self.name, self.uid)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> JobSetRecord:
+        meta, spec, status = meta_of(body), body.get("spec") or {}, body.get("status") or {}
+        policy: JobSetPolicy | None
+        try:
+            policy, error = parse_jobset_policy(body), ""
+        except JobPolicyError as e:
+            policy, error = None, str(e)
+        gated = bool(spec.get("replicatedJobs")) and all(
+            names.ADMISSION_GATE in _gates(r) for r in spec.get("replicatedJobs") or []
+        )
+        slim = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations")},
+        }
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            gated_template=gated,
+            policy=policy,
+            policy_error=error,
+            suspended=bool(spec.get("suspend")),
+            finished=bool(_finished_how(status)),
+            finished_how=_finished_how(status),
+            requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
+            created=parse_time(meta.get("creationTimestamp")),
+            body=slim,
+            resource_version=str(meta.get("resourceVersion") or ""),
+            controller=controller_of(meta),
+        )
+
+
+def _gates(replicated_job: Any) -> list[str]:
+    template = ((replicated_job or {}).get("template") or {}).get("spec") or {}
+    pod_spec = (template.get("template") or {}).get("spec") or {}
+    return [str(g.get("name")) for g in pod_spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+
+
+def _finished_how(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Completed":
+            return "succeeded"
+        if condition.get("type") == "Failed":
+            why = ": ".join(str(x) for x in (condition.get("reason"), condition.get("message")) if x)
+            return f"failed ({why})" if why else "failed"
+    return ""
+
+
+class JobSetKind:
+    """JobSets labelled `phalanx.dev/managed=true` (implements kinds.base.OwnerKind)."""
+
+    name = KIND
+    resource = RESOURCE
+    suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+
+    def parse(self, body: Mapping[str, Any]) -> JobSetRecord:
+        return JobSetRecord.from_body(body)
+
+    def worth_keeping(self, owner: JobSetRecord, has_objects: bool) -> bool:
+        return owner.managed or has_objects or (owner.gated_template and not owner.finished)
+
+    def index_key(self, owner: Any) -> str:
+        return str(owner.uid)
+
+    def pod_owner(self, pod: PodRecord) -> str:
+        return pod.label(JOBSET_UID_LABEL)
+
+    def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        gated = admit_create(body)
+        return None if gated is None else {"replicatedJobs": gated}
+
+    def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        return update_problems(old, new)
+
+    def units(self, view: ClusterView) -> Iterable[Unit]:
+        for state in view.owner_states(KIND):
+            jobset: JobSetRecord = state.owner
+            if not jobset.managed:
+                actions = let_go(state, KIND)
+                if actions:
+                    yield Unit(jobset.unit_key, None, None, tuple(actions), created=jobset.created)
+            else:
+                yield jobset_unit(state, view)
+
+
+def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:
+    """The JobSet, or the TrainJob that made it: Trainer keeps the JobSet's suspend in step with its
+    TrainJob's, so a TrainJob's JobSet is requeued (and said to be) through the TrainJob."""
+    policy = jobset.policy
+    kind, ref, requeued = KIND, jobset.ref, jobset.requeued
+    suspended, finished, how = jobset.suspended, jobset.finished, jobset.finished_how
+    if jobset.controller[0] == TRAINJOB_KIND:
+        trainjob = view.owner_record(TRAINJOB_KIND, jobset.controller[1])
+        if trainjob is not None:
+            kind, ref, requeued = TRAINJOB_KIND, trainjob.ref, trainjob.requeued
+            suspended = suspended or trainjob.suspended
+            finished, how = finished or trainjob.finished, how or trainjob.finished_how
+    return Owner(
+        kind=kind,
+        ref=ref,
+        created=jobset.created,
+        suspended=suspended,
+        finished=finished,
+        finished_how=how,
+        requeued=requeued,
+        gated_template=jobset.gated_template,
+        preemption_never=policy is not None and policy.preemption_policy == "Never",
+        disruption_all=True,  # one tree: a broken JobSet is placed again whole
+        priority_class=policy.priority_class_name if policy is not None else None,
+        pods_from=f"the {kind}'s Jobs to create the other pods",
+    )
+
+
+def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
+    jobset: JobSetRecord = state.owner
+    owner = owner_of(jobset, view)
+    policy = jobset.policy
+    if policy is None:
+        notes = announce_once(view.announced, jobset.ref, "policy", "InvalidPolicy", jobset.policy_error)
+        return Unit(jobset.unit_key, owner, None, tuple(notes), created=jobset.created)
+    chosen = priority_class_of(policy.priority_class_name, view.priority_classes)
+    priority = chosen.value if chosen is not None else None
+    preemption = preemption_policy_of(policy.preemption_policy, chosen)
+    children = policy.child_jobs(jobset.name)
+    workload, composite, groups = build_tree(
+        OwnerIdentity(API_VERSION, KIND, jobset.namespace, jobset.name, jobset.uid),
+        [LeafShape(f"{c.replicated_job}-{c.index}", c.parallelism, c.replicated_job) for c in children],
+        topology_key=policy.topology_key,
+        leaf_topology_key=policy.slice_topology_key,
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption,
+    )
+    setup: list[Action] = []
+    made: list[str] = []
+    if state.workload is None:
+        setup.append(CreateWorkload(workload))
+        made.append(f"Workload {workload.metadata['name']}")
+    root = next((g for g in state.composites if not g.parent), None)
+    if root is None:
+        setup.append(CreateCompositePodGroup(composite))
+        made.append(f"CompositePodGroup {composite.metadata['name']}")
+        root = CompositePodGroupRecord(
+            uid="",
+            namespace=jobset.namespace,
+            name=str(composite.metadata["name"]),
+            owner_uid=jobset.uid,
+            generation=1,
+            spec=composite.spec,
+            status=CompositePodGroupStatus(),
+            owner_kind=KIND,
+        )
+    leaves = _leaves(state, policy, children, groups, str(workload.metadata["name"]), setup)
+    created = sum(1 for a in setup if isinstance(a, CreatePodGroup))
+    if created:
+        made.append(f"{created} PodGroup(s) (one per child Job)")
+    if made:
+        setup.append(PostEvent(jobset.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    if owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
+        setup.append(ResumeJob(owner.ref))  # the JobSet, or its TrainJob
+    return Unit(
+        key=jobset.unit_key,
+        owner=owner,
+        tree=Tree(root, (root,), tuple(leaves)),
+        setup=tuple(setup),
+        priority=unit_priority(state.pods, priority),
+        created=jobset.created,
+        # Replicated Jobs made one after another (InOrder, dependsOn): decided whole with the first stage.
+        staged=policy.in_order or any(r.depends_on for r in policy.replicated_jobs),
+    )
+
+
+def _leaves(
+    state: OwnerState,
+    policy: JobSetPolicy,
+    children: list[Any],
+    groups: list[Any],
+    workload_name: str,
+    setup: list[Action],
+) -> list[Leaf]:
+    """One leaf per child Job: its PodGroup (made where missing) and its pods in completion-index order."""
+    jobset: JobSetRecord = state.owner
+    existing = {g.name: g for g in state.pod_groups}
+    by_child = _pods_by_child(state.pods, jobset.name)
+    templates = {r.name: PodTemplate.of(r.pod_spec, jobset.namespace) for r in policy.replicated_jobs}
+    leaves = []
+    for child, group in zip(children, groups, strict=True):
+        name = str(group.metadata["name"])
+        record = existing.get(name)
+        if record is None:
+            setup.append(CreatePodGroup(group, workload_name))
+            record = PodGroupRecord(
+                uid="",
+                namespace=jobset.namespace,
+                name=name,
+                owner_uid=jobset.uid,
+                generation=1,
+                spec=group.spec,
+                status=PodGroupStatus(),
+                owner_kind=KIND,
+            )
+        pods = tuple(sorted(by_child.get(child.name, ()), key=_rank))
+        leaves.append(
+            Leaf(
+                record,
+                pods,
+                ranks=tuple(_rank(p)[0] for p in pods),
+                expected=child.parallelism,
+                template=templates[child.replicated_job],
+            )
+        )
+    return leaves
+
+
+def _pods_by_child(pods: Iterable[PodRecord], jobset: str) -> dict[str, list[PodRecord]]:
+    out: dict[str, list[PodRecord]] = {}
+    for pod in pods:
+        rjob, index = pod.label(REPLICATED_JOB_LABEL), pod.label(JOB_INDEX_LABEL)
+        if rjob and index:
+            out.setdefault(f"{jobset}-{rjob}-{index}", []).append(pod)
+    return out
+
+
+def _rank(pod: PodRecord) -> tuple[int, str]:
+    value = pod.label(COMPLETION_INDEX_LABEL)
+    return (int(value) if value.isascii() and value.isdigit() else 1 << 31, pod.name)

@@ -1,0 +1,365 @@
+"""LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): each group of a labelled LWS — its leader and `size - 1`
+workers, of one template revision — is one unit, a gang of `size` pods (with `subGroupPolicy`, a tree of
+one PodGroup per subgroup, each in one domain of `phalanx.dev/slice-topology-key`). Keyed by the LWS, the
+group index and the revision, so a rolling update yields fresh gangs. Pods are gated through the leader and
+worker templates at the LWS's creation (the webhook). LWS has no suspend: a group is requeued by deleting
+its pods, which LWS makes again (gated). With `startupPolicy: LeaderReady` the workers come only once the
+leader runs, so the group is a staged unit: its whole placement is decided when the leader arrives, the
+workers' room is held, and they are released into it as they come.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.api import keys as names
+from phalanx.api.job_policy import JobPolicyError
+from phalanx.api.lws import (
+    API_VERSION,
+    GROUP_INDEX_LABEL,
+    KIND,
+    NAME_LABEL,
+    REVISION_LABEL,
+    WORKER_INDEX_LABEL,
+    LwsPolicy,
+    admit_create,
+    parse_lws_policy,
+    update_problems,
+)
+from phalanx.api.owned import Leaf as LeafShape
+from phalanx.api.owned import Owner as OwnerIdentity
+from phalanx.api.owned import build_group, build_tree
+from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.controller.kinds.base import (
+    ClusterView,
+    Leaf,
+    Owner,
+    OwnerState,
+    PodTemplate,
+    Resource,
+    Tree,
+    Unit,
+)
+from phalanx.controller.kinds.common import (
+    announce_once,
+    let_go,
+    preemption_policy_of,
+    priority_class_of,
+    unit_priority,
+)
+from phalanx.controller.model.actions import (
+    Action,
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    DeleteObject,
+    PostEvent,
+)
+from phalanx.controller.model.keys import unit_key
+from phalanx.controller.model.records import (
+    CompositePodGroupRecord,
+    PodGroupRecord,
+    PodRecord,
+    meta_of,
+    parse_time,
+)
+from phalanx.controller.model.refs import ObjectRef
+
+RESOURCE = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+
+@dataclass(frozen=True, slots=True)
+class LwsRecord:
+    uid: str
+    namespace: str
+    name: str
+    managed: bool
+    gated_template: bool
+    policy: LwsPolicy | None
+    policy_error: str
+    created: dt.datetime | None
+    body: Mapping[str, Any] = field(compare=False, hash=False)
+    resource_version: str = field(default="", compare=False)
+    suspended: bool = False  # LWS has none (kinds/base.OwnerRecord)
+    requeued: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, KIND, self.namespace, self.name, self.uid)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> LwsRecord:
+        meta, spec = meta_of(body), body.get("spec") or {}
+        policy: LwsPolicy | None
+        try:
+            policy, error = parse_lws_policy(body), ""
+        except JobPolicyError as e:
+            policy, error = None, str(e)
+        template = spec.get("leaderWorkerTemplate") or {}
+        parts = [template.get("workerTemplate") or {}]
+        if template.get("leaderTemplate"):
+            parts.append(template["leaderTemplate"])
+        gated = all(names.ADMISSION_GATE in _gates(part) for part in parts)
+        slim = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations")},
+        }
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            gated_template=gated,
+            policy=policy,
+            policy_error=error,
+            created=parse_time(meta.get("creationTimestamp")),
+            body=slim,
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+def _gates(pod_template: Mapping[str, Any]) -> list[str]:
+    spec = pod_template.get("spec") or {}
+    return [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+
+
+class LwsKind:
+    """LeaderWorkerSets labelled `phalanx.dev/managed=true` (implements kinds.base.AdmittingKind)."""
+
+    name = KIND
+    resource = RESOURCE
+    suspends = False  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+
+    def parse(self, body: Mapping[str, Any]) -> LwsRecord:
+        return LwsRecord.from_body(body)
+
+    def worth_keeping(self, owner: LwsRecord, has_objects: bool) -> bool:
+        return owner.managed or has_objects or owner.gated_template
+
+    def index_key(self, owner: LwsRecord) -> str:
+        return f"{owner.namespace}/{owner.name}"
+
+    def pod_owner(self, pod: PodRecord) -> str:
+        """LWS pods carry the set's name, not its uid."""
+        if not pod.label(NAME_LABEL) or not pod.label(GROUP_INDEX_LABEL):
+            return ""
+        return f"{pod.namespace}/{pod.label(NAME_LABEL)}"
+
+    def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        return admit_create(body)
+
+    def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        return update_problems(old, new)
+
+    def units(self, view: ClusterView) -> Iterable[Unit]:
+        for state in view.owner_states(KIND):
+            lws: LwsRecord = state.owner
+            if not lws.managed:
+                actions = let_go(state, KIND)
+                if actions:
+                    yield Unit(
+                        unit_key(KIND, lws.namespace, lws.name),
+                        None,
+                        None,
+                        tuple(actions),
+                        created=lws.created,
+                    )
+                continue
+            yield from lws_units(state, view)
+
+
+def owner_of(lws: LwsRecord) -> Owner:
+    policy = lws.policy
+    return Owner(
+        kind=KIND,
+        ref=lws.ref,
+        created=lws.created,
+        gated_template=lws.gated_template,
+        preemption_never=policy is not None and policy.preemption_policy == "Never",
+        disruption_all=True,  # a group is one gang: LWS recreates it whole
+        priority_class=policy.priority_class_name if policy is not None else None,
+        requeue="delete-pods",
+        pods_from="the LeaderWorkerSet to create the group's other pods",
+    )
+
+
+def lws_units(state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+    lws: LwsRecord = state.owner
+    owner = owner_of(lws)
+    key = unit_key(KIND, lws.namespace, lws.name)
+    policy = lws.policy
+    if policy is None:
+        notes = announce_once(view.announced, lws.ref, "policy", "InvalidPolicy", lws.policy_error)
+        yield Unit(key, owner, None, tuple(notes), created=lws.created)
+        return
+    groups = _groups(state.pods)
+    wanted: set[str] = set()
+    for (index, revision), pods in sorted(groups.items()):
+        unit, names_ = _group_unit(state, view, owner, policy, index, revision, pods)
+        wanted |= names_
+        yield unit
+    stale: list[ObjectRef] = [g.ref for g in state.pod_groups if g.name not in wanted]
+    stale += [g.ref for g in state.composites if g.name not in wanted]
+    if stale:  # groups of an older revision, or scaled away, whose pods are gone
+        yield Unit(key, owner, None, tuple(DeleteObject(ref) for ref in stale), created=lws.created)
+
+
+def _groups(pods: Iterable[PodRecord]) -> dict[tuple[int, str], list[PodRecord]]:
+    out: dict[tuple[int, str], list[PodRecord]] = {}
+    for pod in pods:
+        if pod.terminal or pod.deleting:
+            continue
+        index = pod.label(GROUP_INDEX_LABEL)
+        if index.isascii() and index.isdigit():
+            out.setdefault((int(index), pod.label(REVISION_LABEL)), []).append(pod)
+    return out
+
+
+def _rank(pod: PodRecord) -> int:
+    value = pod.label(WORKER_INDEX_LABEL)
+    return int(value) if value.isascii() and value.isdigit() else 1 << 31
+
+
+def _group_unit(
+    state: OwnerState,
+    view: ClusterView,
+    owner: Owner,
+    policy: LwsPolicy,
+    index: int,
+    revision: str,
+    pods: list[PodRecord],
+) -> tuple[Unit, set[str]]:
+    lws: LwsRecord = state.owner
+    chosen = priority_class_of(policy.priority_class_name, view.priority_classes)
+    priority = chosen.value if chosen is not None else None
+    preemption = preemption_policy_of(policy.preemption_policy, chosen)
+    identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
+    suffix = f"{index}-{revision}" if revision else str(index)
+    setup: list[Action] = []
+    existing = {g.name: g for g in state.pod_groups}
+    template = PodTemplate.of(policy.worker_spec, lws.namespace)
+    if policy.subgroup_size is None:
+        workload, group = build_group(
+            identity,
+            suffix,
+            policy.size,
+            topology_key=policy.topology_key,
+            priority_class_name=policy.priority_class_name,
+            priority=priority,
+            preemption_policy=preemption,
+        )
+        if state.workload is None:
+            setup.append(CreateWorkload(workload))
+        record = existing.get(str(group.metadata["name"]))
+        if record is None:
+            setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
+            setup.append(
+                PostEvent(
+                    lws.ref,
+                    "Normal",
+                    "PodGroupCreated",
+                    f"created PodGroup {group.metadata['name']} for group {index}",
+                )
+            )
+            record = _planned_group(lws, group)
+        ordered = tuple(sorted(pods, key=lambda p: (_rank(p), p.name)))
+        leaf = Leaf(
+            record, ordered, ranks=tuple(_rank(p) for p in ordered), expected=policy.size, template=template
+        )
+        tree = Tree(None, (), (leaf,), mode=policy.topology_mode)
+        made = {record.name}
+    else:
+        tree, made = _subgroup_tree(
+            state, identity, policy, suffix, pods, priority, preemption, setup, template
+        )
+    unit = Unit(
+        key=unit_key(KIND, lws.namespace, lws.name, suffix),
+        owner=owner,
+        tree=tree,
+        setup=tuple(setup),
+        priority=unit_priority(tuple(pods), priority),
+        created=min((p.created for p in pods if p.created is not None), default=lws.created),
+        staged=policy.leader_ready,
+    )
+    return unit, made
+
+
+def _planned_group(lws: LwsRecord, group: Any) -> PodGroupRecord:
+    return PodGroupRecord(
+        uid="",
+        namespace=lws.namespace,
+        name=str(group.metadata["name"]),
+        owner_uid=lws.uid,
+        generation=1,
+        spec=group.spec,
+        status=PodGroupStatus(),
+        owner_kind=KIND,
+    )
+
+
+def _subgroup_tree(
+    state: OwnerState,
+    identity: OwnerIdentity,
+    policy: LwsPolicy,
+    suffix: str,
+    pods: list[PodRecord],
+    priority: int | None,
+    preemption: Any,
+    setup: list[Action],
+    template: PodTemplate,
+) -> tuple[Tree, set[str]]:
+    lws: LwsRecord = state.owner
+    subgroups = policy.subgroups()
+    workload, composite, groups = build_tree(
+        identity,
+        [LeafShape(f"s{i}", len(workers), "subgroup") for i, workers in subgroups],
+        topology_key=policy.topology_key,
+        leaf_topology_key=policy.slice_topology_key,
+        priority_class_name=policy.priority_class_name,
+        priority=priority,
+        preemption_policy=preemption,
+        suffix=suffix,
+    )
+    if state.workload is None:
+        setup.append(CreateWorkload(workload))
+    root = next((g for g in state.composites if g.name == composite.metadata["name"]), None)
+    if root is None:
+        setup.append(CreateCompositePodGroup(composite))
+        root = CompositePodGroupRecord(
+            uid="",
+            namespace=lws.namespace,
+            name=str(composite.metadata["name"]),
+            owner_uid=lws.uid,
+            generation=1,
+            spec=composite.spec,
+            status=CompositePodGroupStatus(),
+            owner_kind=KIND,
+        )
+    existing = {g.name: g for g in state.pod_groups}
+    leaves = []
+    for (_, workers), group in zip(subgroups, groups, strict=True):
+        record = existing.get(str(group.metadata["name"]))
+        if record is None:
+            setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
+            record = _planned_group(lws, group)
+        members = sorted((p for p in pods if _rank(p) in workers), key=lambda p: (_rank(p), p.name))
+        leaves.append(
+            Leaf(
+                record,
+                tuple(members),
+                ranks=tuple(_rank(p) for p in members),
+                expected=len(workers),
+                template=template,
+                slots=tuple(workers),
+            )
+        )
+    return Tree(root, (root,), tuple(leaves)), {root.name, *(leaf.group.name for leaf in leaves)}

@@ -1,0 +1,133 @@
+"""Kubeflow Trainer's TrainJob (trainer.kubeflow.org/v1alpha1): opted in with the managed label (and the
+JobSet annotations) on the TrainJob. Trainer always materialises a TrainJob as a JobSet, but copies only its
+runtime's labels to it, so at the TrainJob's creation Phalanx adds a `runtimePatches` entry of its own
+(manager `phalanx.dev`) carrying the label and annotations into the JobSet's template: the JobSet is then
+gated and placed as any managed JobSet (kinds/jobset.py), and its unit names the TrainJob as its owner —
+events go to it, and it is requeued by suspending the TrainJob (Trainer keeps the JobSet's suspend in step
+with the TrainJob's, so suspending the JobSet alone would be undone).
+
+A TrainJob has no units of its own: its JobSet's unit is its gang.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from phalanx.api import keys as names
+from phalanx.api.job_policy import JobPolicyError, key_problems
+from phalanx.api.jobset import JOBSET_ANNOTATIONS
+from phalanx.bodies import items, mapping
+from phalanx.controller.kinds.base import ClusterView, Resource, Unit
+from phalanx.controller.model.records import PodRecord, meta_of, parse_time
+from phalanx.controller.model.refs import ObjectRef
+
+KIND: Final = "TrainJob"
+API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+RESOURCE = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+PATCH_MANAGER: Final = "phalanx.dev"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainJobRecord:
+    uid: str
+    namespace: str
+    name: str
+    managed: bool
+    suspended: bool
+    finished: bool
+    finished_how: str
+    requeued: str
+    created: dt.datetime | None
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, KIND, self.namespace, self.name, self.uid)
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> TrainJobRecord:
+        meta, spec, status = meta_of(body), body.get("spec") or {}, body.get("status") or {}
+        how = ""
+        for condition in status.get("conditions") or []:
+            if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+                why = ": ".join(str(x) for x in (condition.get("reason"), condition.get("message")) if x)
+                how = (
+                    "succeeded" if condition["type"] == "Complete" else f"failed ({why})" if why else "failed"
+                )
+        return cls(
+            uid=str(meta.get("uid", "")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            suspended=bool(spec.get("suspend")),
+            finished=bool(how),
+            finished_how=how,
+            requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
+            created=parse_time(meta.get("creationTimestamp")),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+
+def runtime_patches(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The TrainJob's `spec.runtimePatches` with Phalanx's own entry (the managed label and the Phalanx
+    annotations for its JobSet) in place of any earlier one of ours; None when it is there already."""
+    meta = mapping(body.get("metadata"))
+    annotations = {k: str(v) for k, v in mapping(meta.get("annotations")).items() if k in JOBSET_ANNOTATIONS}
+    ours = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "metadata": {"labels": {names.MANAGED_LABEL: names.MANAGED_VALUE}, "annotations": annotations}
+            }
+        },
+    }
+    existing = [dict(mapping(p)) for p in items(mapping(body.get("spec")).get("runtimePatches"))]
+    others = [p for p in existing if p.get("manager") != PATCH_MANAGER]
+    current = next((p for p in existing if p.get("manager") == PATCH_MANAGER), None)
+    if current is not None and current.get("trainingRuntimeSpec") == ours["trainingRuntimeSpec"]:
+        return None
+    return [*others, ours]
+
+
+class TrainJobKind:
+    """TrainJobs labelled `phalanx.dev/managed=true` (implements kinds.base.AdmittingKind)."""
+
+    name = KIND
+    resource = RESOURCE
+    suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
+    owns_groups = False  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+
+    def parse(self, body: Mapping[str, Any]) -> TrainJobRecord:
+        return TrainJobRecord.from_body(body)
+
+    def worth_keeping(self, owner: TrainJobRecord, has_objects: bool) -> bool:
+        return owner.managed
+
+    def index_key(self, owner: TrainJobRecord) -> str:
+        return owner.uid
+
+    def pod_owner(self, pod: PodRecord) -> str:
+        return ""  # its pods are its JobSet's
+
+    def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        problems = key_problems(body, annotations=JOBSET_ANNOTATIONS)
+        if problems:
+            raise JobPolicyError.of(problems)
+        patches = runtime_patches(body)
+        return None if patches is None else {"runtimePatches": patches}
+
+    def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+        before = mapping(mapping(old.get("metadata")).get("annotations"))
+        after = mapping(mapping(new.get("metadata")).get("annotations"))
+        return [
+            f"metadata.annotations[{key}]: cannot change from {before.get(key)!r} to {after.get(key)!r} "
+            "after creation (its JobSet was made with it; recreate the TrainJob to change it)"
+            for key in JOBSET_ANNOTATIONS
+            if key != names.REQUEUED_ANNOTATION and before.get(key) != after.get(key)
+        ]
+
+    def units(self, view: ClusterView) -> Iterable[Unit]:
+        return ()  # its JobSet's unit is its gang (kinds/jobset.py)

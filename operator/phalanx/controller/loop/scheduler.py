@@ -1,0 +1,130 @@
+"""The one scheduling loop: cache → `plan_input` (every kind's units) → `plan()` → applier.
+
+A pass runs when something that can change a decision changed (the cache says so), when a
+backing-off group may try again, and every `resync` seconds as a safety net. A short debounce lets a
+burst of pod creations land in one pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable
+from types import MappingProxyType
+
+from phalanx.api.group import TOPOLOGY_KIND
+from phalanx.controller import metrics
+from phalanx.controller.apply.applier import Applier, Backoff, EventSink, GroupResult
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.kinds import KINDS
+from phalanx.controller.kinds.base import WorkloadKind
+from phalanx.controller.model.keys import unit_key
+from phalanx.controller.plan import Plan, PlanInput, plan
+from phalanx.controller.plan.topologies import NodeCounts, plan_status
+
+log = logging.getLogger("phalanx.scheduler")
+
+RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety net
+DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
+NODE_FAILURE_GRACE_SECONDS = 30.0
+
+
+def plan_input(
+    cache: ClusterCache,
+    backing_off: frozenset[str] = frozenset(),
+    node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
+    kinds: Iterable[WorkloadKind] = KINDS,
+) -> PlanInput:
+    """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
+    snapshot are immutable; the mappings are read-only views, read synchronously before the applier
+    changes anything)."""
+    return PlanInput(
+        units=tuple(unit for kind in kinds for unit in kind.units(cache)),
+        levels={label: t.levels for label, t in cache.topology_index.by_label.items()},
+        snapshot=cache.snapshot(),
+        nodes=MappingProxyType(cache.nodes),  # not copies (50,000 nodes)
+        priority_classes=MappingProxyType(cache.priority_classes),
+        pods=MappingProxyType(cache.pods),
+        unevictable=cache.unevictable(),
+        node_failure_grace=node_failure_grace,
+        backing_off=backing_off,
+    )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        kube: Kube,
+        events: EventSink,
+        on_pass: Callable[[], None] | None = None,
+        *,
+        resync: float = RESYNC_SECONDS,
+        debounce: float = DEBOUNCE_SECONDS,
+        backoff: Backoff | None = None,
+        node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
+    ) -> None:
+        self.node_failure_grace = node_failure_grace
+        self.cache = cache
+        self.applier = Applier(cache, kube, events, backoff)
+        self.on_pass = on_pass
+        self.resync = resync
+        self.debounce = debounce
+        self.passes = 0
+        self._reasons: set[str] = set()
+        self._node_counts = NodeCounts()
+
+    async def run(self) -> None:
+        while True:
+            timeout = self.resync
+            retry = self.applier.backoff.next_retry_in()
+            if retry is not None:
+                timeout = min(timeout, retry)
+            try:
+                await asyncio.wait_for(self.cache.changed.wait(), timeout=timeout)
+                await asyncio.sleep(self.debounce)
+            except TimeoutError:
+                pass
+            self.cache.changed.clear()
+            try:
+                await self.pass_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug in one pass must not stop scheduling; the next event or resync retries.
+                log.exception("scheduling pass failed")
+                await asyncio.sleep(1.0)
+                self.cache.changed.set()
+
+    async def pass_once(self) -> list[GroupResult]:
+        started = time.perf_counter()
+        self.passes += 1
+        self.cache.settle_expectations()
+        backoff = self.applier.backoff
+        topologies = self.cache.topologies.values()
+        state = plan_input(self.cache, backoff.waiting(), self.node_failure_grace)
+        backoff.forget_missing(
+            {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
+        )
+        now = dt.datetime.now(dt.UTC)
+        decided = plan(state, now)
+        # Topologies' status (node count, Active): patched only when it differs from what it should be.
+        counts = self._node_counts.get(self.cache.node_labels_generation, topologies, self.cache.nodes)
+        statuses = plan_status(topologies, self.cache.topology_index, counts, now, backoff.waiting())
+        metrics.PLAN_DURATION.observe(time.perf_counter() - started)
+        self._observe(decided)
+        results = await self.applier.apply((*decided.units, *statuses))
+        metrics.PASS_DURATION.observe(time.perf_counter() - started)
+        if self.on_pass is not None:
+            self.on_pass()
+        return results
+
+    def _observe(self, decided: Plan) -> None:
+        for seconds in decided.decision_seconds:
+            metrics.DECISION_DURATION.observe(seconds)
+        self._reasons |= set(decided.waiting_by_reason)
+        for reason in self._reasons:
+            metrics.GROUPS_WAITING.labels(reason).set(decided.waiting_by_reason.get(reason, 0))

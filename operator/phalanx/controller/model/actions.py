@@ -1,0 +1,194 @@
+"""What a scheduling pass decided to do, as typed values (produced by `plan()`, run by the applier).
+
+Actions are grouped per *unit* (model/keys.py): the applier runs each unit's actions in order and in
+isolation, so one unit's failure never blocks another's. Evict, suspend
+and resume are further actions of the same kind (preemption and requeue add them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from phalanx.api.compositepodgroup import CompositePodGroup
+from phalanx.api.podgroup import PodGroup
+from phalanx.api.status import Admission, GroupStatus
+from phalanx.api.topology import TopologyStatus
+from phalanx.api.workload import Workload
+from phalanx.controller.model.refs import ObjectRef
+
+EventType = Literal["Normal", "Warning"]
+RequeueCause = Literal["preempted", "below-min-count", "unbindable"]
+
+
+@dataclass(frozen=True)
+class CreateWorkload:
+    workload: Workload
+
+
+@dataclass(frozen=True)
+class CreatePodGroup:
+    """Create the PodGroup; its owner reference to the Workload gets the Workload's uid at apply time."""
+
+    pod_group: PodGroup
+    workload: str  # name of the Workload in the same namespace
+
+
+@dataclass(frozen=True)
+class CreateCompositePodGroup:
+    """Create a CompositePodGroup (the root of a Job's slices, planned with its PodGroups)."""
+
+    group: CompositePodGroup
+
+
+@dataclass(frozen=True)
+class PatchMinCount:
+    pod_group: ObjectRef
+    min_count: int
+
+
+@dataclass(frozen=True)
+class RecordAdmission:
+    """Write the decision on the PodGroup before any of its pods is released (the restart path reads it).
+
+    For a tree of groups, first on the root CompositePodGroup (the whole tree's pods, one atomic write),
+    then on each PodGroup (its own pods)."""
+
+    group: ObjectRef  # a PodGroup, or a CompositePodGroup
+    admission: Admission
+    # The PodGroup version the decision was planned on: the write fails (409) if the group changed since,
+    # so a replica whose view lags (a new leader) never records a second decision over a newer one.
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class ReleasePod:
+    """Pin the pod to its node (nodeSelector) and remove Phalanx's gate, in one request."""
+
+    pod: ObjectRef
+    node: str
+    pod_group: str
+
+
+@dataclass(frozen=True)
+class UngatePod:
+    """Remove Phalanx's gate without choosing a node (a basic group's pods are never held)."""
+
+    pod: ObjectRef
+
+
+@dataclass(frozen=True)
+class LabelPod:
+    """Link a pod to its PodGroup (label), also while it waits."""
+
+    pod: ObjectRef
+    pod_group: str
+
+
+@dataclass(frozen=True)
+class EvictPod:
+    """Evict one pod through the Eviction API with a DisruptionTarget condition saying why."""
+
+    pod: ObjectRef
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SuspendJob:
+    """Requeue a Job whole: suspend it (its pods go, no failure is counted), noting why on the Job."""
+
+    job: ObjectRef
+    why: str
+    cause: RequeueCause
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Requeue a unit whose owner has no suspend (a LeaderWorkerSet group): delete its pods, which the
+    owner recreates, born gated."""
+
+    pod: ObjectRef
+    why: str
+    cause: RequeueCause
+
+
+@dataclass(frozen=True)
+class ResumeJob:
+    """Resume a Job Phalanx requeued, once its pods are gone; its new pods are born gated."""
+
+    job: ObjectRef
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    group: ObjectRef  # a PodGroup, or a CompositePodGroup
+    status: GroupStatus
+
+
+@dataclass(frozen=True)
+class PatchTopologyStatus:
+    """Write a Topology's status (node count, Active): planned only when it differs from the present one."""
+
+    topology: ObjectRef
+    status: TopologyStatus
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    involved: ObjectRef
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RememberAnnounced:
+    """Note in the cache that a problem was announced (one event per change, not one per pass)."""
+
+    key: str  # the Job's uid, and what was announced (e.g. "<uid>/policy")
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteObject:
+    """Delete one of our objects (a Workload or PodGroup of a Job released from Phalanx)."""
+
+    target: ObjectRef
+
+
+Action = (
+    CreateWorkload
+    | CreatePodGroup
+    | CreateCompositePodGroup
+    | PatchMinCount
+    | RecordAdmission
+    | ReleasePod
+    | UngatePod
+    | LabelPod
+    | PatchStatus
+    | PatchTopologyStatus
+    | PostEvent
+    | RememberAnnounced
+    | DeleteObject
+    | EvictPod
+    | SuspendJob
+    | DeletePod
+    | ResumeJob
+)
+
+# Actions of these kinds that follow each other in a group's list are independent of each other:
+# the applier runs such a run of them concurrently (a gang's releases go out together).
+CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob, DeletePod)
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """One unit's actions for this pass, in order."""
+
+    key: str  # the unit's key (model/keys.py): what backs off when an action fails
+    actions: tuple[Action, ...]
+    owner: ObjectRef | None = None  # told with a Warning event when an action fails
+    admitted_pods: int = 0  # pods this plan releases (for metrics)
+    admission_latency: float | None = None  # seconds from the owner's creation to its first admission
+    preempted_pods: int = 0  # pods this plan preempts (for metrics)

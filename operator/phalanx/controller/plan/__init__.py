@@ -1,0 +1,49 @@
+"""plan/: one scheduling pass as a pure function — `plan(PlanInput, now) -> Plan` (no Kopf, no API client,
+no aiohttp, no asyncio: the same input and time give the same actions).
+
+    input.py       PlanInput (the units and the cluster, as the loop read them from the cache) and Plan
+    machine.py     the one gang state machine: the named steps every unit goes through
+    work.py        the working state of a pass (Pass) and of one unit (UnitWork, LeafWork)
+    decide.py      the engine's answer turned into a recorded decision and releases, or why it waits
+    preempt.py     a gang that does not fit: wait for freed room, preempt, or wait
+    victims.py     who may be a victim, what a preemption turns into, the reservation
+    requeue.py     taking a unit back whole (unbindable releases, a broken running gang)
+    staging.py     staged units (JobSet InOrder, LWS LeaderReady): decided whole, later pods into slots
+    report.py      statuses, events (said on the owner too) and pod labels
+    status.py      what a group's status should say (conditions, counters)
+    topologies.py  Topologies' status
+
+Units are scheduled in one list ordered by rule — priority (highest first), then age (oldest first), then
+key — whatever their kind; each admission is assumed into the snapshot, so a later unit cannot take its
+room.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from phalanx.controller.plan.input import Plan, PlanInput
+from phalanx.controller.plan.machine import schedule
+from phalanx.controller.plan.staging import hold
+from phalanx.controller.plan.victims import Victims, victim_units
+from phalanx.controller.plan.work import Pass
+
+__all__ = ["Plan", "PlanInput", "plan"]
+
+
+def plan(state: PlanInput, now: dt.datetime) -> Plan:
+    """The actions of one pass, per unit, in the order units are scheduled."""
+    units = [u for u in state.units if u.key not in state.backing_off]
+    victims = Victims(state.pods, victim_units(units), state.unevictable)
+    ctx = Pass(
+        snapshot=state.snapshot,
+        nodes=state.nodes,
+        now=now,
+        victims=victims,
+        node_failure_grace=state.node_failure_grace,
+        levels=state.levels,
+        priority_classes=state.priority_classes,
+    )
+    hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
+    plans = [p for unit in sorted(units, key=lambda u: u.order) if (p := schedule(unit, ctx)) is not None]
+    return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds))

@@ -1,0 +1,334 @@
+"""Deciding a unit: the engine's answer turned into a recorded decision and releases, or into why it waits.
+
+A one-leaf unit is decided with `decide` (levels, topology mode), a tree with `decide_composite`. Either
+way the decision is recorded before any pod is released: on the PodGroup, or for a tree first on the root
+CompositePodGroup (the whole tree's pods, one atomic write with a resourceVersion precondition, so a
+lagging replica cannot record a second decision over a newer one), then on each PodGroup (its own pods).
+`finish` releases the gated pods a recorded decision names, where it says, when they all still fit there;
+otherwise the unit is decided afresh, the pods already released counting as bound. Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from phalanx.api import conditions as c
+from phalanx.api import keys
+from phalanx.api.status import Admission, Assignment, GroupStatus
+from phalanx.api.suggest import closest
+from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.records import CompositePodGroupRecord, PodRecord
+from phalanx.controller.plan import status as st
+from phalanx.controller.plan.staging import held_slots, slot_of
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
+from phalanx.placement import (
+    Admit,
+    CompositeAdmit,
+    CompositeRequest,
+    Diagnosis,
+    GroupRequest,
+    NodeInfo,
+    PodRequest,
+    Reject,
+    TopologyMode,
+    admitted_usage,
+    composite_usage,
+    decide,
+    decide_composite,
+    diagnose,
+    node_eligible,
+)
+from phalanx.placement.model import PODS
+
+
+def levels_of(keys_: Iterable[str | None], levels: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The levels of the Topology that lists a key of the unit (the first one that does)."""
+    return next((levels[k] for k in keys_ if k is not None and k in levels), ())
+
+
+def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode = "required") -> GroupRequest:
+    return GroupRequest(
+        name=leaf.group.name,  # a tree names its groups by name (CompositeAdmit.admits)
+        pending=tuple(
+            PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.to_place
+        ),
+        min_count=leaf.min_count,
+        topology_key=leaf.group.topology_key,
+        bound_nodes=tuple(p.usage_node for p in leaf.placed),
+        levels=levels,
+        mode=mode,
+    )
+
+
+def admission_of(
+    domain: str | None,
+    assignments: Iterable[tuple[str, str]],
+    ctx: Pass,
+    status: GroupStatus,
+    level: str | None = None,
+) -> Admission:
+    return Admission(
+        domain=domain,
+        assignments=[Assignment(pod=pod.split("/", 1)[1], node=node) for pod, node in assignments],
+        admitted_at=ctx.now,
+        attempt=st.next_attempt(status),
+        level=level,
+    )
+
+
+def admitted_message(count: int, key: str | None, decision: Admit) -> str:
+    nodes = ", ".join(node for _, node in decision.assignments)
+    if decision.level is not None:
+        # Preferred topology climbed: say so, it is not what the key asked for.
+        wider = f"one domain of {decision.level} ({decision.domain})" if decision.level else "anywhere"
+        return (
+            f"admitted {count} pod(s) on {nodes}: no domain of {key} had room for the group, so it was "
+            f"placed in {wider} (topology mode preferred)"
+        )
+    where = f" in {key}={decision.domain}" if decision.domain else ""
+    return f"admitted {count} pod(s){where} on {nodes}"
+
+
+def release(work: UnitWork, leaf: LeafWork, assignments: Iterable[tuple[str, str]]) -> None:
+    """Release the leaf's ready pods an engine decision placed (pinned and ungated, labelled, one request)."""
+    by_key = {p.key: p for p in leaf.ready}
+    pairs = [(by_key[pod], node) for pod, node in assignments if pod in by_key]
+    work.actions.extend(ReleasePod(p.ref, node, leaf.group.name) for p, node in pairs)
+    leaf.released_now += len(pairs)
+
+
+# ---------------------------------------------------------------------- one leaf
+def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest, Reject | None, str]:
+    """Decide a one-leaf unit: admitted (recorded, released, assumed), or the engine's refusal and the
+    refusal explained."""
+    assert work.unit.tree is not None
+    key = leaf.group.topology_key
+    request = GroupRequest(
+        name=leaf.group.key,
+        pending=tuple(
+            PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in leaf.to_place
+        ),
+        min_count=leaf.min_count,
+        topology_key=key,
+        bound_nodes=tuple(p.usage_node for p in leaf.placed),
+        levels=levels_of([key], ctx.levels),
+        mode=work.unit.tree.mode,  # as at the group's creation (a later change is not applied)
+    )
+    started = time.perf_counter()
+    decision = decide(ctx.snapshot, request)
+    ctx.decision_seconds.append(time.perf_counter() - started)
+    if isinstance(decision, Admit):
+        if decision.assignments:  # none: minCount is met by placed pods; the extras wait for room
+            _admit_leaf(work, leaf, request, decision, ctx)
+        return request, None, ""
+    return request, decision, explained(decision, request, ctx)
+
+
+def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision: Admit, ctx: Pass) -> None:
+    group = leaf.group
+    work.first_admission = never_admitted(group.status)
+    admission = admission_of(decision.domain, decision.assignments, ctx, group.status, decision.level)
+    work.actions.append(RecordAdmission(group.ref, admission, group.resource_version))
+    release(work, leaf, decision.assignments)
+    leaf.admission = admission
+    leaf.domain = decision.domain or leaf.domain
+    ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
+    message = admitted_message(leaf.released_now, group.topology_key, decision)
+    leaf.outcome = st.Outcome(c.REASON_ADMITTED, message)
+    work.actions.append(PostEvent(group.ref, "Normal", "Admitted", message))
+
+
+def explained(decision: Reject, request: GroupRequest, ctx: Pass) -> str:
+    """The refusal with why: upstream's sentence first, then per domain in kube-scheduler's words (in
+    Phalanx's Admitted condition; upstream's own condition keeps upstream's sentence)."""
+    message = decision.message
+    if decision.reason == "Unschedulable":
+        message = f"{message}; {_diagnosis_text(diagnose(ctx.snapshot, request))}"
+    elif decision.reason == "NoDomain":
+        message += label_hint(request.topology_key, ctx.nodes)
+    return message
+
+
+def _diagnosis_text(diagnosis: Diagnosis) -> str:
+    """Per domain; for a gang that can never fit in this cluster only that, which stays true while other
+    work comes and goes (so its condition, and the event, change only when it does)."""
+    if not diagnosis.never_fits:
+        return diagnosis.summary()
+    # Pods that fit on no node even empty: the reasons are the static ones (a resource no node has enough of).
+    shown = diagnosis.domains[:1] if diagnosis.best_when_empty == 0 else ()
+    return dataclasses.replace(diagnosis, domains=shown).summary().removeprefix("; ")
+
+
+def label_hint(key: str | None, nodes: Mapping[str, NodeInfo]) -> str:
+    """For a topology key no node carries: the node label it was probably meant to be."""
+    if not key:
+        return ""
+    counts = Counter(label for node in nodes.values() for label in node.labels)
+    match = closest(key, sorted(counts))
+    if match is None:
+        return f"; set {keys.TOPOLOGY_KEY_ANNOTATION} to a node label, or label the nodes"
+    return f"; did you mean {match} (on {counts[match]} node(s))?"
+
+
+def never_admitted(status: GroupStatus) -> bool:
+    initial = status.condition(c.POD_GROUP_INITIALLY_SCHEDULED)
+    return initial is None or initial.status != c.TRUE
+
+
+# ---------------------------------------------------------------------- a tree
+def _composite_request(
+    work: UnitWork, g: CompositePodGroupRecord, levels: tuple[str, ...]
+) -> CompositeRequest:
+    composites, leaves = work.children(g.name)
+    children: list[GroupRequest | CompositeRequest] = [request_of(leaf, levels) for leaf in leaves]
+    children.extend(_composite_request(work, child, ()) for child in composites)
+    return CompositeRequest(
+        name=g.name,
+        children=tuple(children),
+        min_count=g.min_group_count or 1,
+        topology_key=g.topology_key,
+        levels=levels,
+    )
+
+
+def decide_tree(work: UnitWork, ctx: Pass) -> bool:
+    """Decide a tree whole; False when it does not fit (each group's outcome then says why)."""
+    root, tree = work.root, work.unit.tree
+    assert root is not None and tree is not None
+    keys_ = [g.topology_key for g in tree.composites] + [
+        leaf.group.topology_key for leaf in work.leaves.values()
+    ]
+    request = _composite_request(work, root, levels_of(keys_, ctx.levels))
+    started = time.perf_counter()
+    decision = decide_composite(ctx.snapshot, request)
+    ctx.decision_seconds.append(time.perf_counter() - started)
+    if isinstance(decision, CompositeAdmit):
+        _admit_tree(work, root, request, decision, ctx)
+        return True
+    first = decision.message.split("; ")[0]
+    work.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, decision.message, upstream=first)
+    where = first.removeprefix("composite group is unschedulable: ")
+    upstream = f"pod group is unschedulable: CompositePodGroup {root.name} cannot be placed whole ({where})"
+    for leaf in work.leaves.values():
+        why = decision.why(leaf.group.name)
+        leaf.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, f"{upstream}; {why}", upstream=upstream)
+    return False
+
+
+def _admit_tree(
+    work: UnitWork,
+    root: CompositePodGroupRecord,
+    request: CompositeRequest,
+    decision: CompositeAdmit,
+    ctx: Pass,
+) -> None:
+    everything = [pair for _, a in decision.admits for pair in a.assignments]
+    if not everything:
+        return  # min counts met by placed pods
+    work.first_admission = never_admitted(root.status)
+    record = admission_of(decision.domain(root.name), everything, ctx, root.status)
+    # One atomic write holds the whole tree's decision; a changed root (another writer) makes it fail.
+    work.actions.append(RecordAdmission(root.ref, record, root.resource_version))
+    work.admission, work.domain = record, record.domain
+    for name, admit in decision.admits:
+        leaf = work.leaves[name]
+        if admit.assignments:
+            own = admission_of(admit.domain, admit.assignments, ctx, leaf.group.status)
+            work.actions.append(RecordAdmission(leaf.group.ref, own))
+            leaf.admission, leaf.domain = own, admit.domain
+    for name, admit in decision.admits:
+        release(work, work.leaves[name], admit.assignments)
+    ctx.snapshot = ctx.snapshot.assume(composite_usage(request, decision))
+    where = f" in {record.domain}" if record.domain else ""
+    message = f"admitted {len(everything)} pod(s) of {len(decision.admits)} PodGroup(s){where}"
+    work.outcome = st.Outcome(c.REASON_ADMITTED, message)
+    work.actions.append(PostEvent(root.ref, "Normal", "Admitted", message))
+    for name, admit in decision.admits:
+        leaf = work.leaves[name]
+        msg = admitted_message(len(admit.assignments), leaf.group.topology_key, admit)
+        leaf.outcome = st.Outcome(c.REASON_ADMITTED, msg)
+        work.actions.append(
+            PostEvent(leaf.group.ref, "Normal", "Admitted", f"{msg} (CompositePodGroup {root.name})")
+        )
+
+
+# ---------------------------------------------------------------------- a recorded decision
+def finish(work: UnitWork, ctx: Pass) -> bool:
+    """Release the gated pods the unit's recorded decision names, where it says — only if all of them still
+    fit and every PodGroup it covers reaches its minCount with them; True when it did."""
+    assert work.unit.tree is not None
+    recorded = work.unit.tree.holder.status.admission
+    if recorded is None:
+        return False
+    nodes = {a.pod: a.node for a in recorded.assignments}
+    chosen: dict[str, list[tuple[PodRecord, str]]] = {}
+    for name, leaf in work.leaves.items():
+        pairs = [
+            (p, node) for p in leaf.ready if (node := nodes.get(p.name) or nodes.get(slot_of(leaf, p), ""))
+        ]
+        if pairs:
+            chosen[name] = pairs
+    if not chosen:
+        return False
+    for name, pairs in chosen.items():
+        leaf = work.leaves[name]
+        held = len(held_slots(leaf, nodes))  # a staged unit's pods still to come, their room held
+        if len(pairs) + len(leaf.placed) + held < leaf.min_count:
+            return False
+    arriving = {
+        p.key
+        for name, pairs in chosen.items()
+        for p, _ in pairs
+        if f"{p.namespace}/{slot_of(work.leaves[name], p)}" in ctx.reserved_slots
+    }
+    if not still_fit([pair for pairs in chosen.values() for pair in pairs], ctx, arriving):
+        return False
+    for name, pairs in chosen.items():
+        _finish_leaf(work, work.leaves[name], pairs, recorded, ctx)
+    ctx.snapshot = ctx.snapshot.assume([(n, p.requests) for pairs in chosen.values() for p, n in pairs])
+    work.outcome = st.Outcome(c.REASON_ADMITTED, "released the rest of the recorded decision")
+    work.domain = recorded.domain
+    return True
+
+
+def _finish_leaf(
+    work: UnitWork, leaf: LeafWork, pairs: list[tuple[PodRecord, str]], recorded: Admission, ctx: Pass
+) -> None:
+    if work.root is not None and leaf.group.status.admission is None:
+        # Recorded on the root, not yet on the PodGroup (a restart in between): write it now.
+        own = admission_of(recorded.domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
+        work.actions.append(RecordAdmission(leaf.group.ref, own))
+        leaf.admission = own
+    work.actions.extend(ReleasePod(p.ref, node, leaf.group.name) for p, node in pairs)
+    leaf.released_now += len(pairs)
+    leaf.domain = (leaf.admission.domain if leaf.admission else None) or leaf.domain
+    on = ", ".join(n for _, n in pairs)
+    message = f"released {len(pairs)} more pod(s) of the recorded decision on {on}"
+    leaf.outcome = st.Outcome(c.REASON_ADMITTED, message)
+    work.actions.append(PostEvent(leaf.group.ref, "Normal", "Admitted", message))
+
+
+def still_fit(pairs: list[tuple[PodRecord, str]], ctx: Pass, held: set[str] | None = None) -> bool:
+    """Every pod still fits on the node a recorded decision gave it: node present, schedulable, its taints
+    tolerated and selectors met, room left for all of them together (`held`: pods whose room is held for
+    them already, a staged unit's slots)."""
+    room: dict[str, dict[str, int]] = {}
+    for pod, node_name in pairs:
+        node = ctx.nodes.get(node_name)
+        req = pod.requirements
+        if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
+            return False
+        if ctx.snapshot.node_index(node_name) is None:
+            return False
+        if held and pod.key in held:
+            continue  # a staged pod arriving in its slot: its room was held for it (staging.py)
+        free = room.setdefault(node_name, ctx.snapshot.free(node_name))
+        free[PODS] = free.get(PODS, 0) - 1
+        for resource, amount in pod.requests.items():
+            free[resource] = free.get(resource, 0) - amount
+        if any(v < 0 for v in free.values()):
+            return False
+    return True

@@ -1,0 +1,39 @@
+"""What `plan()` reads and returns (pure, immutable)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from phalanx.controller.kinds.base import Unit
+from phalanx.controller.model.actions import Action, UnitPlan
+from phalanx.controller.model.records import PodRecord, PriorityClassRecord
+from phalanx.placement import NodeInfo, Snapshot
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """One consistent view of the cluster for one pass: every unit of every kind (kinds/), and the cluster
+    they are placed in."""
+
+    units: tuple[Unit, ...]
+    snapshot: Snapshot
+    nodes: Mapping[str, NodeInfo]
+    priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
+    backing_off: frozenset[str] = frozenset()  # unit keys that wait before their next try
+    pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
+    unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
+    node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
+    # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    units: tuple[UnitPlan, ...]
+    waiting_by_reason: Mapping[str, int]  # gangs not admitted, by the reason they wait
+    decision_seconds: tuple[float, ...] = ()  # one per placement decision (for metrics)
+
+    @property
+    def actions(self) -> list[Action]:
+        return [a for u in self.units for a in u.actions]

@@ -1,0 +1,206 @@
+"""The one gang state machine: every unit — a Job's gang, a Job's slices, a hand-made tree — goes through
+the same named steps, each rule written once. Pure.
+
+For one unit, in this order (the first step that concludes ends placement for this pass):
+
+1. *Held back*: its owner is suspended or finished — nothing is placed, nothing is held for it.
+2. *Cannot have its pods*: its PriorityClass does not exist, so its owner cannot create them.
+3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
+4. *Not held by us*: the owner was labelled after its creation, its pods were born ungated.
+5. *Stranded*: released pods kube-scheduler refuses to bind — the unit is requeued whole.
+6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
+7. *Finish a recorded decision*: gated pods a recorded decision names go where it says, if they still fit.
+8. *Short of pods*: fewer pods exist than the min counts need — wait for them.
+9. *Decide*: the engine places the whole unit — recorded, then released — or says why not; a one-leaf
+   unit then waits for room freed for it, or preempts, and a broken running unit is requeued whole.
+
+Then *status and events* (report.py) for every group of the unit, whatever the steps concluded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from phalanx.api import conditions as c
+from phalanx.api import keys
+from phalanx.controller.kinds.base import Unit
+from phalanx.controller.model.actions import UngatePod, UnitPlan
+from phalanx.controller.plan import status as st
+from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
+from phalanx.controller.plan.preempt import wait_or_preempt
+from phalanx.controller.plan.report import report
+from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
+from phalanx.controller.plan.staging import placeholders
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
+
+
+def schedule(unit: Unit, ctx: Pass) -> UnitPlan | None:
+    """The actions of one pass for one unit: setup, placement, status and events."""
+    owner_ref = unit.owner.ref if unit.owner is not None else None
+    if unit.tree is None:
+        return UnitPlan(unit.key, unit.setup, owner_ref) if unit.setup else None
+    work = unit_work(unit)
+    _domains(work, ctx)
+    place(work, ctx)
+    report(work, ctx)
+    if not work.actions:
+        return None
+    latency = None
+    owner = unit.owner
+    if work.released and work.first_admission and owner is not None and owner.created is not None:
+        latency = max(0.0, (ctx.now - owner.created).total_seconds())
+    return UnitPlan(unit.key, tuple(work.actions), owner_ref, work.released, latency, work.preempted)
+
+
+def _domains(work: UnitWork, ctx: Pass) -> None:
+    """Where each leaf's pods are now: its recorded domain while pods are placed, else where they run."""
+    owner = work.owner
+    for leaf in work.leaves.values():
+        key = leaf.group.topology_key
+        admission = leaf.admission
+        if key and admission is not None and admission.domain and leaf.placed:
+            leaf.domain = admission.domain  # a path with levels, or the wider preferred domain
+        elif key:
+            for pod in leaf.placed:
+                node = ctx.nodes.get(pod.usage_node)
+                if node is not None and key in node.labels:
+                    leaf.domain = node.labels[key]
+                    break
+        if leaf.domain is None and owner is not None and owner.finished:
+            leaf.domain = leaf.group.status.domain  # where it ran: its pods are gone, the answer stays
+
+
+def _conclude(work: UnitWork, outcome: st.Outcome, leaves: list[LeafWork] | None = None) -> None:
+    """The same outcome for the root and for each of `leaves` (every leaf by default)."""
+    work.outcome = outcome
+    for leaf in work.leaves.values() if leaves is None else leaves:
+        leaf.outcome = outcome
+
+
+def place(work: UnitWork, ctx: Pass) -> None:
+    """Steps 1-9 (module docstring)."""
+    owner, single = work.owner, work.single
+    if owner is not None and (owner.suspended or owner.finished):
+        return
+    if (missing := _missing_priority_class(work, ctx)) is not None:
+        _conclude(work, missing)
+        return
+    if single is not None and not single.gang:
+        work.actions.extend(UngatePod(p.ref) for p in single.waiting)
+        single.ungated = len(single.waiting)
+        return
+    if owner is not None and not owner.gated_template:
+        _conclude(work, _not_gated(owner.kind))
+        return
+    if (why := stranded(work)) is not None:
+        requeue(work, why, "unbindable")
+        return
+    if not any(leaf.waiting for leaf in work.leaves.values()):
+        return
+    if _blocked_by_gates(work) or finish(work, ctx):
+        return
+    placeholders(work)  # a staged unit is decided whole with its first stage (staging.py)
+    if _short_of_pods(work):
+        return
+    if single is not None:
+        _decide_single(work, single, ctx)
+    elif not decide_tree(work, ctx):
+        requeue_if_broken(work, ctx)
+
+
+def _decide_single(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
+    request, rejected, message = decide_leaf(work, leaf, ctx)
+    if rejected is None:
+        return
+    outcome = st.Outcome(c.REASON_UNSCHEDULABLE, message)
+    if work.owner is not None:
+        outcome = wait_or_preempt(work, leaf, request, message, ctx)
+    if outcome.reason == c.REASON_UNSCHEDULABLE:
+        outcome = dataclasses.replace(outcome, upstream=rejected.message)
+    leaf.outcome = work.outcome = outcome
+    if outcome.reason == c.REASON_UNSCHEDULABLE:
+        requeue_if_broken(work, ctx)
+
+
+def _missing_priority_class(work: UnitWork, ctx: Pass) -> st.Outcome | None:
+    """The owner's pods name a PriorityClass that does not exist, and pods are missing: the Priority
+    admission plugin refuses every pod its controller creates, so they never come until it exists."""
+    owner = work.owner
+    if owner is None or not owner.priority_class or owner.priority_class in ctx.priority_classes:
+        return None
+    name = owner.priority_class
+    if all(len(leaf.waiting) + len(leaf.placed) >= leaf.min_count for leaf in work.leaves.values()):
+        return None  # its pods exist (made before the class was deleted): nothing is missing yet
+    return st.Outcome(
+        c.REASON_PRIORITY_CLASS_NOT_FOUND,
+        f"spec.template.spec.priorityClassName: PriorityClass {name!r} does not exist, so the {owner.kind} "
+        "controller cannot create its pods (the Priority admission plugin refuses them); create the "
+        f"PriorityClass or change the {owner.kind}",
+    )
+
+
+def _not_gated(kind: str) -> st.Outcome:
+    return st.Outcome(
+        c.REASON_NOT_GATED,
+        f"the {kind} was labelled {keys.MANAGED_LABEL} after its creation, so its pods are not held by "
+        f"{keys.ADMISSION_GATE} and Phalanx admits nothing for it (kube-scheduler places them one by "
+        f"one); create the {kind} with the label to gang-schedule it",
+    )
+
+
+def _blocked_by_gates(work: UnitWork) -> bool:
+    """Leaves short of minCount while some of their pods still carry other controllers' gates wait for
+    those: Phalanx admits a pod only when its gate is the last one."""
+    blocked = [
+        leaf for leaf in work.leaves.values() if not leaf.enough and len(leaf.ready) < len(leaf.waiting)
+    ]
+    if not blocked:
+        return False
+    for leaf in blocked:
+        gates = sorted({g for p in leaf.waiting for g in p.other_gates})
+        held = len(leaf.waiting) - len(leaf.ready)
+        leaf.outcome = st.Outcome(
+            c.REASON_WAITING_FOR_GATES,
+            f"minCount ({leaf.min_count}) is not yet satisfied: {held} pod(s) still carry scheduling gates "
+            f"of other controllers ({', '.join(gates)}); Phalanx admits a pod only when its gate is the last "
+            "one",
+        )
+    if work.root is not None:
+        work.outcome = st.Outcome(
+            c.REASON_WAITING_FOR_GATES,
+            "waiting for other controllers' scheduling gates on pods of "
+            + ", ".join(leaf.group.name for leaf in blocked),
+        )
+    else:
+        work.outcome = blocked[0].outcome
+    return True
+
+
+def _short_of_pods(work: UnitWork) -> bool:
+    """Whether the unit cannot be placed yet for want of pods (each leaf at its minCount, each composite at
+    its minGroupCount); each group short of pods says so."""
+    owner = work.owner
+    source = owner.pods_from if owner is not None else "more pods to join it"
+    for leaf in work.leaves.values():
+        if not leaf.enough:
+            leaf.outcome = st.Outcome(
+                c.REASON_WAITING_FOR_PODS,
+                f"minCount ({leaf.min_count}) is not yet satisfied: {len(leaf.placed)} scheduled, "
+                f"{len(leaf.waiting)} waiting; waiting for {source}",
+            )
+    root, single = work.root, work.single
+    if single is not None:
+        work.outcome = single.outcome
+        return not single.enough
+    assert root is not None
+    if work.countable(root):
+        for leaf in work.leaves.values():
+            leaf.outcome = None  # optional children short of pods do not hold the tree back
+        return False
+    missing = [leaf.group.name for leaf in work.leaves.values() if not leaf.enough]
+    work.outcome = st.Outcome(
+        c.REASON_WAITING_FOR_PODS,
+        f"minGroupCount ({root.min_group_count or 1}) is not yet satisfied: "
+        f"waiting for pods of {', '.join(missing) or 'its child groups'}",
+    )
+    return True

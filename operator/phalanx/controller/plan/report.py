@@ -1,0 +1,154 @@
+"""Telling the truth about a unit after it was scheduled (pure): each group's status (conditions, counters,
+the decision), one event whenever the reason or message of its `Admitted` condition changes, every event
+about the unit's holder group said on its owner too, and each waiting pod labelled with its group."""
+
+from __future__ import annotations
+
+from phalanx.api import conditions as c
+from phalanx.api.naming import pod_group_label_value
+from phalanx.api.status import GroupStatus
+from phalanx.controller.model.actions import Action, EventType, LabelPod, PatchStatus, PostEvent, ReleasePod
+from phalanx.controller.model.records import CompositePodGroupRecord
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.plan import status as st
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
+
+WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND)  # reasons said as Warning events
+
+
+def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:
+    """An event whenever the reason or message of Admitted changes (an admission has its own)."""
+    old, new = before.condition(c.ADMITTED), after.condition(c.ADMITTED)
+    if new is None or new.reason == c.REASON_ADMITTED:
+        return []
+    if old is not None and (old.reason, old.message) == (new.reason, new.message):
+        return []
+    type_: EventType = "Warning" if new.reason in WARN else "Normal"
+    return [PostEvent(ref, type_, new.reason, new.message)]
+
+
+def report(work: UnitWork, ctx: Pass) -> None:
+    """Statuses, events and labels of every group of the unit, appended to its actions."""
+    for leaf in work.leaves.values():
+        _leaf_status(work, leaf, ctx)
+    if work.root is not None:
+        for composite in work.unit.tree.composites if work.unit.tree else ():
+            _composite_status(work, composite, ctx)
+    _labels(work)
+    _said_on_owner(work)
+
+
+def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
+    owner = work.owner
+    return st.GroupFacts(
+        gang=leaf.gang,
+        min_count=leaf.min_count,
+        scheduled=sum(1 for p in leaf.placed if p.bound),
+        released=sum(1 for p in leaf.placed if not p.bound) + leaf.released_now,
+        waiting=len(leaf.waiting) - leaf.released_now - leaf.ungated,
+        domain=leaf.domain,
+        suspended=owner.suspended if owner else False,
+        finished=owner.finished if owner else False,
+        held=owner is None or owner.gated_template or not leaf.gang,
+        finished_how=owner.finished_how if owner else "",
+        requeued=owner.requeued if owner else "",
+        note=st.climbed_note(leaf.admission, leaf.group.topology_key),
+        owner_kind=owner.kind if owner else "Job",
+    )
+
+
+def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
+    group, owner = leaf.group, work.owner
+    admission = leaf.admission
+    if owner is not None and (owner.suspended or owner.finished):
+        admission = None  # nothing is held for a suspended or finished owner
+    elif not leaf.placed and not leaf.released_now:
+        admission = None  # the decision's pods are gone; the next one starts afresh
+    facts = _facts(work, leaf)
+    desired = st.desired_status(
+        group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
+    )
+    if st.status_changed(group.status, desired):
+        work.actions.append(PatchStatus(group.ref, desired))
+        work.actions.extend(announce(group.ref, group.status, desired))
+    present = desired.condition(c.ADMITTED)
+    if facts.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
+        ctx.waiting[present.reason] += 1
+
+
+def _placed(leaf: LeafWork) -> tuple[bool, bool]:
+    """(placed: its minCount holds a node or was released now, running: its minCount is bound)."""
+    bound = sum(1 for p in leaf.placed if p.bound)
+    return len(leaf.placed) + leaf.released_now >= leaf.min_count, bound >= leaf.min_count
+
+
+def _subtree_placed(work: UnitWork, g: CompositePodGroupRecord) -> tuple[bool, bool]:
+    composites, leaves = work.children(g.name)
+    states = [_placed(leaf) for leaf in leaves] + [_subtree_placed(work, child) for child in composites]
+    need = g.min_group_count or 1
+    return sum(1 for p, _ in states if p) >= need, sum(1 for _, r in states if r) >= need
+
+
+def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: Pass) -> None:
+    owner, root = work.owner, work.root
+    composites, leaves = work.children(composite.name)
+    states = [_placed(leaf) for leaf in leaves] + [_subtree_placed(work, g) for g in composites]
+    running = sum(1 for _, r in states if r)
+    placed = sum(1 for p, _ in states if p)
+    is_root = composite is root
+    facts = st.GroupFacts(
+        gang=composite.min_group_count is not None,
+        min_count=composite.min_group_count or 1,
+        scheduled=running,
+        released=placed - running,
+        waiting=len(states) - placed,
+        domain=work.domain if is_root else None,
+        suspended=owner.suspended if owner else False,
+        finished=owner.finished if owner else False,
+        finished_how=owner.finished_how if owner else "",
+        requeued=owner.requeued if owner else "",
+        members="child group(s)",
+        owner_kind=owner.kind if owner else "Job",
+    )
+    admission = work.admission if is_root and placed else None
+    desired = st.desired_status(
+        composite.status,
+        facts,
+        work.outcome if is_root else None,
+        ctx.now,
+        composite.generation,
+        admission,
+        initial_type=c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+    )
+    if st.status_changed(composite.status, desired):
+        work.actions.append(PatchStatus(composite.ref, desired))
+        work.actions.extend(announce(composite.ref, composite.status, desired))
+
+
+def _labels(work: UnitWork) -> None:
+    """Every pod of an owner carries its PodGroup's name, also while it waits (a release sets it in the same
+    request). Pods of hand-made groups carry it already: that is how they join."""
+    if work.owner is None:
+        return
+    released = {a.pod.key for a in work.actions if isinstance(a, ReleasePod)}
+    for leaf in work.leaves.values():
+        label = pod_group_label_value(leaf.group.name)
+        work.actions.extend(
+            LabelPod(p.ref, leaf.group.name)
+            for p in (*leaf.waiting, *leaf.placed)
+            if p.pod_group != label and p.key not in released
+        )
+
+
+def _said_on_owner(work: UnitWork) -> None:
+    """What is said on the group that holds the unit's decision is said on its owner too (owner first)."""
+    owner, tree = work.owner, work.unit.tree
+    if owner is None or tree is None:
+        return
+    holder = tree.holder.ref
+    out: list[Action] = []
+    for action in work.actions:
+        if isinstance(action, PostEvent) and action.involved == holder:
+            out.append(PostEvent(owner.ref, action.type, action.reason, action.message))
+        out.append(action)
+    work.actions = out

@@ -1,0 +1,82 @@
+"""Taking a unit back whole (pure): released pods kube-scheduler refuses to bind, and a running unit left
+short of its min counts whose missing pods no longer fit in its domains. Either way the owner is requeued
+the way its kind says (a Job is suspended, then resumed once its pods are gone, and its new pods wait for a
+whole placement again); a unit without an owner (hand-made groups) is never requeued: nothing would
+recreate its pods."""
+
+from __future__ import annotations
+
+from phalanx.api import conditions as c
+from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
+from phalanx.controller.plan import status as st
+from phalanx.controller.plan.work import Pass, UnitWork
+
+REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
+REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
+
+
+def stranded(work: UnitWork) -> str | None:
+    """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or went
+    away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
+    owner = work.owner
+    if owner is None or owner.requeued:
+        return None
+    refused = [p for leaf in work.leaves.values() for p in leaf.placed if p.released and p.unschedulable]
+    if not refused:
+        return None
+    first = refused[0]
+    return (
+        f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
+        f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
+    )
+
+
+def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
+    """Take the unit back whole through its owner; every group of it says so."""
+    owner, tree = work.owner, work.unit.tree
+    assert owner is not None and tree is not None
+    if owner.requeue == "delete-pods":
+        pods = [p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting]
+        work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
+    else:
+        work.actions.append(SuspendJob(owner.ref, why, cause))
+    work.actions.append(PostEvent(tree.holder.ref, "Warning", "Requeued", why))  # said on the owner too
+    outcome = st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
+    work.outcome = outcome
+    for leaf in work.leaves.values():
+        leaf.outcome = outcome
+
+
+def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
+    """A running unit left short of its min counts (a node failed, its pods went) whose other pods no longer
+    fit in its domains holds nodes for nothing: after the grace period (at once for disruptionMode all),
+    requeue it whole so that it is placed again as a whole, possibly in another domain."""
+    owner, tree = work.owner, work.unit.tree
+    assert tree is not None
+    placed = work.placed
+    if owner is None or not placed or owner.requeued or work.whole():
+        return
+    admitted = tree.holder.status.condition(c.ADMITTED)
+    since = ctx.now
+    if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
+        since = admitted.last_transition_time
+    waited = (ctx.now - since).total_seconds()
+    if not owner.disruption_all and waited < ctx.node_failure_grace:
+        return
+    single = work.single
+    if single is not None:
+        where = f" in {single.domain}" if single.domain else ""
+        why = (
+            f"{REQUEUED_BELOW_MIN_COUNT}: {placed} of its {single.min_count} pods were left{where} "
+            f"and the others no longer fit there (after {waited:.0f} s)"
+        )
+    else:
+        short = [leaf.group.name for leaf in work.leaves.values() if not leaf.whole]
+        domain = work.domain or (work.admission.domain if work.admission is not None else None)
+        where = f" in {domain}" if domain else ""
+        why = (
+            f"{REQUEUED_BELOW_MIN_COUNT}: {placed} pod(s) of the tree were left{where}, "
+            f"{', '.join(short)} short of its minCount, and the missing pods no longer fit there "
+            f"(after {waited:.0f} s)"
+        )
+    requeue(work, why, "below-min-count")

@@ -1,0 +1,102 @@
+"""Staged units (pure): owners that make their pods in stages — a JobSet with `startupPolicyOrder: InOrder`
+(each replicated Job once the previous one is Ready), a LeaderWorkerSet with `startupPolicy: LeaderReady`
+(the workers once the leader is Ready). Gang-holding every pod until all exist would deadlock them, and
+releasing the first stage alone would break the gang. So the whole unit is decided as soon as the first
+stage's pods are there, with a placeholder for each pod still to come (its *slot*, named
+`<PodGroup>-slot-<rank>`, shaped like the owner's pod template); the decision records every slot; the
+first stage is released; the room of the slots is held (assumed taken at the start of every pass, before
+any unit decides); and each later pod is released into its slot when it comes. A slot's room is held as long
+as the decision is (while pods of the unit are placed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from phalanx.api.naming import pod_group_label_value
+from phalanx.controller.kinds.base import Leaf, Unit
+from phalanx.controller.model.records import PodRecord
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
+
+
+def slot_name(group: str, rank: int) -> str:
+    return f"{group}-slot-{rank}"
+
+
+def _ranks(leaf: Leaf) -> dict[str, int]:
+    return {p.key: r for p, r in zip(leaf.pods, leaf.ranks, strict=False)}
+
+
+def slot_of(leaf: LeafWork, pod: PodRecord) -> str:
+    """The slot a pod of a staged unit fills ("" when its leaf has no ranks)."""
+    rank = _ranks(leaf.leaf).get(pod.key)
+    return "" if rank is None else slot_name(leaf.group.name, rank)
+
+
+def _present(leaf: Leaf) -> set[int]:
+    ranks = _ranks(leaf)
+    return {ranks[p.key] for p in leaf.pods if not p.terminal and not p.deleting and p.key in ranks}
+
+
+def held_slots(leaf: LeafWork, recorded: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(slot, node) of the recorded slots of `leaf` whose pod does not exist yet."""
+    present = _present(leaf.leaf)
+    return [
+        (slot_name(leaf.group.name, r), recorded[slot_name(leaf.group.name, r)])
+        for r in leaf.leaf.ranked_slots
+        if r not in present and slot_name(leaf.group.name, r) in recorded
+    ]
+
+
+def placeholders(work: UnitWork) -> None:
+    """Give each leaf of a staged unit a placeholder for every pod still to come (from its template)."""
+    if not work.unit.staged:
+        return
+    for leaf in work.leaves.values():
+        template = leaf.leaf.template
+        if template is None:
+            continue
+        present = _present(leaf.leaf)
+        label = pod_group_label_value(leaf.group.name)
+        leaf.virtual = tuple(
+            PodRecord(
+                uid="",
+                namespace=leaf.group.namespace,
+                name=slot_name(leaf.group.name, rank),
+                node_name="",
+                terminal=False,
+                deleting=False,
+                gated=True,
+                other_gates=(),
+                job_uid="",
+                node_selector_host="",
+                requests=template.requests,
+                requirements=template.requirements,
+                priority=0,
+                pod_group=label,
+                traits=template.traits,
+            )
+            for rank in leaf.leaf.ranked_slots
+            if rank not in present
+        )
+
+
+def hold(units: Iterable[Unit], ctx: Pass) -> None:
+    """At the start of a pass: the room of every recorded slot whose pod has not come, assumed taken."""
+    usage: list[tuple[str, Mapping[str, int]]] = []
+    for unit in units:
+        tree = unit.tree
+        if not unit.staged or tree is None or tree.holder.status.admission is None:
+            continue
+        recorded = {a.pod: a.node for a in tree.holder.status.admission.assignments}
+        for leaf in tree.leaves:
+            if leaf.template is None:
+                continue
+            present = _present(leaf)
+            for rank in leaf.ranked_slots:
+                slot = slot_name(leaf.group.name, rank)
+                if rank not in present and slot in recorded:
+                    usage.append((recorded[slot], leaf.template.requests))
+                    ctx.reserved_slots.add(f"{leaf.group.namespace}/{slot}")
+    if usage:
+        ctx.snapshot = ctx.snapshot.assume(usage)

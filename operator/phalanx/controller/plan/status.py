@@ -1,0 +1,263 @@
+"""What a PodGroup's status should say, computed from facts (pure, typed).
+
+Two conditions: upstream's `PodGroupInitiallyScheduled` (sticky once True, exactly as upstream), and
+Phalanx's `Admitted`, which always tells the present: why the group waits now, also after a resume.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from phalanx.api import conditions as c
+from phalanx.api.conditions import Condition, ConditionStatus
+from phalanx.api.status import (
+    ADMITTED,
+    BASIC,
+    FINISHED,
+    GANG,
+    PENDING,
+    RUNNING,
+    SUSPENDED,
+    UNSCHEDULABLE,
+    WAITING_FOR_PODS,
+    Admission,
+    GroupStatus,
+    Phase,
+    Reservation,
+)
+
+PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
+
+G = TypeVar("G", bound=GroupStatus)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the latest scheduling pass concluded for the group (reason + message), or nothing new."""
+
+    reason: str  # one of the c.REASON_* of the Admitted condition
+    message: str
+    # Upstream's sentence alone, for upstream's own condition (PodGroupInitiallyScheduled), when `message`
+    # adds Phalanx's explanation to it; None: the same as `message`.
+    upstream: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    gang: bool
+    min_count: int
+    scheduled: int  # pods bound to nodes (running or about to)
+    released: int  # pods Phalanx released that kube-scheduler has not bound yet
+    waiting: int  # pods still held behind the gate
+    domain: str | None
+    suspended: bool = False
+    finished: bool = False
+    held: bool = True  # its pods are born behind Phalanx's gate (False: a Job labelled after creation)
+    finished_how: str = ""  # "succeeded" or "failed (...)" once finished
+    requeued: str = ""  # why Phalanx suspended the Job to place it again whole
+    members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
+    note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
+    owner_kind: str = "Job"  # what the messages call the owner
+
+
+def _condition(
+    current: Condition | None,
+    kind: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+    generation: int,
+) -> Condition:
+    changed = current is None or current.status != status
+    return Condition(
+        type=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=now if changed or current is None else current.last_transition_time,
+        observed_generation=generation,
+    )
+
+
+def climbed_note(admission: Admission | None, key: str | None) -> str:
+    """What the Admitted message adds for a preferred group placed at a wider level than its key."""
+    if admission is None or admission.level is None:
+        return ""
+    wider = f"one domain of {admission.level}" if admission.level else "no common domain"
+    return f" (topology mode preferred: no domain of {key} had room, so it went to {wider})"
+
+
+def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condition | None) -> Outcome:
+    """The Admitted condition's reason and message now."""
+    if facts.finished:
+        return Outcome(c.REASON_FINISHED, f"the {facts.owner_kind} {facts.finished_how or 'finished'}")
+    if facts.suspended and facts.requeued:
+        return Outcome(
+            c.REASON_REQUEUED,
+            f"requeued by Phalanx: {facts.requeued}; the {facts.owner_kind} resumes once its pods are gone "
+            "and its new pods wait for a whole placement",
+        )
+    if facts.suspended:
+        return Outcome(
+            c.REASON_SUSPENDED,
+            f"the {facts.owner_kind} is suspended; its pods will be held again when it resumes",
+        )
+    if outcome is not None and outcome.reason == c.REASON_REQUEUED:
+        return outcome  # being taken back whole: whatever is placed is about to go
+    if not facts.held and outcome is not None:
+        return outcome  # Phalanx admitted none of its pods: never say it did
+    placed = facts.scheduled + facts.released
+    need = facts.min_count if facts.gang else 1
+    if outcome is not None and outcome.reason != c.REASON_ADMITTED and placed < need:
+        return outcome
+    if placed >= need and placed > 0:
+        where = f" in {facts.domain}" if facts.domain else ""
+        message = f"{placed} {facts.members} admitted{where}{facts.note}"
+        if facts.waiting:
+            message += f"; {facts.waiting} more waiting for room{where}"
+        return Outcome(c.REASON_ADMITTED, message)
+    if outcome is not None:
+        return outcome
+    if previous is not None and previous.status == c.FALSE:
+        return Outcome(previous.reason, previous.message)
+    return Outcome(c.REASON_WAITING_FOR_PODS, f"waiting for the {facts.owner_kind}'s pods")
+
+
+def phase_of(facts: GroupFacts, present: Outcome) -> Phase:
+    if facts.finished:
+        return FINISHED
+    if facts.suspended:
+        return SUSPENDED
+    need = facts.min_count if facts.gang else 1
+    if facts.scheduled >= need and facts.scheduled > 0:
+        return RUNNING
+    if present.reason == c.REASON_ADMITTED:
+        return ADMITTED
+    if present.reason == c.REASON_UNSCHEDULABLE:
+        return UNSCHEDULABLE
+    if present.reason == c.REASON_WAITING_FOR_PODS:
+        return WAITING_FOR_PODS
+    return PENDING
+
+
+def desired_status(
+    current: G,
+    facts: GroupFacts,
+    outcome: Outcome | None,
+    now: dt.datetime,
+    generation: int,
+    admission: Admission | None,
+    reservation: Reservation | None = None,
+    *,
+    initial_type: str = c.POD_GROUP_INITIALLY_SCHEDULED,
+) -> G:
+    """The full status: conditions (a merge patch replaces the list whole), counters and the admission.
+
+    `initial_type`: upstream's sticky condition (CompositePodGroupInitiallyScheduled on a composite)."""
+    initial = current.condition(initial_type)
+    admitted = current.condition(c.ADMITTED)
+    present = present_outcome(facts, outcome, admitted)
+
+    new_initial: Condition | None
+    if initial is not None and initial.status == c.TRUE:
+        new_initial = initial  # upstream: never flipped back
+    elif present.reason == c.REASON_ADMITTED:
+        new_initial = _condition(initial, initial_type, c.TRUE, c.REASON_SCHEDULED, "", now, generation)
+    elif present.reason == c.REASON_UNSCHEDULABLE and outcome is None and initial is not None:
+        new_initial = initial  # nothing new decided: upstream's sentence stays as it was
+    elif present.reason == c.REASON_UNSCHEDULABLE:
+        new_initial = _condition(
+            initial,
+            initial_type,
+            c.FALSE,
+            c.REASON_UNSCHEDULABLE,
+            present.upstream if present.upstream is not None else present.message,
+            now,
+            generation,
+        )
+    else:
+        new_initial = initial
+
+    admitted_status: ConditionStatus = c.TRUE if present.reason == c.REASON_ADMITTED else c.FALSE
+    new_admitted = _condition(
+        admitted, c.ADMITTED, admitted_status, present.reason, present.message, now, generation
+    )
+    disruption = _disruption(current.condition(c.DISRUPTION_TARGET), facts, now, generation)
+    mine = (initial_type, c.ADMITTED, c.DISRUPTION_TARGET)
+    others = [x for x in current.conditions or [] if x.type not in mine]
+    conditions = [x for x in (new_initial, new_admitted, disruption) if x is not None] + others
+    return type(current)(
+        conditions=conditions,
+        phase=phase_of(facts, present),
+        policy=GANG if facts.gang else BASIC,
+        domain=facts.domain,
+        admission=admission,
+        reservation=reservation,
+        admissions=_admissions(current, admission),
+        scheduled=facts.scheduled,
+        waiting=facts.waiting,
+    )
+
+
+def _disruption(
+    current: Condition | None, facts: GroupFacts, now: dt.datetime, generation: int
+) -> Condition | None:
+    """Upstream's DisruptionTarget, on the group: True while it is requeued because it was preempted."""
+    if facts.requeued.startswith(PREEMPTED_PREFIX):
+        message = f"phalanx: {facts.requeued}; the whole group is requeued"
+        return _condition(
+            current, c.DISRUPTION_TARGET, c.TRUE, c.REASON_PREEMPTION_BY_PHALANX, message, now, generation
+        )
+    if current is not None and current.status == c.TRUE:
+        return _condition(
+            current,
+            c.DISRUPTION_TARGET,
+            c.FALSE,
+            c.REASON_REQUEUED,
+            "the Job was resumed after its preemption",
+            now,
+            generation,
+        )
+    return current
+
+
+def next_attempt(current: GroupStatus) -> int:
+    """The attempt number of the next decision: it never goes back, also after a decision is cleared."""
+    recorded = current.admission.attempt + 1 if current.admission is not None else 0
+    return max(current.admissions or 0, recorded)
+
+
+def _admissions(current: GroupStatus, admission: Admission | None) -> int | None:
+    made = admission.attempt + 1 if admission is not None else 0
+    total = max(current.admissions or 0, made)
+    return total or None
+
+
+def _comparable(status: GroupStatus) -> tuple[Any, ...]:
+    """Everything but timestamps, so an unchanged group costs no write."""
+    conditions = sorted(
+        (x.type, x.status, x.reason, x.message, x.observed_generation) for x in status.conditions or []
+    )
+    admission = status.admission
+    decision = (
+        None
+        if admission is None
+        else (admission.domain, tuple((a.pod, a.node) for a in admission.assignments), admission.attempt)
+    )
+    return (
+        tuple(conditions),
+        status.phase,
+        status.policy,
+        status.domain,
+        decision,
+        status.admissions,
+        status.scheduled,
+        status.waiting,
+    )
+
+
+def status_changed(current: GroupStatus, desired: GroupStatus) -> bool:
+    return _comparable(current) != _comparable(desired)

@@ -1,0 +1,181 @@
+"""Preemption inside `plan()` (pure): who may be a victim, what a chosen preemption turns into, and the
+reservation that holds the freed room for the preemptor until it is admitted.
+
+The victim choice itself is the engine's (`placement.choose_victims`). Here: the candidates (every pod
+holding capacity, with the unit it belongs to), the actions (a victim unit taken whole is requeued the way
+its owner is — a Job suspended, then resumed once its pods are gone, so the Job controller counts no
+failure and applies no backoff; a partial victim or a pod Phalanx does not manage is evicted through the
+Eviction API), the events, and the reservation written on the preemptor's PodGroup status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from phalanx.api.status import Reservation
+from phalanx.controller.kinds.base import Owner, Unit
+from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent, SuspendJob
+from phalanx.controller.model.records import PodGroupRecord, PodRecord
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.plan.status import PREEMPTED_PREFIX
+from phalanx.placement import Candidate, Preemption, VictimGroup
+
+RESERVATION_SECONDS = 120.0  # how long freed room is held for a preemptor that is not admitted
+EVICTION_REASON = "PreemptionByPhalanx"
+
+
+@dataclass(frozen=True)
+class VictimUnit:
+    """A unit that may lose pods to preemption: one with an owner that can take it back whole (a sliced
+    Job is one victim, taken whole or not at all: evicting a pod of one slice would break the tree)."""
+
+    owner: Owner
+    group: ObjectRef  # the group that holds the unit's decision (its PodGroup, or its CompositePodGroup)
+    min_count: int
+    whole_only: bool  # a tree, or disruptionMode all
+
+
+def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
+    """Pod key -> the victim unit it belongs to, for every owned unit with groups."""
+    out: dict[str, VictimUnit] = {}
+    for unit in units:
+        if unit.owner is None or unit.tree is None:
+            continue
+        holder = unit.tree.holder
+        if isinstance(holder, PodGroupRecord):
+            victim = VictimUnit(
+                unit.owner,
+                holder.ref,
+                holder.gang_min_count or 1,
+                holder.spec.disruption_mode.all is not None,
+            )
+        else:
+            victim = VictimUnit(unit.owner, holder.ref, 1, True)
+        for leaf in unit.tree.leaves:
+            for pod in leaf.pods:
+                out[pod.key] = victim
+    return out
+
+
+@dataclass
+class Victims:
+    """Every pod that holds capacity, as a possible victim, and the units they belong to.
+
+    Built at most once per pass, and only when some unit needs to preempt."""
+
+    pods: Mapping[str, PodRecord]
+    units_by_pod: Mapping[str, VictimUnit]
+    unevictable: frozenset[str] = frozenset()
+    _by_group: dict[str, VictimUnit] = field(default_factory=dict)
+
+    @cached_property
+    def candidates(self) -> tuple[Candidate, ...]:
+        out = []
+        for pod in self.pods.values():
+            node = pod.usage_node
+            if not node or pod.deleting:
+                continue  # holds no capacity, or is going already
+            if pod.joins_group:
+                # A pod made by hand into a PodGroup (no Job): nothing would recreate it, and evicting it
+                # would leave its gang partial. Such groups are never preempted (docs/design.md).
+                continue
+            owner = self.units_by_pod.get(pod.key)
+            started = pod.created.timestamp() if pod.created is not None else 0.0
+            out.append(
+                Candidate(
+                    id=pod.key,
+                    node=node,
+                    requests=pod.requests,
+                    priority=pod.priority,
+                    started=started,
+                    group=owner.group.key if owner is not None else None,
+                )
+            )
+        return tuple(out)
+
+    @cached_property
+    def groups(self) -> tuple[VictimGroup, ...]:
+        for unit in self.units_by_pod.values():
+            self._by_group[unit.group.key] = unit
+        return tuple(
+            VictimGroup(key=key, min_count=u.min_count, disruption="all" if u.whole_only else "single")
+            for key, u in sorted(self._by_group.items())
+        )
+
+    def unit(self, group_key: str) -> VictimUnit | None:
+        _ = self.groups  # fills the index
+        return self._by_group.get(group_key)
+
+
+def reservation_active(
+    reservation: Reservation | None, pods: Mapping[str, PodRecord], now: dt.datetime
+) -> bool:
+    """Room is still being freed: not expired, and some victim still exists."""
+    if reservation is None or reservation.expires_at <= now:
+        return False
+    return any(victim in pods for victim in reservation.victims)
+
+
+def actuate(
+    preemption: Preemption,
+    preemptor: PodGroupRecord,
+    victims: Victims,
+    now: dt.datetime,
+) -> tuple[list[Action], Reservation, str]:
+    """The actions that free the room, the reservation to record, and a message for the status."""
+    why = f"{PREEMPTED_PREFIX}podgroup {preemptor.key} (priority {preemptor.spec.priority or 0})"
+    said = f"Preempted by podgroup {preemptor.key}"
+    actions: list[Action] = []
+    requeued: list[str] = []
+    for key in preemption.whole_groups:
+        unit = victims.unit(key)
+        if unit is None:
+            continue
+        if unit.owner.requeue == "delete-pods":  # no suspend (a LeaderWorkerSet group): its pods go
+            members = [k for k, u in victims.units_by_pod.items() if u.group.key == key and k in victims.pods]
+            actions.extend(DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(members))
+        else:
+            actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
+        actions.append(PostEvent(unit.owner.ref, "Warning", "Preempted", said))
+        actions.append(PostEvent(unit.group, "Warning", "Preempted", said))
+        requeued.append(key)
+    whole = set(preemption.whole_groups)
+    message = f"phalanx: preempting to make room for podgroup {preemptor.key}"
+    evicted = 0
+    for pod_id in preemption.victims:
+        pod = victims.pods.get(pod_id)
+        if pod is None:
+            continue
+        owner = victims.units_by_pod.get(pod.key)
+        if owner is not None and owner.group.key in whole:
+            continue  # the owner's requeue takes its pods
+        actions.append(EvictPod(pod.ref, EVICTION_REASON, message))
+        evicted += 1
+        target = owner.owner.ref if owner is not None else pod.ref
+        actions.append(PostEvent(target, "Warning", "Preempted", said))
+    where = f" in {preemption.domain}" if preemption.domain else ""
+    parts = []
+    if requeued:
+        parts.append(f"requeued {len(requeued)} lower-priority group(s) whole ({', '.join(requeued)})")
+    if evicted:
+        parts.append(f"evicted {evicted} lower-priority pod(s)")
+    summary = f"preempting{where}: " + "; ".join(parts) if parts else f"preempting{where}"
+    actions.append(PostEvent(preemptor.ref, "Normal", "Preempting", summary))  # said on its owner too
+    reservation = Reservation(
+        domain=preemption.domain,
+        nodes=[node for _, node in preemption.admit.assignments],
+        victims=list(preemption.victims),
+        reserved_at=now,
+        expires_at=now + dt.timedelta(seconds=RESERVATION_SECONDS),
+    )
+    return actions, reservation, summary
+
+
+def reserved_usage(
+    reservation: Reservation, pending: Sequence[PodRecord]
+) -> list[tuple[str, Mapping[str, int]]]:
+    """The room the reservation holds, as usage for `Snapshot.assume` (the group's pods on its nodes)."""
+    return [(node, pod.requests) for node, pod in zip(reservation.nodes, pending, strict=False)]

@@ -1,0 +1,429 @@
+"""The operator's process-wide pieces: API client, cache, scheduling loop, webhook server."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from phalanx import certs
+from phalanx.api.crdgen import crd_documents
+from phalanx.controller.apply.events import EventRecorder
+from phalanx.controller.apply.kube import Kube, retrying
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import Scheduler
+from phalanx.controller.process.health import Health
+from phalanx.controller.process.httpserver import HttpServer
+from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
+from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
+from phalanx.controller.process.webhook_tls import WebhookTLS
+from phalanx.controller.watch.registry import build_registry
+from phalanx.controller.watch.relist import Lister, Relister
+from phalanx.controller.watch.watched import WATCHED, Watched
+
+log = logging.getLogger("phalanx.runtime")
+MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default
+CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
+STOP_TIMEOUT = 3.0  # seconds the scheduling loop gets to end after its cancellation
+
+
+async def load_client_config(kubeconfig: str | None) -> None:
+    """The given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube/config.
+
+    Done here because Kopf runs startup handlers before its own login."""
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig)
+        return
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+async def login_with(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins).
+
+    `settings` is positional-only: Kopf passes its own `settings=` among the kwargs."""
+    if not settings.kubeconfig:
+        result: kopf.ConnectionInfo | None = await kopf.login_via_async_client(**kwargs)
+        return result
+    await load_client_config(settings.kubeconfig)
+    cfg = client.Configuration.get_default_copy()
+    header = await cfg.get_api_key_with_prefix("BearerToken")
+    scheme, _, token = (header or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+def ensure_webhook_certs(folder: Path, hosts: list[str]) -> None:
+    """Use ca.crt, tls.crt and tls.key in `folder`; if none is there, make them (under a file lock, so
+    replicas sharing the folder agree on one CA). Some but not all of them is an error. A folder that
+    has all three may be read-only (a mounted Secret): it is only read."""
+    if all((folder / name).is_file() for name in CERT_FILES):
+        log.info("webhook certificate from %s", folder)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".phalanx-certs.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        present = [name for name in CERT_FILES if (folder / name).is_file()]
+        if len(present) == len(CERT_FILES):
+            log.info("webhook certificate from %s", folder)
+            return
+        if present:
+            missing = sorted(set(CERT_FILES) - set(present))
+            raise RuntimeError(
+                f"webhook cert dir {folder} has {', '.join(present)} but not {', '.join(missing)}"
+            )
+        ca = certs.make_ca("phalanx-webhook-ca")
+        leaf = certs.issue(ca, "phalanx-webhook", hosts)
+        ca.write(folder / "ca.crt", folder / "ca.key")
+        leaf.write(folder / "tls.crt", folder / "tls.key")
+        log.info("made a webhook CA and certificate in %s", folder)
+
+
+class ObservedWebhookServer(kopf.WebhookServer):
+    """Kopf's webhook server, telling readiness once it listens (it yields its config after that)."""
+
+    on_listening: Callable[[], None] = staticmethod(lambda: None)
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for client_config in super().__call__(fn):
+            self.on_listening()
+            yield client_config
+
+
+async def list_items(call: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
+    """A LIST read raw (no model parsing of thousands of objects), retried like every call.
+
+    With `_preload_content=False` the client does not raise on an error status: check it here, so a
+    403 or 500 is an ApiException (retried when transient) rather than a KeyError on its body.
+    """
+
+    async def once() -> list[dict[str, Any]]:
+        response = await call()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason)
+        items: list[dict[str, Any]] = (await response.json())["items"]
+        return items
+
+    return await retrying(once, verb="list")
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self.health = Health(self.settings.stale_after_seconds)
+        self.cache = ClusterCache()
+        self.api: client.ApiClient | None = None
+        self.kube: Kube | None = None
+        self.recorder: EventRecorder | None = None
+        self.scheduler: Scheduler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._election: asyncio.Task[None] | None = None
+        self._http: HttpServer | None = None
+        self._certdir: tempfile.TemporaryDirectory[str] | None = None
+        self.tls: WebhookTLS | None = None
+        self._tls_task: asyncio.Task[None] | None = None
+        self.relister: Relister | None = None
+
+    def configure(self, settings: Settings) -> None:
+        self.settings = settings
+        self.health.stale_after = settings.stale_after_seconds
+
+    def registry(self) -> kopf.OperatorRegistry:
+        """Every handler of this operator on a registry of its own: the watches and webhooks over this
+        runtime (watch/registry.py), and the process's login, startup and cleanup."""
+        registry = build_registry(self)
+        settings = self.settings
+
+        async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return await login_with(settings, **kwargs)
+
+        async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+            await self.start(settings)
+
+        async def cleanup(**_: Any) -> None:
+            await self.stop()
+
+        kopf.on.login(registry=registry)(login)
+        kopf.on.startup(registry=registry)(startup)
+        kopf.on.cleanup(registry=registry)(cleanup)
+        return registry
+
+    async def start(self, kopf_settings: kopf.OperatorSettings) -> None:
+        if self.settings.metrics_enabled:
+            # First, so probes answer (not ready yet) while the CRDs and the cache come up.
+            self._http = HttpServer(self.health, self.settings.metrics_host, self.settings.metrics_port)
+            await self._http.start()
+        await load_client_config(self.settings.kubeconfig)
+        self.api = client.ApiClient()
+        self.kube = Kube(self.api)
+        self.recorder = EventRecorder(self.api, instance=self.settings.identity)
+        folder = self._webhook_cert_folder()
+        if self.settings.webhook_secret:
+            await self._start_webhook_tls(folder)
+        self._configure_kopf(kopf_settings, folder)
+        if self.settings.install_crds:
+            await install_crds(self.api)
+        self.health.mark_crds_installed()
+        await self._prime_cache()
+        self.relister = Relister(self.cache, {row.kind: self._served_lister(row) for row in WATCHED})
+        self.health.mark_cache_primed()
+        if self.settings.leader_election:
+            self._start_election()
+            return
+        self.start_loop()
+        log.info(
+            "scheduling loop started with %d nodes, %d pods, %d managed jobs",
+            len(self.cache.nodes),
+            len(self.cache.pods),
+            self._owners(),
+        )
+
+    def _owners(self) -> int:
+        return sum(len(owners) for owners in self.cache.owners.values())
+
+    # ------------------------------------------------------------------ leader election
+    def _start_election(self) -> None:
+        """Watches, cache and webhook run on every replica; the loop only while this one holds the Lease."""
+        assert self.api is not None
+        s = self.settings
+        lease = f"Lease {s.lease_namespace}/{s.lease_name}"
+        elector = LeaderElector(
+            KubeLeaseStore(self.api, s.lease_namespace, s.lease_name),
+            s.identity,
+            self._lead,
+            Timing(s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds),
+            describe=lease,
+        )
+        self._election = asyncio.create_task(elector.run(), name="phalanx-leader-election")
+        log.info("cache primed; competing for %s as %s", lease, s.identity)
+
+    async def _lead(self) -> None:
+        """The leader's work: the loop on the warm cache, until the elector cancels this."""
+        self.cache.changed.set()  # a first pass at once
+        self.start_loop()
+        log.info("scheduling loop started (leader) with %d managed jobs", self._owners())
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            await self.stop_loop()
+
+    # ------------------------------------------------------------------ the scheduling loop
+    def start_loop(self) -> None:
+        """Start the scheduling loop (at start, or when this replica becomes the leader)."""
+        assert self.kube is not None and self.recorder is not None
+        if self._task is not None and not self._task.done():
+            return
+        self.scheduler = Scheduler(
+            self.cache,
+            self.kube,
+            self.recorder,
+            self.health.pass_done,
+            resync=self.settings.resync_seconds,
+            debounce=self.settings.debounce_seconds,
+            node_failure_grace=self.settings.node_failure_grace,
+        )
+        self.health.loop_started()
+        self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
+
+    async def stop_loop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Cancel the loop and wait (boundedly) for it to end; a decision is recorded before any pod is
+        released, so a cancelled pass is finished by the next leader or restart."""
+        self.health.loop_stopped()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            log.warning("the scheduling loop did not end %.0f s after its cancellation", timeout)
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("the scheduling loop had failed: %r", task.exception())
+
+    # ------------------------------------------------------------------ webhook TLS
+    async def _start_webhook_tls(self, folder: Path) -> None:
+        """The certificate from the Secret (made or renewed first if due) into `folder`, the CA into our
+        own webhook configurations when they are installed with Phalanx; then checked every minute."""
+        s = self.settings
+        assert self.api is not None and s.webhook_secret is not None
+        self.tls = WebhookTLS(
+            self.api,
+            s.webhook_namespace,
+            s.webhook_secret,
+            s.webhook_hosts(),
+            folder,
+            inject_into=None if s.kopf_manages_webhooks else s.webhook_config_name,
+        )
+        await self.tls.ensure()
+        self._tls_task = asyncio.create_task(self.tls.run(), name="phalanx-webhook-tls")
+
+    # ------------------------------------------------------------------ Kopf
+    def _configure_kopf(self, settings: kopf.OperatorSettings, folder: Path) -> None:
+        server = ObservedWebhookServer(
+            addr=self.settings.webhook_host,
+            port=self.settings.webhook_port,
+            host=self.settings.webhook_host,
+            certfile=str(folder / "tls.crt"),
+            pkeyfile=str(folder / "tls.key"),
+            cafile=str(folder / "ca.crt"),
+        )
+        server.on_listening = self.health.mark_webhook_started
+        settings.admission.server = server
+        # Kopf writes the configurations (a url to this process) unless they come with the chart.
+        settings.admission.managed = (
+            self.settings.webhook_config_name if self.settings.kopf_manages_webhooks else None
+        )
+        settings.posting.level = logging.WARNING
+        settings.posting.reporting_component = "phalanx"
+        settings.posting.reporting_instance = self.settings.identity
+        settings.watching.connect_timeout = 10
+        settings.networking.request_timeout = 30
+
+    def _webhook_cert_folder(self) -> Path:
+        """Where Kopf's server reads the certificate: --webhook-cert-dir, else a temporary folder. Its
+        files are made here, unless the --webhook-secret's content is written there."""
+        if self.settings.webhook_cert_dir:
+            folder = Path(self.settings.webhook_cert_dir)
+        else:
+            self._certdir = tempfile.TemporaryDirectory(prefix="phalanx-webhook-")
+            folder = Path(self._certdir.name)
+        if not self.settings.webhook_secret:
+            ensure_webhook_certs(folder, self.settings.webhook_hosts())
+        return folder
+
+    def _lister(self, row: Watched) -> Lister:
+        """A raw LIST of every object of a watched kind (all namespaces)."""
+        assert self.api is not None
+        r = row.resource
+        path = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
+        api = self.api
+
+        async def call() -> Any:
+            return await api.call_api(
+                f"{path}/{r.plural}",
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+
+        return lambda: list_items(call)
+
+    def _served_lister(self, row: Watched) -> Lister:
+        return lambda: self._list_served(row)
+
+    # ------------------------------------------------------------------ WatchContext (watch/webhooks.py)
+    @property
+    def cache_primed(self) -> bool:
+        return self.health.cache_primed
+
+    def watches(self, namespace: str) -> bool:
+        return self.settings.watches(namespace)
+
+    def listed(self, kind: str) -> None:
+        """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""
+        if self.relister is not None:
+            self.relister.listed(kind)
+
+    async def _list_served(self, row: Watched) -> list[dict[str, Any]]:
+        """A watched kind's objects; none (said once) for an optional kind whose CRD is not installed: Phalanx
+        runs without it, and Kopf starts watching it when the CRD appears."""
+        try:
+            return await self._lister(row)()
+        except ApiException as e:
+            if e.status != 404 or not row.optional:
+                raise
+            r = row.resource
+            log.warning(
+                "%s.%s is not served by this cluster: %ss are not admitted until its CRD is installed",
+                r.plural,
+                r.group,
+                row.kind,
+            )
+            return []
+
+    async def _prime_cache(self) -> None:
+        """One consistent LIST of every watched kind before the first pass (watched.py's phases in order),
+        so no pass decides on an empty view."""
+        for phase in sorted({row.phase for row in WATCHED}):
+            rows = [row for row in WATCHED if row.phase == phase]
+            listed = await asyncio.gather(*(self._list_served(row) for row in rows))
+            for row, items in zip(rows, listed, strict=True):
+                for item in items:
+                    namespace = str((item.get("metadata") or {}).get("namespace") or "")
+                    if row.owner and not self.settings.watches(namespace):
+                        continue
+                    r = row.resource
+                    item.setdefault("apiVersion", r.api_version)
+                    item.setdefault("kind", row.kind)
+                    self.cache.upsert(row.kind, item)
+
+    async def stop(self) -> None:
+        """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the
+        apiserver (at most 2 s)."""
+        if self._election is not None:
+            self._election.cancel()  # stops the loop, then releases the Lease
+            await asyncio.wait({self._election})
+        await self.stop_loop()
+        if self._tls_task is not None:
+            self._tls_task.cancel()
+            await asyncio.wait({self._tls_task})
+        if self.relister is not None:
+            await self.relister.stop()
+        if self._http is not None:
+            await self._http.stop()
+        if self.api is not None:
+            await self.api.close()
+        if self._certdir is not None:
+            self._certdir.cleanup()
+
+
+async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
+    """Server-side apply the generated CRDs and wait until the apiserver serves them."""
+    ext = client.ApiextensionsV1Api(api)
+    for crd in crd_documents():
+        name = crd["metadata"]["name"]
+        await retrying(
+            lambda crd=crd, name=name: ext.patch_custom_resource_definition(  # type: ignore[misc]
+                name, crd, field_manager="phalanx", force=True, _content_type="application/apply-patch+yaml"
+            ),
+            verb="patch",
+        )
+    deadline = asyncio.get_running_loop().time() + timeout
+    for crd in crd_documents():
+        name = crd["metadata"]["name"]
+        while True:
+            conditions = await retrying(lambda name=name: _crd_conditions(ext, name), verb="get")  # type: ignore[misc]
+            if any(x["type"] == "Established" and x["status"] == "True" for x in conditions):
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"CRD {name} not established after {timeout:.0f} s")
+            await asyncio.sleep(0.2)
+
+
+async def _crd_conditions(ext: client.ApiextensionsV1Api, name: str) -> list[dict[str, Any]]:
+    """A CRD's status conditions; an error answer (429, 5xx) is an ApiException, retried like every call."""
+    response = await ext.read_custom_resource_definition(name, _preload_content=False)
+    if response.status >= 400:
+        raise ApiException(status=response.status, reason=response.reason)
+    conditions: list[dict[str, Any]] = (await response.json()).get("status", {}).get("conditions") or []
+    return conditions

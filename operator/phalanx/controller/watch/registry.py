@@ -1,0 +1,182 @@
+"""Phalanx's Kopf handlers, registered on an explicit registry (nothing registers at import): the
+admission webhooks (webhooks.py) and one watch per row of the watched-kinds table (watched.py) feeding the
+cache. No handler writes to the objects it watches (no finalizers, no Kopf annotations on Jobs or Pods:
+only `on.event` and admission handlers are used); decisions belong to the scheduling loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import kopf
+
+from phalanx.api import keys as names
+from phalanx.api.group import GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
+from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.kinds.base import AdmittingKind, Resource
+from phalanx.controller.watch.watched import WATCHED, Watched
+from phalanx.controller.watch.webhooks import WatchContext, Webhooks
+
+WEBHOOK_ID = "gate-job"  # a DNS-1123 path segment: Kopf serves each handler at /<id>
+VALIDATE_ID = "validate-job"
+VALIDATE_POD_GROUP_ID = "validate-podgroup"
+VALIDATE_WORKLOAD_ID = "validate-workload"
+GATE_POD_ID = "gate-pod"
+VALIDATE_TOPOLOGY_ID = "validate-topology"
+Operation = Literal["CREATE", "UPDATE"]
+JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+def build_registry(ctx: WatchContext, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
+    """A registry with every handler of Phalanx, over `ctx` (a test builds its own)."""
+    registry = registry if registry is not None else kopf.OperatorRegistry()
+    _register_webhooks(Webhooks(ctx), registry)
+    for row in WATCHED:
+        _register_watch(ctx, row, registry)
+    return registry
+
+
+def _register_watch(ctx: WatchContext, row: Watched, registry: kopf.OperatorRegistry) -> None:
+    async def on_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] is None:  # from a listing: it misses deletions (relist.py)
+            ctx.listed(row.kind)
+        body = event["object"]
+        if row.owner and not ctx.watches(str((body.get("metadata") or {}).get("namespace") or "")):
+            return
+        if event["type"] == "DELETED":
+            ctx.cache.delete(row.kind, body)
+        else:
+            ctx.cache.upsert(row.kind, body)
+
+    r = row.resource
+    kopf.on.event(r.group, r.version, r.plural, id=f"watch-{r.plural}", registry=registry)(on_event)
+
+
+@dataclass(frozen=True)
+class _Hook:
+    mutating: bool
+    resource: Resource
+    id: str
+    operations: tuple[Operation, ...]
+    labels: dict[str, Any] | None
+    ignore_failures: bool  # True: failurePolicy Ignore (fails open)
+    handler: Callable[..., Any]
+
+
+def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
+    jobs, pods = Resource("batch", "v1", "jobs"), Resource("", "v1", "pods")
+    return (
+        # A labelled Job is gated at creation. Any value of the label, not only "true": a misspelt value
+        # ("True", "yes") is refused instead of silently opting out. Fails closed: no labelled Job slips
+        # through ungated while the operator is away.
+        _Hook(
+            True, jobs, WEBHOOK_ID, ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, hooks.gate_job
+        ),
+        # Fails open: an operator outage must not block suspend, scale or label edits of running Jobs; the
+        # loop reports a bad edit with an event if one slips through.
+        _Hook(
+            False,
+            jobs,
+            VALIDATE_ID,
+            ("UPDATE",),
+            {names.MANAGED_LABEL: "true"},
+            True,
+            hooks.validate_job_update,
+        ),
+        # Groups made for Jobs (hand-made ones stay editable). Fails open, as for Jobs: with Phalanx away,
+        # garbage collection's metadata updates must not block; the loop puts the gang size back first.
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, POD_GROUPS),
+            VALIDATE_POD_GROUP_ID,
+            ("UPDATE",),
+            {names.JOB_UID_LABEL: kopf.PRESENT},
+            True,
+            hooks.validate_pod_group_update,
+        ),
+        # Fails open: the CRD schema already refuses all but the rules it cannot express (names unique
+        # across the template tree, one priority for all templates), and Phalanx's own Workloads keep them.
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, WORKLOADS),
+            VALIDATE_WORKLOAD_ID,
+            ("CREATE", "UPDATE"),
+            None,
+            True,
+            hooks.validate_workload,
+        ),
+        # Pods that join a PodGroup by label. A Job's pods are not: they are held through their Job's
+        # template, and Phalanx writes this label on them itself. Fails closed, as for Jobs.
+        _Hook(
+            True,
+            pods,
+            GATE_POD_ID,
+            ("CREATE",),
+            {names.POD_GROUP_LABEL: kopf.PRESENT, JOB_CONTROLLER_UID_LABEL: kopf.ABSENT},
+            False,
+            hooks.gate_pod,
+        ),
+        # Fails open: with Phalanx away, Topologies stay editable; a second one listing a label then is
+        # not used, and its Active condition says why (model/topology.py).
+        _Hook(
+            False,
+            Resource(GROUP, VERSION, TOPOLOGIES),
+            VALIDATE_TOPOLOGY_ID,
+            ("CREATE", "UPDATE"),
+            None,
+            True,
+            hooks.validate_topology,
+        ),
+    )
+
+
+def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
+    """For each owner kind with a webhook of its own (kinds.OWNER_KINDS: a JobSet), a gate at creation that
+    fails closed and an edit check that fails open, both only for objects carrying the managed label."""
+    out: list[_Hook] = []
+    for kind in OWNER_KINDS:
+        if not isinstance(kind, AdmittingKind):
+            continue
+        r, name = kind.resource, kind.name.lower()
+        out.append(
+            _Hook(
+                True,
+                r,
+                f"gate-{name}",
+                ("CREATE",),
+                {names.MANAGED_LABEL: kopf.PRESENT},
+                False,
+                hooks.gate_owner(kind),
+            )
+        )
+        out.append(
+            _Hook(
+                False,
+                r,
+                f"validate-{name}",
+                ("UPDATE",),
+                {names.MANAGED_LABEL: "true"},
+                True,
+                hooks.validate_owner(kind),
+            )
+        )
+    return tuple(out)
+
+
+def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
+    for hook in (*_hooks(hooks), *_owner_hooks(hooks)):
+        on = kopf.on.mutate if hook.mutating else kopf.on.validate
+        r = hook.resource
+        on(
+            r.group,
+            r.version,
+            r.plural,
+            id=hook.id,
+            operations=list(hook.operations),
+            labels=hook.labels,
+            persistent=True,  # the configuration outlives the operator (docs/design.md, Safety)
+            ignore_failures=hook.ignore_failures,
+            side_effects=False,
+            registry=registry,
+        )(hook.handler)

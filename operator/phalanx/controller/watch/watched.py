@@ -1,0 +1,71 @@
+"""Every kind Phalanx watches, in one table: it drives the watches (registry.py), the cache's priming
+before the first pass (process/runtime.py) and the relisting after a watch gap (relist.py) alike, so the
+three can never disagree.
+
+`phase` orders the priming: volumes, classes and CSI objects first (claims resolve against them), then
+claims (before pods: their claims resolve at once), then nodes, pods and Phalanx's own objects, last the
+owners (a Job is kept while objects of ours exist for it). Owner kinds come from kinds.OWNER_KINDS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phalanx.api.group import GROUP, VERSION
+from phalanx.controller.cache import store as names
+from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.kinds.base import Resource
+
+
+@dataclass(frozen=True)
+class Watched:
+    kind: str  # the cache's name for it (cache.upsert(kind, body))
+    resource: Resource
+    namespaced: bool
+    phase: int  # priming order (module docstring)
+    owner: bool = False  # an owner kind: only its managed namespaces (--namespaces) are cached
+    optional: bool = False  # another project's kind (a JobSet): its CRD may not be installed (yet)
+
+    @property
+    def plural(self) -> str:
+        return self.resource.plural
+
+
+_STORAGE = Resource("storage.k8s.io", "v1", "")
+_CORE = Resource("", "v1", "")
+_OURS = Resource(GROUP, VERSION, "")
+
+
+def _r(base: Resource, plural: str) -> Resource:
+    return Resource(base.group, base.version, plural)
+
+
+WATCHED: tuple[Watched, ...] = (
+    # Volumes: kube-scheduler's volume filters read claims, volumes and classes, so the engine does too;
+    # CSI: attach limits per node (NodeVolumeLimits) and storage capacity (VolumeBinding).
+    Watched(names.STORAGE_CLASS, _r(_STORAGE, "storageclasses"), False, 0),
+    Watched(names.CSI_DRIVER, _r(_STORAGE, "csidrivers"), False, 0),
+    Watched(names.CAPACITY, _r(_STORAGE, "csistoragecapacities"), True, 0),
+    Watched(names.VOLUME, _r(_CORE, "persistentvolumes"), False, 0),
+    Watched(names.CSI_NODE, _r(_STORAGE, "csinodes"), False, 0),
+    Watched(names.ATTACHMENT, _r(_STORAGE, "volumeattachments"), False, 0),
+    Watched(names.CLAIM, _r(_CORE, "persistentvolumeclaims"), True, 1),
+    Watched(names.NODE, _r(_CORE, "nodes"), False, 2),
+    Watched(names.POD, _r(_CORE, "pods"), True, 2),
+    Watched(names.PRIORITY_CLASS, Resource("scheduling.k8s.io", "v1", "priorityclasses"), False, 2),
+    Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
+    Watched(names.POD_GROUP, _r(_OURS, "podgroups"), True, 2),
+    # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would take a
+    # partly released tree (or a sliced Job) for an undecided one and decide it again.
+    Watched(names.COMPOSITE, _r(_OURS, "compositepodgroups"), True, 2),
+    Watched(names.TOPOLOGY, _r(_OURS, "topologies"), False, 2),
+    # Every owner, not only labelled ones: one whose label was removed must be seen to be let go.
+    *(
+        Watched(kind.name, kind.resource, True, 3, owner=True, optional=kind.resource.group != "batch")
+        for kind in OWNER_KINDS
+    ),
+)
+
+
+def watched(kind: str) -> Watched:
+    return next(w for w in WATCHED if w.kind == kind)

@@ -1,0 +1,284 @@
+"""The admission webhooks' handlers: plain functions of the request body (and what the cache knows), made
+into Kopf handlers by registry.py. Whatever the body holds, they accept it, patch it, or refuse it with a
+message naming the field; they never raise anything else (fuzzed in the tests)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import kopf
+
+from phalanx.api import keys as names
+from phalanx.api.formats import dns_subdomain_problems
+from phalanx.api.group import TOPOLOGIES
+from phalanx.api.job_layout import parse_job_layout
+from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.workload import workload_problems
+from phalanx.bodies import mapping
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.kinds.base import AdmittingKind
+from phalanx.controller.kinds.job_record import KIND as JOB_KIND
+from phalanx.controller.model.topology import label_conflicts
+
+
+class WatchContext(Protocol):
+    """What the handlers read of the process around them (process/runtime.py is one)."""
+
+    @property
+    def cache(self) -> ClusterCache: ...
+    @property
+    def kube(self) -> Kube | None: ...
+    @property
+    def cache_primed(self) -> bool: ...
+    def watches(self, namespace: str) -> bool:
+        """Whether Phalanx manages owners in `namespace` (--namespaces)."""
+        ...
+
+    def listed(self, kind: str) -> None:
+        """A handler got an object of `kind` from one of Kopf's listings, which miss deletions."""
+        ...
+
+
+class Webhooks:
+    """The admission handlers, over one process's context."""
+
+    def __init__(self, ctx: WatchContext) -> None:
+        self.ctx = ctx
+
+    def gate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The CREATE handler of an owner kind with a webhook of its own (a JobSet): its annotations checked,
+        its pods held behind Phalanx's gate through its templates."""
+
+        def gate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+            meta = mapping(body.get("metadata"))
+            if not self.ctx.watches(str(meta.get("namespace") or "")):
+                return  # another operator's namespace (--namespaces)
+            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
+                return  # opted out in so many words
+            try:
+                spec = kind.admit_create(body)
+            except JobPolicyError as e:
+                raise kopf.AdmissionError(str(e), code=422) from e
+            if spec is not None:
+                patch.spec.update(spec)
+
+        return gate
+
+    def validate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The UPDATE handler of an owner kind: what an edit of a managed object may not change."""
+
+        def validate(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+            if old is None:
+                return
+            labels = mapping(mapping(body.get("metadata")).get("labels"))
+            if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+                return  # released from Phalanx: its annotations no longer matter
+            problems = kind.update_problems(old, body)
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
+
+        return validate
+
+    def gate_job(
+        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+    ) -> None:
+        """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
+        meta = mapping(body.get("metadata"))
+        if not self.ctx.watches(str(meta.get("namespace") or "")):
+            return  # another operator's namespace (--namespaces): no gate nobody would remove
+        if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
+            return  # opted out in so many words: left alone
+        try:
+            policy = parse_job_policy(body)
+            parse_job_layout(body, policy)  # topology mode and slices
+        except JobPolicyError as e:
+            raise kopf.AdmissionError(str(e), code=422) from e
+        pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
+        if policy.is_gang and pod_spec.get("nodeName"):
+            # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
+            raise kopf.AdmissionError(
+                "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
+                f"gang-admitted; remove it, or set {names.POLICY_ANNOTATION}: basic",
+                code=422,
+            )
+        if warnings is not None:
+            warnings.extend(self._priority_class_warnings(policy.priority_class_name))
+        # The managed label is not copied into the pod template: a Job whose only label it is would get
+        # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
+        if policy.is_gang:
+            raw_gates = pod_spec.get("schedulingGates") or []
+            if not isinstance(raw_gates, list):
+                # The apiserver decodes a Job before calling webhooks, so only a hand-made review gets here.
+                raise kopf.AdmissionError("spec.template.spec.schedulingGates: must be a list", code=422)
+            gates = [g for g in raw_gates if isinstance(g, Mapping)]
+            if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
+                gates.append({"name": names.ADMISSION_GATE})
+            patch.spec["template"] = {"spec": {"schedulingGates": gates}}
+
+    def _priority_class_warnings(self, name: str | None) -> list[str]:
+        """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
+        but the Job controller cannot create a single pod until it does: say so now (kubectl prints it)."""
+        if not name or not self.ctx.cache_primed or name in self.ctx.cache.priority_classes:
+            return []
+        return [
+            f"spec.template.spec.priorityClassName: PriorityClass {name!r} does not exist: the Job "
+            "controller cannot create the Job's pods until it does (the Priority admission plugin refuses "
+            "them)"
+        ]
+
+    def validate_job_update(self, body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+        """Edited annotations get the same checks as at creation; as upstream, only the gang size may change.
+
+        Only what the edit adds is refused: a Job that was already wrong (created around the webhook, or
+        before a check existed) still takes Phalanx's own writes (suspend, resume) and the user's fixes.
+        """
+        known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
+        added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
+        if added:
+            raise kopf.AdmissionError("; ".join(added), code=422)
+        labels = mapping(mapping(body.get("metadata")).get("labels"))
+        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+            return  # released from Phalanx: its annotations no longer matter
+        old_policy = old_layout = None
+        old_problems: set[str] = set()
+        if old is not None:
+            try:
+                old_policy = parse_job_policy(old, running=True)
+                old_layout = parse_job_layout(old, old_policy)
+            except JobPolicyError as e:
+                old_problems = {str(p) for p in e.problems}
+        try:
+            new_policy = parse_job_policy(body, running=True)
+            new_layout = parse_job_layout(body, new_policy)
+        except JobPolicyError as e:
+            new = [str(p) for p in e.problems if str(p) not in old_problems]
+            if new or old is None:
+                raise kopf.AdmissionError("; ".join(new or [str(e)]), code=422) from e
+            return  # it was invalid in the same way before: let the user fix it
+        if old_policy is None or old_layout is None:
+            return
+        # Slices and the topology mode are fixed too: Phalanx built the Job's groups from them at creation.
+        changed = [
+            f"metadata.annotations[{annotation}]: cannot change from {before!r} to {after!r} after creation"
+            for annotation, before, after in (
+                (names.POLICY_ANNOTATION, old_policy.policy, new_policy.policy),
+                (names.TOPOLOGY_KEY_ANNOTATION, old_policy.topology_key, new_policy.topology_key),
+                (names.DISRUPTION_MODE_ANNOTATION, old_policy.disruption_mode, new_policy.disruption_mode),
+                (
+                    names.PREEMPTION_POLICY_ANNOTATION,
+                    old_policy.preemption_policy,
+                    new_policy.preemption_policy,
+                ),
+                (names.SLICE_SIZE_ANNOTATION, _text(old_layout.slice_size), _text(new_layout.slice_size)),
+                (
+                    names.SLICE_TOPOLOGY_KEY_ANNOTATION,
+                    old_layout.slice_topology_key,
+                    new_layout.slice_topology_key,
+                ),
+                (names.TOPOLOGY_MODE_ANNOTATION, old_layout.topology_mode, new_layout.topology_mode),
+            )
+            if before != after
+        ]
+        if old_layout.sliced and new_policy.parallelism != old_policy.parallelism:
+            changed.append(
+                f"spec.parallelism: cannot change from {old_policy.parallelism} to {new_policy.parallelism} "
+                f"on a sliced Job: its slices ({names.SLICE_SIZE_ANNOTATION}) were made for parallelism "
+                f"{old_policy.parallelism} at creation"
+            )
+        if changed:
+            raise kopf.AdmissionError("; ".join(changed), code=422)
+
+    def validate_pod_group_update(self, body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+        """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the
+        Job's."""
+        new_spec, old_spec = mapping(body.get("spec")), mapping(old.get("spec") if old is not None else None)
+        if old is None or dict(new_spec) == dict(old_spec):
+            return
+        meta = mapping(body.get("metadata"))
+        labels = mapping(meta.get("labels"))
+        job_uid = str(labels.get(names.JOB_UID_LABEL) or "")
+        job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
+        job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
+        wanted = job.policy.min_count if job is not None and job.policy is not None else None
+        if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
+            return
+        raise kopf.AdmissionError(
+            f"spec: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
+            f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; the "
+            "other settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay "
+            "editable)",
+            code=422,
+        )
+
+    def validate_workload(self, body: kopf.Body, **_: Any) -> None:
+        """The Workload rules a CRD schema cannot express, each problem naming its field."""
+        problems = workload_problems(body.get("spec"))
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
+
+    def gate_pod(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
+        meta = body.get("metadata", {}) or {}
+        namespace = str(meta.get("namespace") or "")
+        if namespace == "kube-system" or not self.ctx.watches(namespace):
+            return  # the chart's namespaceSelector skips these; Kopf's own configuration (dev) has none
+        if any(o.get("kind") == "Job" and o.get("controller") for o in meta.get("ownerReferences") or []):
+            return  # a Job's pod (see the label selector above)
+        group = str((meta.get("labels") or {}).get(names.POD_GROUP_LABEL) or "")
+        problems = dns_subdomain_problems(group)
+        if problems:
+            raise kopf.AdmissionError(
+                f"label {names.POD_GROUP_LABEL}: {group!r} is not a PodGroup name: {'; '.join(problems)}",
+                code=422,
+            )
+        spec = body.get("spec", {}) or {}
+        if spec.get("nodeName"):
+            # A bound pod bypasses scheduling and cannot carry a scheduling gate.
+            raise kopf.AdmissionError(
+                f"spec.nodeName is set: a pod bound by hand cannot join PodGroup {group!r}; remove nodeName, "
+                f"or the {names.POD_GROUP_LABEL} label",
+                code=422,
+            )
+        gates = list(spec.get("schedulingGates") or [])
+        if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
+            gates.append({"name": names.ADMISSION_GATE})
+            patch.spec["schedulingGates"] = gates
+
+    async def validate_topology(self, body: kopf.Body, **_: Any) -> None:
+        """At most one Topology may list a given node label (the CRD checks each Topology alone)."""
+        name = str((body.get("metadata") or {}).get("name") or "")
+        levels = [str(level.get("nodeLabel") or "") for level in (body.get("spec") or {}).get("levels") or []]
+        if self.ctx.kube is not None:
+            # Read live: two Topologies applied together must not both pass a cache that has seen neither.
+            items = await self.ctx.kube.list_cluster_objects(TOPOLOGIES)
+            others = [
+                (
+                    str(item["metadata"]["name"]),
+                    [str(x.get("nodeLabel") or "") for x in (item.get("spec") or {}).get("levels") or []],
+                )
+                for item in items
+            ]
+        else:
+            others = [(t.name, list(t.levels)) for t in self.ctx.cache.topologies.values()]
+        problems = label_conflicts(name, levels, others)
+        if problems:
+            raise kopf.AdmissionError(f"Topology {name}: " + "; ".join(problems), code=422)
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:
+    gang = mapping(mapping(new.get("schedulingPolicy")).get("gang"))
+    if gang.get("minCount") != wanted:
+        return False
+    expected = copy.deepcopy(dict(old))
+    old_gang = mapping(expected.get("schedulingPolicy")).get("gang")
+    if not isinstance(old_gang, dict):
+        return False
+    old_gang["minCount"] = wanted
+    return bool(expected == dict(new))

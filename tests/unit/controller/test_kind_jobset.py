@@ -1,0 +1,168 @@
+"""The JobSet kind through `plan()`: a labelled JobSet is one tree (a CompositePodGroup over a PodGroup per
+child Job), made from its spec, placed all or nothing; its child Jobs are never admitted on their own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from testkit import LB, LOCAL, NB, NOW, StaticContext, job_body, jobset_body, jobset_cluster, jobset_pod
+
+from phalanx.api import conditions as c
+from phalanx.controller.kinds.jobset import JobSetKind
+from phalanx.controller.model.actions import (
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    PatchStatus,
+    PostEvent,
+    ReleasePod,
+    ResumeJob,
+    UngatePod,
+)
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
+from phalanx.controller.plan import Plan, plan
+from phalanx.controller.watch.webhooks import Webhooks
+
+BLOCK = {f"n{i}": "nb-a" if i <= 4 else "nb-b" for i in range(1, 9)}
+TOPOLOGY = {"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": LB}
+
+
+def all_pods(name: str = "train", replicas: int = 2, parallelism: int = 2) -> list[dict[str, Any]]:
+    return [
+        jobset_pod(name, "workers", j, i, global_index=j) for j in range(replicas) for i in range(parallelism)
+    ]
+
+
+def made(result: Plan) -> list[Any]:
+    """The groups the plan creates, as the cache would hold them once created."""
+    out: list[Any] = []
+    for a in result.actions:
+        if isinstance(a, CreateCompositePodGroup):
+            body = a.group.to_api()
+            body["metadata"]["uid"] = "root"
+            out.append(CompositePodGroupRecord.from_body(body))
+        elif isinstance(a, CreatePodGroup):
+            body = a.pod_group.to_api()
+            body["metadata"]["uid"] = f"pg-{body['metadata']['name']}"
+            out.append(PodGroupRecord.from_body(body))
+    return out
+
+
+def test_a_new_jobset_gets_its_tree_and_is_placed_whole_with_each_child_job_in_one_local_block() -> None:
+    result = plan(jobset_cluster([jobset_body(annotations=TOPOLOGY)], all_pods()), NOW)
+    kinds = [type(a).__name__ for a in result.actions]
+    assert kinds[:4] == ["CreateWorkload", "CreateCompositePodGroup", "CreatePodGroup", "CreatePodGroup"]
+    (workload,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]
+    assert workload.spec.controller_ref is not None and workload.spec.controller_ref.kind == "JobSet"
+    groups = [a.pod_group for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert [g.spec.scheduling_policy.gang.min_count for g in groups] == [2, 2]  # each child Job's parallelism
+    releases = {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
+    assert len(releases) == 4
+    assert {BLOCK[n] for n in releases.values()} == {"nb-a"}  # all in one network block
+    by_child = {name.rsplit("-", 1)[0]: LOCAL[int(node[1:])] for name, node in releases.items()}
+    assert by_child["train-workers-0"] != by_child["train-workers-1"]  # a local block per child Job
+    events = {(e.involved.kind, e.reason) for e in result.actions if isinstance(e, PostEvent)}
+    assert ("JobSet", "Admitted") in events and ("JobSet", "PodGroupCreated") in events
+
+
+def test_a_jobset_whose_child_jobs_are_not_all_made_yet_waits_whole() -> None:
+    first = plan(jobset_cluster([jobset_body()], all_pods()[:2]), NOW)  # the second child Job has no pods yet
+    assert not [a for a in first.actions if isinstance(a, ReleasePod)]
+    root = [a for a in first.actions if isinstance(a, PatchStatus) and a.group.kind == "CompositePodGroup"]
+    (patch,) = root
+    condition = patch.status.condition(c.ADMITTED)
+    assert condition is not None and condition.reason == c.REASON_WAITING_FOR_PODS
+
+
+def test_a_jobset_that_does_not_fit_releases_nothing_and_says_why() -> None:
+    jobset = jobset_body(annotations=TOPOLOGY)
+    groups = made(plan(jobset_cluster([jobset], all_pods()), NOW))
+    result = plan(jobset_cluster([jobset], all_pods(), groups=groups, busy=(1, 3, 5, 7)), NOW)
+    assert not [a for a in result.actions if isinstance(a, ReleasePod)]
+    statuses = [a.status.condition(c.ADMITTED) for a in result.actions if isinstance(a, PatchStatus)]
+    assert statuses and {s.reason for s in statuses if s is not None} == {c.REASON_UNSCHEDULABLE}
+
+
+def test_a_suspended_jobset_holds_nothing_and_a_requeued_one_is_resumed_once_its_pods_are_gone() -> None:
+    suspended = jobset_body(suspend=True)
+    result = plan(jobset_cluster([suspended], all_pods()), NOW)
+    assert not [a for a in result.actions if isinstance(a, ReleasePod)]
+    requeued = jobset_body(suspend=True, annotations={"phalanx.dev/requeued": "preempted by podgroup x"})
+    gone = plan(jobset_cluster([requeued], []), NOW)
+    assert [a.job.kind for a in gone.actions if isinstance(a, ResumeJob)] == ["JobSet"]
+
+
+def test_the_child_jobs_of_a_jobset_are_never_admitted_nor_let_go_as_jobs() -> None:
+    child = job_body("train-workers-0", 2)
+    child["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "name": "train",
+            "uid": "uid-js-train",
+            "controller": True,
+        }
+    ]
+    child["metadata"]["labels"] = {}  # a child Job carries the gate in its template, not the label
+    result = plan(jobset_cluster([jobset_body()], all_pods(), jobs=[(child, None, [])]), NOW)
+    assert not [a for a in result.actions if isinstance(a, UngatePod)]
+    assert {u.key for u in result.units} == {"JobSet/ml/train"}
+
+
+def test_an_unlabelled_jobset_with_gated_templates_is_let_go() -> None:
+    result = plan(jobset_cluster([jobset_body(managed=False)], all_pods()), NOW)
+    assert len([a for a in result.actions if isinstance(a, UngatePod)]) == 4
+
+
+# ---------------------------------------------------------------------- the webhooks
+HOOKS = Webhooks(StaticContext())
+GATE = HOOKS.gate_owner(JobSetKind())
+VALIDATE = HOOKS.validate_owner(JobSetKind())
+
+
+def test_the_gate_adds_phalanxs_gate_to_every_replicated_jobs_pod_template() -> None:
+    body = jobset_body(replicated=(("driver", 1, 1), ("workers", 2, 4)), gated=False, annotations=TOPOLOGY)
+    patch = kopf.Patch()
+    GATE(body=kopf.Body(body), patch=patch)
+    rjobs = patch["spec"]["replicatedJobs"]
+    assert [r["template"]["spec"]["template"]["spec"]["schedulingGates"] for r in rjobs] == [
+        [{"name": "phalanx.dev/admission"}]
+    ] * 2
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        (
+            {"phalanx.dev/topology-mode": "sometimes", "phalanx.dev/topology-key": NB},
+            "phalanx.dev/topology-mode",
+        ),
+        ({"phalanx.dev/topolgy-key": NB}, "did you mean phalanx.dev/topology-key"),
+        (
+            {"phalanx.dev/topology-key": NB, "alpha.jobset.sigs.k8s.io/exclusive-topology": NB},
+            "exclusive placement",
+        ),
+        ({"phalanx.dev/slice-size": "2"}, "unknown Phalanx annotation"),
+    ],
+)
+def test_bad_annotations_are_refused_naming_the_field(annotations: dict[str, str], field: str) -> None:
+    with pytest.raises(kopf.AdmissionError) as error:
+        GATE(body=kopf.Body(jobset_body(annotations=annotations, gated=False)), patch=kopf.Patch())
+    assert field in str(error.value)
+
+
+def test_a_managed_label_on_a_replicated_jobs_template_is_refused() -> None:
+    body = jobset_body(gated=False)
+    body["spec"]["replicatedJobs"][0]["template"]["metadata"] = {"labels": {"phalanx.dev/managed": "true"}}
+    with pytest.raises(kopf.AdmissionError, match=r"spec\.replicatedJobs\[0\]\.template\.metadata\.labels"):
+        GATE(body=kopf.Body(body), patch=kopf.Patch())
+
+
+def test_phalanx_annotations_are_fixed_once_the_jobset_exists() -> None:
+    old = jobset_body(annotations={"phalanx.dev/topology-key": NB})
+    edited = jobset_body(annotations={"phalanx.dev/topology-key": LB})
+    with pytest.raises(kopf.AdmissionError, match="cannot change"):
+        VALIDATE(body=kopf.Body(edited), old=kopf.Body(old))
+    VALIDATE(body=kopf.Body(old), old=kopf.Body(old))

@@ -1,0 +1,211 @@
+"""LeaderWorkerSet groups and staged units through `plan()`: each LWS group (of one revision) is one gang;
+LeaderReady and JobSet InOrder are decided whole with their first stage, the later pods' room held and
+released into their slots; a group is requeued by deleting its pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from testkit import (
+    LB,
+    LOCAL,
+    NB,
+    NOW,
+    StaticContext,
+    cluster,
+    group_of,
+    job_body,
+    jobset_body,
+    jobset_pod,
+    lws_body,
+    lws_pod,
+    made_groups,
+    owner_cluster,
+    pod_body,
+    written,
+)
+
+from phalanx.api import conditions as c
+from phalanx.controller.kinds.lws import LwsKind
+from phalanx.controller.model.actions import DeletePod, PatchStatus, RecordAdmission, ReleasePod, SuspendJob
+from phalanx.controller.plan import Plan, plan
+from phalanx.controller.watch.webhooks import Webhooks
+
+BLOCK = {f"n{i}": "nb-a" if i <= 4 else "nb-b" for i in range(1, 9)}
+
+
+def group_pods(lws: str, group: int, size: int, **kw: Any) -> list[dict[str, Any]]:
+    return [lws_pod(lws, group, w, **kw) for w in range(size)]
+
+
+def releases(result: Plan) -> dict[str, str]:
+    return {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
+
+
+def test_each_group_of_an_lws_is_one_gang_in_one_block() -> None:
+    lws = lws_body(replicas=2, annotations={"phalanx.dev/topology-key": NB})
+    pods = group_pods("serve", 0, 4) + group_pods("serve", 1, 4)
+    result = plan(owner_cluster([("LeaderWorkerSet", lws)], pods), NOW)
+    keys = {u.key for u in result.units}
+    assert {"LeaderWorkerSet/ml/serve/0-r1", "LeaderWorkerSet/ml/serve/1-r1"} <= keys
+    placed = releases(result)
+    assert len(placed) == 8
+    for group in ("serve-0", "serve-1"):
+        blocks = {BLOCK[n] for p, n in placed.items() if p == group or p.startswith(f"{group}-")}
+        assert len(blocks) == 1
+    assert {BLOCK[n] for n in placed.values()} == {"nb-a", "nb-b"}
+
+
+def test_a_group_short_of_pods_waits_whole_when_its_workers_come_with_the_leader() -> None:
+    result = plan(owner_cluster([("LeaderWorkerSet", lws_body())], group_pods("serve", 0, 2)), NOW)
+    assert not releases(result)
+    statuses = [a.status.condition(c.ADMITTED) for a in result.actions if isinstance(a, PatchStatus)]
+    assert [s.reason for s in statuses if s is not None] == [c.REASON_WAITING_FOR_PODS]
+
+
+def test_leader_ready_places_the_whole_group_with_its_leader_and_holds_the_workers_room() -> None:
+    lws = lws_body(leader_ready=True, annotations={"phalanx.dev/topology-key": NB})
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)]), NOW)
+    assert list(releases(first)) == ["serve-0"]  # the leader alone goes, so that it can become Ready
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    slots = {a.pod: a.node for a in record.admission.assignments}
+    assert set(slots) == {"serve-0"} | {f"{record.group.name}-slot-{r}" for r in (1, 2, 3)}
+    assert len({BLOCK[n] for n in slots.values()}) == 1  # the whole group in one block
+    groups = made_groups(first)
+
+    # While the workers are not made yet, their room stays held: a gang that would need it waits.
+    leader = lws_pod(
+        "serve",
+        0,
+        0,
+        gated=False,
+        released_to=slots["serve-0"],
+        node=slots["serve-0"],
+        pod_group=record.group.name,
+    )
+    block = BLOCK[slots["serve-0"]]
+    busy = [n for n in range(1, 9) if BLOCK[f"n{n}"] != block]  # the other block is full
+    job = job_body("other", 3, annotations={"phalanx.dev/topology-key": NB})
+    competing = [pod_body("other", i) for i in range(3)]
+    state = owner_cluster([("LeaderWorkerSet", lws)], [leader], groups=groups, busy=busy)
+    assert state.units  # the group's unit, with its decision recorded
+    both = plan(
+        cluster(
+            [(job, group_of(job), competing)],
+            busy=busy,
+            groups=groups,
+            pods=[leader],
+            owners=[("LeaderWorkerSet", lws)],
+        ),
+        NOW,
+    )
+    assert not [r for r in releases(both) if r.startswith("other")], "the held room went to another gang"
+
+    # The workers come (LeaderReady): each goes to its slot's node.
+    workers = [lws_pod("serve", 0, w) for w in (1, 2, 3)]
+    later = plan(owner_cluster([("LeaderWorkerSet", lws)], [leader, *workers], groups=groups), NOW)
+    assert releases(later) == {f"serve-0-{r}": slots[f"{record.group.name}-slot-{r}"] for r in (1, 2, 3)}
+    assert not [a for a in later.actions if isinstance(a, RecordAdmission) and a.group.kind == "PodGroup"]
+
+
+def test_subgroups_are_slices_each_in_one_local_block() -> None:
+    lws = lws_body(
+        size=4,
+        subgroup_size=2,
+        annotations={"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": LB},
+    )
+    result = plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 4)), NOW)
+    placed = releases(result)
+    assert len(placed) == 4
+    local = {p: LOCAL[int(n[1:])] for p, n in placed.items()}
+    assert local["serve-0"] == local["serve-0-1"] != local["serve-0-2"] == local["serve-0-3"]
+
+
+def test_a_group_is_requeued_by_deleting_its_pods_not_by_a_suspend() -> None:
+    lws = lws_body(size=2)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2)), NOW)
+    groups = made_groups(first)
+    placed = releases(first)
+    refused = [
+        lws_pod("serve", 0, w, gated=False, released_to=placed[n], pod_group=groups[0].name)
+        for w, n in ((0, "serve-0"), (1, "serve-0-1"))
+    ]
+    refused[1]["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes fit"}
+    ]
+    result = plan(owner_cluster([("LeaderWorkerSet", lws)], refused, groups=groups), NOW)
+    deleted = sorted(a.pod.name for a in result.actions if isinstance(a, DeletePod))
+    assert deleted == ["serve-0", "serve-0-1"]
+    assert not [a for a in result.actions if isinstance(a, SuspendJob)]
+
+
+def test_a_rolling_update_makes_fresh_gangs_and_drops_the_old_revisions_group() -> None:
+    lws = lws_body(size=2)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2)), NOW)
+    groups = made_groups(first)
+    updated = plan(
+        owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2, revision="r2"), groups=groups),
+        NOW,
+    )
+    assert "LeaderWorkerSet/ml/serve/0-r2" in {u.key for u in updated.units}
+    deleted = [a.target.name for a in updated.actions if type(a).__name__ == "DeleteObject"]
+    assert deleted == [groups[0].name]
+    assert len(releases(updated)) == 2
+
+
+def test_the_lws_webhook_gates_both_templates_and_refuses_a_slice_key_without_subgroups() -> None:
+    hooks = Webhooks(StaticContext())
+    body = lws_body(gated=False)
+    body["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = {
+        "spec": {"containers": [{"name": "l", "image": "x"}]}
+    }
+    patch = kopf.Patch()
+    hooks.gate_owner(LwsKind())(body=kopf.Body(body), patch=patch)
+    template = patch["spec"]["leaderWorkerTemplate"]
+    assert template["leaderTemplate"]["spec"]["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
+    assert template["workerTemplate"]["spec"]["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
+    bad = lws_body(gated=False, annotations={"phalanx.dev/slice-topology-key": LB})
+    try:
+        hooks.gate_owner(LwsKind())(body=kopf.Body(bad), patch=kopf.Patch())
+    except kopf.AdmissionError as e:
+        assert "subGroupPolicy" in str(e)
+    else:
+        raise AssertionError("a slice key without subgroups was let through")
+    edit = lws_body(size=8)
+    try:
+        hooks.validate_owner(LwsKind())(body=kopf.Body(edit), old=kopf.Body(lws_body()))
+    except kopf.AdmissionError as e:
+        assert "spec.leaderWorkerTemplate.size" in str(e)
+    else:
+        raise AssertionError("a size change of a managed LWS was let through")
+
+
+# ---------------------------------------------------------------------- JobSet InOrder
+def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_the_rest_follow() -> None:
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 3)),
+        in_order=True,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    first = plan(owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0)]), NOW)
+    assert list(releases(first)) == ["train-driver-0-0"]
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    nodes = {a.pod: a.node for a in root.admission.assignments}
+    assert len(nodes) == 4 and len({BLOCK[n] for n in nodes.values()}) == 1
+    groups = made_groups(first)
+    driver = jobset_pod("train", "driver", 0, 0, gated=False, node=nodes["train-driver-0-0"])
+    workers = [jobset_pod("train", "workers", 0, i, global_index=1) for i in range(3)]
+    later = plan(owner_cluster([("JobSet", js)], [driver, *workers], groups=groups), NOW)
+    slots = {k: v for k, v in nodes.items() if "-slot-" in k}
+    assert sorted(releases(later).values()) == sorted(slots.values())
+
+
+def test_written_keeps_what_a_plan_recorded() -> None:
+    lws = lws_body(leader_ready=True)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)]), NOW)
+    (group,) = made_groups(first)
+    assert group.status.admission is not None
+    assert written(first, [group])[0].status.admission == group.status.admission

@@ -1,0 +1,94 @@
+"""TrainJob: the gate webhook carries the managed label and the Phalanx annotations to the JobSet Trainer
+makes (a runtime patch of Phalanx's own); that JobSet's unit names the TrainJob as its owner, is requeued by
+suspending the TrainJob and resumed through it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, owner_cluster
+
+from phalanx.controller.kinds.trainjob import PATCH_MANAGER, TrainJobKind
+from phalanx.controller.model.actions import PostEvent, ReleasePod, ResumeJob
+from phalanx.controller.plan import plan
+from phalanx.controller.watch.webhooks import Webhooks
+
+
+def trainjob(
+    name: str = "llm", *, suspend: bool = False, requeued: str = "", patches: Any = None
+) -> dict[str, Any]:
+    annotations = {"phalanx.dev/topology-key": NB}
+    if requeued:
+        annotations["phalanx.dev/requeued"] = requeued
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspend}
+    if patches is not None:
+        spec["runtimePatches"] = patches
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-tj-{name}",
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def its_jobset(trainjob_name: str = "llm", **kw: Any) -> dict[str, Any]:
+    body = jobset_body(trainjob_name, (("node", 1, 4),), annotations={"phalanx.dev/topology-key": NB}, **kw)
+    body["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "name": trainjob_name,
+            "uid": f"uid-tj-{trainjob_name}",
+            "controller": True,
+        }
+    ]
+    return body
+
+
+def test_the_gate_adds_phalanxs_runtime_patch_keeping_the_others() -> None:
+    gate = Webhooks(StaticContext()).gate_owner(TrainJobKind())
+    other = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
+    patch = kopf.Patch()
+    gate(body=kopf.Body(trainjob(patches=[other])), patch=patch)
+    patches = patch["spec"]["runtimePatches"]
+    assert patches[0] == other
+    ours = patches[1]
+    assert ours["manager"] == PATCH_MANAGER
+    metadata = ours["trainingRuntimeSpec"]["template"]["metadata"]
+    assert metadata["labels"] == {"phalanx.dev/managed": "true"}
+    assert metadata["annotations"] == {"phalanx.dev/topology-key": NB}
+    again = kopf.Patch()
+    gate(body=kopf.Body(trainjob(patches=patches)), patch=again)
+    assert not again, "already patched: nothing to add"
+
+
+def test_its_jobset_is_one_gang_that_names_the_trainjob() -> None:
+    pods = [jobset_pod("llm", "node", 0, i) for i in range(4)]
+    state = owner_cluster([("TrainJob", trainjob()), ("JobSet", its_jobset())], pods)
+    (unit,) = [u for u in state.units if u.tree is not None]
+    assert unit.owner is not None and unit.owner.kind == "TrainJob" and unit.owner.ref.name == "llm"
+    result = plan(state, NOW)
+    assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == 4
+    assert ("TrainJob", "Admitted") in {
+        (e.involved.kind, e.reason) for e in result.actions if isinstance(e, PostEvent)
+    }
+
+
+def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_gone() -> None:
+    state = owner_cluster(
+        [
+            ("TrainJob", trainjob(suspend=True, requeued="preempted by podgroup x")),
+            ("JobSet", its_jobset(suspend=True)),
+        ]
+    )
+    result = plan(state, NOW)
+    assert [(a.job.kind, a.job.name) for a in result.actions if isinstance(a, ResumeJob)] == [
+        ("TrainJob", "llm")
+    ]
