@@ -30,9 +30,9 @@ import numpy as np
 from .columns import IndexArray, IntArray, LabelColumn
 from .constraints import GroupConstraints, Refusal
 from .diagnosis import diagnose
-from .engine import _capacity, _Decision, _Signature
 from .levels import FloatArray, Levels, fewest_domains_order, level_codes, level_of, path_column
 from .model import Admit, AssumedPod, GroupRequest, PodRequest, RejectReason
+from .packing import DecisionContext, Signature, pod_capacity
 from .snapshot import Snapshot
 
 __all__ = [
@@ -230,7 +230,7 @@ class _Search:
         root: CompositeRequest,
         tree: list[_Node],
         pods: list[PodRequest],
-        ctx: _Decision,
+        ctx: DecisionContext,
         cons: GroupConstraints | None,
         max_steps: int,
     ) -> None:
@@ -247,7 +247,7 @@ class _Search:
         self.steps = 0
         self.max_steps = max_steps
         self.n = len(snapshot.node_names)
-        self.sig_of: list[_Signature] = [ctx.signatures[0]] * len(pods)
+        self.sig_of: list[Signature] = [ctx.signatures[0]] * len(pods)
         for sig in ctx.signatures:
             for p in sig.positions:
                 self.sig_of[p] = sig
@@ -279,10 +279,10 @@ class _Search:
         rows = np.maximum(self.free[:, nodes][self.ctx.score_pos], 0) * self.ctx.eligible[nodes]
         return self.ctx.scorer.floats(rows.T)
 
-    def capacity(self, sig: _Signature, nodes: IndexArray, cap: int) -> IntArray:
+    def capacity(self, sig: Signature, nodes: IndexArray, cap: int) -> IntArray:
         if sig.fits_nowhere:
             return np.zeros(nodes.size, dtype=np.int64)
-        count = _capacity(self.free[:, nodes], sig.request, cap)
+        count = pod_capacity(self.free[:, nodes], sig.request, cap)
         count *= sig.eligible[nodes]
         return count
 
@@ -583,7 +583,7 @@ def decide_composite(
         return _explain(snapshot, root, tree, pods, "Unschedulable", _too_few(tree))
     if not pods:
         return _admit(snapshot, root, tree, {0: (None, np.arange(0, dtype=np.intp))}, [])
-    ctx = _Decision(snapshot, pods)
+    ctx = DecisionContext(snapshot, pods)
     cons = GroupConstraints.of(snapshot, pods, [sig.requirements for sig in ctx.signatures])
     if isinstance(cons, Refusal):
         return _everyone(root, cons.reason, cons.message)
@@ -643,7 +643,7 @@ def _explain(
     in the search's order; a leaf that does not fit there says per domain how many pods fit and why."""
     verdicts: dict[int, str] = {}
     if pods:
-        ctx = _Decision(snapshot, pods)
+        ctx = DecisionContext(snapshot, pods)
         search = _Search(snapshot, root, tree, pods, ctx, None, 10**9)
         everywhere = np.arange(len(snapshot.node_names), dtype=np.intp)
         _greedy(search, 0, everywhere, verdicts)

@@ -73,7 +73,7 @@ def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelC
         f"{parent.values[p]}{SEPARATOR}{own.values[c]}"
         for p, c in zip((unique // width).tolist(), (unique % width).tolist(), strict=True)
     )
-    column = LabelColumn._of(values, {v: i for i, v in enumerate(values)}, codes)
+    column = LabelColumn.of_codes(values, {v: i for i, v in enumerate(values)}, codes)
     table.path_columns[key] = column
     return column
 
