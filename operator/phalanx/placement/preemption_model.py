@@ -46,11 +46,16 @@ class VictimGroup:
     - `single`: pods may be preempted one by one while the group keeps at least `min_count`
       running pods; taking more makes the whole group the victim (never half a gang).
       A basic (non-gang) group is `single` with `min_count` 1.
+    - `partial=False`: a `single` group that must not lose pods one by one (losing them could fail its
+      Job: no podFailurePolicy ignoring disruptions and no backoff budget left) is taken whole or not at
+      all, and priced whole (all its pods, one group), exactly like `all`; the caller then requeues it
+      whole. For an `all` group it changes nothing.
     """
 
     key: str
     min_count: int
     disruption: DisruptionMode = "single"
+    partial: bool = True
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -147,7 +147,8 @@ def domain_bounds(
         )
     cheapest = np.full(n_domains, np.inf)
     np.minimum.at(cheapest, pair_dom, ratio)
-    by_ratio = np.ceil(np.maximum(deficit, 0) * cheapest * (1 - 1e-12))
+    with np.errstate(invalid="ignore"):  # no deficit in a domain without a finite ratio: 0 * inf
+        by_ratio = np.ceil(np.maximum(deficit, 0) * cheapest * (1 - 1e-12))
     pods_lb = np.maximum(fewest * smallest, np.where(np.isfinite(by_ratio), by_ratio, 0).astype(np.int64))
     # Start times: at most those of the newest units' pods, filled in order.
     order = np.lexsort((-newest, pair_dom))

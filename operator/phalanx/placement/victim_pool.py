@@ -95,7 +95,9 @@ def _group_units(m: _Members, definitions: Mapping[str, VictimGroup], priority: 
     top = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(top, m.code, m.priority)
     held = np.bincount(m.code[m.out], minlength=g)  # excluded pods: the group never goes all at once
-    partial = np.array([definitions[k].disruption == "single" for k in m.keys], dtype=np.bool_)
+    partial = np.array(
+        [definitions[k].disruption == "single" and definitions[k].partial for k in m.keys], dtype=np.bool_
+    )
     min_count = np.array([max(1, definitions[k].min_count) for k in m.keys], dtype=np.int64)
     limit = np.where(partial, np.maximum(size - min_count, 0), 0)
     whole = held == 0

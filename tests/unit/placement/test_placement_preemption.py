@@ -67,8 +67,9 @@ class Cluster:
         mode: DisruptionMode = "single",
         priority: int = LOW,
         started: float = 0.0,
+        partial: bool = True,
     ) -> list[str]:
-        self.groups.append(VictimGroup(name, min_count, mode))
+        self.groups.append(VictimGroup(name, min_count, mode, partial))
         return [
             self.run({GPU: 8}, worker(w), priority=priority, started=started, job=name, pod_id=f"{name}-{i}")
             for i, w in enumerate(workers)
@@ -137,6 +138,7 @@ def check_result(
             whole.add(key)
         else:
             assert definitions[key].disruption == "single", "an `all` group is all of its pods or none"
+            assert definitions[key].partial, "a group marked partial=False is all of its pods or none"
             assert len(pods) - len(taken) >= max(1, definitions[key].min_count), "no gang left below minCount"
             partial.add(key)
     assert result.whole_groups == tuple(sorted(whole))
@@ -397,6 +399,98 @@ def test_very_many_victims_fall_back_to_the_greedy_set() -> None:
     assert result.victims == tuple(f"loose-{i:03d}" for i in range(20, 300))  # the newest
 
 
+# --- victims' failure budget: groups that may not lose pods one by one ---------------------------
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    name: str
+    partial: bool
+    min_count: int
+    wanted: int  # pods of the preemptor (8 GPUs each), no topology key
+    victims: tuple[str, ...]
+    whole: tuple[str, ...]
+    partial_groups: tuple[str, ...]
+    cost: VictimCost
+
+
+BUDGET_CASES = [
+    # A `single` gang of 4 (minCount 2) that may lose pods: 2 of its pods go, it keeps running.
+    BudgetCase(
+        "may lose pods", True, 2, 2, ("job-2", "job-3"), (), ("job",), VictimCost(LOW, 1, 2, -5_000_000)
+    ),
+    # The same gang whose Job would fail on any lost pod (backoffLimit 0): all 4 go, priced as 4 pods.
+    BudgetCase(
+        "may not",
+        False,
+        2,
+        2,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000),
+    ),
+    # One pod would do; partial=False still takes the whole group.
+    BudgetCase(
+        "one pod needed",
+        False,
+        1,
+        1,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000),
+    ),
+    # At its minCount a gang goes whole anyway: partial changes nothing.
+    BudgetCase(
+        "at min count",
+        True,
+        4,
+        1,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BUDGET_CASES, ids=lambda c: c.name)
+def test_a_group_that_may_not_lose_pods_goes_whole_and_is_priced_whole(case: BudgetCase) -> None:
+    # workers 1-4 run the gang (started 0, 0, 2, 3 s: the newest pods are the cheapest single victims),
+    # workers 5-8 run pods of the preemptor's priority (never victims).
+    c = Cluster(article_nodes())
+    c.groups.append(VictimGroup("job", case.min_count, "single", case.partial))
+    for i, started in enumerate([0.0, 1.0, 2.0, 3.0]):
+        c.run({GPU: 8}, worker(i + 1), started=started, job="job", pod_id=f"job-{i}")
+    for w in (5, 6, 7, 8):
+        c.run({GPU: 8}, worker(w), priority=HIGH, pod_id=f"peer-{w}")
+    result = c.preempt(high(case.wanted, None))
+    assert result is not None
+    assert (result.victims, result.whole_groups, result.partial_groups) == (
+        case.victims,
+        case.whole,
+        case.partial_groups,
+    )
+    assert result.cost == case.cost
+
+
+def test_a_cheaper_group_that_may_lose_pods_beats_one_that_may_not() -> None:
+    # Both gangs are `single` minCount 2 of 4 pods; "strict" (partial=False) started later, so pod by pod
+    # it would be the cheaper victim; priced whole (4 pods) it loses to 2 pods of "loose".
+    c = Cluster(article_nodes())
+    c.job("loose", [1, 2, 3, 4], min_count=2, started=0.0)
+    c.job("strict", [5, 6, 7, 8], min_count=2, started=100.0, partial=False)
+    result = c.preempt(high(2, None))
+    assert result is not None
+    assert result.partial_groups == ("loose",) and result.whole_groups == ()
+    assert result.cost.pods == 2
+    # Asked for 4 pods, the strict gang whole (1 group, 4 pods, newer) beats 2 + 2 of two groups.
+    result = c.preempt(high(4, None))
+    assert result is not None
+    assert result.whole_groups == ("strict",) and result.cost == VictimCost(LOW, 1, 4, -400_000_000)
+
+
 # --- properties against a brute-force search -----------------------------------------------------
 
 KEY = "example.com/block"
@@ -432,7 +526,12 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     candidates: list[Candidate] = []
     priorities = st.sampled_from([10, 10, 20, 20, 30, 30, PRIORITY, PRIORITY + 10])
     groups = [
-        VictimGroup(f"g{g}", draw(st.integers(1, 3)), draw(st.sampled_from(["single", "all"])))
+        VictimGroup(
+            f"g{g}",
+            draw(st.integers(1, 3)),
+            draw(st.sampled_from(["single", "all"])),
+            partial=draw(st.sampled_from([True, True, False])),
+        )
         for g in range(draw(st.integers(0, 4)))
     ]
     group_priority = {g.key: draw(priorities) for g in groups}
@@ -517,7 +616,7 @@ def brute_force(sc: Scenario) -> Answer | None:
         allowed: list[tuple[str, ...]] = [()]
         if len(takeable) == len(pod_ids):
             allowed.append(tuple(pod_ids))
-        if definitions[key].disruption == "single":
+        if definitions[key].disruption == "single" and definitions[key].partial:
             limit = len(pod_ids) - definitions[key].min_count
             for size in range(1, min(limit, len(takeable)) + 1):
                 allowed.extend(itertools.combinations(takeable, size))
