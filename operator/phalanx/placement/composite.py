@@ -252,7 +252,7 @@ class _Search:
             for p in sig.positions:
                 self.sig_of[p] = sig
         self.columns: dict[int, LabelColumn | None] = {}
-        self.lower: dict[int, list[IndexArray] | None] = {}
+        self.lower: dict[int, list[IndexArray]] = {}
         self.everywhere = np.arange(self.n, dtype=np.intp)
         self.sizes = {id(sig): ctx.size(sig) for sig in ctx.signatures}
         self.order: list[int] = []
@@ -370,17 +370,16 @@ class _Search:
 
     # --- packing a leaf ---------------------------------------------------------------------
 
-    def lower_of(self, t: _Node) -> list[IndexArray] | None:
+    def lower_of(self, t: _Node) -> list[IndexArray]:
+        """Path codes of the levels below t's (none without levels: the nodes are the only lower level)."""
         if t.index not in self.lower:
-            self.lower[t.index] = level_codes(self.snapshot, self.levels, t.level) if self.levels else None
+            self.lower[t.index] = level_codes(self.snapshot, self.levels, t.level) if self.levels else []
         return self.lower[t.index]
 
     def fill_order(self, t: _Node, nodes: IndexArray, positions: list[int], need: int) -> IndexArray:
+        """decide's order (by what the tree left free): the fewest lower domains, the fewest nodes."""
         nodes = nodes[self.ctx.eligible[nodes]]
         lower = self.lower_of(t)
-        if lower is None:
-            # decide's order without levels: fullest first (by what the tree left free), then name.
-            return nodes[np.lexsort((nodes, self.node_free(nodes)))]
         capacity = np.zeros(self.n, dtype=np.int64)
         sigs = {id(self.sig_of[p]): self.sig_of[p] for p in positions}
         for sig in sigs.values():

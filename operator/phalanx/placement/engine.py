@@ -144,7 +144,7 @@ def _decide_homogeneous(
 def _pack_mixed(
     ctx: DecisionContext, pl: _Placements, d: int, order: list[Signature], domain_free: IntArray
 ) -> _Outcome:
-    """First-fit decreasing: bigger pods first, each on the first node (fullest first) with room.
+    """First-fit decreasing: bigger pods first, each on the first node in the fill order with room.
 
     Greedy, not optimal: a different order could sometimes place more pods. Pods with the same
     requirements are consecutive, and first fit for identical pods is a prefix fill, so each
@@ -212,7 +212,7 @@ def _pack_constrained(
     sig_of: list[Signature],
     domain_free: IntArray,
 ) -> _Outcome:
-    """One pod at a time, biggest first, each on the first node (fullest first) where it passes every
+    """One pod at a time, biggest first, each on the first node in the fill order where it passes every
     filter given the pods of the group placed before it (see constraints.py)."""
     nodes = pl.nodes(d)
     nodes = ctx.fill_order(nodes[ctx.eligible[nodes]], None, len(order))
@@ -333,8 +333,9 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
        every pending pod that fits is placed, not only minCount of them.
     4. Among feasible placements: most pods placed, then least normalised free capacity left
        (best fit), then smallest domain name.
-    5. Inside it, fullest nodes first; with levels, Kueue's BestFit: the fewest domains of each lower
-       level, then the fewest nodes, the last one the tightest fit (levels.py).
+    5. Inside it, Kueue's BestFit with the node as the lowest level always: with levels the fewest
+       domains of each lower level, and with or without levels the fewest nodes, the last one the
+       tightest fit (levels.py); ties: the fullest node, then the name.
     6. `mode: preferred`: if no domain of the key is feasible, the next wider level is tried (one
        domain of it, the fewest domains of the finer levels inside), and so on up to all nodes;
        `Admit.level` then names the level used ("" for all nodes).
@@ -371,7 +372,7 @@ def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels:
         return pl
     if pending == 0:
         return Admit(domain=pl.names[0], assignments=())
-    lower = None
+    lower: list[IndexArray] = []
     if levels:
         depth = level_of(levels, key)
         lower = level_codes(snapshot, levels, -1 if depth is None else depth)

@@ -108,11 +108,14 @@ def fewest_domains_order(
     need: int,
     lower: Sequence[IndexArray],
     free: FloatArray,
+    rank: IntArray | None = None,
 ) -> IndexArray:
     """`nodes` in the order a prefix fill of `need` pods should use them (Kueue's BestFit descent).
 
     `capacity[i]`: pods node i takes; `lower`: path codes per node of each level below the domain,
-    coarse -> fine; `free[i]`: node i's normalised free capacity (less is fuller). At each lower level the
+    coarse -> fine; `free[i]`: node i's normalised free capacity (less is fuller); `rank[i]`: node i's
+    place in the exact order of (free, name) when known, which then breaks ties between nodes instead of
+    the floats of `free` (a domain's free capacity is the float sum of its nodes'). At each lower level the
     fewest domains are chosen (`_choose`), each filled recursively with what it takes; at the node level
     the fewest nodes, the last the tightest; ties go to the fullest, then the smallest name (index).
     Nodes and domains not needed follow, biggest first, so a fill that needs more (mixed pods) spills
@@ -121,12 +124,14 @@ def fewest_domains_order(
     if nodes.size == 0:
         return nodes
     if not lower:
+        if rank is not None:  # exact: rank orders by free capacity, then name
+            return nodes[_choose(capacity[nodes], rank[nodes].astype(np.float64), rank[nodes], need)]
         picked = _choose(capacity[nodes], free[nodes], nodes.astype(np.int64), need)
         return nodes[picked]
     codes = lower[0][nodes]
     groups, inverse = np.unique(codes, return_inverse=True)
     if groups.size == nodes.size and groups[0] >= 0:
-        return fewest_domains_order(nodes, capacity, need, lower[1:], free)  # one node per domain (hostname)
+        return fewest_domains_order(nodes, capacity, need, lower[1:], free, rank)  # one node per domain
     inverse = inverse.reshape(-1)
     cap = np.bincount(inverse, weights=capacity[nodes], minlength=groups.size).astype(np.int64)
     group_free: FloatArray = np.bincount(inverse, weights=free[nodes], minlength=groups.size).astype(
@@ -144,10 +149,11 @@ def fewest_domains_order(
             position = np.empty(groups.size, dtype=np.intp)
             position[chosen] = np.arange(groups.size, dtype=np.intp)
             rest = nodes[position[inverse] >= used]
-            keys = (rest, free[rest], -capacity[rest], position[inverse][position[inverse] >= used])
+            ties = (rank[rest],) if rank is not None else (rest, free[rest])
+            keys = (*ties, -capacity[rest], position[inverse][position[inverse] >= used])
             parts.append(rest[np.lexsort(keys)])
             break
         members = nodes[inverse == g]
-        parts.append(fewest_domains_order(members, capacity, take, lower[1:], free))
+        parts.append(fewest_domains_order(members, capacity, take, lower[1:], free, rank))
         left -= take
     return np.concatenate(parts).astype(np.intp)

@@ -51,11 +51,11 @@ class DecisionContext:
     """State of one decide() call: the columns it needs and the per-signature data."""
 
     def __init__(
-        self, snapshot: Snapshot, pending: Sequence[PodRequest], lower: list[IndexArray] | None = None
+        self, snapshot: Snapshot, pending: Sequence[PodRequest], lower: Sequence[IndexArray] = ()
     ) -> None:
         self.snapshot = snapshot
         self.lower = lower
-        """Path codes of the levels below the placements' level (None: no levels, fullest nodes first)."""
+        """Path codes of the levels below the placements' level (empty without levels: the nodes alone)."""
         by_requirements: dict[PodRequirements, list[int]] = {}
         for i, pod in enumerate(pending):
             by_requirements.setdefault(pod.requirements, []).append(i)
@@ -121,20 +121,18 @@ class DecisionContext:
     def size(self, sig: Signature) -> Fraction:
         return self.scorer.fraction(sig.request[self.score_pos])
 
-    def node_order(self, nodes: IndexArray) -> IndexArray:
-        """Fullest first: normalised free capacity ascending, then name (= node index)."""
-        return nodes[self.scorer.order(self.score_free[:, nodes].T, nodes)]
-
     def fill_order(self, nodes: IndexArray, capacity: IntArray | None, need: int) -> IndexArray:
-        """The order to fill a domain's nodes: fullest first without levels; with levels the BestFit descent
-        (fewest lower-level domains, fewest nodes, tightest fit) for `need` pods of per-node `capacity`
-        (the sum over signatures for mixed pods: an upper bound)."""
-        if self.lower is None:
-            return self.node_order(nodes)
+        """The order to fill a domain's nodes for `need` pods of per-node `capacity` (None: the sum over
+        signatures, an upper bound for mixed pods): the BestFit descent of levels.py, the node being the
+        lowest level always — the fewest domains of each lower level (with levels), then the fewest nodes,
+        the last one the tightest; ties by least normalised free capacity (exact), then name."""
         if capacity is None:
             capacity = self.capacity(self.signatures[0])
             for sig in self.signatures[1:]:
                 capacity = capacity + self.capacity(sig)
-        free = np.zeros(self.free.shape[1], dtype=np.float64)
+        n = self.free.shape[1]
+        free = np.zeros(n, dtype=np.float64)
         free[nodes] = self.scorer.floats(self.score_free[:, nodes].T)
-        return fewest_domains_order(nodes, capacity, need, self.lower, free)
+        rank = np.zeros(n, dtype=np.int64)
+        rank[nodes[self.scorer.order(self.score_free[:, nodes].T, nodes)]] = np.arange(nodes.size)
+        return fewest_domains_order(nodes, capacity, need, self.lower, free, rank)
