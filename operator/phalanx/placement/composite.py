@@ -47,6 +47,7 @@ __all__ = [
     "composite_usage",
     "decide_composite",
     "leaves",
+    "tree_need",
 ]
 
 MAX_DEPTH: Final = 4
@@ -567,6 +568,16 @@ class _Search:
                     self.pack(t, nodes, len(t.positions), counted=False)
                     break
                 self.undo(mark)
+
+
+def tree_need(snapshot: Snapshot, root: CompositeRequest) -> int | None:
+    """The fewest pods the tree must place to meet every min count (its bound pods not counted), or None
+    for a tree that is invalid or can never be placed (too few pods)."""
+    try:
+        tree, _ = _flatten(snapshot, root)
+    except _InvalidError:
+        return None
+    return tree[0].need if tree[0].need >= 0 else None
 
 
 def decide_composite(

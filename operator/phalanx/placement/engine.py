@@ -10,14 +10,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import messages
+from .auto import AutoChoice, choose_auto
 from .columns import IndexArray, IntArray
 from .constraints import REASON_RESOURCES, GroupConstraints, Refusal
-from .levels import Levels, effective_levels, level_codes, level_of, path_column
+from .levels import Levels, effective_levels, level_codes, level_of, path_column, wider_levels
 from .model import Admit, AssumedPod, Decision, GroupRequest, Reject
 from .packing import DecisionContext, Signature, pod_capacity
 from .snapshot import Snapshot
 
-__all__ = ["admitted_usage", "decide"]
+__all__ = ["admitted_usage", "auto_choice", "decide", "resolve_mode"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,12 +340,19 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     6. `mode: preferred`: if no domain of the key is feasible, the next wider level is tried (one
        domain of it, the fewest domains of the finer levels inside), and so on up to all nodes;
        `Admit.level` then names the level used ("" for all nodes).
+    7. `mode: auto`: `required` at the narrowest of those levels where the gang can ever fit one domain
+       (the cluster's nodes empty: auto.py); `Admit.level` / `Reject.level` name a wider level used and
+       `mode_note` says which applied and why.
     """
+    if group.mode == "auto" and group.topology_key is not None:
+        choice = auto_choice(snapshot, group)
+        chosen = _decide_required(snapshot, choice.group(group))
+        return replace(chosen, level=choice.level, mode_note=choice.note)
     levels = effective_levels(group.levels, group.topology_key)
     if group.mode != "preferred" or group.topology_key is None:
         return _decide_at(snapshot, group, group.topology_key, levels)
     decision: Decision = Reject("", 0, 0, 0, 0, "Unschedulable")
-    for key, at_levels in _wider(group.topology_key, levels):
+    for key, at_levels in wider_levels(group.topology_key, levels):
         decision = _decide_at(snapshot, group, key, at_levels)
         if isinstance(decision, Admit):
             return decision if key == group.topology_key else replace(decision, level=key or "")
@@ -353,13 +361,22 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     return decision
 
 
-def _wider(key: str, levels: Levels) -> list[tuple[str | None, Levels]]:
-    """The levels a preferred group tries, narrowest first: its key, each wider level, then all nodes.
-    Without levels the key alone is a level (all nodes: fewest domains of the key)."""
-    depth = level_of(levels, key)
-    if depth is None:
-        return [(key, ()), (None, (key,))]
-    return [*((levels[d], levels) for d in range(depth, -1, -1)), (None, levels)]
+def auto_choice(snapshot: Snapshot, group: GroupRequest) -> AutoChoice:
+    """Where an `auto` group is decided, as `required` (auto.py): its key when the gang can ever fit one
+    domain of it on this cluster's nodes, else the narrowest wider level that can, else all nodes."""
+    return choose_auto(snapshot, group, _decide_at)
+
+
+def resolve_mode(snapshot: Snapshot, group: GroupRequest) -> GroupRequest:
+    """An `auto` group as the `required` group it is decided as (same placement, without `mode_note`);
+    any other group unchanged. For what works on required groups only (the victim search, diagnosis)."""
+    if group.mode == "auto" and group.topology_key is not None:
+        return auto_choice(snapshot, group).group(group)
+    return group
+
+
+def _decide_required(snapshot: Snapshot, group: GroupRequest) -> Decision:
+    return _decide_at(snapshot, group, group.topology_key, effective_levels(group.levels, group.topology_key))
 
 
 def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels: Levels) -> Decision:

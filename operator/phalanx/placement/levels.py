@@ -21,7 +21,15 @@ import numpy.typing as npt
 from .columns import IndexArray, IntArray, LabelColumn
 from .snapshot import Snapshot
 
-__all__ = ["SEPARATOR", "Levels", "effective_levels", "fewest_domains_order", "level_of", "path_column"]
+__all__ = [
+    "SEPARATOR",
+    "Levels",
+    "effective_levels",
+    "fewest_domains_order",
+    "level_of",
+    "path_column",
+    "wider_levels",
+]
 
 Levels = tuple[str, ...]
 SEPARATOR: Final = "/"
@@ -45,6 +53,16 @@ def effective_levels(levels: Sequence[str], key: str | None) -> Levels:
     if not levels or (key is not None and key not in levels):
         return ()
     return tuple(levels)
+
+
+def wider_levels(key: str, levels: Levels) -> list[tuple[str | None, Levels]]:
+    """The rungs a `preferred` or `auto` group can be placed at, narrowest first: (key, levels) of its key,
+    of each wider level, then of all nodes (None). Without levels the key alone is a level: the key, then
+    all nodes with the fewest domains of the key."""
+    depth = level_of(levels, key)
+    if depth is None:
+        return [(key, ()), (None, (key,))]
+    return [*((levels[d], levels) for d in range(depth, -1, -1)), (None, levels)]
 
 
 def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelColumn:

@@ -11,11 +11,17 @@ returns the cheapest `Preemption`, or None. The rules (docs/design.md, "Preempti
   one while it keeps minCount running pods, else all of them (a gang is never left below minCount
   holding nodes); an unmanaged pod.
 - Cost, compared in order (`VictimCost`): the highest victim priority; the number of victim groups
-  (an unmanaged pod is one); the number of victim pods; the sum of the victims' start times, larger
-  (more recent: less run time lost) is cheaper; then the domain name and the sorted victim ids.
-- Every domain of the group's topology key is searched (the pinned one if pods of the group run);
-  the cheapest victim set over all domains wins. The admission returned is `decide` on the snapshot
-  without the victims.
+  (an unmanaged pod is one); the number of victim pods; how scattered the victims are below the
+  domain (per lower level, then nodes: the fewest domains holding one; removing victims that complete
+  one rack beats leaving holes in several); the sum of the victims' start times, larger (more recent:
+  less run time lost) is cheaper; then the domain name and the sorted victim ids.
+- Every domain of the group's topology key is searched (the pinned one if pods of the group run),
+  counting what its candidates would free (a topology-required gang preempts inside a fully packed
+  domain); with levels the domains are paths, as `decide` has them. The cheapest victim set over all
+  domains wins. The admission returned is `decide` on the snapshot without the victims. An `auto`
+  group searches at the level it is decided at; a `preferred` group for one domain of its key.
+- `choose_composite_victims` does the same for a composite group's tree (its leaves each in one domain
+  of their key, all in one domain of the root's), with `decide_composite` as the check.
 
 How. A per-node capacity model mirrors `decide` (same free capacity, eligibility and request
 clipping) and is updated in O(resources) per pod taken or given back. For each priority level,
@@ -41,22 +47,37 @@ how groups with several pod shapes are searched.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from typing import Final
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
-from .engine import decide
+from .composite import CompositeAdmit, CompositeRequest, decide_composite, leaves, tree_need
+from .engine import decide, resolve_mode
 from .model import Admit, GroupRequest
-from .preemption_model import Candidate, Preemption, VictimCost, VictimGroup
+from .preemption_model import Candidate, CompositePreemption, Preemption, VictimCost, VictimGroup
 from .snapshot import Snapshot
 from .victim_domains import VictimDomains, domain_bounds, priority_levels
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool
-from .victim_search import BestSet, DomainSearch, SearchRun
+from .victim_search import BestSet, DomainSearch, SearchContext, SearchRun
 
-__all__ = ["DEFAULT_MAX_STEPS", "choose_victims"]
+__all__ = ["DEFAULT_MAX_STEPS", "choose_composite_victims", "choose_victims"]
+
+_R = TypeVar("_R")
 
 DEFAULT_MAX_STEPS: Final = 20_000
 """Search steps (a candidate tried) before the search returns the cheapest set found so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The victim candidates of one call, as the caller passed them."""
+
+    priority: int
+    candidates: Iterable[Candidate]
+    groups: Iterable[VictimGroup]
+    excluded_pods: Collection[str]
+    excluded_groups: Collection[str]
 
 
 def choose_victims(
@@ -81,67 +102,135 @@ def choose_victims(
     first = decide(snapshot, group)
     if isinstance(first, Admit) or first.reason != "Unschedulable" or first.placements_total == 0:
         return None
-    fit = PreemptorFit(snapshot, group)
+    required = resolve_mode(snapshot, group)
+
+    def admits(ids: frozenset[str]) -> bool:
+        return isinstance(decide(snapshot.without(ids), required), Admit)
+
+    def result(best: BestSet, exact: bool) -> Preemption | None:
+        decision = decide(snapshot.without(best.ids), group)
+        if not isinstance(decision, Admit):
+            return None
+        cost, whole, partial = _priced(best)
+        return Preemption(decision.domain, best.ids, whole, partial, decision, cost, exact)
+
+    fit = PreemptorFit(snapshot, required)
+    domains = VictimDomains(snapshot, required.topology_key, required.levels, required.bound_nodes)
+    cands = _Candidates(priority, candidates, groups, excluded_pods, excluded_groups)
+    return _search(snapshot, fit, domains, cands, admits, result, max_steps, trust=len(fit.signatures) == 1)
+
+
+def choose_composite_victims(
+    snapshot: Snapshot,
+    root: CompositeRequest,
+    priority: int,
+    candidates: Iterable[Candidate],
+    groups: Iterable[VictimGroup] = (),
+    *,
+    excluded_pods: Collection[str] = frozenset(),
+    excluded_groups: Collection[str] = frozenset(),
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> CompositePreemption | None:
+    """The cheapest victims whose removal lets the whole tree of `root` (of `priority`) be admitted, or None.
+
+    The same victim model, rules and cost as `choose_victims` (arguments alike), for a tree's need: every
+    leaf in one domain of its key, all of the tree in one domain of the root's key (the domains searched;
+    paths with the root's levels), the min counts of every composite met. The per-node model counts the
+    tree's pods together against the pods it must place at least (a bound, never refusing what fits), and
+    every candidate set is checked with `decide_composite`. None when the tree fits without preemption,
+    when it is refused for another reason than room (invalid, unsupported, too few pods), or when no
+    choice of victims makes it fit.
+    """
+    first = decide_composite(snapshot, root)
+    need = tree_need(snapshot, root)
+    if isinstance(first, CompositeAdmit) or first.reason != "Unschedulable" or need is None:
+        return None
+    tree = leaves(root)
+    flat = GroupRequest(
+        root.name,
+        tuple(pod for leaf in tree for pod in leaf.pending),
+        need + sum(len(leaf.bound_nodes) for leaf in tree),
+        root.topology_key,
+        tuple(node for leaf in tree for node in leaf.bound_nodes),
+        root.levels,
+    )
+
+    def admits(ids: frozenset[str]) -> bool:
+        return isinstance(decide_composite(snapshot.without(ids), root), CompositeAdmit)
+
+    def result(best: BestSet, exact: bool) -> CompositePreemption | None:
+        decision = decide_composite(snapshot.without(best.ids), root)
+        if not isinstance(decision, CompositeAdmit):
+            return None
+        cost, whole, partial = _priced(best)
+        return CompositePreemption(
+            decision.domain(root.name), best.ids, whole, partial, decision, cost, exact
+        )
+
+    fit = PreemptorFit(snapshot, flat)
+    domains = VictimDomains(snapshot, flat.topology_key, flat.levels, flat.bound_nodes)
+    cands = _Candidates(priority, candidates, groups, excluded_pods, excluded_groups)
+    return _search(snapshot, fit, domains, cands, admits, result, max_steps, trust=False)
+
+
+def _search(
+    snapshot: Snapshot,
+    fit: PreemptorFit,
+    domains: VictimDomains,
+    cands: _Candidates,
+    admits: Callable[[frozenset[str]], bool],
+    result: Callable[[BestSet, bool], _R | None],
+    max_steps: int,
+    *,
+    trust: bool,
+) -> _R | None:
+    """Priority levels lowest first; in each, the domains cheapest bound first (module docstring)."""
     if fit.need <= 0 or not fit.eligible_any.any():
         return None
-    pool = VictimPool(snapshot, fit, priority, candidates, groups, excluded_pods, excluded_groups)
+    pool = VictimPool(
+        snapshot,
+        fit,
+        cands.priority,
+        cands.candidates,
+        cands.groups,
+        cands.excluded_pods,
+        cands.excluded_groups,
+    )
     if not pool.ids:
         return None
-    domains = VictimDomains(snapshot, group)
     base_totals = [domains.sums(b) for b in fit.base]
     pods_by_domain = domains.of_node[pool.node]
-
     run = SearchRun(max_steps)
+    ctx = SearchContext(run, fit, pool, domains.lower, admits)
     for _, level in priority_levels(fit, domains, pool):
         bounds = domain_bounds(fit, domains, pool, level, base_totals)
         if not bounds:
             continue
         # Trust the per-node model when it is decide's own rule (one pod shape); should decide
         # refuse the set it found, search again with decide as the capacity check.
-        for trusted in (True, False) if len(fit.signatures) == 1 else (False,):
+        for trusted in (True, False) if trust else (False,):
             run.best = None
             for bound, d in bounds:
                 if bound > run.key():
                     break  # this domain and all after it are dearer than the best set
                 pods = level.pods[pods_by_domain[level.pods] == d]
-                search = DomainSearch(
-                    run,
-                    snapshot,
-                    group,
-                    fit,
-                    pool,
-                    level,
-                    d,
-                    [int(t[d]) for t in base_totals],
-                    [int(t[d]) for t in level.totals],
-                    pods,
-                    trusted,
-                )
+                totals = ([int(t[d]) for t in base_totals], [int(t[d]) for t in level.totals])
+                search = DomainSearch(ctx, level, d, *totals, pods, trusted)
                 search.greedy()
                 if not run.exhausted:
                     search.search()
             if run.best is None:
                 break  # no victims at this level: try the next one
-            preemption = _result(snapshot, group, run.best, not (run.exhausted or run.truncated))
-            if preemption is not None:
-                return preemption
+            found = result(run.best, not (run.exhausted or run.truncated))
+            if found is not None:
+                return found
     return None
 
 
-def _result(snapshot: Snapshot, group: GroupRequest, best: BestSet, exact: bool) -> Preemption | None:
-    decision = decide(snapshot.without(best.ids), group)
-    if not isinstance(decision, Admit):
-        return None
-    whole = sorted(c.unit.unit.key for c in best.chosen if c.whole and c.unit.unit.managed)
-    partial = sorted(c.unit.unit.key for c in best.chosen if not c.whole)
+def _priced(best: BestSet) -> tuple[VictimCost, tuple[str, ...], tuple[str, ...]]:
+    """The cost of the best set, and its whole and partial victim groups (sorted keys)."""
+    whole = tuple(sorted(c.unit.unit.key for c in best.chosen if c.whole and c.unit.unit.managed))
+    partial = tuple(sorted(c.unit.unit.key for c in best.chosen if not c.whole))
     top = max(c.unit.unit.priority for c in best.chosen)
-    groups, pods, newest, _ = best.key
-    return Preemption(
-        domain=decision.domain,
-        victims=best.ids,
-        whole_groups=tuple(whole),
-        partial_groups=tuple(partial),
-        admit=decision,
-        cost=VictimCost(top, groups, pods, newest),
-        exact=exact,
-    )
+    groups, pods, *spread, newest, _ = best.key
+    return VictimCost(top, groups, pods, newest, tuple(spread)), whole, partial

@@ -5,10 +5,12 @@ All frozen. Pod ids and group keys are opaque strings (the controller uses "name
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from .composite import CompositeAdmit
 from .model import Admit
 
 DisruptionMode: TypeAlias = Literal["single", "all"]
@@ -58,21 +60,39 @@ class VictimGroup:
     partial: bool = True
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True, slots=True)
 class VictimCost:
-    """The cost of a victim set, compared field by field (smaller is cheaper).
+    """The cost of a victim set, compared in this order (smaller is cheaper):
 
     - `priority`: the highest priority among the victims;
     - `groups`: victim groups, whole or partial; a pod Phalanx does not manage counts as a group;
     - `pods`: victim pods (every pod of a whole group, also those outside the domain);
+    - `spread`: how scattered the room they free is — per level below the preemptor's domain, coarse to
+      fine, ending with the nodes (the lowest level always), how many domains hold a victim that sits in
+      the domain on a node some pod of the preemptor may use; so of sets alike so far, the one whose
+      removal completes one rack (one node) beats one that leaves holes in several;
     - `newest`: minus the sum of the victims' start times in microseconds, so that, with the same
       number of pods, the victims that started most recently (the least run time lost) are cheaper.
+
+    `spread` is last in the constructor (older callers build costs without it) but compared before
+    `newest`.
     """
 
     priority: int
     groups: int
     pods: int
     newest: int
+    spread: tuple[int, ...] = ()
+
+    def key(self) -> tuple[int, int, int, tuple[int, ...], int]:
+        """The order costs compare in."""
+        return (self.priority, self.groups, self.pods, self.spread, self.newest)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, VictimCost):
+            return NotImplemented
+        return self.key() < other.key()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +113,19 @@ class Preemption:
     exact: bool
     """True when the search proved this victim set the cheapest; False when it stopped at its step
     budget and returned the cheapest set found so far (still a valid preemption)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompositePreemption:
+    """Victims whose removal lets a composite group's whole tree be admitted (`choose_composite_victims`)."""
+
+    domain: str | None
+    """The root's domain in `admit` (None without a key on the root)."""
+    victims: tuple[str, ...]
+    """Pod ids to preempt, sorted."""
+    whole_groups: tuple[str, ...]
+    partial_groups: tuple[str, ...]
+    admit: CompositeAdmit
+    """`decide_composite(snapshot.without(victims), root)`."""
+    cost: VictimCost
+    exact: bool

@@ -458,6 +458,19 @@ class Snapshot:
             assumed_special=self._assumed_special,
         )
 
+    def empty(self) -> Snapshot:
+        """The same nodes with no pod on them (what the cluster offers at all, not today's free room); the
+        claims and CSI view are kept (a pod's own volumes restrict its nodes whatever runs)."""
+        return Snapshot(
+            self._s,
+            np.zeros_like(self._used),
+            {},
+            frozenset(),
+            special={},
+            claims=self._claims,
+            csi=self._csi,
+        )
+
     # --- other pods, volumes ----------------------------------------------------------------
 
     def _present(self, pods: Iterable[BoundPod], *, assumed: bool = False) -> Iterator[tuple[int, BoundPod]]:

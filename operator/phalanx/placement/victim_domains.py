@@ -9,29 +9,40 @@ the search stops at the first one dearer than the best set found.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .columns import BoolArray, IndexArray, IntArray
-from .model import GroupRequest
+from .levels import effective_levels, level_codes, level_of, path_column
 from .snapshot import Snapshot
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool
 
 __all__ = ["DomainBound", "PriorityLevel", "VictimDomains", "domain_bounds", "priority_levels"]
 
-DomainBound = tuple[tuple[int, int, int, int], int]
-"""(lower bound of the cheapest key in the domain, domain)."""
+DomainBound = tuple[tuple[int, ...], int]
+"""(lower bound of the cheapest search key in the domain, domain)."""
 
 
 class VictimDomains:
-    """The group's candidate domains: names, the domain of every node, per-domain sums."""
+    """The preemptor's candidate domains: names, the domain of every node, per-domain sums, and the domains
+    of every lower level (for `VictimCost.spread`).
 
-    def __init__(self, snapshot: Snapshot, group: GroupRequest) -> None:
+    With `levels` that list the key, domains are paths (b1/r1 != b2/r1), as `decide` has them; the lower
+    levels are those below the key, then the nodes themselves (a hostname level and the nodes count
+    alike).
+    """
+
+    def __init__(
+        self, snapshot: Snapshot, key: str | None, levels: Sequence[str], bound_nodes: Sequence[str]
+    ) -> None:
         n = len(snapshot.node_names)
-        key = group.topology_key
+        levels = effective_levels(levels, key)
+        depth = level_of(levels, key)
+        below = [] if not levels else level_codes(snapshot, levels, -1 if depth is None else depth)
+        self.lower: list[IndexArray] = [*below, np.arange(n, dtype=np.intp)]
         self._order: IndexArray | None = None
         self._starts: IndexArray | None = None
         if key is None:
@@ -39,20 +50,24 @@ class VictimDomains:
             self.of_node: IndexArray = np.zeros(n, dtype=np.intp)
             self.allowed: BoolArray = np.ones(1, dtype=np.bool_)
             return
-        groups = snapshot.domain_groups(key)
+        column = snapshot.column(key) if depth is None else path_column(snapshot, levels, depth)
+        groups = column.groups()
         self.names = groups.names
         self.of_node = groups.codes
         self._order = groups.order
         self._starts = groups.starts
         self.allowed = np.ones(len(groups.names), dtype=np.bool_)
-        if group.bound_nodes:
+        if bound_nodes:
             # decide() rejected as Unschedulable, so the bound pods pin one valid domain.
-            index = snapshot.node_index(group.bound_nodes[0])
+            index = snapshot.node_index(bound_nodes[0])
             assert index is not None
             self.allowed[:] = False
             self.allowed[groups.codes[index]] = True
 
     def sums(self, per_node: IntArray) -> IntArray:
+        """Per-domain sums of a per-node array."""
+        if not len(self.names):
+            return np.zeros(0, dtype=np.int64)
         if self._order is None or self._starts is None:
             return np.array([int(per_node.sum())], dtype=np.int64)
         result: IntArray = np.add.reduceat(per_node[self._order], self._starts)
@@ -150,7 +165,21 @@ def domain_bounds(
     with np.errstate(invalid="ignore"):  # no deficit in a domain without a finite ratio: 0 * inf
         by_ratio = np.ceil(np.maximum(deficit, 0) * cheapest * (1 - 1e-12))
     pods_lb = np.maximum(fewest * smallest, np.where(np.isfinite(by_ratio), by_ratio, 0).astype(np.int64))
-    # Start times: at most those of the newest units' pods, filled in order.
+    starts_ub = _starts_bound(pair_dom, most, newest, pods_lb, n_domains)
+    # Every set has a victim in the domain, so at least one domain of each lower level.
+    spread = (1,) * len(domains.lower)
+    out = []
+    for d in np.flatnonzero(feasible).tolist():
+        out.append(((int(fewest[d]), int(pods_lb[d]), *spread, -int(starts_ub[d]), d), d))
+    out.sort()
+    return out
+
+
+def _starts_bound(
+    pair_dom: IntArray, most: IntArray, newest: IntArray, pods_lb: IntArray, n_domains: int
+) -> IntArray:
+    """Per domain, an upper bound of the victims' start times: the newest units' pods filled in order up to
+    the fewest victim pods (`pods_lb`); per (unit, domain) pair its domain, most pods, newest start."""
     order = np.lexsort((-newest, pair_dom))
     cum_pods = np.cumsum(most[order])
     cum_starts = np.cumsum(most[order] * newest[order])
@@ -163,8 +192,4 @@ def domain_bounds(
     full_pods = np.where(k > first, cum_pods[np.maximum(k - 1, 0)], pods_before)
     full_starts = np.where(k > first, cum_starts[np.maximum(k - 1, 0)], starts_before)
     starts_ub = full_starts - starts_before + np.maximum(target - full_pods, 0) * newest[order][k]
-    out = []
-    for d in np.flatnonzero(feasible).tolist():
-        out.append(((int(fewest[d]), int(pods_lb[d]), -int(starts_ub[d]), d), d))
-    out.sort()
-    return out
+    return starts_ub

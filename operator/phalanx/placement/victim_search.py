@@ -9,16 +9,13 @@ compared by `SearchKey`.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from .columns import IndexArray
-from .engine import decide
-from .model import Admit, GroupRequest
-from .snapshot import Snapshot
 from .victim_domains import PriorityLevel
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool, VictimUnit
@@ -29,6 +26,7 @@ __all__ = [
     "BestSet",
     "Chosen",
     "DomainSearch",
+    "SearchContext",
     "SearchKey",
     "SearchRun",
     "victim_ids",
@@ -41,11 +39,12 @@ MAX_DEPTH: Final = 250
 """The branch and bound recurses once per unit or single pod taken (two frames each); deeper branches
 are not explored, and the result is then not exact."""
 
-_NEVER: Final = (1 << 62, 0, 0, 0)
+_NEVER: Final = (1 << 62,)
 
 
-SearchKey = tuple[int, int, int, int]
-"""(groups, pods, -start total, domain rank): the order victim sets are compared in."""
+SearchKey = tuple[int, ...]
+"""(groups, pods, *spread, -start total, domain rank): the order victim sets are compared in (the
+priority is the level being searched)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -113,6 +112,19 @@ class SearchRun:
         return _NEVER if self.best is None else self.best.key
 
 
+@dataclass(slots=True)
+class SearchContext:
+    """What the domain searches of one call share."""
+
+    run: SearchRun
+    fit: PreemptorFit
+    pool: VictimPool
+    lower: list[IndexArray]
+    """Per level below the domains (nodes last): the domain code of every node (VictimCost.spread)."""
+    oracle: Callable[[frozenset[str]], bool]
+    """Whether the preemptor is admitted with these pods gone (`decide`, or `decide_composite`)."""
+
+
 class _Layer:
     """Freed capacity per tracked node and the resulting counts per signature."""
 
@@ -129,11 +141,7 @@ class DomainSearch:
 
     def __init__(
         self,
-        run: SearchRun,
-        snapshot: Snapshot,
-        group: GroupRequest,
-        fit: PreemptorFit,
-        pool: VictimPool,
+        ctx: SearchContext,
         level: PriorityLevel,
         domain: int,
         base_totals: list[int],
@@ -141,10 +149,10 @@ class DomainSearch:
         pods: IndexArray,
         trusted: bool,
     ) -> None:
-        self.run = run
-        self.snapshot = snapshot
-        self.group = group
-        self.fit = fit
+        self.run = ctx.run
+        self.oracle = ctx.oracle
+        self.fit = fit = ctx.fit
+        pool = ctx.pool
         self.rank = domain
         self.need = fit.need
         self.trusted = trusted
@@ -164,6 +172,10 @@ class DomainSearch:
             level.freed[:, nodes].T.tolist(), [c[nodes].tolist() for c in level.counts], list(max_totals)
         )
         gain: list[int] = level.gain[nodes].tolist()
+        # Per lower level (nodes last): the domain of each tracked node, and victims taken per domain.
+        self.slot_codes: list[list[int]] = [codes[nodes].tolist() for codes in ctx.lower]
+        self.spread_count: list[dict[int, int]] = [{} for _ in ctx.lower]
+        self.spread: list[int] = [0] * len(ctx.lower)
 
         by_unit = _domain_pods(pool, pods, slot_of.reshape(-1))
         self.units = [_domain_unit(pool.unit_record(u), dpods, gain) for u, dpods in by_unit.items()]
@@ -233,13 +245,20 @@ class DomainSearch:
         known = self.oracle_memo.get(ids)
         if known is None:
             self.run.tick(ORACLE_STEPS)
-            known = isinstance(decide(self.snapshot.without(ids), self.group), Admit)
+            known = self.oracle(ids)
             self.oracle_memo[ids] = known
         return known
 
     def _take(self, dp: _DPod) -> None:
         self._apply(self.cur, dp, 1)
         self.taken.append(dp)
+        for i, codes in enumerate(self.slot_codes):
+            counts = self.spread_count[i]
+            code = codes[dp.slot]
+            before = counts.get(code, 0)
+            counts[code] = before + 1
+            if not before:
+                self.spread[i] += 1
 
     def _give_back(self, dp: _DPod) -> None:
         self._apply(self.cur, dp, -1)
@@ -247,6 +266,12 @@ class DomainSearch:
             self.taken.pop()
         else:
             self.taken.remove(dp)
+        for i, codes in enumerate(self.slot_codes):
+            counts = self.spread_count[i]
+            code = codes[dp.slot]
+            counts[code] -= 1
+            if not counts[code]:
+                self.spread[i] -= 1
 
     # --- cost --------------------------------------------------------------------------------------
 
@@ -257,7 +282,8 @@ class DomainSearch:
         groups = len(chosen)
         pods = sum(len(c.unit.unit.ids) if c.whole else len(c.pods) for c in chosen)
         starts = sum(c.unit.unit.start_total if c.whole else sum(dp.start for dp in c.pods) for c in chosen)
-        key = (groups, pods, -starts, self.rank)
+        # Every chosen pod is taken now (the caller records the sets it holds), so `spread` is theirs.
+        key = (groups, pods, *self.spread, -starts, self.rank)
         best = self.run.best
         if best is not None and key > best.key:
             return
@@ -296,12 +322,16 @@ class DomainSearch:
             n += max(more * self.suffix_min_pods[j], -(-deficit * num // den))
         if (g, n) != best[:2]:
             return (g, n) > best[:2]
+        # Victims added never make the room less scattered: the spread now is a lower bound.
+        spread = tuple(self.spread)
+        if spread != best[2 : 2 + len(spread)]:
+            return spread > best[2 : 2 + len(spread)]
         if starts is None:
             return False
         fill = self._fill(j, n - pods)
         if fill is None:
             return True
-        return (-(starts + fill), self.rank) > best[2:]
+        return (-(starts + fill), self.rank) > best[2 + len(spread) :]
 
     # --- greedy ------------------------------------------------------------------------------------
 

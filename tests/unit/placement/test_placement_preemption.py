@@ -5,12 +5,12 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, gang, worker
+from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, eligible_for, gang, worker
 
 from phalanx.placement import (
     DEFAULT_MAX_STEPS,
@@ -29,6 +29,7 @@ from phalanx.placement import (
     VictimGroup,
     choose_victims,
     decide,
+    resolve_mode,
 )
 
 LOW, HIGH = 100, 1000
@@ -145,10 +146,52 @@ def check_result(
     assert result.partial_groups == tuple(sorted(partial))
     assert result.admit == decide(snapshot.without(result.victims), group)
     assert result.domain == result.admit.domain
-    assert result.cost == cost_of(result.victims, by_id, members)
+    assert replace(result.cost, spread=()) == cost_of(result.victims, by_id, members)
+    # The spread is counted in the domain searched (decide may place the group in another one).
+    # An auto group is searched at the level it is decided at (auto mode has its own tests).
+    nodes, searched = list(snapshot.nodes), resolve_mode(snapshot, group)
+    where = [by_id[v].node for v in result.victims]
+    domains = {domain_path(n, searched.topology_key, searched.levels) for n in nodes} - {None}
+    assert result.cost.spread in {spread_of(nodes, searched, where, d) for d in domains}
 
 
-def cost_of(victims: Sequence[str], by_id: dict[str, Candidate], members: dict[str, list[str]]) -> VictimCost:
+def domain_path(node: NodeInfo, key: str | None, levels: Sequence[str]) -> tuple[str, ...] | None:
+    """The node's domain of `key`: the path of level values down to it with levels, else its value."""
+    if key is None:
+        return ()
+    chain = tuple(levels[: list(levels).index(key) + 1]) if key in levels else (key,)
+    if any(level not in node.labels for level in chain):
+        return None
+    return tuple(node.labels[level] for level in chain)
+
+
+def spread_of(
+    nodes: Sequence[NodeInfo], group: GroupRequest, victim_nodes: Sequence[str], domain: tuple[str, ...]
+) -> tuple[int, ...]:
+    """Per level below the key (with levels), then per node: how many hold a victim in `domain` on a node
+    some pending pod of the group may use."""
+    levels = tuple(group.levels) if group.topology_key is None or group.topology_key in group.levels else ()
+    below = levels[levels.index(group.topology_key) + 1 :] if group.topology_key in levels else levels
+    by_name = {n.name: n for n in nodes}
+    useful = [
+        by_name[name]
+        for name in victim_nodes
+        if name in by_name
+        and domain_path(by_name[name], group.topology_key, levels) == domain
+        and any(eligible_for(by_name[name], p.requirements) for p in group.pending)
+    ]
+    return (
+        *(len({domain_path(n, level, levels) for n in useful}) for level in below),
+        len({n.name for n in useful}),
+    )
+
+
+def cost_of(
+    victims: Sequence[str],
+    by_id: dict[str, Candidate],
+    members: dict[str, list[str]],
+    spread: tuple[int, ...] = (),
+) -> VictimCost:
     """The cost by its definition; a pod of a group has the group's priority (its top pod's)."""
 
     def priority(pod_id: str) -> int:
@@ -161,6 +204,7 @@ def cost_of(victims: Sequence[str], by_id: dict[str, Candidate], members: dict[s
         groups=len(units),
         pods=len(victims),
         newest=-sum(round(by_id[v].started * 1_000_000) for v in victims),
+        spread=spread,
     )
 
 
@@ -185,7 +229,7 @@ def test_single_victims_are_the_pods_of_one_low_job_in_one_local_block() -> None
     assert result.victims == ("low-a-0", "low-a-1")  # workers 1 and 2: lb-a1, the first domain
     assert result.partial_groups == ("low-a",)
     assert result.domain == "lb-a1"
-    assert result.cost == VictimCost(LOW, 1, 2, 0)
+    assert result.cost == VictimCost(LOW, 1, 2, 0, (2,))
     assert result.exact
 
 
@@ -203,7 +247,7 @@ def test_single_gang_at_its_min_count_goes_whole_never_half() -> None:
     assert result.victims == ("low-a-0", "low-a-1", "low-a-2", "low-a-3")
     assert result.whole_groups == ("low-a",)
     assert result.partial_groups == ()
-    assert result.cost == VictimCost(LOW, 1, 4, 0)
+    assert result.cost == VictimCost(LOW, 1, 4, 0, (2,))
 
 
 def test_all_mode_takes_the_whole_group() -> None:
@@ -267,7 +311,7 @@ def test_lower_priority_beats_fewer_groups() -> None:
     result = c.preempt(high(2, LOCAL_BLOCK))
     assert result is not None
     assert result.victims == ("loose-3", "loose-4")  # two groups, but priority LOW < LOW + 50
-    assert result.cost == VictimCost(LOW, 2, 2, 0)
+    assert result.cost == VictimCost(LOW, 2, 2, 0, (2,))
 
 
 def test_fewer_groups_beat_fewer_pods() -> None:
@@ -278,7 +322,7 @@ def test_fewer_groups_beat_fewer_pods() -> None:
     result = c.preempt(high(2, LOCAL_BLOCK))
     assert result is not None
     assert result.whole_groups == ("big",)
-    assert result.cost == VictimCost(LOW, 1, 4, 0)
+    assert result.cost == VictimCost(LOW, 1, 4, 0, (2,))
 
 
 def test_fewer_pods_beat_newer_pods() -> None:
@@ -399,6 +443,88 @@ def test_very_many_victims_fall_back_to_the_greedy_set() -> None:
     assert result.victims == tuple(f"loose-{i:03d}" for i in range(20, 300))  # the newest
 
 
+# --- topology-aware victims ----------------------------------------------------------------------
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def racks(blocks: int = 2, racks_per_block: int = 2, nodes_per_rack: int = 2) -> list[NodeInfo]:
+    """Rack names repeat in every block (r1 in b1 and in b2): with levels they are different domains."""
+    return [
+        NodeInfo(f"{b}-{r}-{i}", {BLOCK: b, RACK: r, HOST: f"{b}-{r}-{i}"}, {GPU: 8, "pods": 110})
+        for b in (f"b{k}" for k in range(1, blocks + 1))
+        for r in (f"r{k}" for k in range(1, racks_per_block + 1))
+        for i in range(nodes_per_rack)
+    ]
+
+
+def rack_gang(count: int, key: str = RACK) -> GroupRequest:
+    return replace(high(count, key), levels=LEVELS)
+
+
+def test_a_rack_required_gang_preempts_inside_a_fully_packed_rack_of_paths() -> None:
+    # Every node runs a low pod; b1/r1 is the only rack whose pods are all preemptible. Without paths
+    # "r1" would be one domain of four nodes over two blocks (b2/r1 runs pods of the preemptor's priority).
+    c = Cluster(racks())
+    for node in c.nodes:
+        protected = node.name.startswith("b2-r1") or node.name.startswith("b1-r2")
+        c.run({GPU: 8}, node.name, priority=HIGH if protected else LOW, pod_id=f"low-{node.name}")
+    result = c.preempt(rack_gang(2))
+    assert result is not None and result.domain == "b1/r1"
+    assert result.victims == ("low-b1-r1-0", "low-b1-r1-1")
+    assert result.admit.domain == "b1/r1" and result.exact
+
+
+def test_victims_that_complete_one_rack_beat_scattered_ones_of_equal_cost() -> None:
+    # Block b1: two racks of two nodes, each node running two unmanaged 4-GPU pods. The block gang needs
+    # two full nodes: four victims whatever they are. Those of one rack free a whole rack; those of one
+    # node in each rack leave a hole in both. The scattered ones started later (cheaper by run time lost):
+    # the spread comes first.
+    c = Cluster(racks(blocks=1))
+    for node in c.nodes:
+        for k in range(2):
+            started = 10.0 if node.name.endswith("-0") else 0.0
+            c.run({GPU: 4}, node.name, started=started, pod_id=f"{node.name}-p{k}")
+    result = c.preempt(rack_gang(2, BLOCK))
+    assert result is not None
+    assert {v.rsplit("-p", 1)[0] for v in result.victims} == {"b1-r1-0", "b1-r1-1"}
+    assert result.cost.spread == (1, 2, 2)  # one rack, two hosts, two nodes
+    assert result.cost.pods == 4
+    assert {node for _, node in result.admit.assignments} == {"b1-r1-0", "b1-r1-1"}
+
+
+def test_an_auto_gang_preempts_at_the_level_it_is_decided_at() -> None:
+    # 3 full-node pods can never fit a 2-node rack: auto takes one block, the fewest racks, and preempts so.
+    c = Cluster(racks())
+    for node in c.nodes:
+        c.run(
+            {GPU: 8}, node.name, started=5.0 if node.name.startswith("b2") else 0.0, pod_id=f"low-{node.name}"
+        )
+    group = replace(rack_gang(3), mode="auto")
+    result = c.preempt(group)
+    assert result is not None and result.domain == "b2"  # b2's pods started later: less run time lost
+    assert result.admit.level == BLOCK and result.admit.mode_note.startswith("auto: 3 pods can never fit")
+    assert len(result.victims) == 3 and result.cost.spread == (2, 3, 3)
+
+
+def test_without_levels_victims_on_fewer_nodes_beat_scattered_ones() -> None:
+    # Two 4-GPU victims on one node, or one on each of two nodes, free room for two 4-GPU pods alike.
+    nodes = [NodeInfo(f"n{i}", {"zone": "z"}, {GPU: 8, "pods": 110}) for i in range(3)]
+    c = Cluster(nodes)
+    c.run({GPU: 4}, "n0", started=0.0, pod_id="a")
+    c.run({GPU: 4}, "n0", started=0.0, pod_id="b")
+    c.run({GPU: 4}, "n1", started=5.0, pod_id="c")
+    c.run({GPU: 4}, "n1", priority=HIGH, pod_id="keep-1")
+    c.run({GPU: 4}, "n2", started=5.0, pod_id="d")
+    c.run({GPU: 4}, "n2", priority=HIGH, pod_id="keep-2")
+    half = PodRequirements(requests=((GPU, 4),))
+    result = c.preempt(gang(2, 2, "zone", requirements=half, name="high"))
+    assert result is not None
+    assert result.victims == ("a", "b") and result.cost.spread == (1,)
+    assert {node for _, node in result.admit.assignments} == {"n0"}
+
+
 # --- victims' failure budget: groups that may not lose pods one by one ---------------------------
 
 
@@ -417,7 +543,7 @@ class BudgetCase:
 BUDGET_CASES = [
     # A `single` gang of 4 (minCount 2) that may lose pods: 2 of its pods go, it keeps running.
     BudgetCase(
-        "may lose pods", True, 2, 2, ("job-2", "job-3"), (), ("job",), VictimCost(LOW, 1, 2, -5_000_000)
+        "may lose pods", True, 2, 2, ("job-2", "job-3"), (), ("job",), VictimCost(LOW, 1, 2, -5_000_000, (2,))
     ),
     # The same gang whose Job would fail on any lost pod (backoffLimit 0): all 4 go, priced as 4 pods.
     BudgetCase(
@@ -428,7 +554,7 @@ BUDGET_CASES = [
         ("job-0", "job-1", "job-2", "job-3"),
         ("job",),
         (),
-        VictimCost(LOW, 1, 4, -6_000_000),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
     ),
     # One pod would do; partial=False still takes the whole group.
     BudgetCase(
@@ -439,7 +565,7 @@ BUDGET_CASES = [
         ("job-0", "job-1", "job-2", "job-3"),
         ("job",),
         (),
-        VictimCost(LOW, 1, 4, -6_000_000),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
     ),
     # At its minCount a gang goes whole anyway: partial changes nothing.
     BudgetCase(
@@ -450,7 +576,7 @@ BUDGET_CASES = [
         ("job-0", "job-1", "job-2", "job-3"),
         ("job",),
         (),
-        VictimCost(LOW, 1, 4, -6_000_000),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
     ),
 ]
 
@@ -488,12 +614,13 @@ def test_a_cheaper_group_that_may_lose_pods_beats_one_that_may_not() -> None:
     # Asked for 4 pods, the strict gang whole (1 group, 4 pods, newer) beats 2 + 2 of two groups.
     result = c.preempt(high(4, None))
     assert result is not None
-    assert result.whole_groups == ("strict",) and result.cost == VictimCost(LOW, 1, 4, -400_000_000)
+    assert result.whole_groups == ("strict",) and result.cost == VictimCost(LOW, 1, 4, -400_000_000, (4,))
 
 
 # --- properties against a brute-force search -----------------------------------------------------
 
 KEY = "example.com/block"
+PARENT = "example.com/parent"
 PRIORITY = 50
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -517,6 +644,8 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     nodes = []
     for i in range(draw(st.integers(2, 5 if dense else 6))):
         labels = {KEY: draw(st.sampled_from(domains))} if draw(st.integers(0, 11)) else {}
+        if draw(st.integers(0, 7)):
+            labels[PARENT] = draw(st.sampled_from(["p0", "p1"]))  # KEY values repeat under two parents
         if dense:
             nodes.append(NodeInfo(f"n{i}", labels, {GPU: 8, "pods": 4}))
             continue
@@ -566,8 +695,11 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     kinds = [kind(), kind()] if draw(st.integers(0, 4)) == 0 else [kind()]
     pending = tuple(PodRequest(f"p{i}", kinds[draw(st.integers(0, len(kinds) - 1))]) for i in range(count))
     bound: tuple[str, ...] = ()
+    # With the levels (PARENT, KEY) domains are paths: p0/d0 != p1/d0; the key may be the parent level.
+    levels: tuple[str, ...] = draw(st.sampled_from([(), (), (PARENT, KEY)]))
+    key = draw(st.sampled_from([KEY, KEY, None, PARENT] if levels else [KEY, KEY, None]))
     if nodes and draw(st.integers(0, 5)) == 0:
-        labelled = [n.name for n in nodes if KEY in n.labels]
+        labelled = [n.name for n in nodes if domain_path(n, key, levels)]
         if labelled:
             node = draw(st.sampled_from(labelled))
             pods.append(BoundPod("p-running", node, {}))
@@ -576,8 +708,9 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
         "high",
         pending,
         draw(st.integers(1, count + len(bound))),
-        draw(st.sampled_from([KEY, KEY, None])),
+        key,
         bound,
+        levels,
     )
     ids = [c.id for c in candidates]
     excluded_pods = frozenset(draw(st.lists(st.sampled_from(ids), max_size=1))) if ids else frozenset()
@@ -625,19 +758,15 @@ def brute_force(sc: Scenario) -> Answer | None:
         if c.group is None and c.priority < PRIORITY and c.id not in sc.excluded_pods:
             options.append([(), (c.id,)])
 
-    node_domain = {n.name: n.labels.get(KEY) for n in sc.nodes}
-    if group.topology_key is None:
-        domains: list[str | None] = [None]
-    elif group.bound_nodes:
-        domains = [node_domain[group.bound_nodes[0]]]
-    else:
-        domains = sorted({d for d in node_domain.values() if d is not None})
+    key, levels = group.topology_key, group.levels
+    node_domain = {n.name: domain_path(n, key, levels) for n in sc.nodes}
     names = sorted({d for d in node_domain.values() if d is not None})
-    fits: dict[tuple[str | None, frozenset[str]], bool] = {}
+    domains = [node_domain[group.bound_nodes[0]]] if group.bound_nodes else list(names)
+    fits: dict[tuple[tuple[str, ...] | None, frozenset[str]], bool] = {}
 
-    def fits_in(domain: str | None, victims: Sequence[str]) -> bool:
+    def fits_in(domain: tuple[str, ...] | None, victims: Sequence[str]) -> bool:
         # Only victims inside the domain: every other domain stays as full as it was (no fit).
-        inside = frozenset(v for v in victims if domain is None or node_domain[by_id[v].node] == domain)
+        inside = frozenset(v for v in victims if node_domain[by_id[v].node] == domain)
         if (domain, inside) not in fits:
             fits[domain, inside] = isinstance(decide(snapshot.without(inside), group), Admit)
         return fits[domain, inside]
@@ -648,14 +777,14 @@ def brute_force(sc: Scenario) -> Answer | None:
         victims = tuple(sorted(v for part in choice for v in part))
         if not victims:
             continue
-        cost = cost_of(victims, by_id, members)
+        where = [by_id[v].node for v in victims]
         for domain in domains:
-            if fits_in(domain, victims):
-                rank = 0 if domain is None else names.index(domain)
-                key = (cost, rank, victims)
-                if best is None or key < best:
-                    best, answer = key, Answer(cost, rank, victims)
-                break
+            if domain is not None and fits_in(domain, victims):
+                cost = cost_of(victims, by_id, members, spread_of(sc.nodes, group, where, domain))
+                rank = names.index(domain)
+                candidate = (cost, rank, victims)
+                if best is None or candidate < best:
+                    best, answer = candidate, Answer(cost, rank, victims)
     return answer
 
 
