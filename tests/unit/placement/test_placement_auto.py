@@ -157,7 +157,7 @@ def cases(draw: st.DrawFn) -> Case:
         labels = {
             HOST: f"n{i}",
             BLOCK: draw(st.sampled_from(["b0", "b1"])),
-            RACK: draw(st.sampled_from(["r0", "r1"])),
+            RACK: draw(st.sampled_from(["r0", "r1", "r2"])),
         }
         if not draw(st.integers(0, 7)):
             del labels[RACK]

@@ -10,13 +10,25 @@ from dataclasses import dataclass, field, replace
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, eligible_for, gang, worker
+from placement_testkit import (
+    GPU,
+    GPU_POD,
+    LOCAL_BLOCK,
+    NETWORK_BLOCK,
+    article_nodes,
+    eligible_for,
+    gang,
+    worker,
+)
 
 from phalanx.placement import (
     DEFAULT_MAX_STEPS,
     Admit,
     BoundPod,
     Candidate,
+    CompositeAdmit,
+    CompositePreemption,
+    CompositeRequest,
     DisruptionMode,
     GroupRequest,
     HostPort,
@@ -27,8 +39,10 @@ from phalanx.placement import (
     Snapshot,
     VictimCost,
     VictimGroup,
+    choose_composite_victims,
     choose_victims,
     decide,
+    decide_composite,
     resolve_mode,
 )
 
@@ -728,11 +742,18 @@ class Answer:
     victims: tuple[str, ...]
 
 
-def brute_force(sc: Scenario) -> Answer | None:
-    """Every allowed victim set against every domain, with decide() as the only capacity check."""
+def brute_force(sc: Scenario, tree: CompositeRequest | None = None) -> Answer | None:
+    """Every allowed victim set against every domain, with decide() as the only capacity check (or
+    decide_composite() for `tree`, whose pods and root key are those of `sc.group`)."""
     snapshot = Snapshot.build(sc.nodes, sc.pods)
     group = sc.group
-    if isinstance(decide(snapshot, group), Admit):
+
+    def admits(s: Snapshot) -> bool:
+        if tree is not None:
+            return isinstance(decide_composite(s, tree), CompositeAdmit)
+        return isinstance(decide(s, group), Admit)
+
+    if admits(snapshot):
         return None
     by_id = {c.id: c for c in sc.candidates}
     definitions = {g.key: g for g in sc.groups}
@@ -768,7 +789,7 @@ def brute_force(sc: Scenario) -> Answer | None:
         # Only victims inside the domain: every other domain stays as full as it was (no fit).
         inside = frozenset(v for v in victims if node_domain[by_id[v].node] == domain)
         if (domain, inside) not in fits:
-            fits[domain, inside] = isinstance(decide(snapshot.without(inside), group), Admit)
+            fits[domain, inside] = admits(snapshot.without(inside))
         return fits[domain, inside]
 
     best: tuple[object, ...] | None = None
@@ -886,3 +907,76 @@ def test_a_search_cut_short_still_keeps_every_promise(steps: int) -> None:
     assert full is not None and full.exact
     assert full.cost <= result.cost
     assert full.victims == ("a-5", "a-6", "a-7", "a-8", "b-5", "b-6", "b-7", "b-8")  # nb-b: newer
+
+
+# --- trees preempt ------------------------------------------------------------------------------------
+
+
+def as_tree(sc: Scenario, split: int, leaf_key: str | None, min_children: int) -> CompositeRequest:
+    """The preemptor's pods as a tree of two leaves (the first `split` pods, the rest), inside one domain of
+    its key; each leaf in one domain of `leaf_key`, its min count all its pods."""
+    g = sc.group
+    parts = [g.pending[:split], g.pending[split:]]
+    kids = tuple(
+        GroupRequest(f"leaf{i}", part, len(part), leaf_key, levels=g.levels)
+        for i, part in enumerate(parts)
+        if part
+    )
+    return CompositeRequest("high", kids, min(min_children, len(kids)), g.topology_key, g.levels)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(0, 3), st.integers(1, 2), st.booleans())
+def test_tree_victims_are_the_cheapest_set_brute_force_finds(
+    sc: Scenario, split: int, min_children: int, fine: bool
+) -> None:
+    sc = replace(sc, group=replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending)))
+    # A leaf key finer than the root's: KEY under PARENT with levels, else none.
+    leaf_key = KEY if fine and sc.group.levels and sc.group.topology_key == PARENT else None
+    tree = as_tree(sc, split, leaf_key, min_children)
+    snapshot = Snapshot.build(sc.nodes, sc.pods)
+    result = choose_composite_victims(
+        snapshot,
+        tree,
+        PRIORITY,
+        sc.candidates,
+        sc.groups,
+        excluded_pods=sc.excluded_pods,
+        excluded_groups=sc.excluded_groups,
+    )
+    expected = brute_force(sc, tree)
+    if expected is None:
+        event("fits" if isinstance(decide_composite(snapshot, tree), CompositeAdmit) else "no victims help")
+        assert result is None
+        return
+    event(f"{expected.cost.groups} groups, {expected.cost.pods} pods")
+    assert result is not None, f"brute force preempts {expected.victims}"
+    assert result.exact
+    assert (result.cost, result.victims) == (expected.cost, expected.victims)
+    assert result.admit == decide_composite(snapshot.without(result.victims), tree)
+    assert result.domain == result.admit.domain("high")
+
+
+def test_a_sliced_job_preempts_plain_jobs_for_its_slices() -> None:
+    # Two slices of 2 full-node pods, each in one local block, both in one network block; every node runs a
+    # lower-priority plain gang of 2 pods per local block. The cheapest: the two gangs of one network block.
+    c = Cluster(article_nodes())
+    for k, workers in enumerate(([1, 2], [3, 4], [5, 6], [7, 8])):
+        c.job(f"low-{k}", workers, min_count=2, mode="all", started=float(k))
+    slices = tuple(
+        GroupRequest(f"s{i}", tuple(PodRequest(f"s{i}-{j}", GPU_POD) for j in range(2)), 2, LOCAL_BLOCK)
+        for i in range(2)
+    )
+    tree = CompositeRequest("job", slices, 2, NETWORK_BLOCK)
+    result = choose_composite_victims(c.snapshot(), tree, HIGH, c.candidates, c.groups)
+    assert isinstance(result, CompositePreemption)
+    assert result.domain == "nb-b"  # low-2 and low-3 started later: less run time lost
+    assert result.whole_groups == ("low-2", "low-3")
+    assert result.cost == VictimCost(LOW, 2, 4, -10_000_000, (4,))  # started 2 s and 3 s, two pods each
+    assert {a.domain for _, a in result.admit.admits} == {"lb-b1", "lb-b2"}
+    assert result.exact
+    # Fits as it is after a gang is gone: no preemption.
+    c.pods = [p for p in c.pods if not p.id.startswith("low-3")]
+    c.candidates = [x for x in c.candidates if not x.id.startswith("low-3")]
+    lone = CompositeRequest("job", slices[:1], 1, NETWORK_BLOCK)
+    assert choose_composite_victims(c.snapshot(), lone, HIGH, c.candidates, c.groups) is None
