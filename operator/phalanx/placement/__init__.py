@@ -56,6 +56,7 @@ from .preemption_model import (
 )
 from .quantity import QuantityError, canonical_amount, parse_quantity
 from .requests import node_selector_terms, pod_requests, pod_requirements, pod_traits
+from .reservation import Hold, reserve
 from .selectors import host_ports_conflict, selector_matches, term_matches
 from .snapshot import Snapshot
 
@@ -80,6 +81,7 @@ __all__ = [
     "DomainReport",
     "GroupRequest",
     "GroupVerdict",
+    "Hold",
     "HostPort",
     "LabelSelector",
     "LiveSnapshot",
@@ -118,6 +120,7 @@ __all__ = [
     "pod_requests",
     "pod_requirements",
     "pod_traits",
+    "reserve",
     "resolve_mode",
     "selector_matches",
     "taints_tolerated",

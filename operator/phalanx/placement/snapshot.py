@@ -458,17 +458,36 @@ class Snapshot:
             assumed_special=self._assumed_special,
         )
 
-    def empty(self) -> Snapshot:
+    def empty(self, keep: Iterable[str] = ()) -> Snapshot:
         """The same nodes with no pod on them (what the cluster offers at all, not today's free room); the
-        claims and CSI view are kept (a pod's own volumes restrict its nodes whatever runs)."""
+        claims and CSI view are kept (a pod's own volumes restrict its nodes whatever runs). The nodes named
+        in `keep` keep their usage as it is (nodes where pods that stay run)."""
+        used = np.zeros_like(self._used)
+        kept = [i for name in keep if (i := self._s.name_index.get(name)) is not None]
+        used[:, kept] = self._used[:, kept]
+        return Snapshot(self._s, used, {}, frozenset(), special={}, claims=self._claims, csi=self._csi)
+
+    def holding(self, node_names: Iterable[str]) -> Snapshot:
+        """A snapshot where those nodes take no more pods (room held for a waiting gang: reservation.py);
+        every other node is as it is. They stay full through `assume` and `without`; unknown names are
+        ignored."""
+        s = self._s
+        held = [i for name in node_names if (i := s.name_index.get(name)) is not None]
+        if not held:
+            return self
+        used = self._used.copy()
+        used[:, held] = SATURATED
         return Snapshot(
-            self._s,
-            np.zeros_like(self._used),
-            {},
-            frozenset(),
-            special={},
+            s,
+            used,
+            self._pods,
+            self._removed,
+            special=self._special,
             claims=self._claims,
             csi=self._csi,
+            assumed=self._assumed,
+            assumed_special=self._assumed_special,
+            index=self._index,
         )
 
     # --- other pods, volumes ----------------------------------------------------------------
