@@ -45,7 +45,7 @@ from .model import (
     Toleration,
     TopologyMode,
 )
-from .preemption import DEFAULT_MAX_STEPS, choose_composite_victims, choose_victims
+from .preemption import DEFAULT_MAX_STEPS, DEFAULT_TREE_STEPS, choose_composite_victims, choose_victims
 from .preemption_model import (
     Candidate,
     CompositePreemption,
@@ -62,6 +62,7 @@ from .snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_TREE_STEPS",
     "NO_TRAITS",
     "Admit",
     "AssumedPod",

@@ -80,16 +80,28 @@ def tree_need(snapshot: Snapshot, root: CompositeRequest) -> int | None:
 
 
 def decide_composite(
-    snapshot: Snapshot, root: CompositeRequest, *, max_steps: int = DEFAULT_COMPOSITE_STEPS
+    snapshot: Snapshot,
+    root: CompositeRequest,
+    *,
+    max_steps: int = DEFAULT_COMPOSITE_STEPS,
+    explain: bool = True,
 ) -> CompositeDecision:
-    """Place a composite group's whole tree, all or nothing; pure and deterministic (module docstring)."""
+    """Place a composite group's whole tree, all or nothing; pure and deterministic (module docstring).
+
+    `explain=False`: a refusal for room carries no per-group verdicts (`groups` empty, the root's message
+    short) — for callers that only ask whether the tree fits, such as the victim search."""
     try:
         tree, pods = flatten_tree(snapshot, root)
     except InvalidTreeError as invalid:
         return _everyone(root, invalid.reason, invalid.message)
-    top = tree[0]
-    if top.need < 0:
-        return _explain(snapshot, root, tree, pods, "Unschedulable", _too_few(tree))
+
+    def refused(note: str) -> CompositeReject:
+        if explain:
+            return _explain(snapshot, root, tree, pods, "Unschedulable", note)
+        return CompositeReject(f"{_PREFIX}{f' ({note})' if note else ''}", "Unschedulable", ())
+
+    if tree[0].need < 0:
+        return refused(_too_few(tree))
     if not pods:
         return CompositeAdmit(domains=((root.name, None),), admits=())
     ctx = DecisionContext(snapshot, pods)
@@ -107,8 +119,8 @@ def decide_composite(
                 return _admit(snapshot, tree, search)
             steps -= search.steps
     except OutOfStepsError:
-        return _explain(snapshot, root, tree, pods, "Unschedulable", f"gave up after {max_steps} packings")
-    return _explain(snapshot, root, tree, pods, "Unschedulable", "")
+        return refused(f"gave up after {max_steps} packings")
+    return refused("")
 
 
 def _admit(snapshot: Snapshot, tree: list[TreeNode], search: TreeSearch) -> CompositeAdmit:

@@ -11,10 +11,10 @@ returns the cheapest `Preemption`, or None. The rules (docs/design.md, "Preempti
   one while it keeps minCount running pods, else all of them (a gang is never left below minCount
   holding nodes); an unmanaged pod.
 - Cost, compared in order (`VictimCost`): the highest victim priority; the number of victim groups
-  (an unmanaged pod is one); the number of victim pods; how scattered the victims are below the
-  domain (per lower level, then nodes: the fewest domains holding one; removing victims that complete
-  one rack beats leaving holes in several); the sum of the victims' start times, larger (more recent:
-  less run time lost) is cheaper; then the domain name and the sorted victim ids.
+  (an unmanaged pod is one); the number of victim pods; the sum of the victims' start times, larger
+  (more recent: less run time lost) is cheaper; of sets equal in all that, how scattered the victims
+  are below the domain (per lower level, then nodes: the fewest domains holding one, so victims that
+  complete one rack beat holes in several); then the domain name and the sorted victim ids.
 - Every domain of the group's topology key is searched (the pinned one if pods of the group run),
   counting what its candidates would free (a topology-required gang preempts inside a fully packed
   domain); with levels the domains are paths, as `decide` has them. The cheapest victim set over all
@@ -61,12 +61,16 @@ from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool
 from .victim_search import BestSet, DomainSearch, SearchContext, SearchRun
 
-__all__ = ["DEFAULT_MAX_STEPS", "choose_composite_victims", "choose_victims"]
+__all__ = ["DEFAULT_MAX_STEPS", "DEFAULT_TREE_STEPS", "choose_composite_victims", "choose_victims"]
 
 _R = TypeVar("_R")
 
 DEFAULT_MAX_STEPS: Final = 20_000
 """Search steps (a candidate tried) before the search returns the cheapest set found so far."""
+
+DEFAULT_TREE_STEPS: Final = 2_000
+"""The same for a tree, whose every candidate set is checked with `decide_composite` (25 steps each): about
+80 tree decisions, a few hundred ms at 5,000 nodes (docs/performance.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +108,7 @@ def choose_victims(
         return None
     required = resolve_mode(snapshot, group)
 
-    def admits(ids: frozenset[str]) -> bool:
+    def admits(_: int, ids: frozenset[str]) -> bool:
         return isinstance(decide(snapshot.without(ids), required), Admit)
 
     def result(best: BestSet, exact: bool) -> Preemption | None:
@@ -129,7 +133,7 @@ def choose_composite_victims(
     *,
     excluded_pods: Collection[str] = frozenset(),
     excluded_groups: Collection[str] = frozenset(),
-    max_steps: int = DEFAULT_MAX_STEPS,
+    max_steps: int = DEFAULT_TREE_STEPS,
 ) -> CompositePreemption | None:
     """The cheapest victims whose removal lets the whole tree of `root` (of `priority`) be admitted, or None.
 
@@ -137,9 +141,11 @@ def choose_composite_victims(
     leaf in one domain of its key, all of the tree in one domain of the root's key (the domains searched;
     paths with the root's levels), the min counts of every composite met. The per-node model counts the
     tree's pods together against the pods it must place at least (a bound, never refusing what fits), and
-    every candidate set is checked with `decide_composite`. None when the tree fits without preemption,
-    when it is refused for another reason than room (invalid, unsupported, too few pods), or when no
-    choice of victims makes it fit.
+    the cheapest set under that model is tried first (if `decide_composite` admits it, it is the cheapest);
+    else every candidate set is checked with `decide_composite` inside its domain, within `max_steps`
+    (lower by default than for a group: each check is a tree decision). None when the tree fits without
+    preemption, when it is refused for another reason than room (invalid, unsupported, too few pods), or
+    when no choice of victims makes it fit.
     """
     first = decide_composite(snapshot, root)
     need = tree_need(snapshot, root)
@@ -155,11 +161,19 @@ def choose_composite_victims(
         root.levels,
     )
 
-    def admits(ids: frozenset[str]) -> bool:
-        return isinstance(decide_composite(snapshot.without(ids), root), CompositeAdmit)
+    fit = PreemptorFit(snapshot, flat)
+    domains = VictimDomains(snapshot, flat.topology_key, flat.levels, flat.bound_nodes)
+    # A candidate set is checked inside its domain alone: the tree's search at the domain's size.
+    inside: dict[int, Snapshot] = {}
+
+    def admits(d: int, ids: frozenset[str]) -> bool:
+        if d not in inside:
+            names = snapshot.node_names
+            inside[d] = snapshot.only(names[i] for i in (domains.of_node == d).nonzero()[0].tolist())
+        return isinstance(decide_composite(inside[d].without(ids), root, explain=False), CompositeAdmit)
 
     def result(best: BestSet, exact: bool) -> CompositePreemption | None:
-        decision = decide_composite(snapshot.without(best.ids), root)
+        decision = decide_composite(snapshot.without(best.ids), root, explain=False)
         if not isinstance(decision, CompositeAdmit):
             return None
         cost, whole, partial = _priced(best)
@@ -167,10 +181,8 @@ def choose_composite_victims(
             decision.domain(root.name), best.ids, whole, partial, decision, cost, exact
         )
 
-    fit = PreemptorFit(snapshot, flat)
-    domains = VictimDomains(snapshot, flat.topology_key, flat.levels, flat.bound_nodes)
     cands = _Candidates(priority, candidates, groups, excluded_pods, excluded_groups)
-    return _search(snapshot, fit, domains, cands, admits, result, max_steps, trust=False)
+    return _search(snapshot, fit, domains, cands, admits, result, max_steps, trust=True)
 
 
 def _search(
@@ -178,7 +190,7 @@ def _search(
     fit: PreemptorFit,
     domains: VictimDomains,
     cands: _Candidates,
-    admits: Callable[[frozenset[str]], bool],
+    admits: Callable[[int, frozenset[str]], bool],
     result: Callable[[BestSet, bool], _R | None],
     max_steps: int,
     *,
@@ -213,6 +225,8 @@ def _search(
             for bound, d in bounds:
                 if bound > run.key():
                     break  # this domain and all after it are dearer than the best set
+                if run.exhausted and run.best is not None and not trusted:
+                    break  # out of steps: a greedy checked through the oracle costs many checks
                 pods = level.pods[pods_by_domain[level.pods] == d]
                 totals = ([int(t[d]) for t in base_totals], [int(t[d]) for t in level.totals])
                 search = DomainSearch(ctx, level, d, *totals, pods, trusted)
@@ -232,5 +246,5 @@ def _priced(best: BestSet) -> tuple[VictimCost, tuple[str, ...], tuple[str, ...]
     whole = tuple(sorted(c.unit.unit.key for c in best.chosen if c.whole and c.unit.unit.managed))
     partial = tuple(sorted(c.unit.unit.key for c in best.chosen if not c.whole))
     top = max(c.unit.unit.priority for c in best.chosen)
-    groups, pods, *spread, newest, _ = best.key
+    groups, pods, newest, *spread, _ = best.key
     return VictimCost(top, groups, pods, newest, tuple(spread)), whole, partial

@@ -5,7 +5,6 @@ All frozen. Pod ids and group keys are opaque strings (the controller uses "name
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -60,23 +59,21 @@ class VictimGroup:
     partial: bool = True
 
 
-@functools.total_ordering
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class VictimCost:
-    """The cost of a victim set, compared in this order (smaller is cheaper):
+    """The cost of a victim set, compared field by field (smaller is cheaper).
 
     - `priority`: the highest priority among the victims;
     - `groups`: victim groups, whole or partial; a pod Phalanx does not manage counts as a group;
     - `pods`: victim pods (every pod of a whole group, also those outside the domain);
-    - `spread`: how scattered the room they free is — per level below the preemptor's domain, coarse to
-      fine, ending with the nodes (the lowest level always), how many domains hold a victim that sits in
-      the domain on a node some pod of the preemptor may use; so of sets alike so far, the one whose
-      removal completes one rack (one node) beats one that leaves holes in several;
     - `newest`: minus the sum of the victims' start times in microseconds, so that, with the same
-      number of pods, the victims that started most recently (the least run time lost) are cheaper.
-
-    `spread` is last in the constructor (older callers build costs without it) but compared before
-    `newest`.
+      number of pods, the victims that started most recently (the least run time lost) are cheaper;
+    - `spread`: of victim sets equal in all the above, how scattered the room they free is — per level
+      below the preemptor's domain, coarse to fine, ending with the nodes (the lowest level always), how
+      many domains hold a victim that sits in the domain on a node some pod of the preemptor may use; so
+      the set whose removal completes one rack (one node) beats one that leaves holes in several. Pod
+      start times have whole seconds in Kubernetes, so pods that started together (those of one gang,
+      or of one rollout) tie on `newest` and this decides among them.
     """
 
     priority: int
@@ -84,15 +81,6 @@ class VictimCost:
     pods: int
     newest: int
     spread: tuple[int, ...] = ()
-
-    def key(self) -> tuple[int, int, int, tuple[int, ...], int]:
-        """The order costs compare in."""
-        return (self.priority, self.groups, self.pods, self.spread, self.newest)
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, VictimCost):
-            return NotImplemented
-        return self.key() < other.key()
 
 
 @dataclass(frozen=True, slots=True)

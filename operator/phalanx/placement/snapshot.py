@@ -467,6 +467,17 @@ class Snapshot:
         used[:, kept] = self._used[:, kept]
         return Snapshot(self._s, used, {}, frozenset(), special={}, claims=self._claims, csi=self._csi)
 
+    def only(self, node_names: Iterable[str]) -> Snapshot:
+        """A snapshot of those nodes alone with what holds capacity on them (bound pods not removed, and
+        pods assumed in this pass), claims and CSI view: to decide inside one domain at its size."""
+        index = self._s.name_index
+        wanted = {name for name in node_names if name in index}
+        nodes = [self._s.nodes[index[name]] for name in sorted(wanted)]
+        pods = [p for p in self._pods.values() if p.node in wanted and p.id not in self._removed]
+        built = Snapshot.build(nodes, pods, self._claims, self._csi)
+        assumed = [a for a in self._assumed if a.node in wanted]
+        return built.assume(assumed) if assumed else built
+
     def holding(self, node_names: Iterable[str]) -> Snapshot:
         """A snapshot where those nodes take no more pods (room held for a waiting gang: reservation.py);
         every other node is as it is. They stay full through `assume` and `without`; unknown names are

@@ -170,7 +170,7 @@ def domain_bounds(
     spread = (1,) * len(domains.lower)
     out = []
     for d in np.flatnonzero(feasible).tolist():
-        out.append(((int(fewest[d]), int(pods_lb[d]), *spread, -int(starts_ub[d]), d), d))
+        out.append(((int(fewest[d]), int(pods_lb[d]), -int(starts_ub[d]), *spread, d), d))
     out.sort()
     return out
 

@@ -43,7 +43,7 @@ _NEVER: Final = (1 << 62,)
 
 
 SearchKey = tuple[int, ...]
-"""(groups, pods, *spread, -start total, domain rank): the order victim sets are compared in (the
+"""(groups, pods, -start total, *spread, domain rank): the order victim sets are compared in (the
 priority is the level being searched)."""
 
 
@@ -121,8 +121,9 @@ class SearchContext:
     pool: VictimPool
     lower: list[IndexArray]
     """Per level below the domains (nodes last): the domain code of every node (VictimCost.spread)."""
-    oracle: Callable[[frozenset[str]], bool]
-    """Whether the preemptor is admitted with these pods gone (`decide`, or `decide_composite`)."""
+    oracle: Callable[[int, frozenset[str]], bool]
+    """Whether the preemptor is admitted in the domain (its index) with these pods gone (`decide`, or
+    `decide_composite`)."""
 
 
 class _Layer:
@@ -245,7 +246,7 @@ class DomainSearch:
         known = self.oracle_memo.get(ids)
         if known is None:
             self.run.tick(ORACLE_STEPS)
-            known = self.oracle(ids)
+            known = self.oracle(self.rank, ids)
             self.oracle_memo[ids] = known
         return known
 
@@ -283,7 +284,7 @@ class DomainSearch:
         pods = sum(len(c.unit.unit.ids) if c.whole else len(c.pods) for c in chosen)
         starts = sum(c.unit.unit.start_total if c.whole else sum(dp.start for dp in c.pods) for c in chosen)
         # Every chosen pod is taken now (the caller records the sets it holds), so `spread` is theirs.
-        key = (groups, pods, *self.spread, -starts, self.rank)
+        key = (groups, pods, -starts, *self.spread, self.rank)
         best = self.run.best
         if best is not None and key > best.key:
             return
@@ -322,16 +323,13 @@ class DomainSearch:
             n += max(more * self.suffix_min_pods[j], -(-deficit * num // den))
         if (g, n) != best[:2]:
             return (g, n) > best[:2]
-        # Victims added never make the room less scattered: the spread now is a lower bound.
-        spread = tuple(self.spread)
-        if spread != best[2 : 2 + len(spread)]:
-            return spread > best[2 : 2 + len(spread)]
         if starts is None:
             return False
         fill = self._fill(j, n - pods)
         if fill is None:
             return True
-        return (-(starts + fill), self.rank) > best[2 + len(spread) :]
+        # Victims added never make the room less scattered: the spread now is a lower bound.
+        return (-(starts + fill), *self.spread, self.rank) > best[2:]
 
     # --- greedy ------------------------------------------------------------------------------------
 

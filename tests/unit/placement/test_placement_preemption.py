@@ -492,14 +492,12 @@ def test_a_rack_required_gang_preempts_inside_a_fully_packed_rack_of_paths() -> 
 
 def test_victims_that_complete_one_rack_beat_scattered_ones_of_equal_cost() -> None:
     # Block b1: two racks of two nodes, each node running two unmanaged 4-GPU pods. The block gang needs
-    # two full nodes: four victims whatever they are. Those of one rack free a whole rack; those of one
-    # node in each rack leave a hole in both. The scattered ones started later (cheaper by run time lost):
-    # the spread comes first.
+    # two full nodes: four victims whatever they are, all started in the same second (equal cost). Those
+    # of one rack free a whole rack; those of one node in each rack leave a hole in both.
     c = Cluster(racks(blocks=1))
     for node in c.nodes:
         for k in range(2):
-            started = 10.0 if node.name.endswith("-0") else 0.0
-            c.run({GPU: 4}, node.name, started=started, pod_id=f"{node.name}-p{k}")
+            c.run({GPU: 4}, node.name, started=7.0, pod_id=f"{node.name}-p{k}")
     result = c.preempt(rack_gang(2, BLOCK))
     assert result is not None
     assert {v.rsplit("-p", 1)[0] for v in result.victims} == {"b1-r1-0", "b1-r1-1"}
@@ -523,19 +521,20 @@ def test_an_auto_gang_preempts_at_the_level_it_is_decided_at() -> None:
 
 
 def test_without_levels_victims_on_fewer_nodes_beat_scattered_ones() -> None:
-    # Two 4-GPU victims on one node, or one on each of two nodes, free room for two 4-GPU pods alike.
+    # Two 4-GPU victims on one node, or one on each of two nodes, free room for two 4-GPU pods alike; all
+    # four started in the same second. "c" and "d" sort first by id, but would leave holes in two nodes.
     nodes = [NodeInfo(f"n{i}", {"zone": "z"}, {GPU: 8, "pods": 110}) for i in range(3)]
     c = Cluster(nodes)
-    c.run({GPU: 4}, "n0", started=0.0, pod_id="a")
-    c.run({GPU: 4}, "n0", started=0.0, pod_id="b")
-    c.run({GPU: 4}, "n1", started=5.0, pod_id="c")
+    c.run({GPU: 4}, "n0", started=3.0, pod_id="e")
+    c.run({GPU: 4}, "n0", started=3.0, pod_id="f")
+    c.run({GPU: 4}, "n1", started=3.0, pod_id="c")
     c.run({GPU: 4}, "n1", priority=HIGH, pod_id="keep-1")
-    c.run({GPU: 4}, "n2", started=5.0, pod_id="d")
+    c.run({GPU: 4}, "n2", started=3.0, pod_id="d")
     c.run({GPU: 4}, "n2", priority=HIGH, pod_id="keep-2")
     half = PodRequirements(requests=((GPU, 4),))
     result = c.preempt(gang(2, 2, "zone", requirements=half, name="high"))
     assert result is not None
-    assert result.victims == ("a", "b") and result.cost.spread == (1,)
+    assert result.victims == ("e", "f") and result.cost.spread == (1,)
     assert {node for _, node in result.admit.assignments} == {"n0"}
 
 
