@@ -234,7 +234,9 @@ def _search(
                 if not run.exhausted:
                     search.search()
             if run.best is None:
-                break  # no victims at this level: try the next one
+                # No set: with the model trusted, it may have found the preemptor fitting without victims
+                # where the check refuses it, so the check itself searches next; else the next level.
+                continue
             found = result(run.best, not (run.exhausted or run.truncated))
             if found is not None:
                 return found

@@ -94,6 +94,14 @@ MUTANTS = (
         "test_placement_preemption.py::test_tree_victims_are_the_cheapest_set_brute_force_finds",
     ),
     Mutant(
+        "trusted-gap",
+        "when the trusted model finds no set (it sees the preemptor fit), the check never searches",
+        "preemption.py",
+        "searches next; else the next level.\n                continue",
+        "searches next; else the next level.\n                break",
+        "test_placement_preemption.py::test_tree_victims_are_the_cheapest_set_brute_force_finds",
+    ),
+    Mutant(
         "preferred-leaves",
         "preferred leaves try their widest rung first (spread although the tree fits at their keys)",
         "composite_search.py",

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from placement_testkit import fits, usage
 
@@ -240,8 +240,36 @@ def rewritten(t: Tree, *, relax: bool) -> Tree:
     return replace(t, children=tuple(rewritten(c, relax=relax) for c in t.children))
 
 
+def _leaf(name: str, key: str | None, mode: str = "required") -> GroupRequest:
+    pod = PodRequest(f"{name}-0", PodRequirements(requests=((GPU, 1),)))
+    return GroupRequest(name, (pod,), 1, key, levels=LEVELS, mode=mode)  # type: ignore[arg-type]
+
+
+# Found by this test: a relaxed preferred leaf decided at its own (rack) level took n1, the only node of
+# block b0, before g0 (which needs a block) was placed; decided at its widest rung's level it goes after.
+_TAKES_THE_BLOCK = Case(
+    [
+        NodeInfo("n0", {HOST: "n0"}, {GPU: 1, "pods": 1}),
+        NodeInfo("n1", {HOST: "n1", BLOCK: "b0"}, {GPU: 1, "pods": 1}),
+    ],
+    [],
+    CompositeRequest(
+        "c4",
+        (
+            _leaf("g0", BLOCK),
+            _leaf("g1", RACK, "preferred"),
+            CompositeRequest("c3", (_leaf("g2", None),), 1, BLOCK, LEVELS),
+        ),
+        2,
+        None,
+        LEVELS,
+    ),
+)
+
+
 @SETTINGS
 @given(cases(preferred=True))
+@example(_TAKES_THE_BLOCK)
 def test_preferred_leaves_keep_their_key_when_the_tree_fits_so_else_go_wider(case: Case) -> None:
     snapshot = Snapshot.build(case.nodes, case.pods)
     decision = decide_composite(snapshot, case.root)

@@ -436,6 +436,20 @@ def test_filters_the_model_does_not_know_are_decided_by_decide() -> None:
     assert result.exact
 
 
+def test_a_victim_the_model_cannot_see_is_found_by_decide() -> None:
+    # Every node has room, but the only free ports 8080 are held by a low-priority pod on worker 1 and by
+    # pods no one may preempt elsewhere: the per-node model says the group fits without victims (it does
+    # not know ports), decide refuses; the search with decide as the check finds the port holder.
+    c = Cluster(article_nodes())
+    c.pods.append(BoundPod("low-port", worker(1), {}, host_ports=(HostPort(8080),)))
+    c.candidates.append(Candidate("low-port", worker(1), {}, LOW, 0.0))
+    for w in range(2, 9):
+        c.pods.append(BoundPod(f"peer-port-{w}", worker(w), {}, host_ports=(HostPort(8080),)))
+    needs_port = PodRequirements(requests=((GPU, 8),), host_ports=(HostPort(8080),))
+    result = c.preempt(GroupRequest("high", (PodRequest("high-0", needs_port),), 1, LOCAL_BLOCK))
+    assert result is not None and result.victims == ("low-port",) and result.domain == "lb-a1"
+
+
 def test_without_steps_the_greedy_set_is_returned() -> None:
     c = article("single", 2, started_b=5.0)
     exact = c.preempt(high(2, LOCAL_BLOCK))
@@ -925,13 +939,17 @@ def as_tree(sc: Scenario, split: int, leaf_key: str | None, min_children: int) -
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(), st.integers(0, 3), st.integers(1, 2), st.booleans())
+@given(
+    scenarios(), st.integers(0, 3), st.integers(1, 2), st.booleans(), st.sampled_from([PARENT, PARENT, None])
+)
 def test_tree_victims_are_the_cheapest_set_brute_force_finds(
-    sc: Scenario, split: int, min_children: int, fine: bool
+    sc: Scenario, split: int, min_children: int, fine: bool, root_key: str | None
 ) -> None:
-    sc = replace(sc, group=replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending)))
-    # A leaf key finer than the root's: KEY under PARENT with levels, else none.
-    leaf_key = KEY if fine and sc.group.levels and sc.group.topology_key == PARENT else None
+    # The tree in one domain of PARENT (or anywhere), its leaves mostly each in one domain of KEY (paths
+    # p0/d0 != p1/d0), so the leaves' own domains bind and the per-node model alone would not do.
+    group = replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending), topology_key=root_key)
+    sc = replace(sc, group=replace(group, levels=(PARENT, KEY)))
+    leaf_key = KEY if fine or root_key is None else None
     tree = as_tree(sc, split, leaf_key, min_children)
     snapshot = Snapshot.build(sc.nodes, sc.pods)
     result = choose_composite_victims(
