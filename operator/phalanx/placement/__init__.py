@@ -5,6 +5,7 @@ No Kubernetes client, no I/O: the controller turns API objects into these values
 and calls `decide` per group.
 """
 
+from .auto import AutoChoice
 from .composite import (
     CompositeAdmit,
     CompositeDecision,
@@ -17,7 +18,7 @@ from .composite import (
     leaves,
 )
 from .diagnosis import Diagnosis, DomainReport, diagnose
-from .engine import admitted_usage, decide
+from .engine import admitted_usage, auto_choice, decide, resolve_mode
 from .filters import node_eligible, taints_tolerated, tolerates
 from .live import LiveSnapshot
 from .model import (
@@ -44,23 +45,34 @@ from .model import (
     Toleration,
     TopologyMode,
 )
-from .preemption import DEFAULT_MAX_STEPS, choose_victims
-from .preemption_model import Candidate, DisruptionMode, Preemption, VictimCost, VictimGroup
+from .preemption import DEFAULT_MAX_STEPS, DEFAULT_TREE_STEPS, choose_composite_victims, choose_victims
+from .preemption_model import (
+    Candidate,
+    CompositePreemption,
+    DisruptionMode,
+    Preemption,
+    VictimCost,
+    VictimGroup,
+)
 from .quantity import QuantityError, canonical_amount, parse_quantity
 from .requests import node_selector_terms, pod_requests, pod_requirements, pod_traits
+from .reservation import Hold, reserve
 from .selectors import host_ports_conflict, selector_matches, term_matches
 from .snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_TREE_STEPS",
     "NO_TRAITS",
     "Admit",
     "AssumedPod",
+    "AutoChoice",
     "BoundPod",
     "Candidate",
     "ClaimInfo",
     "CompositeAdmit",
     "CompositeDecision",
+    "CompositePreemption",
     "CompositeReject",
     "CompositeRejectReason",
     "CompositeRequest",
@@ -70,6 +82,7 @@ __all__ = [
     "DomainReport",
     "GroupRequest",
     "GroupVerdict",
+    "Hold",
     "HostPort",
     "LabelSelector",
     "LiveSnapshot",
@@ -92,7 +105,9 @@ __all__ = [
     "VictimCost",
     "VictimGroup",
     "admitted_usage",
+    "auto_choice",
     "canonical_amount",
+    "choose_composite_victims",
     "choose_victims",
     "composite_usage",
     "decide",
@@ -106,6 +121,8 @@ __all__ = [
     "pod_requests",
     "pod_requirements",
     "pod_traits",
+    "reserve",
+    "resolve_mode",
     "selector_matches",
     "taints_tolerated",
     "term_matches",

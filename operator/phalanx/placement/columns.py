@@ -69,7 +69,8 @@ class LabelColumn:
         self._groups: DomainGroups | None = None
 
     @classmethod
-    def _of(cls, values: tuple[str, ...], index: dict[str, int], codes: IndexArray) -> LabelColumn:
+    def of_codes(cls, values: tuple[str, ...], index: dict[str, int], codes: IndexArray) -> LabelColumn:
+        """A column from its parts: distinct `values` in code order, their codes, code per node."""
         col = cls.__new__(cls)
         col.values, col.index, col.codes = values, index, readonly(codes)
         col._ints = None
@@ -104,7 +105,7 @@ class LabelColumn:
             codes = recode[codes]
         for j, value in fresh.items():
             codes[j] = -1 if value is None else index[value]
-        return LabelColumn._of(values, index, codes)
+        return LabelColumn.of_codes(values, index, codes)
 
     def _revalued(self, dropped: IndexArray, inserted: list[str]) -> tuple[tuple[str, ...], IndexArray]:
         """Sorted values without `dropped` (codes) and with `inserted`, and old code -> new code

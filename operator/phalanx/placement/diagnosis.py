@@ -17,6 +17,7 @@ import numpy as np
 
 from .columns import BoolArray, IndexArray, IntArray
 from .constraints import GroupConstraints
+from .engine import resolve_mode
 from .levels import effective_levels, level_of, path_column
 from .model import PODS, GroupRequest, PodRequirements
 from .snapshot import Snapshot
@@ -149,7 +150,9 @@ def _domains(
 
 
 def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | None = None) -> Diagnosis:
-    """`within`: only nodes in this mask count (a composite child inside its parent's domain)."""
+    """`within`: only nodes in this mask count (a composite child inside its parent's domain). An `auto`
+    group is diagnosed at the level it is decided at (`resolve_mode`)."""
+    group = resolve_mode(snapshot, group)
     need = max(0, group.min_count - len(group.bound_nodes))
     pending = len(group.pending)
     statics = _statics(snapshot, group)

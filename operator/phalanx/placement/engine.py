@@ -5,21 +5,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
 import numpy as np
 
 from . import messages
-from .columns import BoolArray, IndexArray, IntArray
+from .auto import AutoChoice, choose_auto
+from .columns import IndexArray, IntArray
 from .constraints import REASON_RESOURCES, GroupConstraints, Refusal
-from .levels import Levels, effective_levels, fewest_domains_order, level_codes, level_of, path_column
-from .model import PODS, Admit, AssumedPod, Decision, GroupRequest, PodRequest, PodRequirements, Reject
-from .scoring import Scorer
+from .levels import Levels, effective_levels, level_codes, level_of, path_column, wider_levels
+from .model import Admit, AssumedPod, Decision, GroupRequest, Reject
+from .packing import DecisionContext, Signature, pod_capacity
 from .snapshot import Snapshot
 
-__all__ = ["admitted_usage", "decide"]
+__all__ = ["admitted_usage", "auto_choice", "decide", "resolve_mode"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +51,6 @@ class _Placements:
 
 
 @dataclass(slots=True)
-class _Signature:
-    """Pods of the group sharing one PodRequirements."""
-
-    requirements: PodRequirements
-    positions: list[int]
-    request: IntArray  # per row of the decision's free matrix; pods = 1
-    eligible: BoolArray
-    fits_nowhere: bool  # asks for a resource no node offers
-
-
-@dataclass(slots=True)
 class _Outcome:
     """Result of packing the group into one domain."""
 
@@ -70,19 +58,6 @@ class _Outcome:
     leftover: IntArray  # per scored resource
     targets: dict[int, int]  # pending position -> node index
     why: str = ""  # the filter that refused the first pod left out (constrained packing only)
-
-
-def _capacity(free: IntArray, request: IntArray, cap: int) -> IntArray:
-    """How many pods with `request` fit on each node (nodes are independent), at most `cap`.
-
-    `free` is resources x nodes; only resources the pod asks for (request > 0) limit it.
-    """
-    count = np.full(free.shape[1], cap, dtype=np.int64)
-    for j in np.flatnonzero(request > 0):
-        # Integer division is the slow part; pod slots (request 1) need none.
-        np.minimum(count, free[j] if request[j] == 1 else free[j] // request[j], out=count)
-    np.maximum(count, 0, out=count)
-    return count
 
 
 def _placements(snapshot: Snapshot, group: GroupRequest) -> _Placements | Reject:
@@ -135,103 +110,8 @@ def _placements_at(
     )
 
 
-class _Decision:
-    """State of one decide() call: the columns it needs and the per-signature data."""
-
-    def __init__(
-        self, snapshot: Snapshot, pending: Sequence[PodRequest], lower: list[IndexArray] | None = None
-    ) -> None:
-        self.snapshot = snapshot
-        self.lower = lower
-        """Path codes of the levels below the placements' level (None: no levels, fullest nodes first)."""
-        by_requirements: dict[PodRequirements, list[int]] = {}
-        for i, pod in enumerate(pending):
-            by_requirements.setdefault(pod.requirements, []).append(i)
-
-        totals = snapshot.totals
-        requested: set[str] = set()
-        unknown: set[PodRequirements] = set()
-        for req in by_requirements:
-            for resource, amount in req.requests:
-                if amount > 0 and resource != PODS:
-                    requested.add(resource)
-                    if snapshot.resource_index(resource) is None:
-                        unknown.add(req)
-        # Best fit is measured on what the group asks for; a group asking for nothing packs by pod slots.
-        scored = sorted(requested) or [PODS]
-        score_cols = [c for r in scored if (c := snapshot.resource_index(r)) is not None and totals[c] > 0]
-        check_cols = {c for r in requested if (c := snapshot.resource_index(r)) is not None}
-        pods_col = snapshot.resource_index(PODS)
-        assert pods_col is not None, "every snapshot has a pods column"
-        columns = sorted(check_cols | set(score_cols) | {pods_col})
-        position = {c: j for j, c in enumerate(columns)}
-
-        # Free capacity, resources x nodes, only for the resources this decision looks at.
-        alloc, used = snapshot.allocatable_by_resource, snapshot.used_by_resource
-        n = alloc.shape[1]
-        free = np.empty((len(columns), n), dtype=np.int64)
-        for j, c in enumerate(columns):
-            np.subtract(alloc[c], used[c], out=free[j])
-        self.free: IntArray = free
-        self.score_pos = [position[c] for c in score_cols]
-        self.scorer = Scorer([totals[c] for c in score_cols])
-        cap = snapshot.max_amount
-
-        self.signatures: list[_Signature] = []
-        for req, positions in by_requirements.items():
-            request = np.zeros(len(columns), dtype=np.int64)
-            request[position[pods_col]] = 1
-            for resource, amount in req.requests:
-                c = snapshot.resource_index(resource)
-                if c is not None and resource != PODS and amount > 0:
-                    # Above the per-node cap nothing can hold it; cap + 1 keeps that true without overflow.
-                    request[position[c]] = min(amount, cap + 1)
-            self.signatures.append(
-                _Signature(req, positions, request, snapshot.eligible(req), req in unknown)
-            )
-
-        eligible = self.signatures[0].eligible
-        for sig in self.signatures[1:]:
-            eligible = eligible | sig.eligible
-        # Free capacity that counts for best fit: only nodes some pod of the group may use.
-        score_free = np.empty((len(self.score_pos), n), dtype=np.int64)
-        for j, p in enumerate(self.score_pos):
-            np.maximum(free[p], 0, out=score_free[j])
-            score_free[j] *= eligible
-        self.eligible: BoolArray = eligible
-        self.score_free: IntArray = score_free
-
-    def capacity(self, sig: _Signature) -> IntArray:
-        if sig.fits_nowhere:
-            return np.zeros(self.free.shape[1], dtype=np.int64)
-        count = _capacity(self.free, sig.request, len(sig.positions))
-        count *= sig.eligible
-        return count
-
-    def size(self, sig: _Signature) -> Fraction:
-        return self.scorer.fraction(sig.request[self.score_pos])
-
-    def node_order(self, nodes: IndexArray) -> IndexArray:
-        """Fullest first: normalised free capacity ascending, then name (= node index)."""
-        return nodes[self.scorer.order(self.score_free[:, nodes].T, nodes)]
-
-    def fill_order(self, nodes: IndexArray, capacity: IntArray | None, need: int) -> IndexArray:
-        """The order to fill a domain's nodes: fullest first without levels; with levels the BestFit descent
-        (fewest lower-level domains, fewest nodes, tightest fit) for `need` pods of per-node `capacity`
-        (the sum over signatures for mixed pods: an upper bound)."""
-        if self.lower is None:
-            return self.node_order(nodes)
-        if capacity is None:
-            capacity = self.capacity(self.signatures[0])
-            for sig in self.signatures[1:]:
-                capacity = capacity + self.capacity(sig)
-        free = np.zeros(self.free.shape[1], dtype=np.float64)
-        free[nodes] = self.scorer.floats(self.score_free[:, nodes].T)
-        return fewest_domains_order(nodes, capacity, need, self.lower, free)
-
-
 def _pack_homogeneous(
-    ctx: _Decision, pl: _Placements, d: int, count: IntArray, placed: int
+    ctx: DecisionContext, pl: _Placements, d: int, count: IntArray, placed: int
 ) -> dict[int, int]:
     sig = ctx.signatures[0]
     nodes = pl.nodes(d)
@@ -243,7 +123,9 @@ def _pack_homogeneous(
     return dict(zip(sig.positions, targets.tolist(), strict=False))
 
 
-def _decide_homogeneous(ctx: _Decision, pl: _Placements, group: GroupRequest, min_count: int) -> Decision:
+def _decide_homogeneous(
+    ctx: DecisionContext, pl: _Placements, group: GroupRequest, min_count: int
+) -> Decision:
     sig = ctx.signatures[0]
     bound = len(group.bound_nodes)
     count = ctx.capacity(sig)
@@ -261,9 +143,9 @@ def _decide_homogeneous(ctx: _Decision, pl: _Placements, group: GroupRequest, mi
 
 
 def _pack_mixed(
-    ctx: _Decision, pl: _Placements, d: int, order: list[_Signature], domain_free: IntArray
+    ctx: DecisionContext, pl: _Placements, d: int, order: list[Signature], domain_free: IntArray
 ) -> _Outcome:
-    """First-fit decreasing: bigger pods first, each on the first node (fullest first) with room.
+    """First-fit decreasing: bigger pods first, each on the first node in the fill order with room.
 
     Greedy, not optimal: a different order could sometimes place more pods. Pods with the same
     requirements are consecutive, and first fit for identical pods is a prefix fill, so each
@@ -278,7 +160,7 @@ def _pack_mixed(
     for sig in order:
         if sig.fits_nowhere:
             continue
-        count = _capacity(free, sig.request, len(sig.positions))
+        count = pod_capacity(free, sig.request, len(sig.positions))
         count[~sig.eligible[nodes]] = 0
         before = np.cumsum(count) - count
         take = np.clip(len(sig.positions) - before, 0, count)
@@ -294,7 +176,7 @@ def _pack_mixed(
     return _Outcome(placed, leftover, targets)
 
 
-def _decide_mixed(ctx: _Decision, pl: _Placements, group: GroupRequest, min_count: int) -> Decision:
+def _decide_mixed(ctx: DecisionContext, pl: _Placements, group: GroupRequest, min_count: int) -> Decision:
     bound = len(group.bound_nodes)
     order = sorted(ctx.signatures, key=lambda s: (-ctx.size(s), s.positions[0]))
     # Upper bound per domain: every signature alone, ignoring the others. Domains are packed in
@@ -323,15 +205,15 @@ def _decide_mixed(ctx: _Decision, pl: _Placements, group: GroupRequest, min_coun
 
 
 def _pack_constrained(
-    ctx: _Decision,
+    ctx: DecisionContext,
     cons: GroupConstraints,
     pl: _Placements,
     d: int,
     order: list[int],
-    sig_of: list[_Signature],
+    sig_of: list[Signature],
     domain_free: IntArray,
 ) -> _Outcome:
-    """One pod at a time, biggest first, each on the first node (fullest first) where it passes every
+    """One pod at a time, biggest first, each on the first node in the fill order where it passes every
     filter given the pods of the group placed before it (see constraints.py)."""
     nodes = pl.nodes(d)
     nodes = ctx.fill_order(nodes[ctx.eligible[nodes]], None, len(order))
@@ -367,10 +249,10 @@ def _pack_constrained(
 
 
 def _decide_constrained(
-    ctx: _Decision, cons: GroupConstraints, pl: _Placements, group: GroupRequest, min_count: int
+    ctx: DecisionContext, cons: GroupConstraints, pl: _Placements, group: GroupRequest, min_count: int
 ) -> Decision:
     bound = len(group.bound_nodes)
-    sig_of: list[_Signature] = [ctx.signatures[0]] * len(group.pending)
+    sig_of: list[Signature] = [ctx.signatures[0]] * len(group.pending)
     for sig in ctx.signatures:
         for position in sig.positions:
             sig_of[position] = sig
@@ -407,7 +289,7 @@ def _decide_constrained(
     return _admit(ctx, pl, best[0], group, best[2].targets)
 
 
-def _top_sums(ctx: _Decision, sig_of: list[_Signature], upper: IntArray) -> IntArray:
+def _top_sums(ctx: DecisionContext, sig_of: list[Signature], upper: IntArray) -> IntArray:
     """Per domain and scored resource: the sum of that resource over the `upper[d]` pods asking most of it."""
     requests = np.array([sig.request[ctx.score_pos] for sig in sig_of], dtype=np.int64).reshape(
         len(sig_of), len(ctx.score_pos)
@@ -428,7 +310,9 @@ def _reject(pl: _Placements, placed: int, bound: int, min_count: int, why: str =
     return Reject(message, len(pl.names), 0, scheduled, remaining, "Unschedulable")
 
 
-def _admit(ctx: _Decision, pl: _Placements, d: int, group: GroupRequest, targets: dict[int, int]) -> Admit:
+def _admit(
+    ctx: DecisionContext, pl: _Placements, d: int, group: GroupRequest, targets: dict[int, int]
+) -> Admit:
     names = ctx.snapshot.node_names
     assignments = tuple((pod.id, names[targets[i]]) for i, pod in enumerate(group.pending) if i in targets)
     return Admit(domain=pl.names[d], assignments=assignments)
@@ -450,17 +334,25 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
        every pending pod that fits is placed, not only minCount of them.
     4. Among feasible placements: most pods placed, then least normalised free capacity left
        (best fit), then smallest domain name.
-    5. Inside it, fullest nodes first; with levels, Kueue's BestFit: the fewest domains of each lower
-       level, then the fewest nodes, the last one the tightest fit (levels.py).
+    5. Inside it, Kueue's BestFit with the node as the lowest level always: with levels the fewest
+       domains of each lower level, and with or without levels the fewest nodes, the last one the
+       tightest fit (levels.py); ties: the fullest node, then the name.
     6. `mode: preferred`: if no domain of the key is feasible, the next wider level is tried (one
        domain of it, the fewest domains of the finer levels inside), and so on up to all nodes;
        `Admit.level` then names the level used ("" for all nodes).
+    7. `mode: auto`: `required` at the narrowest of those levels where the gang can ever fit one domain
+       (the cluster's nodes empty: auto.py); `Admit.level` / `Reject.level` name a wider level used and
+       `mode_note` says which applied and why.
     """
+    if group.mode == "auto" and group.topology_key is not None:
+        choice = auto_choice(snapshot, group)
+        chosen = _decide_required(snapshot, choice.group(group))
+        return replace(chosen, level=choice.level, mode_note=choice.note)
     levels = effective_levels(group.levels, group.topology_key)
     if group.mode != "preferred" or group.topology_key is None:
         return _decide_at(snapshot, group, group.topology_key, levels)
     decision: Decision = Reject("", 0, 0, 0, 0, "Unschedulable")
-    for key, at_levels in _wider(group.topology_key, levels):
+    for key, at_levels in wider_levels(group.topology_key, levels):
         decision = _decide_at(snapshot, group, key, at_levels)
         if isinstance(decision, Admit):
             return decision if key == group.topology_key else replace(decision, level=key or "")
@@ -469,13 +361,22 @@ def decide(snapshot: Snapshot, group: GroupRequest) -> Decision:
     return decision
 
 
-def _wider(key: str, levels: Levels) -> list[tuple[str | None, Levels]]:
-    """The levels a preferred group tries, narrowest first: its key, each wider level, then all nodes.
-    Without levels the key alone is a level (all nodes: fewest domains of the key)."""
-    depth = level_of(levels, key)
-    if depth is None:
-        return [(key, ()), (None, (key,))]
-    return [*((levels[d], levels) for d in range(depth, -1, -1)), (None, levels)]
+def auto_choice(snapshot: Snapshot, group: GroupRequest) -> AutoChoice:
+    """Where an `auto` group is decided, as `required` (auto.py): its key when the gang can ever fit one
+    domain of it on this cluster's nodes, else the narrowest wider level that can, else all nodes."""
+    return choose_auto(snapshot, group, _decide_at)
+
+
+def resolve_mode(snapshot: Snapshot, group: GroupRequest) -> GroupRequest:
+    """An `auto` group as the `required` group it is decided as (same placement, without `mode_note`);
+    any other group unchanged. For what works on required groups only (the victim search, diagnosis)."""
+    if group.mode == "auto" and group.topology_key is not None:
+        return auto_choice(snapshot, group).group(group)
+    return group
+
+
+def _decide_required(snapshot: Snapshot, group: GroupRequest) -> Decision:
+    return _decide_at(snapshot, group, group.topology_key, effective_levels(group.levels, group.topology_key))
 
 
 def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels: Levels) -> Decision:
@@ -488,11 +389,11 @@ def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels:
         return pl
     if pending == 0:
         return Admit(domain=pl.names[0], assignments=())
-    lower = None
+    lower: list[IndexArray] = []
     if levels:
         depth = level_of(levels, key)
         lower = level_codes(snapshot, levels, -1 if depth is None else depth)
-    ctx = _Decision(snapshot, group.pending, lower)
+    ctx = DecisionContext(snapshot, group.pending, lower)
     cons = GroupConstraints.of(snapshot, group.pending, [sig.requirements for sig in ctx.signatures])
     if isinstance(cons, Refusal):
         return Reject(cons.message, 0, 0, bound, pending, cons.reason)

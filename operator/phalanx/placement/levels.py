@@ -21,7 +21,15 @@ import numpy.typing as npt
 from .columns import IndexArray, IntArray, LabelColumn
 from .snapshot import Snapshot
 
-__all__ = ["SEPARATOR", "Levels", "effective_levels", "fewest_domains_order", "level_of", "path_column"]
+__all__ = [
+    "SEPARATOR",
+    "Levels",
+    "effective_levels",
+    "fewest_domains_order",
+    "level_of",
+    "path_column",
+    "wider_levels",
+]
 
 Levels = tuple[str, ...]
 SEPARATOR: Final = "/"
@@ -45,6 +53,16 @@ def effective_levels(levels: Sequence[str], key: str | None) -> Levels:
     if not levels or (key is not None and key not in levels):
         return ()
     return tuple(levels)
+
+
+def wider_levels(key: str, levels: Levels) -> list[tuple[str | None, Levels]]:
+    """The rungs a `preferred` or `auto` group can be placed at, narrowest first: (key, levels) of its key,
+    of each wider level, then of all nodes (None). Without levels the key alone is a level: the key, then
+    all nodes with the fewest domains of the key."""
+    depth = level_of(levels, key)
+    if depth is None:
+        return [(key, ()), (None, (key,))]
+    return [*((levels[d], levels) for d in range(depth, -1, -1)), (None, levels)]
 
 
 def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelColumn:
@@ -73,7 +91,7 @@ def path_column(snapshot: Snapshot, levels: Sequence[str], depth: int) -> LabelC
         f"{parent.values[p]}{SEPARATOR}{own.values[c]}"
         for p, c in zip((unique // width).tolist(), (unique % width).tolist(), strict=True)
     )
-    column = LabelColumn._of(values, {v: i for i, v in enumerate(values)}, codes)
+    column = LabelColumn.of_codes(values, {v: i for i, v in enumerate(values)}, codes)
     table.path_columns[key] = column
     return column
 
@@ -108,11 +126,14 @@ def fewest_domains_order(
     need: int,
     lower: Sequence[IndexArray],
     free: FloatArray,
+    rank: IntArray | None = None,
 ) -> IndexArray:
     """`nodes` in the order a prefix fill of `need` pods should use them (Kueue's BestFit descent).
 
     `capacity[i]`: pods node i takes; `lower`: path codes per node of each level below the domain,
-    coarse -> fine; `free[i]`: node i's normalised free capacity (less is fuller). At each lower level the
+    coarse -> fine; `free[i]`: node i's normalised free capacity (less is fuller); `rank[i]`: node i's
+    place in the exact order of (free, name) when known, which then breaks ties between nodes instead of
+    the floats of `free` (a domain's free capacity is the float sum of its nodes'). At each lower level the
     fewest domains are chosen (`_choose`), each filled recursively with what it takes; at the node level
     the fewest nodes, the last the tightest; ties go to the fullest, then the smallest name (index).
     Nodes and domains not needed follow, biggest first, so a fill that needs more (mixed pods) spills
@@ -121,12 +142,14 @@ def fewest_domains_order(
     if nodes.size == 0:
         return nodes
     if not lower:
+        if rank is not None:  # exact: rank orders by free capacity, then name
+            return nodes[_choose(capacity[nodes], rank[nodes].astype(np.float64), rank[nodes], need)]
         picked = _choose(capacity[nodes], free[nodes], nodes.astype(np.int64), need)
         return nodes[picked]
     codes = lower[0][nodes]
     groups, inverse = np.unique(codes, return_inverse=True)
     if groups.size == nodes.size and groups[0] >= 0:
-        return fewest_domains_order(nodes, capacity, need, lower[1:], free)  # one node per domain (hostname)
+        return fewest_domains_order(nodes, capacity, need, lower[1:], free, rank)  # one node per domain
     inverse = inverse.reshape(-1)
     cap = np.bincount(inverse, weights=capacity[nodes], minlength=groups.size).astype(np.int64)
     group_free: FloatArray = np.bincount(inverse, weights=free[nodes], minlength=groups.size).astype(
@@ -144,10 +167,11 @@ def fewest_domains_order(
             position = np.empty(groups.size, dtype=np.intp)
             position[chosen] = np.arange(groups.size, dtype=np.intp)
             rest = nodes[position[inverse] >= used]
-            keys = (rest, free[rest], -capacity[rest], position[inverse][position[inverse] >= used])
+            ties = (rank[rest],) if rank is not None else (rest, free[rest])
+            keys = (*ties, -capacity[rest], position[inverse][position[inverse] >= used])
             parts.append(rest[np.lexsort(keys)])
             break
         members = nodes[inverse == g]
-        parts.append(fewest_domains_order(members, capacity, take, lower[1:], free))
+        parts.append(fewest_domains_order(members, capacity, take, lower[1:], free, rank))
         left -= take
     return np.concatenate(parts).astype(np.intp)

@@ -20,9 +20,11 @@ PODS: Final = "pods"
 
 RejectReason: TypeAlias = Literal["Unschedulable", "NoDomain", "DomainConflict", "Unsupported"]
 
-TopologyMode: TypeAlias = Literal["required", "preferred"]
+TopologyMode: TypeAlias = Literal["required", "preferred", "auto"]
 """required: one domain of the key or wait; preferred: one domain of the key if any fits, else one domain of
-each wider level in turn (fewest domains of the key inside it), else anywhere."""
+each wider level in turn (fewest domains of the key inside it), else anywhere; auto: required at the
+narrowest of those levels where the gang can ever fit one domain (the cluster's nodes empty), so it waits
+there (auto.py)."""
 
 DEFAULT_BIND_ALL_IP: Final = "0.0.0.0"
 HONOR: Final = "Honor"
@@ -355,8 +357,12 @@ class Admit:
     assignments: tuple[tuple[str, str], ...]
     """(pod id, node name) in pending order; pods that got no node are absent."""
     level: str | None = None
-    """Set only when a `preferred` group was placed at a wider level than its key: that level's label
-    (`domain` is then its path), or "" for anywhere (`domain` None)."""
+    """Set only when a `preferred` or `auto` group was placed at a wider level than its key: that level's
+    label (`domain` is then its path), or "" for anywhere (`domain` None)."""
+    mode_note: str = ""
+    """`auto` mode only: which level applied and why, one sentence for the condition ("auto: 32 pods can
+    never fit one domain of example.com/rack (at most 18 do), so one domain of example.com/block with the
+    fewest domains of example.com/rack")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +373,10 @@ class Reject:
     scheduled: int
     remaining: int
     reason: RejectReason
+    level: str | None = None
+    """`auto` mode only, as `Admit.level`: the wider level the group waits for, "" for anywhere."""
+    mode_note: str = ""
+    """`auto` mode only, as `Admit.mode_note`."""
 
 
 Decision: TypeAlias = Admit | Reject

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from .composite import CompositeAdmit
 from .model import Admit
 
 DisruptionMode: TypeAlias = Literal["single", "all"]
@@ -46,11 +47,16 @@ class VictimGroup:
     - `single`: pods may be preempted one by one while the group keeps at least `min_count`
       running pods; taking more makes the whole group the victim (never half a gang).
       A basic (non-gang) group is `single` with `min_count` 1.
+    - `partial=False`: a `single` group that must not lose pods one by one (losing them could fail its
+      Job: no podFailurePolicy ignoring disruptions and no backoff budget left) is taken whole or not at
+      all, and priced whole (all its pods, one group), exactly like `all`; the caller then requeues it
+      whole. For an `all` group it changes nothing.
     """
 
     key: str
     min_count: int
     disruption: DisruptionMode = "single"
+    partial: bool = True
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -61,13 +67,20 @@ class VictimCost:
     - `groups`: victim groups, whole or partial; a pod Phalanx does not manage counts as a group;
     - `pods`: victim pods (every pod of a whole group, also those outside the domain);
     - `newest`: minus the sum of the victims' start times in microseconds, so that, with the same
-      number of pods, the victims that started most recently (the least run time lost) are cheaper.
+      number of pods, the victims that started most recently (the least run time lost) are cheaper;
+    - `spread`: of victim sets equal in all the above, how scattered the room they free is — per level
+      below the preemptor's domain, coarse to fine, ending with the nodes (the lowest level always), how
+      many domains hold a victim that sits in the domain on a node some pod of the preemptor may use; so
+      the set whose removal completes one rack (one node) beats one that leaves holes in several. Pod
+      start times have whole seconds in Kubernetes, so pods that started together (those of one gang,
+      or of one rollout) tie on `newest` and this decides among them.
     """
 
     priority: int
     groups: int
     pods: int
     newest: int
+    spread: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +101,19 @@ class Preemption:
     exact: bool
     """True when the search proved this victim set the cheapest; False when it stopped at its step
     budget and returned the cheapest set found so far (still a valid preemption)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompositePreemption:
+    """Victims whose removal lets a composite group's whole tree be admitted (`choose_composite_victims`)."""
+
+    domain: str | None
+    """The root's domain in `admit` (None without a key on the root)."""
+    victims: tuple[str, ...]
+    """Pod ids to preempt, sorted."""
+    whole_groups: tuple[str, ...]
+    partial_groups: tuple[str, ...]
+    admit: CompositeAdmit
+    """`decide_composite(snapshot.without(victims), root)`."""
+    cost: VictimCost
+    exact: bool

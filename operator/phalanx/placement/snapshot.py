@@ -458,6 +458,49 @@ class Snapshot:
             assumed_special=self._assumed_special,
         )
 
+    def empty(self, keep: Iterable[str] = ()) -> Snapshot:
+        """The same nodes with no pod on them (what the cluster offers at all, not today's free room); the
+        claims and CSI view are kept (a pod's own volumes restrict its nodes whatever runs). The nodes named
+        in `keep` keep their usage as it is (nodes where pods that stay run)."""
+        used = np.zeros_like(self._used)
+        kept = [i for name in keep if (i := self._s.name_index.get(name)) is not None]
+        used[:, kept] = self._used[:, kept]
+        return Snapshot(self._s, used, {}, frozenset(), special={}, claims=self._claims, csi=self._csi)
+
+    def only(self, node_names: Iterable[str]) -> Snapshot:
+        """A snapshot of those nodes alone with what holds capacity on them (bound pods not removed, and
+        pods assumed in this pass), claims and CSI view: to decide inside one domain at its size."""
+        index = self._s.name_index
+        wanted = {name for name in node_names if name in index}
+        nodes = [self._s.nodes[index[name]] for name in sorted(wanted)]
+        pods = [p for p in self._pods.values() if p.node in wanted and p.id not in self._removed]
+        built = Snapshot.build(nodes, pods, self._claims, self._csi)
+        assumed = [a for a in self._assumed if a.node in wanted]
+        return built.assume(assumed) if assumed else built
+
+    def holding(self, node_names: Iterable[str]) -> Snapshot:
+        """A snapshot where those nodes take no more pods (room held for a waiting gang: reservation.py);
+        every other node is as it is. They stay full through `assume` and `without`; unknown names are
+        ignored."""
+        s = self._s
+        held = [i for name in node_names if (i := s.name_index.get(name)) is not None]
+        if not held:
+            return self
+        used = self._used.copy()
+        used[:, held] = SATURATED
+        return Snapshot(
+            s,
+            used,
+            self._pods,
+            self._removed,
+            special=self._special,
+            claims=self._claims,
+            csi=self._csi,
+            assumed=self._assumed,
+            assumed_special=self._assumed_special,
+            index=self._index,
+        )
+
     # --- other pods, volumes ----------------------------------------------------------------
 
     def _present(self, pods: Iterable[BoundPod], *, assumed: bool = False) -> Iterator[tuple[int, BoundPod]]:

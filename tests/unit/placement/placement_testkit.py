@@ -223,7 +223,14 @@ def brute_force(nodes: Sequence[NodeInfo], pods: Sequence[BoundPod], group: Grou
 def reference_packing(
     nodes: Sequence[NodeInfo], pods: Sequence[BoundPod], group: GroupRequest, domain: str | None
 ) -> list[tuple[str, str]]:
-    """Fullest-first first fit for a homogeneous group inside one domain, with Fractions."""
+    """The node rule for a homogeneous group inside one domain, with Fractions: the fewest nodes, the
+    last one the tightest (Kueue's BestFit at the node level).
+
+    Each node holds `cap` pods of the group (at most all of them). Nodes by capacity, most first, then
+    least normalised free capacity (fullest), then name; the first k of them that hold every pod that
+    fits; the k-th swapped for the node after the first k-1 with the smallest capacity that still holds
+    what is left (then fullest, then name). Pods in pending order, each node filled to its capacity.
+    """
     key = group.topology_key
     req = group.pending[0].requirements
     requests = dict(req.requests)
@@ -231,13 +238,38 @@ def reference_packing(
     total = totals(nodes)
     resources = scored_resources(group)
     members = [n for n in nodes if (key is None or n.labels.get(key) == domain) and eligible_for(n, req)]
-    members.sort(key=lambda n: (normalised_free([n], used, resources, total), n.name))
+    cap = {n.name: node_capacity(n, used[n.name], requests, len(group.pending)) for n in members}
+    free = {n.name: normalised_free([n], used, resources, total) for n in members}
+    members = [n for n in members if cap[n.name] > 0]
+    need = min(len(group.pending), sum(cap.values()))
+    ranked = sorted(members, key=lambda n: (-cap[n.name], free[n.name], n.name))
+    chosen: list[NodeInfo] = []
+    held = 0
+    for n in ranked:
+        if held >= need:
+            break
+        chosen.append(n)
+        held += cap[n.name]
+    if chosen:
+        left = need - (held - cap[chosen[-1].name])
+        rest = ranked[len(chosen) - 1 :]
+        tightest = min(
+            (n for n in rest if cap[n.name] >= left), key=lambda n: (cap[n.name], free[n.name], n.name)
+        )
+        chosen[-1] = tightest
     out = []
-    extra = {n.name: 0 for n in members}
-    for pod in group.pending:
-        for n in members:
-            if fits(n, used[n.name], requests, extra[n.name] + 1):
-                extra[n.name] += 1
-                out.append((pod.id, n.name))
-                break
+    queue = iter(group.pending)
+    placed = 0
+    for n in chosen:
+        for _ in range(min(cap[n.name], need - placed)):
+            out.append((next(queue).id, n.name))
+            placed += 1
     return out
+
+
+def node_capacity(node: NodeInfo, used: Mapping[str, int], requests: Mapping[str, int], most: int) -> int:
+    """How many pods with `requests` the node holds, at most `most`."""
+    k = 0
+    while k < most and fits(node, used, requests, k + 1):
+        k += 1
+    return k

@@ -17,6 +17,7 @@ from phalanx.placement import (
     PodRequirements,
     PodTraits,
     Snapshot,
+    TopologyMode,
     composite_usage,
     decide_composite,
 )
@@ -205,12 +206,58 @@ def test_the_tree_pods_count_against_each_other_in_the_filters_of_one_gang() -> 
     assert isinstance(three, CompositeReject)
 
 
-def test_preferred_inside_a_composite_is_refused_explicitly() -> None:
-    leaf = GroupRequest(
-        "s", (PodRequest("p", PodRequirements(requests=((GPU, 8),))),), 1, LOCAL_BLOCK, mode="preferred"
+def slice_of(name: str, mode: TopologyMode, count: int = 2) -> GroupRequest:
+    pods = tuple(PodRequest(f"{name}-{i}", PodRequirements(requests=((GPU, 8),))) for i in range(count))
+    return GroupRequest(name, pods, count, LOCAL_BLOCK, mode=mode)
+
+
+def test_a_preferred_leaf_stays_in_one_domain_of_its_key_when_the_tree_fits_so() -> None:
+    decision = decide_composite(
+        Snapshot.build(article_nodes(), []), job(slice_of("s", "preferred"), key=NETWORK_BLOCK)
     )
-    decision = decide_composite(Snapshot.build(article_nodes(), []), job(leaf))
-    assert isinstance(decision, CompositeReject) and decision.reason == "Unsupported"
+    assert isinstance(decision, CompositeAdmit)
+    admit = decision.admit("s")
+    assert admit is not None and admit.level is None and admit.domain == "lb-a1"
+
+
+def test_a_preferred_leaf_takes_its_parents_domain_when_no_domain_of_its_key_holds_it() -> None:
+    # One node of each local block is busy: no local block holds a 2-node slice, a network block does.
+    snapshot = Snapshot.build(article_nodes(), busy(1, 3, 5, 7))
+    strict = decide_composite(snapshot, job(slice_of("s", "required"), key=NETWORK_BLOCK))
+    assert isinstance(strict, CompositeReject)
+    decision = decide_composite(snapshot, job(slice_of("s", "preferred"), key=NETWORK_BLOCK))
+    assert isinstance(decision, CompositeAdmit)
+    admit = decision.admit("s")
+    assert admit is not None and admit.level == "" and admit.domain == "nb-a"
+    assert {node for _, node in admit.assignments} == {worker(2), worker(4)}
+    # A second, required slice keeps its rule: the tree waits rather than break it.
+    both = job(slice_of("s", "preferred"), slice_of("t", "required"), key=NETWORK_BLOCK)
+    assert isinstance(decide_composite(snapshot, both), CompositeReject)
+
+
+def test_preferred_leaves_go_wider_only_when_the_tree_cannot_fit_with_them_at_their_keys() -> None:
+    # nb-a has lb-a1 free and lb-a2 half busy; two preferred slices of 2: one lb-a1, the other cannot fit a
+    # local block of nb-a, so the whole tree goes to nb-b (empty) with both slices in their local blocks.
+    snapshot = Snapshot.build(article_nodes(), busy(3))
+    tree = job(slice_of("s", "preferred"), slice_of("t", "preferred"), key=NETWORK_BLOCK)
+    decision = decide_composite(snapshot, tree)
+    assert isinstance(decision, CompositeAdmit) and decision.domain("slices") == "nb-b"
+    assert all(a.level is None for _, a in decision.admits)
+
+
+def test_an_auto_leaf_is_required_where_it_can_ever_fit() -> None:
+    # A slice of 3 can never fit a 2-node local block: auto takes its parent's network block.
+    decision = decide_composite(
+        Snapshot.build(article_nodes(), []), job(slice_of("s", "auto", 3), key=NETWORK_BLOCK)
+    )
+    assert isinstance(decision, CompositeAdmit)
+    admit = decision.admit("s")
+    assert admit is not None and admit.level == "" and admit.domain == "nb-a"
+    assert admit.mode_note.startswith("auto: 3 pods can never fit one domain of")
+    fits = decide_composite(
+        Snapshot.build(article_nodes(), busy(1, 3, 5, 7)), job(slice_of("s", "auto"), key=NETWORK_BLOCK)
+    )
+    assert isinstance(fits, CompositeReject)  # 2 pods fit a local block when it is free: it waits
 
 
 def test_an_outer_domain_with_room_but_no_whole_inner_domain_gives_way_to_the_next() -> None:

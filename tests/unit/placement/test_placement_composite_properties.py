@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from placement_testkit import fits, usage
 
@@ -49,7 +49,7 @@ def _requirements(draw: st.DrawFn, alike: bool, shared: PodRequirements) -> PodR
 
 
 @st.composite
-def cases(draw: st.DrawFn, alike: bool = True) -> Case:
+def cases(draw: st.DrawFn, alike: bool = True, preferred: bool = False) -> Case:
     nodes = []
     for i in range(draw(st.integers(1, 4))):
         labels = {HOST: f"n{i}"}
@@ -75,7 +75,9 @@ def cases(draw: st.DrawFn, alike: bool = True) -> Case:
         name = f"g{next(names)}"
         req = _requirements(draw, alike, shared)
         pending = tuple(PodRequest(f"{name}-{i}", req) for i in range(count))
-        return GroupRequest(name, pending, draw(st.integers(1, count)), draw(keys), levels=LEVELS)
+        mode = "preferred" if preferred and draw(st.integers(0, 2)) else "required"
+        key = draw(st.sampled_from([RACK, HOST]) if mode == "preferred" else keys)  # a narrow key to widen
+        return GroupRequest(name, pending, draw(st.integers(1, count)), key, levels=LEVELS, mode=mode)
 
     def composite(depth: int) -> CompositeRequest:
         children: list[Tree] = []
@@ -227,3 +229,68 @@ def test_the_reference_finds_what_fits() -> None:
     assert brute_force_feasible(Case([node], [], root(2)))
     assert not brute_force_feasible(Case([node], [], root(3)))
     assert fits(node, {}, {GPU: 1}, 2) and not fits(node, {}, {GPU: 1}, 3)
+
+
+def rewritten(t: Tree, *, relax: bool) -> Tree:
+    """The tree with its preferred leaves required at their keys, or (`relax`) anywhere in their parent."""
+    if isinstance(t, GroupRequest):
+        if t.mode != "preferred":
+            return t
+        return replace(t, mode="required", topology_key=None if relax else t.topology_key)
+    return replace(t, children=tuple(rewritten(c, relax=relax) for c in t.children))
+
+
+def _leaf(name: str, key: str | None, mode: str = "required") -> GroupRequest:
+    pod = PodRequest(f"{name}-0", PodRequirements(requests=((GPU, 1),)))
+    return GroupRequest(name, (pod,), 1, key, levels=LEVELS, mode=mode)  # type: ignore[arg-type]
+
+
+# Found by this test: a relaxed preferred leaf decided at its own (rack) level took n1, the only node of
+# block b0, before g0 (which needs a block) was placed; decided at its widest rung's level it goes after.
+_TAKES_THE_BLOCK = Case(
+    [
+        NodeInfo("n0", {HOST: "n0"}, {GPU: 1, "pods": 1}),
+        NodeInfo("n1", {HOST: "n1", BLOCK: "b0"}, {GPU: 1, "pods": 1}),
+    ],
+    [],
+    CompositeRequest(
+        "c4",
+        (
+            _leaf("g0", BLOCK),
+            _leaf("g1", RACK, "preferred"),
+            CompositeRequest("c3", (_leaf("g2", None),), 1, BLOCK, LEVELS),
+        ),
+        2,
+        None,
+        LEVELS,
+    ),
+)
+
+
+@SETTINGS
+@given(cases(preferred=True))
+@example(_TAKES_THE_BLOCK)
+def test_preferred_leaves_keep_their_key_when_the_tree_fits_so_else_go_wider(case: Case) -> None:
+    snapshot = Snapshot.build(case.nodes, case.pods)
+    decision = decide_composite(snapshot, case.root)
+    strict = rewritten(case.root, relax=False)
+    relaxed = rewritten(case.root, relax=True)
+    assert isinstance(strict, CompositeRequest) and isinstance(relaxed, CompositeRequest)
+    if brute_force_feasible(Case(case.nodes, case.pods, strict)):
+        event("fits with every leaf at its key")
+        assert decision == decide_composite(snapshot, strict)
+        return
+    wider = brute_force_feasible(Case(case.nodes, case.pods, relaxed))
+    event("fits wider" if wider else "does not fit")
+    assert isinstance(decision, CompositeAdmit) == wider
+    if not isinstance(decision, CompositeAdmit):
+        return
+    placement = engine_placement(case, decision)
+    assert valid(Case(case.nodes, case.pods, relaxed), placement) == ""
+    by_name = {n.name: n for n in case.nodes}
+    for leaf in leaves_of(case.root):
+        admit = decision.admit(leaf.name)
+        if admit is None or admit.level == "":
+            continue  # not placed, or anywhere in its parent's domain
+        key = leaf.topology_key if admit.level is None else admit.level
+        assert len({domain(by_name[n], key) for n in placement[leaf.name]}) == 1

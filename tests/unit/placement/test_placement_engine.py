@@ -269,13 +269,24 @@ def test_node_affinity_restricts_domains() -> None:
     )
 
 
-def test_best_fit_counts_only_eligible_nodes_and_fills_fullest_first() -> None:
+def test_best_fit_counts_only_eligible_nodes_and_fills_the_fewest_nodes() -> None:
     half = [NodeInfo(f"n{i}", {"rack": "r"}, {GPU: 8, "pods": 110}) for i in range(4)]
     s = Snapshot.build(half, [BoundPod("x", "n2", {GPU: 6}), BoundPod("y", "n0", {GPU: 2})])
     small = PodRequirements(requests=((GPU, 2),))
     d = admitted(decide(s, gang(5, 1, "rack", requirements=small)))
-    # n2 has 2 free (fullest), then n0 with 6, then n1, n3 with 8.
-    assert nodes_of(d) == ["n2", "n0", "n0", "n0", "n1"]
+    # n1 and n3 hold 4 pods each, n0 3, n2 1: two nodes are needed, n1 (the first of the biggest) and then
+    # n2, the tightest node that holds the fifth pod (fullest-first would have used n2, n0 and n1).
+    assert nodes_of(d) == ["n1", "n1", "n1", "n1", "n2"]
+
+
+def test_two_half_node_pods_take_one_empty_node_not_two_half_busy_ones() -> None:
+    # Issue 18: workers 1 and 2 of nb-a are half busy, worker 3 is empty, worker 4 full; nb-b is empty.
+    pods = [BoundPod(f"half-{w}", worker(w), {GPU: 4}) for w in (1, 2)] + busy(4)
+    s = Snapshot.build(article_nodes(), pods)
+    half = PodRequirements(requests=((GPU, 4),))
+    d = admitted(decide(s, gang(2, 2, NETWORK_BLOCK, requirements=half)))
+    assert d.domain == "nb-a"  # best fit: the fuller block
+    assert nodes_of(d) == [worker(3), worker(3)]  # the fewest nodes (fullest-first took workers 1 and 2)
 
 
 def test_several_small_pods_share_a_node() -> None:
@@ -309,8 +320,8 @@ def test_mixed_requirements_choose_domain_by_rules() -> None:
     pods = (PodRequest("a", GPU_POD), PodRequest("b", pinned_small), PodRequest("c", pinned_small))
     d = admitted(decide(s, GroupRequest("mix", pods, 3, NETWORK_BLOCK)))
     assert d.domain == "nb-a"
-    assert dict(d.assignments)["a"] == worker(2)  # fullest-first: lb-a1's free node
-    assert {dict(d.assignments)["b"], dict(d.assignments)["c"]} <= {worker(3), worker(4)}
+    # The fewest nodes: worker 3 holds "a" (or both small pods), so two nodes of lb-a2 do, not lb-a1's too.
+    assert dict(d.assignments) == {"a": worker(3), "b": worker(4), "c": worker(4)}
 
 
 def test_admitted_usage_feeds_assume_for_the_next_group() -> None:
@@ -341,4 +352,4 @@ def test_empty_cluster() -> None:
 def test_group_asking_for_nothing_packs_by_pod_slots() -> None:
     s = Snapshot.build([NodeInfo("a", {}, {"pods": 2}), NodeInfo("b", {}, {"pods": 3})], [])
     d = admitted(decide(s, gang(4, 4, None, requirements=PodRequirements(requests=()))))
-    assert nodes_of(d) == ["a", "a", "b", "b"]  # a has fewer free slots: fullest first
+    assert nodes_of(d) == ["b", "b", "b", "a"]  # b holds 3, a (the tightest) the fourth

@@ -312,12 +312,13 @@ def test_assumed_groups_are_seen_by_the_next_decision(sc: Scenario) -> None:
 def test_the_domain_search_stops_only_when_no_domain_can_do_better(sc: Scenario) -> None:
     """The engine's branch and bound picks what packing every domain would: most pods, best fit, name."""
     from phalanx.placement import engine
+    from phalanx.placement.packing import DecisionContext
 
     snapshot = Snapshot.build(sc.nodes, sc.pods, sc.claims, sc.csi)
     decision = decide(snapshot, sc.group)
     if isinstance(decision, Reject) and decision.reason != "Unschedulable":
         return
-    ctx = engine._Decision(snapshot, sc.group.pending)
+    ctx = DecisionContext(snapshot, sc.group.pending)
     cons = engine.GroupConstraints.of(snapshot, sc.group.pending, [s.requirements for s in ctx.signatures])
     if not isinstance(cons, engine.GroupConstraints):
         return

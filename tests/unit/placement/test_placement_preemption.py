@@ -5,18 +5,30 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, gang, worker
+from placement_testkit import (
+    GPU,
+    GPU_POD,
+    LOCAL_BLOCK,
+    NETWORK_BLOCK,
+    article_nodes,
+    eligible_for,
+    gang,
+    worker,
+)
 
 from phalanx.placement import (
     DEFAULT_MAX_STEPS,
     Admit,
     BoundPod,
     Candidate,
+    CompositeAdmit,
+    CompositePreemption,
+    CompositeRequest,
     DisruptionMode,
     GroupRequest,
     HostPort,
@@ -27,8 +39,11 @@ from phalanx.placement import (
     Snapshot,
     VictimCost,
     VictimGroup,
+    choose_composite_victims,
     choose_victims,
     decide,
+    decide_composite,
+    resolve_mode,
 )
 
 LOW, HIGH = 100, 1000
@@ -67,8 +82,9 @@ class Cluster:
         mode: DisruptionMode = "single",
         priority: int = LOW,
         started: float = 0.0,
+        partial: bool = True,
     ) -> list[str]:
-        self.groups.append(VictimGroup(name, min_count, mode))
+        self.groups.append(VictimGroup(name, min_count, mode, partial))
         return [
             self.run({GPU: 8}, worker(w), priority=priority, started=started, job=name, pod_id=f"{name}-{i}")
             for i, w in enumerate(workers)
@@ -137,16 +153,59 @@ def check_result(
             whole.add(key)
         else:
             assert definitions[key].disruption == "single", "an `all` group is all of its pods or none"
+            assert definitions[key].partial, "a group marked partial=False is all of its pods or none"
             assert len(pods) - len(taken) >= max(1, definitions[key].min_count), "no gang left below minCount"
             partial.add(key)
     assert result.whole_groups == tuple(sorted(whole))
     assert result.partial_groups == tuple(sorted(partial))
     assert result.admit == decide(snapshot.without(result.victims), group)
     assert result.domain == result.admit.domain
-    assert result.cost == cost_of(result.victims, by_id, members)
+    assert replace(result.cost, spread=()) == cost_of(result.victims, by_id, members)
+    # The spread is counted in the domain searched (decide may place the group in another one).
+    # An auto group is searched at the level it is decided at (auto mode has its own tests).
+    nodes, searched = list(snapshot.nodes), resolve_mode(snapshot, group)
+    where = [by_id[v].node for v in result.victims]
+    domains = {domain_path(n, searched.topology_key, searched.levels) for n in nodes} - {None}
+    assert result.cost.spread in {spread_of(nodes, searched, where, d) for d in domains}
 
 
-def cost_of(victims: Sequence[str], by_id: dict[str, Candidate], members: dict[str, list[str]]) -> VictimCost:
+def domain_path(node: NodeInfo, key: str | None, levels: Sequence[str]) -> tuple[str, ...] | None:
+    """The node's domain of `key`: the path of level values down to it with levels, else its value."""
+    if key is None:
+        return ()
+    chain = tuple(levels[: list(levels).index(key) + 1]) if key in levels else (key,)
+    if any(level not in node.labels for level in chain):
+        return None
+    return tuple(node.labels[level] for level in chain)
+
+
+def spread_of(
+    nodes: Sequence[NodeInfo], group: GroupRequest, victim_nodes: Sequence[str], domain: tuple[str, ...]
+) -> tuple[int, ...]:
+    """Per level below the key (with levels), then per node: how many hold a victim in `domain` on a node
+    some pending pod of the group may use."""
+    levels = tuple(group.levels) if group.topology_key is None or group.topology_key in group.levels else ()
+    below = levels[levels.index(group.topology_key) + 1 :] if group.topology_key in levels else levels
+    by_name = {n.name: n for n in nodes}
+    useful = [
+        by_name[name]
+        for name in victim_nodes
+        if name in by_name
+        and domain_path(by_name[name], group.topology_key, levels) == domain
+        and any(eligible_for(by_name[name], p.requirements) for p in group.pending)
+    ]
+    return (
+        *(len({domain_path(n, level, levels) for n in useful}) for level in below),
+        len({n.name for n in useful}),
+    )
+
+
+def cost_of(
+    victims: Sequence[str],
+    by_id: dict[str, Candidate],
+    members: dict[str, list[str]],
+    spread: tuple[int, ...] = (),
+) -> VictimCost:
     """The cost by its definition; a pod of a group has the group's priority (its top pod's)."""
 
     def priority(pod_id: str) -> int:
@@ -159,6 +218,7 @@ def cost_of(victims: Sequence[str], by_id: dict[str, Candidate], members: dict[s
         groups=len(units),
         pods=len(victims),
         newest=-sum(round(by_id[v].started * 1_000_000) for v in victims),
+        spread=spread,
     )
 
 
@@ -183,7 +243,7 @@ def test_single_victims_are_the_pods_of_one_low_job_in_one_local_block() -> None
     assert result.victims == ("low-a-0", "low-a-1")  # workers 1 and 2: lb-a1, the first domain
     assert result.partial_groups == ("low-a",)
     assert result.domain == "lb-a1"
-    assert result.cost == VictimCost(LOW, 1, 2, 0)
+    assert result.cost == VictimCost(LOW, 1, 2, 0, (2,))
     assert result.exact
 
 
@@ -201,7 +261,7 @@ def test_single_gang_at_its_min_count_goes_whole_never_half() -> None:
     assert result.victims == ("low-a-0", "low-a-1", "low-a-2", "low-a-3")
     assert result.whole_groups == ("low-a",)
     assert result.partial_groups == ()
-    assert result.cost == VictimCost(LOW, 1, 4, 0)
+    assert result.cost == VictimCost(LOW, 1, 4, 0, (2,))
 
 
 def test_all_mode_takes_the_whole_group() -> None:
@@ -265,7 +325,7 @@ def test_lower_priority_beats_fewer_groups() -> None:
     result = c.preempt(high(2, LOCAL_BLOCK))
     assert result is not None
     assert result.victims == ("loose-3", "loose-4")  # two groups, but priority LOW < LOW + 50
-    assert result.cost == VictimCost(LOW, 2, 2, 0)
+    assert result.cost == VictimCost(LOW, 2, 2, 0, (2,))
 
 
 def test_fewer_groups_beat_fewer_pods() -> None:
@@ -276,7 +336,7 @@ def test_fewer_groups_beat_fewer_pods() -> None:
     result = c.preempt(high(2, LOCAL_BLOCK))
     assert result is not None
     assert result.whole_groups == ("big",)
-    assert result.cost == VictimCost(LOW, 1, 4, 0)
+    assert result.cost == VictimCost(LOW, 1, 4, 0, (2,))
 
 
 def test_fewer_pods_beat_newer_pods() -> None:
@@ -376,6 +436,20 @@ def test_filters_the_model_does_not_know_are_decided_by_decide() -> None:
     assert result.exact
 
 
+def test_a_victim_the_model_cannot_see_is_found_by_decide() -> None:
+    # Every node has room, but the only free ports 8080 are held by a low-priority pod on worker 1 and by
+    # pods no one may preempt elsewhere: the per-node model says the group fits without victims (it does
+    # not know ports), decide refuses; the search with decide as the check finds the port holder.
+    c = Cluster(article_nodes())
+    c.pods.append(BoundPod("low-port", worker(1), {}, host_ports=(HostPort(8080),)))
+    c.candidates.append(Candidate("low-port", worker(1), {}, LOW, 0.0))
+    for w in range(2, 9):
+        c.pods.append(BoundPod(f"peer-port-{w}", worker(w), {}, host_ports=(HostPort(8080),)))
+    needs_port = PodRequirements(requests=((GPU, 8),), host_ports=(HostPort(8080),))
+    result = c.preempt(GroupRequest("high", (PodRequest("high-0", needs_port),), 1, LOCAL_BLOCK))
+    assert result is not None and result.victims == ("low-port",) and result.domain == "lb-a1"
+
+
 def test_without_steps_the_greedy_set_is_returned() -> None:
     c = article("single", 2, started_b=5.0)
     exact = c.preempt(high(2, LOCAL_BLOCK))
@@ -397,9 +471,183 @@ def test_very_many_victims_fall_back_to_the_greedy_set() -> None:
     assert result.victims == tuple(f"loose-{i:03d}" for i in range(20, 300))  # the newest
 
 
+# --- topology-aware victims ----------------------------------------------------------------------
+
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def racks(blocks: int = 2, racks_per_block: int = 2, nodes_per_rack: int = 2) -> list[NodeInfo]:
+    """Rack names repeat in every block (r1 in b1 and in b2): with levels they are different domains."""
+    return [
+        NodeInfo(f"{b}-{r}-{i}", {BLOCK: b, RACK: r, HOST: f"{b}-{r}-{i}"}, {GPU: 8, "pods": 110})
+        for b in (f"b{k}" for k in range(1, blocks + 1))
+        for r in (f"r{k}" for k in range(1, racks_per_block + 1))
+        for i in range(nodes_per_rack)
+    ]
+
+
+def rack_gang(count: int, key: str = RACK) -> GroupRequest:
+    return replace(high(count, key), levels=LEVELS)
+
+
+def test_a_rack_required_gang_preempts_inside_a_fully_packed_rack_of_paths() -> None:
+    # Every node runs a low pod; b1/r1 is the only rack whose pods are all preemptible. Without paths
+    # "r1" would be one domain of four nodes over two blocks (b2/r1 runs pods of the preemptor's priority).
+    c = Cluster(racks())
+    for node in c.nodes:
+        protected = node.name.startswith("b2-r1") or node.name.startswith("b1-r2")
+        c.run({GPU: 8}, node.name, priority=HIGH if protected else LOW, pod_id=f"low-{node.name}")
+    result = c.preempt(rack_gang(2))
+    assert result is not None and result.domain == "b1/r1"
+    assert result.victims == ("low-b1-r1-0", "low-b1-r1-1")
+    assert result.admit.domain == "b1/r1" and result.exact
+
+
+def test_victims_that_complete_one_rack_beat_scattered_ones_of_equal_cost() -> None:
+    # Block b1: two racks of two nodes, each node running two unmanaged 4-GPU pods. The block gang needs
+    # two full nodes: four victims whatever they are, all started in the same second (equal cost). Those
+    # of one rack free a whole rack; those of one node in each rack leave a hole in both.
+    c = Cluster(racks(blocks=1))
+    for node in c.nodes:
+        for k in range(2):
+            c.run({GPU: 4}, node.name, started=7.0, pod_id=f"{node.name}-p{k}")
+    result = c.preempt(rack_gang(2, BLOCK))
+    assert result is not None
+    assert {v.rsplit("-p", 1)[0] for v in result.victims} == {"b1-r1-0", "b1-r1-1"}
+    assert result.cost.spread == (1, 2, 2)  # one rack, two hosts, two nodes
+    assert result.cost.pods == 4
+    assert {node for _, node in result.admit.assignments} == {"b1-r1-0", "b1-r1-1"}
+
+
+def test_an_auto_gang_preempts_at_the_level_it_is_decided_at() -> None:
+    # 3 full-node pods can never fit a 2-node rack: auto takes one block, the fewest racks, and preempts so.
+    c = Cluster(racks())
+    for node in c.nodes:
+        c.run(
+            {GPU: 8}, node.name, started=5.0 if node.name.startswith("b2") else 0.0, pod_id=f"low-{node.name}"
+        )
+    group = replace(rack_gang(3), mode="auto")
+    result = c.preempt(group)
+    assert result is not None and result.domain == "b2"  # b2's pods started later: less run time lost
+    assert result.admit.level == BLOCK and result.admit.mode_note.startswith("auto: 3 pods can never fit")
+    assert len(result.victims) == 3 and result.cost.spread == (2, 3, 3)
+
+
+def test_without_levels_victims_on_fewer_nodes_beat_scattered_ones() -> None:
+    # Two 4-GPU victims on one node, or one on each of two nodes, free room for two 4-GPU pods alike; all
+    # four started in the same second. "c" and "d" sort first by id, but would leave holes in two nodes.
+    nodes = [NodeInfo(f"n{i}", {"zone": "z"}, {GPU: 8, "pods": 110}) for i in range(3)]
+    c = Cluster(nodes)
+    c.run({GPU: 4}, "n0", started=3.0, pod_id="e")
+    c.run({GPU: 4}, "n0", started=3.0, pod_id="f")
+    c.run({GPU: 4}, "n1", started=3.0, pod_id="c")
+    c.run({GPU: 4}, "n1", priority=HIGH, pod_id="keep-1")
+    c.run({GPU: 4}, "n2", started=3.0, pod_id="d")
+    c.run({GPU: 4}, "n2", priority=HIGH, pod_id="keep-2")
+    half = PodRequirements(requests=((GPU, 4),))
+    result = c.preempt(gang(2, 2, "zone", requirements=half, name="high"))
+    assert result is not None
+    assert result.victims == ("e", "f") and result.cost.spread == (1,)
+    assert {node for _, node in result.admit.assignments} == {"n0"}
+
+
+# --- victims' failure budget: groups that may not lose pods one by one ---------------------------
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    name: str
+    partial: bool
+    min_count: int
+    wanted: int  # pods of the preemptor (8 GPUs each), no topology key
+    victims: tuple[str, ...]
+    whole: tuple[str, ...]
+    partial_groups: tuple[str, ...]
+    cost: VictimCost
+
+
+BUDGET_CASES = [
+    # A `single` gang of 4 (minCount 2) that may lose pods: 2 of its pods go, it keeps running.
+    BudgetCase(
+        "may lose pods", True, 2, 2, ("job-2", "job-3"), (), ("job",), VictimCost(LOW, 1, 2, -5_000_000, (2,))
+    ),
+    # The same gang whose Job would fail on any lost pod (backoffLimit 0): all 4 go, priced as 4 pods.
+    BudgetCase(
+        "may not",
+        False,
+        2,
+        2,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
+    ),
+    # One pod would do; partial=False still takes the whole group.
+    BudgetCase(
+        "one pod needed",
+        False,
+        1,
+        1,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
+    ),
+    # At its minCount a gang goes whole anyway: partial changes nothing.
+    BudgetCase(
+        "at min count",
+        True,
+        4,
+        1,
+        ("job-0", "job-1", "job-2", "job-3"),
+        ("job",),
+        (),
+        VictimCost(LOW, 1, 4, -6_000_000, (4,)),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BUDGET_CASES, ids=lambda c: c.name)
+def test_a_group_that_may_not_lose_pods_goes_whole_and_is_priced_whole(case: BudgetCase) -> None:
+    # workers 1-4 run the gang (started 0, 0, 2, 3 s: the newest pods are the cheapest single victims),
+    # workers 5-8 run pods of the preemptor's priority (never victims).
+    c = Cluster(article_nodes())
+    c.groups.append(VictimGroup("job", case.min_count, "single", case.partial))
+    for i, started in enumerate([0.0, 1.0, 2.0, 3.0]):
+        c.run({GPU: 8}, worker(i + 1), started=started, job="job", pod_id=f"job-{i}")
+    for w in (5, 6, 7, 8):
+        c.run({GPU: 8}, worker(w), priority=HIGH, pod_id=f"peer-{w}")
+    result = c.preempt(high(case.wanted, None))
+    assert result is not None
+    assert (result.victims, result.whole_groups, result.partial_groups) == (
+        case.victims,
+        case.whole,
+        case.partial_groups,
+    )
+    assert result.cost == case.cost
+
+
+def test_a_cheaper_group_that_may_lose_pods_beats_one_that_may_not() -> None:
+    # Both gangs are `single` minCount 2 of 4 pods; "strict" (partial=False) started later, so pod by pod
+    # it would be the cheaper victim; priced whole (4 pods) it loses to 2 pods of "loose".
+    c = Cluster(article_nodes())
+    c.job("loose", [1, 2, 3, 4], min_count=2, started=0.0)
+    c.job("strict", [5, 6, 7, 8], min_count=2, started=100.0, partial=False)
+    result = c.preempt(high(2, None))
+    assert result is not None
+    assert result.partial_groups == ("loose",) and result.whole_groups == ()
+    assert result.cost.pods == 2
+    # Asked for 4 pods, the strict gang whole (1 group, 4 pods, newer) beats 2 + 2 of two groups.
+    result = c.preempt(high(4, None))
+    assert result is not None
+    assert result.whole_groups == ("strict",) and result.cost == VictimCost(LOW, 1, 4, -400_000_000, (4,))
+
+
 # --- properties against a brute-force search -----------------------------------------------------
 
 KEY = "example.com/block"
+PARENT = "example.com/parent"
 PRIORITY = 50
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -423,6 +671,8 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     nodes = []
     for i in range(draw(st.integers(2, 5 if dense else 6))):
         labels = {KEY: draw(st.sampled_from(domains))} if draw(st.integers(0, 11)) else {}
+        if draw(st.integers(0, 7)):
+            labels[PARENT] = draw(st.sampled_from(["p0", "p1"]))  # KEY values repeat under two parents
         if dense:
             nodes.append(NodeInfo(f"n{i}", labels, {GPU: 8, "pods": 4}))
             continue
@@ -432,7 +682,12 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     candidates: list[Candidate] = []
     priorities = st.sampled_from([10, 10, 20, 20, 30, 30, PRIORITY, PRIORITY + 10])
     groups = [
-        VictimGroup(f"g{g}", draw(st.integers(1, 3)), draw(st.sampled_from(["single", "all"])))
+        VictimGroup(
+            f"g{g}",
+            draw(st.integers(1, 3)),
+            draw(st.sampled_from(["single", "all"])),
+            partial=draw(st.sampled_from([True, True, False])),
+        )
         for g in range(draw(st.integers(0, 4)))
     ]
     group_priority = {g.key: draw(priorities) for g in groups}
@@ -467,8 +722,11 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
     kinds = [kind(), kind()] if draw(st.integers(0, 4)) == 0 else [kind()]
     pending = tuple(PodRequest(f"p{i}", kinds[draw(st.integers(0, len(kinds) - 1))]) for i in range(count))
     bound: tuple[str, ...] = ()
+    # With the levels (PARENT, KEY) domains are paths: p0/d0 != p1/d0; the key may be the parent level.
+    levels: tuple[str, ...] = draw(st.sampled_from([(), (), (PARENT, KEY)]))
+    key = draw(st.sampled_from([KEY, KEY, None, PARENT] if levels else [KEY, KEY, None]))
     if nodes and draw(st.integers(0, 5)) == 0:
-        labelled = [n.name for n in nodes if KEY in n.labels]
+        labelled = [n.name for n in nodes if domain_path(n, key, levels)]
         if labelled:
             node = draw(st.sampled_from(labelled))
             pods.append(BoundPod("p-running", node, {}))
@@ -477,8 +735,9 @@ def scenarios(draw: st.DrawFn, dense: bool = False) -> Scenario:
         "high",
         pending,
         draw(st.integers(1, count + len(bound))),
-        draw(st.sampled_from([KEY, KEY, None])),
+        key,
         bound,
+        levels,
     )
     ids = [c.id for c in candidates]
     excluded_pods = frozenset(draw(st.lists(st.sampled_from(ids), max_size=1))) if ids else frozenset()
@@ -496,11 +755,18 @@ class Answer:
     victims: tuple[str, ...]
 
 
-def brute_force(sc: Scenario) -> Answer | None:
-    """Every allowed victim set against every domain, with decide() as the only capacity check."""
+def brute_force(sc: Scenario, tree: CompositeRequest | None = None) -> Answer | None:
+    """Every allowed victim set against every domain, with decide() as the only capacity check (or
+    decide_composite() for `tree`, whose pods and root key are those of `sc.group`)."""
     snapshot = Snapshot.build(sc.nodes, sc.pods)
     group = sc.group
-    if isinstance(decide(snapshot, group), Admit):
+
+    def admits(s: Snapshot) -> bool:
+        if tree is not None:
+            return isinstance(decide_composite(s, tree), CompositeAdmit)
+        return isinstance(decide(s, group), Admit)
+
+    if admits(snapshot):
         return None
     by_id = {c.id: c for c in sc.candidates}
     definitions = {g.key: g for g in sc.groups}
@@ -517,7 +783,7 @@ def brute_force(sc: Scenario) -> Answer | None:
         allowed: list[tuple[str, ...]] = [()]
         if len(takeable) == len(pod_ids):
             allowed.append(tuple(pod_ids))
-        if definitions[key].disruption == "single":
+        if definitions[key].disruption == "single" and definitions[key].partial:
             limit = len(pod_ids) - definitions[key].min_count
             for size in range(1, min(limit, len(takeable)) + 1):
                 allowed.extend(itertools.combinations(takeable, size))
@@ -526,21 +792,17 @@ def brute_force(sc: Scenario) -> Answer | None:
         if c.group is None and c.priority < PRIORITY and c.id not in sc.excluded_pods:
             options.append([(), (c.id,)])
 
-    node_domain = {n.name: n.labels.get(KEY) for n in sc.nodes}
-    if group.topology_key is None:
-        domains: list[str | None] = [None]
-    elif group.bound_nodes:
-        domains = [node_domain[group.bound_nodes[0]]]
-    else:
-        domains = sorted({d for d in node_domain.values() if d is not None})
+    key, levels = group.topology_key, group.levels
+    node_domain = {n.name: domain_path(n, key, levels) for n in sc.nodes}
     names = sorted({d for d in node_domain.values() if d is not None})
-    fits: dict[tuple[str | None, frozenset[str]], bool] = {}
+    domains = [node_domain[group.bound_nodes[0]]] if group.bound_nodes else list(names)
+    fits: dict[tuple[tuple[str, ...] | None, frozenset[str]], bool] = {}
 
-    def fits_in(domain: str | None, victims: Sequence[str]) -> bool:
+    def fits_in(domain: tuple[str, ...] | None, victims: Sequence[str]) -> bool:
         # Only victims inside the domain: every other domain stays as full as it was (no fit).
-        inside = frozenset(v for v in victims if domain is None or node_domain[by_id[v].node] == domain)
+        inside = frozenset(v for v in victims if node_domain[by_id[v].node] == domain)
         if (domain, inside) not in fits:
-            fits[domain, inside] = isinstance(decide(snapshot.without(inside), group), Admit)
+            fits[domain, inside] = admits(snapshot.without(inside))
         return fits[domain, inside]
 
     best: tuple[object, ...] | None = None
@@ -549,14 +811,14 @@ def brute_force(sc: Scenario) -> Answer | None:
         victims = tuple(sorted(v for part in choice for v in part))
         if not victims:
             continue
-        cost = cost_of(victims, by_id, members)
+        where = [by_id[v].node for v in victims]
         for domain in domains:
-            if fits_in(domain, victims):
-                rank = 0 if domain is None else names.index(domain)
-                key = (cost, rank, victims)
-                if best is None or key < best:
-                    best, answer = key, Answer(cost, rank, victims)
-                break
+            if domain is not None and fits_in(domain, victims):
+                cost = cost_of(victims, by_id, members, spread_of(sc.nodes, group, where, domain))
+                rank = names.index(domain)
+                candidate = (cost, rank, victims)
+                if best is None or candidate < best:
+                    best, answer = candidate, Answer(cost, rank, victims)
     return answer
 
 
@@ -658,3 +920,80 @@ def test_a_search_cut_short_still_keeps_every_promise(steps: int) -> None:
     assert full is not None and full.exact
     assert full.cost <= result.cost
     assert full.victims == ("a-5", "a-6", "a-7", "a-8", "b-5", "b-6", "b-7", "b-8")  # nb-b: newer
+
+
+# --- trees preempt ------------------------------------------------------------------------------------
+
+
+def as_tree(sc: Scenario, split: int, leaf_key: str | None, min_children: int) -> CompositeRequest:
+    """The preemptor's pods as a tree of two leaves (the first `split` pods, the rest), inside one domain of
+    its key; each leaf in one domain of `leaf_key`, its min count all its pods."""
+    g = sc.group
+    parts = [g.pending[:split], g.pending[split:]]
+    kids = tuple(
+        GroupRequest(f"leaf{i}", part, len(part), leaf_key, levels=g.levels)
+        for i, part in enumerate(parts)
+        if part
+    )
+    return CompositeRequest("high", kids, min(min_children, len(kids)), g.topology_key, g.levels)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scenarios(), st.integers(0, 3), st.integers(1, 2), st.booleans(), st.sampled_from([PARENT, PARENT, None])
+)
+def test_tree_victims_are_the_cheapest_set_brute_force_finds(
+    sc: Scenario, split: int, min_children: int, fine: bool, root_key: str | None
+) -> None:
+    # The tree in one domain of PARENT (or anywhere), its leaves mostly each in one domain of KEY (paths
+    # p0/d0 != p1/d0), so the leaves' own domains bind and the per-node model alone would not do.
+    group = replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending), topology_key=root_key)
+    sc = replace(sc, group=replace(group, levels=(PARENT, KEY)))
+    leaf_key = KEY if fine or root_key is None else None
+    tree = as_tree(sc, split, leaf_key, min_children)
+    snapshot = Snapshot.build(sc.nodes, sc.pods)
+    result = choose_composite_victims(
+        snapshot,
+        tree,
+        PRIORITY,
+        sc.candidates,
+        sc.groups,
+        excluded_pods=sc.excluded_pods,
+        excluded_groups=sc.excluded_groups,
+    )
+    expected = brute_force(sc, tree)
+    if expected is None:
+        event("fits" if isinstance(decide_composite(snapshot, tree), CompositeAdmit) else "no victims help")
+        assert result is None
+        return
+    event(f"{expected.cost.groups} groups, {expected.cost.pods} pods")
+    assert result is not None, f"brute force preempts {expected.victims}"
+    assert result.exact
+    assert (result.cost, result.victims) == (expected.cost, expected.victims)
+    assert result.admit == decide_composite(snapshot.without(result.victims), tree)
+    assert result.domain == result.admit.domain("high")
+
+
+def test_a_sliced_job_preempts_plain_jobs_for_its_slices() -> None:
+    # Two slices of 2 full-node pods, each in one local block, both in one network block; every node runs a
+    # lower-priority plain gang of 2 pods per local block. The cheapest: the two gangs of one network block.
+    c = Cluster(article_nodes())
+    for k, workers in enumerate(([1, 2], [3, 4], [5, 6], [7, 8])):
+        c.job(f"low-{k}", workers, min_count=2, mode="all", started=float(k))
+    slices = tuple(
+        GroupRequest(f"s{i}", tuple(PodRequest(f"s{i}-{j}", GPU_POD) for j in range(2)), 2, LOCAL_BLOCK)
+        for i in range(2)
+    )
+    tree = CompositeRequest("job", slices, 2, NETWORK_BLOCK)
+    result = choose_composite_victims(c.snapshot(), tree, HIGH, c.candidates, c.groups)
+    assert isinstance(result, CompositePreemption)
+    assert result.domain == "nb-b"  # low-2 and low-3 started later: less run time lost
+    assert result.whole_groups == ("low-2", "low-3")
+    assert result.cost == VictimCost(LOW, 2, 4, -10_000_000, (4,))  # started 2 s and 3 s, two pods each
+    assert {a.domain for _, a in result.admit.admits} == {"lb-b1", "lb-b2"}
+    assert result.exact
+    # Fits as it is after a gang is gone: no preemption.
+    c.pods = [p for p in c.pods if not p.id.startswith("low-3")]
+    c.candidates = [x for x in c.candidates if not x.id.startswith("low-3")]
+    lone = CompositeRequest("job", slices[:1], 1, NETWORK_BLOCK)
+    assert choose_composite_victims(c.snapshot(), lone, HIGH, c.candidates, c.groups) is None

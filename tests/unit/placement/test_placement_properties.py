@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from hypothesis import HealthCheck, event, given, settings
@@ -12,6 +13,7 @@ from placement_testkit import (
     brute_force,
     eligible_for,
     fits,
+    node_capacity,
     normalised_free,
     reference_packing,
     scored_resources,
@@ -225,3 +227,51 @@ def test_assume_then_decide_equals_building_with_those_pods(sc: Scenario, picks:
     assert decide(assumed, sc.group) == decide(rebuilt, sc.group)
     removed = rebuilt.without(f"x{i}" for i in range(len(extra)))
     assert (removed.used_array == Snapshot.build(sc.nodes, sc.pods).used_array).all()
+
+
+HOST = "kubernetes.io/hostname"
+
+
+def with_hostnames(sc: Scenario) -> tuple[list[NodeInfo], GroupRequest]:
+    """The same cluster with every node labelled by its hostname, and the group given the levels (its key,
+    hostname): a Topology whose lowest level is the node."""
+    nodes = [replace(n, labels={**n.labels, HOST: n.name}) for n in sc.nodes]
+    key = sc.group.topology_key
+    return nodes, replace(sc.group, levels=(HOST,) if key is None else (key, HOST))
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_inside_the_domain_the_fewest_nodes_the_same_rule_with_or_without_levels(sc: Scenario) -> None:
+    decision = decide(Snapshot.build(sc.nodes, sc.pods), sc.group)
+    # One rule: a Topology whose only level below the key is the node decides exactly the same.
+    nodes, leveled = with_hostnames(sc)
+    assert decide(Snapshot.build(nodes, sc.pods), leveled) == decision
+    if not isinstance(decision, Admit) or not decision.assignments:
+        return
+    group = sc.group
+    req = group.pending[0].requirements
+    used = usage(sc.nodes, sc.pods)
+    key = group.topology_key
+    members = [
+        n for n in sc.nodes if (key is None or n.labels.get(key) == decision.domain) and eligible_for(n, req)
+    ]
+    cap = [node_capacity(n, used[n.name], dict(req.requests), len(group.pending)) for n in members]
+    placed = len(decision.assignments)
+    # Brute force: the smallest number of the domain's nodes that together hold the pods placed.
+    fewest = next(
+        k
+        for k in range(1, len(members) + 1)
+        if any(sum(cap[i] for i in combo) >= placed for combo in itertools.combinations(range(len(cap)), k))
+    )
+    used_nodes = {node for _, node in decision.assignments}
+    event(f"{len(used_nodes)} of {len(members)} nodes")
+    assert len(used_nodes) == fewest, "not the fewest nodes"
+
+
+@PROPERTY_SETTINGS
+@given(scenarios(mixed=True))
+def test_mixed_groups_follow_the_same_node_rule_with_or_without_levels(sc: Scenario) -> None:
+    nodes, leveled = with_hostnames(sc)
+    plain = decide(Snapshot.build(sc.nodes, sc.pods), sc.group)
+    assert decide(Snapshot.build(nodes, sc.pods), leveled) == plain
