@@ -296,8 +296,11 @@ class DevCluster:
             # Before kube-controller-manager: its garbage collector then watches the addons' kinds from
             # its first discovery (a CRD made later is seen only at the 30 s resync; until then a deleted
             # Job's Kueue Workload stays, admitted, holding quota).
+            began = time.monotonic()
             crds = addon_mod.install_crds(client, addon_names, sources or {}, timeout)
-            log(f"addon CRDs installed ({sum(len(c) for c in crds.values())}) before kube-controller-manager")
+            count = sum(len(c) for c in crds.values())
+            took = time.monotonic() - began
+            log(f"{count} addon CRDs Established in {took:.1f} s, before kube-controller-manager")
         self._spawn(
             state,
             "kube-controller-manager",
