@@ -23,7 +23,14 @@ from typing import Any
 from phalanx import certs
 from phalanx.devcluster import addons as addon_mod
 from phalanx.devcluster import hostnet, realnode
-from phalanx.devcluster.binaries import K8S_VERSION, ensure_binaries
+from phalanx.devcluster.binaries import (
+    CONTROL_PLANE,
+    K8S_VERSION,
+    MissingBinariesError,
+    ensure_binaries,
+    ensure_control_plane,
+    minor,
+)
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.procs import free_port as free_port
 from phalanx.devcluster.procs import free_ports as free_ports
@@ -44,6 +51,24 @@ UPSTREAM_GATES = (
 )
 UPSTREAM_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
 MODES = ("stock", "upstream")
+UPSTREAM_SINCE = 37  # the first minor with every gate of UPSTREAM_GATES
+
+
+def upstream_gates(version: str) -> tuple[str, ...]:
+    """The gates `--mode upstream` turns on for a control-plane version (an unknown gate is fatal to every
+    component, so a version gets exactly the ones it has); a version without them is refused."""
+    if minor(version) < UPSTREAM_SINCE:
+        raise ClusterError(
+            f"--mode upstream needs Kubernetes v1.{UPSTREAM_SINCE} or newer: {version} lacks the "
+            f"workload-aware scheduling gates it turns on ({', '.join(UPSTREAM_GATES)}) and the "
+            "scheduling.k8s.io v1beta1/v1alpha3 APIs; use --mode stock (Phalanx's mode) with it"
+        )
+    if minor(version) == UPSTREAM_SINCE:
+        return UPSTREAM_GATES
+    # v1.38 removed PodGroupPreemptionPolicy (the field is no longer gated).
+    return tuple(g for g in UPSTREAM_GATES if g != "PodGroupPreemptionPolicy")
+
+
 DEFAULT_DIR = Path(".dev-cluster")
 # Process start order; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -62,12 +87,25 @@ class DevCluster:
         ready_timeout: float = 180.0,
         real_node: bool = False,
         addons: str | Iterable[str] = (),
+        kubernetes_version: str | None = None,
     ) -> ClusterState:
         """Start a cluster; `addons`: any of jobset, lws, trainer, kueue (names or "a,b"): their real
         controllers, built when missing, running and answering on their webhooks when this returns."""
         if mode not in MODES:
             raise ClusterError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
         nodes = parse_topology(topology)
+        version = kubernetes_version or K8S_VERSION
+        try:
+            minor(version)
+        except MissingBinariesError as e:
+            raise ClusterError(str(e)) from e
+        if mode == "upstream":
+            upstream_gates(version)  # refuses a version without them, before anything is built
+        if real_node and version != K8S_VERSION:
+            raise ClusterError(
+                f"--real-node runs kubelet {K8S_VERSION}, which must not be newer than the control plane: "
+                f"it works only with the default --kubernetes-version {K8S_VERSION}, not {version}"
+            )
         addon_names, implied = addon_mod.parse(addons)
         if implied:
             needs = sorted({n for n in addon_names for r in addon_mod.ADDONS[n].requires if r in implied})
@@ -78,6 +116,10 @@ class DevCluster:
                 f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first"
             )
         bins = ensure_binaries()
+        try:
+            control_plane = ensure_control_plane(version)
+        except MissingBinariesError as e:
+            raise ClusterError(str(e)) from e
         if real_node:
             realnode.ensure_binaries(bins)
             reason = realnode.unavailable_reason(bins)
@@ -94,6 +136,8 @@ class DevCluster:
             mode=mode,
             topology=topology,
             bin_dir=str(bins),
+            kubernetes_version=version,
+            control_plane_bin_dir=str(control_plane),
             api_port=ports["kube-apiserver"],
             token=secrets.token_hex(24),
             started_at=time.time(),
@@ -127,7 +171,7 @@ class DevCluster:
             else ""
         )
         log(
-            f"dev cluster ({mode}, Kubernetes {K8S_VERSION}, {len(nodes)} nodes{real}{extra}) ready "
+            f"dev cluster ({mode}, Kubernetes {version}, {len(nodes)} nodes{real}{extra}) ready "
             f"in {state.ready_seconds:.1f} s"
         )
         log(f"  export KUBECONFIG={state.kubeconfig}")
@@ -199,13 +243,20 @@ class DevCluster:
     def _gates(self, state: ClusterState) -> list[str]:
         if state.mode != "upstream":
             return []
-        return ["--feature-gates=" + ",".join(f"{g}=true" for g in UPSTREAM_GATES)]
+        gates = upstream_gates(state.kubernetes_version or K8S_VERSION)
+        return ["--feature-gates=" + ",".join(f"{g}=true" for g in gates)]
+
+    @staticmethod
+    def _binary(state: ClusterState, name: str) -> Path:
+        if name in CONTROL_PLANE and state.control_plane_bin_dir:
+            return Path(state.control_plane_bin_dir) / name
+        return Path(state.bin_dir) / name
 
     def _spawn(self, state: ClusterState, name: str, args: list[str]) -> None:
         log_path = self.dir / "logs" / f"{name}.log"
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
-                [str(Path(state.bin_dir) / name.split(":")[0]), *args],
+                [str(self._binary(state, name.split(":")[0])), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -441,6 +492,7 @@ class DevCluster:
         info: dict[str, Any] = {
             "dir": str(self.dir),
             "mode": state.mode,
+            "kubernetes_version": state.kubernetes_version or K8S_VERSION,
             "topology": state.topology,
             "kubeconfig": str(state.kubeconfig),
             "running": running,
