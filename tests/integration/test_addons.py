@@ -442,3 +442,81 @@ def test_kueue_holds_a_queued_jobset_and_a_queued_leaderworkerset_until_admitted
             except ApiError as e:
                 if e.status != 404:
                     raise
+
+
+# ---------------------------------------------------------------------------- manifests (no cluster)
+def test_the_pinned_modules_hold_the_versions_up_runs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for addon in addons.ADDONS.values():
+        got = subprocess.run(
+            ["go", "list", "-m", "-f", "{{.Version}}", addon.module],
+            cwd=root / "hack" / "addons" / addon.go_dir,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert got == addon.version, addon.name
+
+
+def test_the_webhooks_kept_are_the_addons_own_and_their_selected_pod_webhooks() -> None:
+    frameworks = addons.kueue_frameworks(addons.ORDER)
+    kept: dict[str, set[str]] = {}
+    selectors: dict[str, Any] = {}
+    for name, addon in addons.ADDONS.items():
+        docs = addons.webhook_documents(addon, addons.source_dir(addon))
+        rendered = addons.rewrite_webhooks(addon, docs, 12345, b"ca", frameworks)
+        hooks = [h for d in rendered for h in d["webhooks"]]
+        kept[name] = {h["name"] for h in hooks}
+        for h in hooks:
+            assert h["clientConfig"]["url"].startswith("https://127.0.0.1:12345/")
+            assert "service" not in h["clientConfig"]
+            if any("pods" in r["resources"] for r in h["rules"]):
+                selectors[h["name"]] = h["objectSelector"]
+    assert kept["jobset"] == {
+        "jobset.mjobset.kb.io",
+        "jobset.vjobset.kb.io",
+        "jobset.mpod.kb.io",
+        "jobset.vpod.kb.io",
+    }
+    assert kept["lws"] == {
+        "lws.mleaderworkerset.kb.io",
+        "lws.vleaderworkerset.kb.io",
+        "lws.mpod.kb.io",
+        "lws.vpod.kb.io",
+    }
+    assert kept["trainer"] == {
+        "trainer.defaulter.trainjob.trainer.kubeflow.org",
+        "trainer.validator.trainjob.trainer.kubeflow.org",
+        "trainer.validator.trainingruntime.trainer.kubeflow.org",
+        "trainer.validator.clustertrainingruntime.trainer.kubeflow.org",
+    }
+    # Kueue: its own kinds, Jobs, JobSets, LWSs and (for LWS) pods; no Deployment, StatefulSet, TrainJob,
+    # RayJob... webhook (those frameworks are off: no handler would answer).
+    assert {n.split(".")[1] for n in kept["kueue"]} == {
+        "mclusterqueue",
+        "vclusterqueue",
+        "vcohort",
+        "mresourceflavor",
+        "vresourceflavor",
+        "mworkload",
+        "vworkload",
+        "mjob",
+        "vjob",
+        "mjobset",
+        "vjobset",
+        "mleaderworkerset",
+        "vleaderworkerset",
+        "mpod",
+        "vpod",
+    }
+    jobset_pods = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+    assert selectors["jobset.mpod.kb.io"] == selectors["jobset.vpod.kb.io"] == jobset_pods
+    for hook in ("lws.mpod.kb.io", "lws.vpod.kb.io", "kueue.mpod.kb.io", "kueue.vpod.kb.io"):
+        assert selectors[hook] == addons.LWS_POD_SELECTOR, hook
+    # Without LWS, Kueue keeps no pod webhook at all.
+    kueue = addons.ADDONS["kueue"]
+    only_jobs = addons.rewrite_webhooks(
+        kueue, addons.webhook_documents(kueue, addons.source_dir(kueue)), 1, b"ca", ["batch/job"]
+    )
+    names = {h["name"].split(".")[1] for d in only_jobs for h in d["webhooks"]}
+    assert "mpod" not in names and "mjobset" not in names and "mjob" in names
