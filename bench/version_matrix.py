@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,30 @@ from phalanx.devcluster.cluster import DevCluster  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 
 VERSIONS = ("v1.30.14", "v1.33.13", K8S_VERSION, "v1.38.0-beta.0")
+# A version without a pinned module is pinned first (hack/k8s-module.sh), with this Go toolchain if its
+# go.mod needs a newer one than the local Go.
+TOOLCHAINS = {"v1.38.0-beta.0": "go1.27.3"}
+
+
+def ensure_module(version: str) -> str | None:
+    """None when hack/k8s-<version> exists or could be made; else why not (what the proxy refused)."""
+    if version == K8S_VERSION or (ROOT / "hack" / f"k8s-{version}" / "go.mod").is_file():
+        return None
+    argv = ["bash", "hack/k8s-module.sh", version, *([TOOLCHAINS[version]] if version in TOOLCHAINS else [])]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode == 0:
+        return None
+    output = result.stdout + result.stderr
+    refused = sorted(
+        set(re.findall(r"reading https://[^/]+/(\S+?)/@v/(\S+?)\.(?:zip|info|mod): 403", output))
+    )
+    if refused:
+        return "hack/k8s-module.sh failed: the module proxy refuses " + ", ".join(
+            f"`{m}@{v}`" for m, v in refused
+        )
+    return "hack/k8s-module.sh failed: " + " / ".join(output.strip().splitlines()[-3:])[:400]
+
+
 DOC = ROOT / "docs" / "versions.md"
 
 
@@ -60,6 +85,11 @@ def commit() -> str:
 def run_version(version: str, work: Path) -> dict[str, str]:
     """Every case's line (or its failure) and the cluster's facts, for one version."""
     cells: dict[str, str] = {}
+    why = ensure_module(version)
+    if why:
+        cells["served"] = f"**not built**: {why}"
+        print(f"[{version}] {why}")
+        return cells
     cluster = DevCluster(work / version)
     started = time.monotonic()
     try:
@@ -127,8 +157,8 @@ def render(results: dict[str, dict[str, str]], started: dt.datetime, minutes: fl
     lines += [
         "",
         "`--mode upstream` (upstream's gang scheduling, for side-by-side runs) needs v1.37 or newer: on "
-        "older versions `up` refuses it and names the missing gates; v1.38.0-beta.0 gets the gates it "
-        "still has (PodGroupPreemptionPolicy is gone there).",
+        "older versions `up` refuses it and names the missing gates. A version that cannot be pinned "
+        "(hack/k8s-module.sh) says which modules the proxy refused; docs/dev-cluster.md has the details.",
         "",
     ]
     return "\n".join(lines)
@@ -155,7 +185,11 @@ def main() -> int:
     else:
         Path(args.out).write_text(text)
         print(f"wrote {args.out}")
-    failed = any("FAIL" in cell or "failed" in cell for cells in results.values() for cell in cells.values())
+    failed = any(
+        "FAIL" in cell or "failed" in cell or "not built" in cell
+        for cells in results.values()
+        for cell in cells.values()
+    )
     return 1 if failed else 0
 
 

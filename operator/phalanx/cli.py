@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 metavar="VERSION",
                 help="the control plane's version (default v1.37.2); another one with a pinned module "
-                "hack/k8s-VERSION (v1.30.14, v1.33.13, v1.38.0-beta.0) is built into .cache/k8s/VERSION when "
+                "hack/k8s-VERSION (v1.30.14, v1.33.13) is built into .cache/k8s/VERSION when "
                 "missing (minutes); --mode upstream needs v1.37 or newer",
             )
             p.add_argument(
