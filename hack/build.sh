@@ -4,7 +4,40 @@
 # there (keyed by version).
 #
 # Usage: hack/build.sh [OUT_DIR]     (default: .cache/k8s/<versions>/bin)
+#        hack/build.sh --kubernetes-version VERSION [OUT_DIR]   (default: .cache/k8s/VERSION/bin)
+#   Only that version's kube-apiserver, kube-controller-manager and kube-scheduler (etcd, kwok and kubectl
+#   stay the default version's), from its pinned module hack/k8s-VERSION (made by hack/k8s-module.sh); a
+#   `toolchain` line there picks the Go toolchain (v1.38 needs go1.27.x, fetched through the module proxy).
 set -euo pipefail
+
+if [[ ${1:-} == --kubernetes-version ]]; then
+  version=${2:?usage: hack/build.sh --kubernetes-version VERSION [OUT_DIR]}
+  here=$(cd "$(dirname "$0")" && pwd)
+  module="$here/k8s-$version"
+  [[ -f $module/go.mod ]] || { echo "no pinned module $module/go.mod: run hack/k8s-module.sh $version" >&2; exit 1; }
+  out=${3:-"$(cd "$here/.." && pwd)/.cache/k8s/$version/bin"}
+  mkdir -p "$out"
+  toolchain=$(sed -n 's/^toolchain \(go[0-9.]*\)$/\1/p' "$module/go.mod")
+  export GOTOOLCHAIN=${toolchain:-local}
+  minor=${version#v1.}; minor=${minor%%.*}
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  done
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    if [[ -x "$out/$b" ]]; then
+      printf '[build %s] %s %s present\n' "$(date +%H:%M:%S)" "$b" "$version" >&2
+      continue
+    fi
+    printf '[build %s] building %s %s (%s; cold: minutes)\n' "$(date +%H:%M:%S)" "$b" "$version" "$GOTOOLCHAIN" >&2
+    start=$SECONDS
+    (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp.$$" "k8s.io/kubernetes/cmd/$b")
+    mv "$out/$b.tmp.$$" "$out/$b"
+    printf '[build %s] built %s in %d s\n' "$(date +%H:%M:%S)" "$b" "$((SECONDS - start))" >&2
+  done
+  echo "$out"
+  exit 0
+fi
 
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 bash hack/build.sh >/dev/null
+bash hack/build-addons.sh >/dev/null  # JobSet, LWS, Trainer, Kueue for tests/integration/test_addons.py
+bash hack/build.sh --kubernetes-version v1.30.14 >/dev/null  # the oldest promised version's control plane
 
 ruff check operator tests bench
 ruff format --check operator tests bench

@@ -16,7 +16,13 @@ def _dev_cluster(args: argparse.Namespace) -> int:
     cluster = DevCluster(Path(args.dir))
     try:
         if args.action == "up":
-            cluster.up(mode=args.mode, topology=args.topology, real_node=args.real_node)
+            cluster.up(
+                mode=args.mode,
+                topology=args.topology,
+                real_node=args.real_node,
+                addons=args.addons,
+                kubernetes_version=args.kubernetes_version,
+            )
         elif args.action == "down":
             cluster.down()
         elif args.action == "status":
@@ -228,6 +234,22 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="also one real kubelet (node real-0) with containerd, for real pods (root; changes the "
                 "host's network, undone by down: docs/dev-cluster.md)",
+            )
+            p.add_argument(
+                "--kubernetes-version",
+                default=None,
+                metavar="VERSION",
+                help="the control plane's version (default v1.37.2); another one with a pinned module "
+                "hack/k8s-VERSION (v1.30.14, v1.33.13) is built into .cache/k8s/VERSION when "
+                "missing (minutes); --mode upstream needs v1.37 or newer",
+            )
+            p.add_argument(
+                "--addons",
+                default="",
+                metavar="NAMES",
+                help="comma-separated real controllers to run beside it: jobset (v0.11.1), lws (v0.8.0), "
+                "trainer (Kubeflow Trainer v2.2.0; adds jobset), kueue (v0.17.0); built into .cache/addons "
+                "when missing (minutes), webhooks on 127.0.0.1 (docs/dev-cluster.md)",
             )
     helpers = {
         "fill": "keep nodes busy with a pod taking all 8 GPUs (the article's fill.sh)",

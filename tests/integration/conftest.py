@@ -11,6 +11,7 @@ import pytest
 from phalanx.devcluster.cluster import ClusterState, DevCluster
 from phalanx.devcluster.operator_process import OperatorProcess
 
+from .addons_fixtures import addons_cluster, addons_ns  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue)
 from .kube import Namespace, delete_namespace, new_namespace
 
 pytestmark = pytest.mark.integration

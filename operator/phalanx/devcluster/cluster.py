@@ -9,24 +9,37 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import signal
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from phalanx import certs
+from phalanx.devcluster import addons as addon_mod
 from phalanx.devcluster import hostnet, realnode
-from phalanx.devcluster.binaries import K8S_VERSION, ensure_binaries
-from phalanx.devcluster.http import ApiError, RestClient
+from phalanx.devcluster.binaries import (
+    CONTROL_PLANE,
+    K8S_VERSION,
+    MissingBinariesError,
+    ensure_binaries,
+    ensure_control_plane,
+    minor,
+)
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.procs import free_port as free_port
+from phalanx.devcluster.procs import free_ports as free_ports
+from phalanx.devcluster.procs import http_ok, owned, signal_group
+from phalanx.devcluster.procs import pid_alive as pid_alive
+from phalanx.devcluster.procs import wait as _wait
+from phalanx.devcluster.state import STATE_FILE as STATE_FILE
+from phalanx.devcluster.state import ClusterError as ClusterError
+from phalanx.devcluster.state import ClusterState as ClusterState
 from phalanx.devcluster.topology import SIMULATED_LABEL, SIMULATED_VALUE, NodeSpec, parse_topology
 
 UPSTREAM_GATES = (
@@ -38,124 +51,28 @@ UPSTREAM_GATES = (
 )
 UPSTREAM_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
 MODES = ("stock", "upstream")
+UPSTREAM_SINCE = 37  # the first minor with every gate of UPSTREAM_GATES
+
+
+def upstream_gates(version: str) -> tuple[str, ...]:
+    """The gates `--mode upstream` turns on for a control-plane version (an unknown gate is fatal to every
+    component, so a version gets exactly the ones it has); a version without them is refused."""
+    if minor(version) < UPSTREAM_SINCE:
+        raise ClusterError(
+            f"--mode upstream needs Kubernetes v1.{UPSTREAM_SINCE} or newer: {version} lacks the "
+            f"workload-aware scheduling gates it turns on ({', '.join(UPSTREAM_GATES)}) and the "
+            "scheduling.k8s.io v1beta1/v1alpha3 APIs; use --mode stock (Phalanx's mode) with it"
+        )
+    if minor(version) == UPSTREAM_SINCE:
+        return UPSTREAM_GATES
+    # v1.38 removed PodGroupPreemptionPolicy (the field is no longer gated): read in v1.38.0-beta.0's
+    # pkg/features/kube_features.go, not run (that version does not build from the proxy here).
+    return tuple(g for g in UPSTREAM_GATES if g != "PodGroupPreemptionPolicy")
+
+
 DEFAULT_DIR = Path(".dev-cluster")
-STATE_FILE = "state.json"
 # Process start order; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-@dataclass
-class ClusterState:
-    dir: str
-    mode: str
-    topology: str
-    bin_dir: str
-    api_port: int
-    token: str
-    pids: dict[str, int] = field(default_factory=dict)
-    ports: dict[str, int] = field(default_factory=dict)
-    started_at: float = 0.0
-    ready_seconds: float = 0.0
-    # `up --real-node`: what realnode.py started and changed on the host (empty without it).
-    real_node: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def path(self) -> Path:
-        return Path(self.dir)
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.path / "kubeconfig"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.path / "pki" / "ca.crt"
-
-    @property
-    def kubectl(self) -> Path:
-        return Path(self.bin_dir) / "kubectl"
-
-    def client(self) -> RestClient:
-        return RestClient(self.api_port, self.token, str(self.ca_file))
-
-    def save(self) -> None:
-        # Write and rename: a reader (status, a test polling for pids) never sees a half-written file.
-        partial = self.path / f".{STATE_FILE}.tmp"
-        partial.write_text(json.dumps(asdict(self), indent=2))
-        partial.replace(self.path / STATE_FILE)
-
-    @classmethod
-    def load(cls, directory: Path) -> ClusterState | None:
-        path = directory / STATE_FILE
-        if not path.is_file():
-            return None
-        return cls(**json.loads(path.read_text()))
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports: all sockets stay open until every port is picked, so none repeats."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _owned(pid: int, directory: Path) -> bool:
-    """Guard against pid reuse: our processes carry the cluster folder in their command line."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return str(directory) in cmdline
-
-
-def _wait(
-    what: str,
-    check: Callable[[], bool],
-    timeout: float,
-    interval: float = 0.1,
-    alive: Callable[[], None] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if alive is not None:
-            alive()
-        try:
-            if check():
-                return
-        except (OSError, ApiError):
-            pass
-        time.sleep(interval)
-    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class DevCluster:
@@ -170,21 +87,47 @@ class DevCluster:
         log: Callable[[str], None] = print,
         ready_timeout: float = 180.0,
         real_node: bool = False,
+        addons: str | Iterable[str] = (),
+        kubernetes_version: str | None = None,
     ) -> ClusterState:
+        """Start a cluster; `addons`: any of jobset, lws, trainer, kueue (names or "a,b"): their real
+        controllers, built when missing, running and answering on their webhooks when this returns."""
         if mode not in MODES:
             raise ClusterError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
         nodes = parse_topology(topology)
+        version = kubernetes_version or K8S_VERSION
+        try:
+            minor(version)
+        except MissingBinariesError as e:
+            raise ClusterError(str(e)) from e
+        if mode == "upstream":
+            upstream_gates(version)  # refuses a version without them, before anything is built
+        if real_node and version != K8S_VERSION:
+            raise ClusterError(
+                f"--real-node runs kubelet {K8S_VERSION}, which must not be newer than the control plane: "
+                f"it works only with the default --kubernetes-version {K8S_VERSION}, not {version}"
+            )
+        addon_names, implied = addon_mod.parse(addons)
+        if implied:
+            needs = sorted({n for n in addon_names for r in addon_mod.ADDONS[n].requires if r in implied})
+            log(f"--addons: added {', '.join(implied)} ({', '.join(needs)} needs it)")
         existing = ClusterState.load(self.dir)
-        if existing and any(pid_alive(p) and _owned(p, self.dir) for p in existing.pids.values()):
+        if existing and any(pid_alive(p) and owned(p, self.dir) for p in existing.pids.values()):
             raise ClusterError(
                 f"a dev cluster is already running in {self.dir}; run `phalanx dev-cluster down` first"
             )
         bins = ensure_binaries()
+        try:
+            control_plane = ensure_control_plane(version)
+        except MissingBinariesError as e:
+            raise ClusterError(str(e)) from e
         if real_node:
             realnode.ensure_binaries(bins)
             reason = realnode.unavailable_reason(bins)
             if reason:
                 raise ClusterError(f"--real-node: {reason}")
+        addon_mod.ensure_built(addon_names, log)
+        sources = {name: addon_mod.source_dir(addon_mod.ADDONS[name]) for name in addon_names}
         started = time.monotonic()
         self._reset_dir()
         names = ("kube-apiserver", "etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -194,6 +137,8 @@ class DevCluster:
             mode=mode,
             topology=topology,
             bin_dir=str(bins),
+            kubernetes_version=version,
+            control_plane_bin_dir=str(control_plane),
             api_port=ports["kube-apiserver"],
             token=secrets.token_hex(24),
             started_at=time.time(),
@@ -205,11 +150,13 @@ class DevCluster:
             with _terminate_as_exception():
                 if real_node:  # the host's network first: before any Service exists
                     realnode.prepare(state, log)
-                self._start_control_plane(state, log, ready_timeout)
+                crds = self._start_control_plane(state, log, ready_timeout, addon_names, sources)
                 self._create_nodes(state, nodes, log)
                 self._wait_nodes_ready(state, [n.name for n in nodes], ready_timeout)
                 if real_node:
                     realnode.start(state, log, ready_timeout)
+                if addon_names:
+                    addon_mod.start(state, addon_names, sources, crds, log, ready_timeout)
         except BaseException as e:
             log(f"dev cluster failed to start; logs are in {self.dir / 'logs'}")
             self.down(log=lambda _m: None)
@@ -219,8 +166,13 @@ class DevCluster:
         state.ready_seconds = round(time.monotonic() - started, 2)
         state.save()
         real = f" + real node {realnode.NODE_NAME}" if real_node else ""
+        extra = (
+            f" + {', '.join(f'{n} {addon_mod.ADDONS[n].version}' for n in addon_names)}"
+            if addon_names
+            else ""
+        )
         log(
-            f"dev cluster ({mode}, Kubernetes {K8S_VERSION}, {len(nodes)} nodes{real}) ready "
+            f"dev cluster ({mode}, Kubernetes {version}, {len(nodes)} nodes{real}{extra}) ready "
             f"in {state.ready_seconds:.1f} s"
         )
         log(f"  export KUBECONFIG={state.kubeconfig}")
@@ -231,7 +183,7 @@ class DevCluster:
     def _reset_dir(self) -> None:
         if self.dir.exists():
             # Only ever remove what an earlier run of ours created.
-            for name in ("etcd", "pki", "logs"):
+            for name in ("etcd", "pki", "logs", "addons"):
                 target = self.dir / name
                 if target.exists():
                     subprocess.run(["rm", "-rf", str(target)], check=True)
@@ -292,13 +244,20 @@ class DevCluster:
     def _gates(self, state: ClusterState) -> list[str]:
         if state.mode != "upstream":
             return []
-        return ["--feature-gates=" + ",".join(f"{g}=true" for g in UPSTREAM_GATES)]
+        gates = upstream_gates(state.kubernetes_version or K8S_VERSION)
+        return ["--feature-gates=" + ",".join(f"{g}=true" for g in gates)]
+
+    @staticmethod
+    def _binary(state: ClusterState, name: str) -> Path:
+        if name in CONTROL_PLANE and state.control_plane_bin_dir:
+            return Path(state.control_plane_bin_dir) / name
+        return Path(state.bin_dir) / name
 
     def _spawn(self, state: ClusterState, name: str, args: list[str]) -> None:
         log_path = self.dir / "logs" / f"{name}.log"
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
-                [str(Path(state.bin_dir) / name.split(":")[0]), *args],
+                [str(self._binary(state, name.split(":")[0])), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -316,7 +275,15 @@ class DevCluster:
                 tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
                 raise ClusterError(f"{name} exited during start-up; end of {log_path}:\n{tail}")
 
-    def _start_control_plane(self, state: ClusterState, log: Callable[[str], None], timeout: float) -> None:
+    def _start_control_plane(
+        self,
+        state: ClusterState,
+        log: Callable[[str], None],
+        timeout: float,
+        addon_names: list[str] = (),  # type: ignore[assignment]
+        sources: dict[str, Path] | None = None,
+    ) -> dict[str, list[str]]:
+        """etcd, apiserver, then the addons' CRDs, then KCM, scheduler and kwok. Returns the CRDs by addon."""
         d, p = self.dir, state.ports
         self._spawn(
             state,
@@ -337,7 +304,7 @@ class DevCluster:
         )
         _wait(
             "etcd /health",
-            lambda: _http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'),
+            lambda: http_ok(f"http://127.0.0.1:{p['etcd']}/health", b'"health":"true"'),
             30,
             alive=lambda: self._check_alive(state),
         )
@@ -376,6 +343,16 @@ class DevCluster:
             timeout,
             alive=lambda: self._check_alive(state),
         )
+        crds: dict[str, list[str]] = {}
+        if addon_names:
+            # Before kube-controller-manager: its garbage collector then watches the addons' kinds from
+            # its first discovery (a CRD made later is seen only at the 30 s resync; until then a deleted
+            # Job's Kueue Workload stays, admitted, holding quota).
+            began = time.monotonic()
+            crds = addon_mod.install_crds(client, addon_names, sources or {}, timeout)
+            count = sum(len(c) for c in crds.values())
+            took = time.monotonic() - began
+            log(f"{count} addon CRDs Established in {took:.1f} s, before kube-controller-manager")
         self._spawn(
             state,
             "kube-controller-manager",
@@ -426,11 +403,12 @@ class DevCluster:
             url = f"https://127.0.0.1:{p[name]}/healthz"
             _wait(
                 f"{name} /healthz",
-                lambda url=url: _http_ok(url, b"ok", insecure=True),  # type: ignore[misc]
+                lambda url=url: http_ok(url, b"ok", insecure=True),  # type: ignore[misc]
                 timeout,
                 alive=lambda: self._check_alive(state),
             )
         log(f"control plane up ({', '.join(COMPONENTS)})")
+        return crds
 
     def _create_nodes(self, state: ClusterState, nodes: list[NodeSpec], log: Callable[[str], None]) -> None:
         client = state.client()
@@ -488,8 +466,8 @@ class DevCluster:
         stopped: list[str] = []
         for name in reversed(list(state.pids)):
             pid = state.pids[name]
-            if pid_alive(pid) and _owned(pid, self.dir):
-                _signal_group(pid, signal.SIGTERM)
+            if pid_alive(pid) and owned(pid, self.dir):
+                signal_group(pid, signal.SIGTERM)
                 stopped.append(name)
         deadline = time.monotonic() + timeout
         for name in stopped:
@@ -497,7 +475,7 @@ class DevCluster:
             while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if pid_alive(pid):
-                _signal_group(pid, signal.SIGKILL)
+                signal_group(pid, signal.SIGKILL)
         for name in stopped:
             pid = state.pids[name]
             _wait(f"{name} (pid {pid}) to exit", lambda pid=pid: not pid_alive(pid), 5)  # type: ignore[misc]
@@ -511,10 +489,11 @@ class DevCluster:
         state = ClusterState.load(self.dir)
         if state is None:
             return {"dir": str(self.dir), "running": {}, "state": "absent"}
-        running = {name: pid for name, pid in state.pids.items() if pid_alive(pid) and _owned(pid, self.dir)}
+        running = {name: pid for name, pid in state.pids.items() if pid_alive(pid) and owned(pid, self.dir)}
         info: dict[str, Any] = {
             "dir": str(self.dir),
             "mode": state.mode,
+            "kubernetes_version": state.kubernetes_version or K8S_VERSION,
             "topology": state.topology,
             "kubeconfig": str(state.kubeconfig),
             "running": running,
@@ -522,6 +501,8 @@ class DevCluster:
             "real_node": state.real_node.get("node"),
             "state": "running" if running else "stopped",
         }
+        if state.addons:
+            info["addons"] = addon_mod.status(state)
         if "kube-apiserver" in running:
             try:
                 nodes = state.client().get("/api/v1/nodes")["items"]
@@ -563,25 +544,6 @@ def _terminate_as_exception() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        os.kill(pid, sig)
-
-
-def _http_ok(url: str, expect: bytes, insecure: bool = False) -> bool:
-    import ssl
-    import urllib.request
-
-    context = ssl._create_unverified_context() if insecure else None  # local health endpoints only
-    with urllib.request.urlopen(url, timeout=2, context=context) as response:
-        body: bytes = response.read()
-        return response.status == 200 and expect in body
 
 
 def load_state(directory: Path = DEFAULT_DIR) -> ClusterState:

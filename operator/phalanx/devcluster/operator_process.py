@@ -12,8 +12,9 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from phalanx.devcluster.cluster import ClusterState, free_port, free_ports
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.procs import free_port, free_ports
+from phalanx.devcluster.state import ClusterState
 
 
 class OperatorProcess:

@@ -29,14 +29,14 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phalanx import certs
 from phalanx.devcluster import hostnet
+from phalanx.devcluster.binaries import repo_root
 from phalanx.devcluster.http import ApiError
-
-if TYPE_CHECKING:
-    from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.procs import free_ports, running
+from phalanx.devcluster.state import ClusterState
 
 NODE_NAME = "real-0"
 NODE_LABEL = "phalanx.dev/real-node"
@@ -66,8 +66,6 @@ class RealNodeError(RuntimeError):
 # ---------------------------------------------------------------------------- preflight
 def ensure_binaries(bin_dir: Path) -> None:
     """kubelet and pause, built by hack/build.sh from a checkout when absent (seconds, Go cache warm)."""
-    from phalanx.devcluster.binaries import repo_root
-
     root = repo_root()
     if root and any(not os.access(bin_dir / b, os.X_OK) for b in ("kubelet", "pause")):
         subprocess.run(
@@ -195,7 +193,7 @@ def start(state: ClusterState, log: Log, timeout: float) -> None:
     )
     write_pause_image(Path(state.bin_dir) / "pause", p["pause"])
     import_image(state, p["pause"])
-    kubelet_port, healthz_port = _free_ports(2)
+    kubelet_port, healthz_port = free_ports(2)
     info["kubelet_port"] = kubelet_port
     state.save()
     _write_kubelet_files(state, p, info["ip"], kubelet_port, healthz_port)
@@ -599,9 +597,7 @@ def _spawn(state: ClusterState, name: str, argv: list[str]) -> None:
 
 
 def _alive(pid: int, directory: Path) -> bool:
-    from phalanx.devcluster.cluster import _owned, pid_alive
-
-    return pid_alive(pid) and _owned(pid, directory)
+    return running(pid, directory)
 
 
 def _stop_pid(state: ClusterState, name: str, timeout: float = 20.0) -> None:
@@ -637,9 +633,3 @@ def _wait(what: str, check: Callable[[], bool], timeout: float, state: ClusterSt
             pass
         time.sleep(0.25)
     raise RealNodeError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _free_ports(count: int) -> list[int]:
-    from phalanx.devcluster.cluster import free_ports
-
-    return free_ports(count)

@@ -1,0 +1,109 @@
+"""Processes and ports of a dev cluster: free loopback ports, liveness by pid, ownership by command line,
+signals to a process group, polling until a state is reached. Shared by cluster.py, realnode.py and
+addons.py (none of them imports another's helpers).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.state import ClusterError
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports: all sockets stay open until every port is picked, so none repeats."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def owned(pid: int, directory: Path) -> bool:
+    """Guard against pid reuse: our processes carry the cluster folder in their command line."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return str(directory) in cmdline
+
+
+def running(pid: int, directory: Path) -> bool:
+    """Alive and still ours (not a reused pid)."""
+    return pid_alive(pid) and owned(pid, directory)
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group a component leads (it was started in a session of its own)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, sig)
+
+
+def wait(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.1,
+    alive: Callable[[], None] | None = None,
+) -> None:
+    """Poll `check` until true; `alive` raises when a process we wait on has died (fail at once)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
+        try:
+            if check():
+                return
+        except (OSError, ApiError):
+            pass
+        time.sleep(interval)
+    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def http_ok(url: str, expect: bytes, insecure: bool = False) -> bool:
+    """GET `url` answers 200 with `expect` in its body. `insecure`: local health endpoints with a
+    self-signed certificate only."""
+    context = None
+    if insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        body: bytes = response.read()
+        return response.status == 200 and expect in body
