@@ -283,7 +283,8 @@ class Demo:
         pods, groups = self.pods(), self.groups()
         nodes = self.api.get("/api/v1/nodes")["items"]
         self.say()
-        self.command(f"phalanx where -n {self.namespace}" + (f"   # {label}" if label else ""))
+        levels = f"--levels {NETWORK_BLOCK_KEY},{LOCAL_BLOCK_KEY}"  # the dev cluster has no Topology
+        self.command(f"phalanx where -n {self.namespace} {levels}" + (f"   # {label}" if label else ""))
         self.say(where_table(pods, nodes, (NETWORK_BLOCK_KEY, LOCAL_BLOCK_KEY)))
         self.say()
         if self.api.get(self.path(COMPOSITES))["items"]:
