@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from phalanx.api import keys
+from phalanx.api.group import GROUP
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.tools import FAILURE_TAINT, fail_node, fill, heal_node
 from phalanx.devcluster.topology import LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
@@ -288,11 +289,12 @@ class Demo:
         self.say(where_table(pods, nodes, (NETWORK_BLOCK_KEY, LOCAL_BLOCK_KEY)))
         self.say()
         if self.api.get(self.path(COMPOSITES))["items"]:
-            self.command(f"kubectl get compositepodgroups -n {self.namespace}")
-            self.say(self.kubectl_get("compositepodgroups"))
+            # Full names: a cluster may also serve upstream's (scheduling.k8s.io) or Volcano's kinds.
+            self.command(f"kubectl get compositepodgroups.{GROUP} -n {self.namespace}")
+            self.say(self.kubectl_get(f"compositepodgroups.{GROUP}"))
             self.say()
-        self.command(f"kubectl get podgroups -n {self.namespace}")
-        self.say(self.kubectl_get("podgroups"))
+        self.command(f"kubectl get podgroups.{GROUP} -n {self.namespace}")
+        self.say(self.kubectl_get(f"podgroups.{GROUP}"))
         self.say()
         partial = partial_gangs(groups, pods)
         if partial:
