@@ -102,22 +102,17 @@ class PodView:
         )
 
     def bound_pod(self) -> BoundPod | None:
-        """The pod as the placement engine counts it while it holds capacity (as the controller's cache
-        does: its traits, anti-affinity and host ports refuse incoming pods; a released pod's affinity and
-        spread still matter until kube-scheduler binds it)."""
+        """The pod as the placement engine counts it while it holds capacity (the controller's rule)."""
         if not self.usage_node:
             return None
-        return BoundPod(
-            id=self.key,
+        return cluster_objects.held_pod(
+            key=self.key,
             node=self.usage_node,
+            bound=self.bound,
+            deleting=self.deleting,
             requests=self.requests,
             traits=self.traits,
-            anti_affinity=self.requirements.pod_anti_affinity,
-            host_ports=self.requirements.host_ports,
-            assigned=self.bound,
-            terminating=self.deleting,
-            affinity=() if self.bound else self.requirements.pod_affinity,
-            spread=() if self.bound else self.requirements.spread,
+            requirements=self.requirements,
         )
 
     @property
