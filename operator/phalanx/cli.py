@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -68,34 +69,38 @@ def _dev_cluster(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     import asyncio
 
-    from phalanx.tools import explain, kube
+    from phalanx.tools import explain, kube, targets
 
     try:
-        target = explain.parse_target(args.target)
+        target = targets.parse_target(args.target)
     except ValueError as e:
         print(f"phalanx explain: {e}", file=sys.stderr)
         return 2
 
     async def run() -> str:
         async with kube.connect(args.kubeconfig, args.context) as reader:
-            facts = await explain.gather(reader, target, args.namespace or reader.namespace)
-        return explain.explain(facts)
+            facts = await targets.gather(reader, target, args.namespace or reader.namespace)
+        result = explain.explain(facts)
+        if args.output == "json":
+            return json.dumps(explain.to_json(result), indent=2)
+        return explain.render(result)
 
     try:
-        print(asyncio.run(run()))
+        text = asyncio.run(run())
     except kube.KubeError as e:
         print(f"phalanx explain: {e}", file=sys.stderr)
         return 1
+    print(text)
     return 0
 
 
 def _where(args: argparse.Namespace) -> int:
     import asyncio
 
-    from phalanx.tools import kube, where
+    from phalanx.tools import kube, topologies, where
 
     selector = args.selector or args.selector_arg
-    levels = where.parse_levels(args.levels)
+    chosen = where.parse_levels(args.levels)
 
     async def run() -> str:
         async with kube.connect(args.kubeconfig, args.context) as reader:
@@ -103,14 +108,96 @@ def _where(args: argparse.Namespace) -> int:
             path = "/api/v1/pods" if args.all_namespaces else f"/api/v1/namespaces/{ns}/pods"
             pods = await reader.list(path, {"labelSelector": selector} if selector else None)
             nodes = await reader.list("/api/v1/nodes")
+            levels = chosen
+            if levels is None:
+                levels = topologies.default_columns(await topologies.read_topologies(reader))
+        if args.output == "json":
+            return json.dumps(where.where_json(pods, nodes, levels), indent=2)
         return where.where_table(pods, nodes, levels, namespaces=args.all_namespaces)
 
     try:
-        print(asyncio.run(run()))
+        text = asyncio.run(run())
     except kube.KubeError as e:
         print(f"phalanx where: {e}", file=sys.stderr)
         return 1
+    print(text)
     return 0
+
+
+def _topology(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from phalanx.tools import kube, topologies
+
+    if args.action == "presets":
+        try:
+            chosen = [topologies.preset(args.name)] if args.name else list(topologies.PRESETS)
+        except ValueError as e:
+            print(f"phalanx topology presets: {e}", file=sys.stderr)
+            return 2
+        if args.output == "json":
+            items = [p.topology() for p in chosen]
+            body = items[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": items}
+            print(json.dumps(body, indent=2))
+        else:
+            sys.stdout.write(topologies.presets_yaml(chosen))
+        return 0
+
+    sources = [x for x in (args.name, args.preset, args.levels) if x]
+    if len(sources) > 1:
+        print("phalanx topology check: give one of NAME, --preset or --levels", file=sys.stderr)
+        return 2
+    try:
+        wanted: list[tuple[str, tuple[str, ...]]] | None = None
+        if args.preset:
+            chosen_preset = topologies.preset(args.preset)
+            wanted = [(f"preset {chosen_preset.name}", chosen_preset.levels)]
+        elif args.levels:
+            labels = tuple(k.strip() for k in args.levels.split(",") if k.strip())
+            if not labels:
+                raise ValueError("--levels: no label keys")
+            wanted = [("--levels", labels)]
+    except ValueError as e:
+        print(f"phalanx topology check: {e}", file=sys.stderr)
+        return 2
+
+    async def run() -> list[topologies.NestingReport]:
+        async with kube.connect(args.kubeconfig, args.context) as reader:
+            nodes = await reader.list("/api/v1/nodes")
+            todo = wanted
+            if todo is None:
+                found = await topologies.read_topologies(reader)
+                if args.name:
+                    found = [t for t in found if t.name == args.name]
+                    if not found:
+                        raise kube.KubeError(f"no Topology {args.name} in the cluster")
+                if not found:
+                    raise kube.KubeError(
+                        "the cluster has no Topology (scheduling.phalanx.dev); check one with --preset NAME "
+                        "or --levels KEY,KEY"
+                    )
+                todo = [(t.name, t.levels) for t in found]
+        return [topologies.check_nesting(name, levels, nodes, paths=args.paths) for name, levels in todo]
+
+    try:
+        reports = asyncio.run(run())
+    except kube.KubeError as e:
+        print(f"phalanx topology check: {e}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        print(
+            json.dumps(
+                {
+                    "kind": "TopologyCheck",
+                    "version": 1,
+                    "items": [topologies.report_json(r) for r in reports],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print("\n\n".join(topologies.render_report(r) for r in reports))
+    return 0 if all(r.nests for r in reports) else 1
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -177,7 +264,7 @@ def _demo(args: argparse.Namespace) -> int:
     return walkthrough.walk(demo, steps, ready_timeout=args.ready_timeout)
 
 
-def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def _cluster_arguments(parser: argparse.ArgumentParser, *, namespace: bool = True) -> None:
     parser.add_argument(
         "--kubeconfig",
         default=None,
@@ -185,8 +272,19 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster)",
     )
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    if namespace:
+        parser.add_argument(
+            "--namespace", "-n", default=None, help="namespace (default: the context's, else default)"
+        )
+
+
+def _output_argument(parser: argparse.ArgumentParser, choices: tuple[str, ...] = ("text", "json")) -> None:
     parser.add_argument(
-        "--namespace", "-n", default=None, help="namespace (default: the context's, else default)"
+        "--output",
+        "-o",
+        choices=choices,
+        default=choices[0],
+        help=f"{' or '.join(choices)} (default: {choices[0]}); docs/cli.md documents the JSON shape",
     )
 
 
@@ -197,8 +295,22 @@ def _run(args: argparse.Namespace) -> int:
     return run_operator(Settings.from_args_and_env(args, parser=args.run_parser))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phalanx", description=__doc__)
+def version() -> str:
+    """The installed package's version (pyproject.toml's), as `--version` prints it."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("phalanx")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser(prog: str = "phalanx") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"phalanx {version()}", help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser(
@@ -264,35 +376,50 @@ def build_parser() -> argparse.ArgumentParser:
             "--dir", default=".dev-cluster", help="work folder of this cluster (default: .dev-cluster)"
         )
         if action in ("fill", "where"):
-            p.add_argument("--namespace", "-n", default="default")
+            p.add_argument("--namespace", "-n", default="default", help="namespace (default: default)")
         if action == "fill":
-            p.add_argument("nodes", nargs="+")
+            p.add_argument("nodes", nargs="+", metavar="NODE", help="node names, e.g. was-worker was-worker5")
         elif action == "where":
             p.add_argument("--selector", "-l", default=None, help="label selector, e.g. job-name=gang-4")
         elif action == "load-image":
             p.add_argument("archive", help="e.g. .cache/image/phalanx-0.1.0.oci.tar")
         else:
-            p.add_argument("node")
+            p.add_argument("node", help="the node's name, e.g. was-worker3")
         if action == "fail-node":
-            p.add_argument("--how", choices=("heartbeat", "taint"), default="heartbeat")
+            p.add_argument(
+                "--how",
+                choices=("heartbeat", "taint"),
+                default="heartbeat",
+                help="heartbeat: stop its heartbeats (it goes NotReady); taint: a NoExecute taint (default: "
+                "heartbeat)",
+            )
     dev.set_defaults(func=_dev_cluster)
+
+    from phalanx.tools.targets import target_forms
 
     explain = sub.add_parser(
         "explain",
-        help="why a Job's gang waits now, in plain words",
-        description="Why a Job's gang waits now: its PodGroup's conditions, phase and pods, and for a "
-        "waiting gang the placement engine run on the live cluster (per topology domain how many pods fit, "
-        "and what blocks the other nodes). Reads only.",
+        help="why a gang waits now, in plain words (or -o json)",
+        description="Why a gang waits now: its PodGroups' conditions, phase and pods (every slice of a "
+        "sliced Job), and for a waiting gang the placement engine run on the live cluster: per topology "
+        "domain how many pods fit and what keeps the other nodes out, in the words Phalanx writes into "
+        "the PodGroups' Admitted condition. Reads only.",
     )
-    explain.add_argument("target", metavar="job/NAME|podgroup/NAME")
+    explain.add_argument(
+        "target",
+        metavar="KIND/NAME",
+        help=f"what to explain: {target_forms()} (kubectl's spellings: jobs/, job.batch/, pg/, cpg/, ...)",
+    )
     _cluster_arguments(explain)
-    explain.set_defaults(func=_explain)
+    _output_argument(explain)
+    explain.set_defaults(func=_explain, pipe_safe=True)
 
     where = sub.add_parser(
         "where",
         help="each pod with its phase, node and topology domains (the article's where.sh), any cluster",
         description="Each pod with its phase, its node and the node's topology labels, one column per "
-        "label key. Reads only.",
+        "label key: the levels of the cluster's Topologies (scheduling.phalanx.dev), else "
+        "topology.kubernetes.io/zone. Reads only.",
     )
     where.add_argument("selector_arg", nargs="?", metavar="SELECTOR", help="label selector, as where.sh")
     where.add_argument("--selector", "-l", default=None, help="label selector, e.g. job-name=gang-4")
@@ -304,11 +431,59 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="KEY[,KEY...]",
-        help="node label keys, one column each (default: oci.oraclecloud.com/rdma.network_block_id,"
-        "oci.oraclecloud.com/rdma.local_block_id, shown as NB and LB)",
+        help="node label keys, one column each (default: the levels of the cluster's Topologies, else "
+        "topology.kubernetes.io/zone; the article's keys show as NB and LB)",
     )
     _cluster_arguments(where)
-    where.set_defaults(func=_where)
+    _output_argument(where)
+    where.set_defaults(func=_where, pipe_safe=True)
+
+    topology = sub.add_parser(
+        "topology",
+        help="ready Topology objects for common node labels, and whether a cluster's labels nest",
+        description="Topologies (scheduling.phalanx.dev) for the labels platforms already write, and a check "
+        "of a cluster's nodes against one.",
+    )
+    topology_sub = topology.add_subparsers(dest="action", required=True)
+    from phalanx.tools.topologies import PRESETS
+
+    names = ", ".join(p.name for p in PRESETS)
+    presets = topology_sub.add_parser(
+        "presets",
+        help="print ready Topology objects (kubectl apply -f - takes them)",
+        description=f"Print ready Topology objects for common label sets ({names}); each says whose labels "
+        "it lists. Pipe one into kubectl apply -f -.",
+    )
+    presets.add_argument("name", nargs="?", metavar="NAME", help=f"only this preset: {names}")
+    _output_argument(presets, ("yaml", "json"))
+    presets.set_defaults(func=_topology, pipe_safe=True)
+    check = topology_sub.add_parser(
+        "check",
+        help="do the cluster's node labels nest as a Topology says? (exit code 1 when not)",
+        description="Read the cluster's nodes and say whether the labels of a Topology nest: every value "
+        "of a level under one value of the level above, and no node carrying some levels but not all. Checks "
+        "the named Topology of the cluster, a preset, a --levels list, or (with none) every Topology in the "
+        "cluster. Exit code 0: they nest; 1: they do not; 2: nothing could be checked. Reads only.",
+    )
+    check.add_argument(
+        "name", nargs="?", metavar="NAME", help="a Topology in the cluster (default: all of them)"
+    )
+    check.add_argument("--preset", metavar="PRESET", default=None, help=f"check a preset instead: {names}")
+    check.add_argument(
+        "--levels",
+        metavar="KEY[,KEY...]",
+        default=None,
+        help="check these node labels, coarse to fine, instead",
+    )
+    check.add_argument(
+        "--paths",
+        action="store_true",
+        help="a level's values are unique only within their parent (rack names repeated per block): Phalanx "
+        "places by the path of values, so a value under several parents is no failure",
+    )
+    _cluster_arguments(check, namespace=False)
+    _output_argument(check)
+    check.set_defaults(func=_topology, pipe_safe=True)
 
     convert = sub.add_parser(
         "convert",
@@ -322,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--filename", "-f", action="append", required=True, metavar="FILE", help="YAML file; - for stdin"
     )
-    convert.set_defaults(func=_convert)
+    convert.set_defaults(func=_convert, pipe_safe=True)
 
     demo = sub.add_parser(
         "demo",
@@ -354,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long to wait for Phalanx's webhook to answer before the first step (default: 60)",
     )
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, pipe_safe=True)
 
     from phalanx.controller.process.settings import PRECEDENCE, Settings
 
@@ -369,10 +544,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    code: int = args.func(args)
-    return code
+SIGPIPE_EXIT = 128 + 13
+"""What a shell reports for a program ended by SIGPIPE (`phalanx explain | head` once head is done)."""
+
+
+def main(argv: list[str] | None = None, prog: str = "phalanx") -> int:
+    """Run one command. A tool whose reader went away (`| head`) ends quietly, as kubectl does."""
+    try:
+        args = build_parser(prog).parse_args(argv)
+        if not getattr(args, "pipe_safe", False):
+            code: int = args.func(args)
+            return code
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Nothing more can be written; point stdout at /dev/null so the interpreter's last flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_EXIT
+
+
+def kubectl_main() -> int:
+    """The `kubectl-phalanx` entry point: kubectl runs it for `kubectl phalanx ...` (a kubectl plugin)."""
+    return main(prog="kubectl phalanx")
 
 
 if __name__ == "__main__":

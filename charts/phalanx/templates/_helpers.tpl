@@ -89,3 +89,22 @@ clientConfig:
     port: {{ .root.Values.service.webhookPort }}
     path: {{ .path }}
 {{- end }}
+
+{{/* What the schema cannot say: rules between values. Included by deployment.yaml, so any render fails. */}}
+{{- define "phalanx.validate" -}}
+{{- $le := .Values.leaderElection }}
+{{- if and (gt (int .Values.replicaCount) 1) (not $le.enabled) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: every replica would run its own scheduling loop and they would admit gangs onto the same free nodes. Set leaderElection.enabled=true, or replicaCount=1." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if $le.enabled }}
+{{- if le (float64 $le.leaseDurationSeconds) (float64 $le.renewDeadlineSeconds) }}
+{{- fail (printf "leaderElection.leaseDurationSeconds (%v) must be greater than leaderElection.renewDeadlineSeconds (%v)" $le.leaseDurationSeconds $le.renewDeadlineSeconds) }}
+{{- end }}
+{{- if le (float64 $le.renewDeadlineSeconds) (float64 $le.retryPeriodSeconds) }}
+{{- fail (printf "leaderElection.renewDeadlineSeconds (%v) must be greater than leaderElection.retryPeriodSeconds (%v)" $le.renewDeadlineSeconds $le.retryPeriodSeconds) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.rbac.explain.subjects (not .Values.rbac.explain.create) }}
+{{- fail "rbac.explain.subjects is set but rbac.explain.create is false: there is no ClusterRole to bind them to" }}
+{{- end }}
+{{- end }}

@@ -18,6 +18,7 @@ from phalanx.api.keys import (
     JOB_UID_LABEL,
     MANAGED_BY_ANNOTATION,
     MANAGED_BY_VALUE,
+    OWNER_ANNOTATION,
     TOPOLOGY_MODE_ANNOTATION,
 )
 from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
@@ -146,7 +147,7 @@ def _metadata(job: Mapping[str, Any], name: str) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": name,
         "labels": {JOB_NAME_LABEL: job_name, JOB_UID_LABEL: job_uid},
-        "annotations": {MANAGED_BY_ANNOTATION: MANAGED_BY_VALUE},
+        "annotations": {MANAGED_BY_ANNOTATION: MANAGED_BY_VALUE, OWNER_ANNOTATION: f"{JOB_KIND}/{job_name}"},
         "ownerReferences": [
             {
                 "apiVersion": JOB_API_VERSION,

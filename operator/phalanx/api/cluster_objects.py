@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from phalanx.bodies import mapping
-from phalanx.placement import NodeInfo, Taint, canonical_amount
+from phalanx.placement import BoundPod, NodeInfo, PodRequirements, PodTraits, Taint, canonical_amount
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
@@ -62,3 +62,30 @@ def usage_node(*, terminal: bool, node_name: str, gated: bool, pinned_node: str,
     if released(node_name=node_name, gated=gated, pinned_node=pinned_node, pod_group=pod_group):
         return pinned_node
     return ""
+
+
+def held_pod(
+    *,
+    key: str,
+    node: str,
+    bound: bool,
+    deleting: bool,
+    requests: Mapping[str, int],
+    traits: PodTraits,
+    requirements: PodRequirements,
+) -> BoundPod:
+    """A pod holding capacity on `node`, as the placement engine counts it: its traits, anti-affinity and host
+    ports refuse incoming pods; while released and not yet bound, its own affinity and spread still matter
+    (pods placed meanwhile could break them)."""
+    return BoundPod(
+        id=key,
+        node=node,
+        requests=requests,
+        traits=traits,
+        anti_affinity=requirements.pod_anti_affinity,
+        host_ports=requirements.host_ports,
+        assigned=bound,
+        terminating=deleting,
+        affinity=() if bound else requirements.pod_affinity,
+        spread=() if bound else requirements.spread,
+    )

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
 from phalanx.api.group import COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
+from phalanx.api.keys import OWNER_ANNOTATION
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.schema import Schema, structural_schema
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
@@ -42,6 +43,12 @@ def _column(
 
 
 _AGE = _column("Age", ".metadata.creationTimestamp", "date")
+# Whose gang a row is (Kind/name, written at creation; empty for hand-made groups).
+_OWNER = _column(
+    "Owner",
+    ".metadata.annotations." + OWNER_ANNOTATION.replace(".", "\\."),
+    description="The object whose pods these are (Kind/name)",
+)
 
 
 @dataclass(frozen=True)
@@ -82,13 +89,16 @@ KINDS = (
         plural=POD_GROUPS,
         short_names=("pg",),
         columns=(
+            _OWNER,
             _column("Policy", ".status.policy", description="Gang or Basic"),
             _column("Min", ".spec.schedulingPolicy.gang.minCount", "integer", description="Gang size"),
-            _column("Workload", ".spec.workloadRef.workloadName"),
+            _column("Scheduled", ".status.scheduled", "integer", description="Members bound to nodes"),
+            _column(
+                "Waiting", ".status.waiting", "integer", description="Members held by the admission gate"
+            ),
             _column("Status", ".status.phase"),
             _column("Domain", ".status.domain", description="The topology domain chosen"),
-            _column("Scheduled", ".status.scheduled", "integer", priority=1),
-            _column("Waiting", ".status.waiting", "integer", priority=1),
+            _column("Workload", ".spec.workloadRef.workloadName", priority=1),
             _AGE,
         ),
     ),
@@ -99,9 +109,10 @@ KINDS = (
         plural=COMPOSITE_POD_GROUPS,
         short_names=("cpg",),
         columns=(
+            _OWNER,
             _column("Policy", ".status.policy", description="Gang or Basic"),
             _column("Min-Groups", ".spec.schedulingPolicy.gang.minGroupCount", "integer"),
-            _column("Workload", ".spec.workloadRef.workloadName"),
+            _column("Workload", ".spec.workloadRef.workloadName", priority=1),
             _column("Status", ".status.phase"),
             _column("Domain", ".status.domain", description="The topology domain chosen"),
             # Why the tree waits, per child group (upstream writes no condition on a composite).

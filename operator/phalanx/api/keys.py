@@ -46,3 +46,6 @@ JOB_NAME_LABEL = f"{PREFIX}/job-name"
 JOB_UID_LABEL = f"{PREFIX}/job-uid"
 MANAGED_BY_ANNOTATION = f"{PREFIX}/managed-by"
 MANAGED_BY_VALUE = "phalanx"
+# Whose gang the object is, as kubectl describe writes a controller ("Job/train"): the OWNER column of
+# `kubectl get podgroups`, and what `phalanx explain` takes (explain Job/train).
+OWNER_ANNOTATION = f"{PREFIX}/owner"

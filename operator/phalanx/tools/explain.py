@@ -1,10 +1,12 @@
-"""`phalanx explain job/NAME`: why a Job's gang waits now, in plain words.
+"""`phalanx explain job/NAME`: why a gang waits now, in plain words, and as JSON.
 
-It reads the Job, its PodGroup and pods, and every node and pod of the cluster; says what the PodGroup's
-status says (conditions, phase, counts); and, for a gang that waits, runs the pure placement engine on a
-snapshot of the live cluster, as one pass of Phalanx's scheduling loop would: per topology domain how many
-of the gang's pods fit, and for the nodes that take none, what stops them (a resource, a taint, a
-selector). Everything but `gather` is pure and works on plain API dicts.
+It says what the status of the target's groups says (conditions, phase, domain, pods) and, for a gang
+whose pods wait, runs the placement engine on a snapshot of the live cluster, as one pass of Phalanx's
+scheduling loop would: `decide` (or `decide_composite` for a tree of groups, a sliced Job's slices) and,
+per topology domain, the engine's own diagnosis (`placement.diagnose`, `Diagnosis.summary()`: how many
+pods fit and which filter or resource keeps the other nodes out). Those sentences are the ones Phalanx
+writes into the PodGroups' Admitted condition, so `explain` and `kubectl describe` never disagree on
+why. Pure: `targets.gather` does the reading.
 """
 
 from __future__ import annotations
@@ -12,148 +14,43 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import numpy as np
+from typing import Any
 
 from phalanx.api import conditions as c
 from phalanx.api import keys
 from phalanx.api.cluster_objects import node_info
-from phalanx.api.group import API_VERSION
-from phalanx.api.job_policy import JobPolicyError, parse_job_policy
-from phalanx.api.naming import pod_group_label_value
 from phalanx.bodies import mapping
 from phalanx.placement import (
     Admit,
-    Decision,
+    CompositeAdmit,
+    CompositeRequest,
+    Diagnosis,
+    DomainReport,
     GroupRequest,
     PodRequest,
     PodRequirements,
     Reject,
     Snapshot,
     decide,
+    decide_composite,
+    diagnose,
 )
-from phalanx.placement.filters import affinity_matches, scheduling_taints, tolerates
-from phalanx.placement.model import PODS, Taint
-from phalanx.tools.kube import KubeError, NotFoundError, Reader
+from phalanx.tools.targets import (
+    Facts,
+    Gang,
+    Target,
+    members_by_label,
+    min_count_of,
+    name_of,
+    parent_of,
+)
+from phalanx.tools.topologies import levels_of_key
 from phalanx.tools.view import PodView, snapshot_of
 
-MAX_DOMAINS = 8
-"""Domains listed, best first; the rest are summed up in one line."""
-MAX_NODE_NAMES = 5
-"""Node names listed per reason; the rest are counted."""
-MAX_REASONS = 3
-"""Reasons listed per domain."""
 BINARY_RESOURCES = ("memory", "ephemeral-storage")
-
-JOB_WORDS = frozenset({"job", "jobs", "job.batch", "jobs.batch"})
-POD_GROUP_WORDS = frozenset(
-    {"podgroup", "podgroups", "pg", "podgroup.scheduling.phalanx.dev", "podgroups.scheduling.phalanx.dev"}
-)
-
-
-# ------------------------------------------------------------------ what to explain
-
-
-@dataclass(frozen=True)
-class Target:
-    kind: Literal["job", "podgroup"]
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}/{self.name}"
-
-
-def parse_target(text: str) -> Target:
-    """`job/NAME` or `podgroup/NAME` (also jobs/, job.batch/, podgroups/, pg/)."""
-    kind, sep, name = text.partition("/")
-    if not sep or not name or "/" in name:
-        raise ValueError(f"{text!r}: say job/NAME or podgroup/NAME")
-    word = kind.lower()
-    if word in JOB_WORDS:
-        return Target("job", name)
-    if word in POD_GROUP_WORDS:
-        return Target("podgroup", name)
-    raise ValueError(f"{text!r}: {kind} is not a kind phalanx explain knows; say job/NAME or podgroup/NAME")
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Everything `explain` reads, as the API returned it."""
-
-    target: Target
-    namespace: str
-    job: Mapping[str, Any] | None
-    group: Mapping[str, Any] | None
-    group_pods: Sequence[Mapping[str, Any]]
-    """The Job's pods (or, for a group without a Job, the pods labelled with the group), terminal ones too."""
-    nodes: Sequence[Mapping[str, Any]]
-    pods: Sequence[Mapping[str, Any]]
-    """Every pod of the cluster that is not Succeeded or Failed."""
-
-
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return mapping((obj or {}).get("metadata"))
-
-
-async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
-    """Read what `explain` needs from the cluster (GETs only)."""
-    ns = namespace
-    groups_path = f"/apis/{API_VERSION}/namespaces/{ns}/podgroups"
-    job: Mapping[str, Any] | None = None
-    group: Mapping[str, Any] | None = None
-    if target.kind == "job":
-        try:
-            job = await reader.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{target.name}")
-        except NotFoundError as e:
-            raise KubeError(f"job {target.name} not found in namespace {ns}") from e
-        uid = _meta(job).get("uid")
-        try:
-            candidates = await reader.list(
-                groups_path, {"labelSelector": f"{keys.JOB_NAME_LABEL}={target.name}"}
-            )
-        except NotFoundError:
-            candidates = []  # Phalanx's CRDs are not installed
-        group = next(
-            (g for g in candidates if mapping(_meta(g).get("labels")).get(keys.JOB_UID_LABEL) == uid), None
-        )
-    else:
-        try:
-            group = await reader.get(f"{groups_path}/{target.name}")
-        except NotFoundError as e:
-            raise KubeError(
-                f"podgroup {target.name} not found in namespace {ns} (or Phalanx's CRDs are not installed)"
-            ) from e
-        owner = next(
-            (
-                o
-                for o in _meta(group).get("ownerReferences") or []
-                if o.get("kind") == "Job" and o.get("controller")
-            ),
-            None,
-        )
-        if owner is not None:
-            try:
-                job = await reader.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{owner.get('name')}")
-            except NotFoundError:
-                job = None
-    if job is not None:
-        selector = _job_selector(job)
-    else:
-        selector = f"{keys.POD_GROUP_LABEL}={pod_group_label_value(target.name)}"
-    group_pods = await reader.list(f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
-    nodes = await reader.list("/api/v1/nodes")
-    pods = await reader.list(
-        "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
-    )
-    return Facts(target, ns, job, group, group_pods, nodes, pods)
-
-
-def _job_selector(job: Mapping[str, Any]) -> str:
-    match = mapping(mapping(mapping(job.get("spec")).get("selector")).get("matchLabels"))
-    if match:
-        return ",".join(f"{k}={v}" for k, v in sorted(match.items()))
-    return f"batch.kubernetes.io/controller-uid={_meta(job).get('uid')}"
+SCHEMA_VERSION = 1
+"""The version of `-o json`'s shape (docs/cli.md); bumped only by a change that breaks a reader."""
+NOT_RUNNING = ("suspended", "succeeded", "failed")
 
 
 # ------------------------------------------------------------------ words
@@ -175,18 +72,6 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _names(nodes: Sequence[str]) -> str:
-    if len(nodes) > MAX_NODE_NAMES:
-        return ", ".join(nodes[:MAX_NODE_NAMES]) + f" and {len(nodes) - MAX_NODE_NAMES} more"
-    if len(nodes) == 1:
-        return nodes[0]
-    return ", ".join(nodes[:-1]) + " and " + nodes[-1]
-
-
-def _taint_text(taint: Taint) -> str:
-    return f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}:{taint.effect}"
-
-
 def describe_requests(requirements: PodRequirements) -> str:
     """What one pod asks of a node, e.g. `nvidia.com/gpu 8, cpu 500m` (a pod slot always)."""
     parts = [f"{r} {format_amount(r, a)}" for r, a in requirements.requests if a > 0]
@@ -196,490 +81,663 @@ def describe_requests(requirements: PodRequirements) -> str:
     return text
 
 
-# ------------------------------------------------------------------ the placement analysis
+def _asks(pods: Sequence[PodView]) -> str:
+    shapes: dict[PodRequirements, int] = {}
+    for pod in pods:
+        shapes[pod.requirements] = shapes.get(pod.requirements, 0) + 1
+    if len(shapes) == 1:
+        return describe_requests(next(iter(shapes)))
+    return "; ".join(f"{count} × {describe_requests(req)}" for req, count in shapes.items())
+
+
+# ------------------------------------------------------------------ the explanation, as data
 
 
 @dataclass(frozen=True)
-class Blocker:
-    """Nodes of one domain that take none of the gang's pods, for one reason."""
+class Counts:
+    """A group's pods: live ones by where they are, terminal ones by phase."""
 
-    nodes: tuple[str, ...]
-    singular: str
-    """e.g. 'has 0 of 8 nvidia.com/gpu free'."""
-    plural: str
+    live: int
+    bound: int
+    released: int
+    gated: int
+    """Held by Phalanx's gate."""
+    elsewhere: int
+    """Neither placed nor held by Phalanx: kube-scheduler has them."""
+    succeeded: int
+    failed: int
+    blocked: int
+    """Of the gated ones, how many also carry another controller's gate."""
+    other_gates: tuple[str, ...]
 
-    def __str__(self) -> str:
-        return f"{_names(self.nodes)} {self.singular if len(self.nodes) == 1 else self.plural}"
+
+@dataclass(frozen=True)
+class ConditionView:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """One PodGroup or CompositePodGroup as its status says, with the engine's words for it now."""
+
+    kind: str
+    name: str
+    parent: str | None
+    policy: str | None
+    """Gang or Basic."""
+    min_count: int | None
+    """minCount (minGroupCount for a composite)."""
+    effective: int | None
+    """What the loop asks for now: minCount clamped to the pods the owner has left to run."""
+    topology_key: str | None
+    phase: str | None
+    domain: str | None
+    conditions: tuple[ConditionView, ...]
+    pods: Counts | None
+    """None for a composite (its children hold the pods)."""
+    now: str | None = None
+    """The engine's verdict for this group in the tree's placement now (None: not run)."""
 
 
 @dataclass(frozen=True)
 class DomainFit:
     domain: str | None
-    """The topology value; None: all nodes (no topology key)."""
+    """The topology domain (a path with levels); None: the whole cluster (no topology key)."""
     fit: int
-    """How many of the gang's waiting pods the engine places here, on the free capacity of now."""
-    nodes: int
-    blockers: tuple[Blocker, ...]
+    reasons: tuple[tuple[str, int], ...]
+    """(kube-scheduler's reason, nodes) for the nodes that take none of the pods."""
+    text: str
+    """`Diagnosis.summary()` for this domain alone."""
 
 
 @dataclass(frozen=True)
-class Analysis:
-    decision: Decision
-    topology_key: str | None
-    min_count: int
-    pending: int
-    """Waiting pods the engine tries to place."""
-    placed: int
-    """Pods of the group already holding a node (bound or released)."""
-    pinned: str | None
-    """The domain the placed pods hold, if any."""
-    domains: tuple[DomainFit, ...]
-    """Best first (most pods fit, then name), at most MAX_DOMAINS."""
-    more_domains: int
-    more_fit: int
-    """The most pods that fit in any domain not listed."""
-    unlabelled: int
-    """Nodes without the topology key (never candidates)."""
+class Placement:
+    """The engine run on the live cluster for the waiting pods."""
+
+    nodes: int
+    holding: int
+    """Pods holding capacity on a node."""
     asks: str
+    need: int
+    """Pods that must fit together now (the whole tree's for a composite)."""
+    fits: bool
+    verdict: str
+    domains: tuple[DomainFit, ...] = ()
+    """Closest first (single groups; a tree's groups have their own `now`)."""
+    never_fits: bool = False
+    best_when_empty: int | None = None
+    notes: tuple[str, ...] = ()
+    assignments: tuple[tuple[str, str], ...] = ()
+    """(pod, node) the engine chose when it fits now."""
 
-    @property
-    def need(self) -> int:
-        """Pods that must fit together now for the gang to start."""
-        return max(0, self.min_count - self.placed)
+
+@dataclass(frozen=True)
+class Explanation:
+    target: Target
+    namespace: str
+    state: str
+    """admitted, waiting, suspended, finished, not-managed, not-held, invalid, basic, no-group, no-pods,
+    or pending."""
+    summary: str
+    owner: tuple[str, str, bool] | None
+    """(kind, name, managed)."""
+    composites: tuple[GroupReport, ...]
+    groups: tuple[GroupReport, ...]
+    placement: Placement | None
+    pods: Counts
+    """All the target's pods."""
+    spec_gang: Gang | None = None
+    """What the owner's spec asks for, when it has no PodGroup yet."""
+    unassigned: int = 0
+    """The owner's live pods that belong to none of its groups."""
 
 
-def _why_not(snapshot: Snapshot, free: np.ndarray, i: int, req: PodRequirements) -> list[tuple[str, str]]:
-    """(singular, plural) phrases saying why node i takes no pod with `req`, in kube-scheduler's order."""
-    node = snapshot.nodes[i]
-    reasons: list[tuple[str, str]] = []
-    if not node.ready:
-        reasons.append(("is not Ready", "are not Ready"))
-    if node.unschedulable:
-        reasons.append(("is cordoned", "are cordoned"))
-    untolerated = [
-        t for t in scheduling_taints(node.taints) if not any(tolerates(tol, t) for tol in req.tolerations)
-    ]
-    if untolerated:
-        word = "taint" if len(untolerated) == 1 else "taints"
-        text = ", ".join(_taint_text(t) for t in untolerated)
-        reasons.append((f"has the {word} {text}, not tolerated", f"have the {word} {text}, not tolerated"))
-    mismatched = [f"{k}={v}" for k, v in req.node_selector if node.labels.get(k) != v]
-    if mismatched:
-        text = ",".join(mismatched)
-        reasons.append((f"does not match nodeSelector {text}", f"do not match nodeSelector {text}"))
-    if req.affinity_terms is not None and not affinity_matches(req.affinity_terms, node.labels, node.name):
-        reasons.append(
-            ("does not match the required node affinity", "do not match the required node affinity")
-        )
-    if reasons:
-        return reasons
-    short: list[str] = []
-    for resource, amount in [*req.requests, (PODS, 1)]:
-        if amount <= 0:
-            continue
-        row = snapshot.resource_index(resource)
-        allocatable = int(node.allocatable.get(resource, 0))
-        what = "pod slots" if resource == PODS else resource
-        if row is None or allocatable <= 0:
-            short.append(f"no {what}")
-            continue
-        left = int(free[row, i])
-        if left < amount:
-            short.append(
-                f"{format_amount(resource, max(left, 0))} of "
-                f"{format_amount(resource, allocatable)} {what} free"
+# ------------------------------------------------------------------ reading the groups
+
+
+def _conditions(group: Mapping[str, Any] | None) -> tuple[ConditionView, ...]:
+    out = []
+    for raw in mapping((group or {}).get("status")).get("conditions") or []:
+        cond = mapping(raw)
+        out.append(
+            ConditionView(
+                str(cond.get("type") or ""),
+                str(cond.get("status") or ""),
+                str(cond.get("reason") or ""),
+                str(cond.get("message") or ""),
             )
-    text = " and ".join(short) if short else "no room"
-    return [(f"has {text}", f"have {text}")]
-
-
-def _capacity(snapshot: Snapshot, free: np.ndarray, req: PodRequirements, cap: int) -> np.ndarray:
-    """How many pods with `req` fit on each node alone (at most cap), as the engine counts."""
-    n = len(snapshot.node_names)
-    count = np.full(n, cap, dtype=np.int64)
-    for resource, amount in [*req.requests, (PODS, 1)]:
-        if amount <= 0:
-            continue
-        row = snapshot.resource_index(resource)
-        if row is None:
-            return np.zeros(n, dtype=np.int64)
-        np.minimum(count, free[row] // amount, out=count)
-    np.maximum(count, 0, out=count)
-    result: np.ndarray = count * snapshot.eligible(req)
-    return result
-
-
-def _in_domain(request: GroupRequest, key: str, domain: str) -> GroupRequest:
-    """The same pods, allowed only on nodes of one domain, as a group of 1 (to count what fits there)."""
-    pending = tuple(
-        PodRequest(
-            p.id,
-            dataclasses.replace(
-                p.requirements, node_selector=tuple(sorted({*p.requirements.node_selector, (key, domain)}))
-            ),
         )
-        for p in request.pending
+    return tuple(out)
+
+
+def _condition(report: GroupReport | None, kind: str) -> ConditionView | None:
+    return next((x for x in report.conditions if x.type == kind), None) if report else None
+
+
+def _topology_key(group: Mapping[str, Any]) -> str | None:
+    topology = mapping(mapping(group.get("spec")).get("schedulingConstraints")).get("topology") or []
+    key = mapping(topology[0]).get("key") if topology else None
+    return str(key) if key else None
+
+
+def counts_of(views: Sequence[PodView]) -> Counts:
+    live = [p for p in views if not p.terminal and not p.deleting]
+    gated = [p for p in live if p.gated]
+    placed = [p for p in live if p.usage_node]
+    blocked = [p for p in gated if p.other_gates]
+    return Counts(
+        live=len(live),
+        bound=sum(1 for p in placed if p.bound),
+        released=sum(1 for p in placed if not p.bound),
+        gated=len(gated),
+        elsewhere=len(live) - len(placed) - len(gated),
+        succeeded=sum(1 for p in views if p.terminal and p.phase == "Succeeded"),
+        failed=sum(1 for p in views if p.terminal and p.phase == "Failed"),
+        blocked=len(blocked),
+        other_gates=tuple(sorted({g for p in blocked for g in p.other_gates})),
     )
-    return GroupRequest(name=request.name, pending=pending, min_count=1, topology_key=None)
 
 
-def _fit_exact(snapshot: Snapshot, request: GroupRequest, key: str | None, domain: str | None) -> int:
-    probe = (
-        _in_domain(request, key, domain)
-        if key is not None and domain is not None
-        else dataclasses.replace(request, min_count=1, bound_nodes=())
+def _report(
+    kind: str, group: Mapping[str, Any], pods: Sequence[PodView] | None, remaining: int | None
+) -> GroupReport:
+    status = mapping(group.get("status"))
+    minimum = min_count_of(group)
+    effective = minimum
+    if minimum is not None and remaining is not None and kind == "PodGroup":
+        effective = max(1, min(minimum, remaining))
+    return GroupReport(
+        kind=kind,
+        name=name_of(group),
+        parent=parent_of(group),
+        policy="Gang" if minimum is not None else "Basic",
+        min_count=minimum,
+        effective=effective,
+        topology_key=_topology_key(group),
+        phase=str(status["phase"]) if status.get("phase") else None,
+        domain=str(status["domain"]) if status.get("domain") else None,
+        conditions=_conditions(group),
+        pods=counts_of(pods) if pods is not None else None,
     )
-    decision = decide(snapshot, probe)
-    return len(decision.assignments) if isinstance(decision, Admit) else 0
 
 
-def analyze(snapshot: Snapshot, request: GroupRequest) -> Analysis:
-    """Decide as the scheduling loop would, then say per domain what fits and what blocks."""
+# ------------------------------------------------------------------ the engine, on the live cluster
+
+
+def _ready(pods: Sequence[PodView]) -> list[PodView]:
+    """Pods the loop would try to place: held by Phalanx's gate alone."""
+    return sorted(
+        (p for p in pods if p.gated and not p.other_gates and not p.terminal and not p.deleting),
+        key=lambda p: p.name,
+    )
+
+
+def _placed(pods: Sequence[PodView]) -> list[PodView]:
+    return sorted(
+        (p for p in pods if p.usage_node and not p.terminal and not p.deleting), key=lambda p: p.name
+    )
+
+
+def _request(
+    name: str, pods: Sequence[PodView], min_count: int, key: str | None, levels: tuple[str, ...]
+) -> GroupRequest:
+    return GroupRequest(
+        name=name,
+        pending=tuple(
+            PodRequest(id=p.key, requirements=p.requirements, traits=p.traits) for p in _ready(pods)
+        ),
+        min_count=min_count,
+        topology_key=key,
+        bound_nodes=tuple(p.usage_node for p in _placed(pods)),
+        levels=levels,
+    )
+
+
+def domain_text(diagnosis: Diagnosis, report: DomainReport) -> str:
+    """The engine's sentence for one domain (`Diagnosis.summary()` of that domain alone)."""
+    text = dataclasses.replace(diagnosis, domains=(report,), never_fits=False).summary()
+    return text if report.domain is not None else f"all nodes: {text}"
+
+
+def never_fits_text(diagnosis: Diagnosis) -> str:
+    return dataclasses.replace(diagnosis, domains=()).summary().removeprefix("; ")
+
+
+def _single(snapshot: Snapshot, request: GroupRequest, holding: int, nodes: int, asks: str) -> Placement:
     decision = decide(snapshot, request)
     key = request.topology_key
-    names = snapshot.node_names
-    n = len(names)
-    free = np.asarray(snapshot.allocatable_by_resource) - np.asarray(snapshot.used_by_resource)
-
-    signatures: dict[PodRequirements, int] = {}
-    for pod in request.pending:
-        signatures[pod.requirements] = signatures.get(pod.requirements, 0) + 1
-    pending = len(request.pending)
-    capacities = [_capacity(snapshot, free, req, count) for req, count in signatures.items()]
-    takes_some = np.zeros(n, dtype=np.bool_)
-    for cap in capacities:
-        takes_some |= cap > 0
-
-    # Domains: the values of the key (or all nodes), pinned to the one the placed pods hold.
-    members: dict[str | None, np.ndarray] = {}
-    unlabelled = 0
-    pinned: str | None = None
-    if key is None:
-        members[None] = np.arange(n)
+    placed = len(request.bound_nodes)
+    need = max(0, request.min_count - placed)
+    base = Placement(nodes=nodes, holding=holding, asks=asks, need=need, fits=False, verdict="")
+    if isinstance(decision, Admit):
+        if not decision.assignments:
+            verdict = f"its {placed} placed pods already meet minCount {request.min_count}; the rest wait"
+            return dataclasses.replace(base, fits=True, verdict=verdict)
+        where = f" in {key}={decision.domain}" if decision.domain else ""
+        on = ", ".join(node for _, node in decision.assignments)
+        verdict = (
+            f"it fits now: {_plural(len(decision.assignments), 'pod')}{where} on {on}; Phalanx admits it at "
+            "its next scheduling pass (if it keeps waiting, check that `phalanx run` is running)"
+        )
+        return dataclasses.replace(base, fits=True, verdict=verdict, assignments=decision.assignments)
+    assert isinstance(decision, Reject)
+    if len(request.pending) + placed < request.min_count:
+        verdict = (
+            f"only {len(request.pending) + placed} of its {request.min_count} pods exist ({placed} placed, "
+            f"{len(request.pending)} waiting); the gang starts when the rest have been created"
+        )
+        return dataclasses.replace(base, fits=False, verdict=verdict)
+    if decision.reason != "Unschedulable":
+        return dataclasses.replace(base, fits=False, verdict=decision.message)  # the engine's words
+    diagnosis = diagnose(snapshot, request)
+    domains = tuple(
+        DomainFit(r.domain, r.fit, r.reasons, domain_text(diagnosis, r)) for r in diagnosis.domains
+    )
+    notes = []
+    pinned = domains[0].domain if placed and key is not None and len(domains) == 1 else None
+    if pinned is not None:
+        notes.append(f"{_plural(placed, 'pod')} of the gang already run in {pinned}: only it is considered")
+    best = domains[0] if domains else None
+    got = best.fit if best else 0
+    if diagnosis.never_fits:
+        verdict = never_fits_text(diagnosis)
+    elif best is not None and got >= need:
+        verdict = f"no {key or 'cluster'} domain takes all {need} pods together: {best.text}"
+    elif key is None:
+        verdict = f"the cluster has room for {got} of the {need} pods the gang needs at once"
+    elif pinned is not None:
+        verdict = (
+            f"its {_plural(placed, 'placed pod')} hold it in {key}={pinned}, which has room for {got} of the "
+            f"{need} more it needs"
+        )
+    elif got == 0:
+        verdict = f"no {key} domain has room for {need} pods at once, nor for even one of them"
     else:
-        groups = snapshot.domain_groups(key)
-        unlabelled = int(np.count_nonzero(groups.codes < 0))
-        for d, value in enumerate(groups.names):
-            members[value] = groups.order[groups.starts[d] : groups.ends[d]]
-        for node in request.bound_nodes:
-            index = snapshot.node_index(node)
-            if index is not None and groups.codes[index] >= 0:
-                pinned = groups.names[int(groups.codes[index])]
-                break
-        if pinned is not None:
-            members = {pinned: members[pinned]}
-
-    # Upper bound per domain: each kind of pod alone; exact when the pods are all alike.
-    upper = {
-        domain: min(pending, sum(int(cap[nodes].sum()) for cap in capacities))
-        for domain, nodes in members.items()
-    }
-    ranked = sorted(members, key=lambda d: (-upper[d], d or ""))
-    fits: list[DomainFit] = []
-    for place in ranked[:MAX_DOMAINS]:
-        nodes = members[place]
-        fit = upper[place] if len(signatures) <= 1 else _fit_exact(snapshot, request, key, place)
-        grouped: dict[tuple[str, str], list[str]] = {}
-        for i in nodes.tolist():
-            if takes_some[i]:
-                continue
-            phrases: list[tuple[str, str]] = []
-            for req in signatures:
-                for phrase in _why_not(snapshot, free, i, req):
-                    if phrase not in phrases:
-                        phrases.append(phrase)
-            joined = ("; ".join(p[0] for p in phrases), "; ".join(p[1] for p in phrases))
-            grouped.setdefault(joined, []).append(names[i])
-        blockers = tuple(Blocker(tuple(nodes_), s, p) for (s, p), nodes_ in grouped.items())
-        fits.append(DomainFit(place, fit, len(nodes), blockers))
-    if len(signatures) > 1:
-        fits.sort(key=lambda f: (-f.fit, f.domain or ""))
-    rest = ranked[MAX_DOMAINS:]
-    if len(signatures) == 1:
-        asks = describe_requests(next(iter(signatures)))
-    else:
-        asks = "; ".join(f"{count} × {describe_requests(req)}" for req, count in signatures.items())
-    return Analysis(
-        decision=decision,
-        topology_key=key,
-        min_count=max(1, request.min_count),
-        pending=pending,
-        placed=len(request.bound_nodes),
-        pinned=pinned,
-        domains=tuple(fits),
-        more_domains=len(rest),
-        more_fit=max((upper[d] for d in rest), default=0),
-        unlabelled=unlabelled,
-        asks=asks,
+        assert best is not None
+        closest = f"the closest is {best.domain}, with room for {got}"
+        verdict = f"no {key} domain has room for {need} pods at once; {closest}"
+    return dataclasses.replace(
+        base,
+        verdict=verdict,
+        domains=domains,
+        never_fits=diagnosis.never_fits,
+        best_when_empty=diagnosis.best_when_empty,
+        notes=tuple(notes),
     )
 
 
-def verdict(a: Analysis) -> str:
-    """One sentence: does the gang fit now, and if not, how close it gets and where."""
-    d = a.decision
-    if isinstance(d, Admit):
-        if not d.assignments:
-            return f"its {a.placed} placed pods already meet minCount {a.min_count}; the others wait for room"
-        where = f" in {a.topology_key}={d.domain}" if d.domain else ""
-        nodes = ", ".join(node for _, node in d.assignments)
-        return (
-            f"it fits now: {_plural(len(d.assignments), 'pod')}{where} on {nodes}; Phalanx admits it at its "
-            "next scheduling pass (if it keeps waiting, check that `phalanx run` is running)"
-        )
-    assert isinstance(d, Reject)
-    if a.pending + a.placed < a.min_count:
-        return (
-            f"only {a.pending + a.placed} of its {a.min_count} pods exist ({a.placed} placed, {a.pending} "
-            "waiting); the gang starts when the Job has created the rest"
-        )
-    if d.reason == "NoDomain":
-        return f"no node has the label {a.topology_key}, so there is no domain to place the gang in"
-    if d.reason in ("DomainConflict", "Unsupported"):
-        return d.message  # the engine's own words: a conflict, or a field it refuses, named
-    best = a.domains[0] if a.domains else None
-    got = best.fit if best else 0
-    if a.topology_key is None:
-        return f"the cluster has room for {got} of the {a.need} pods the gang needs at once"
-    if a.pinned is not None:
-        return (
-            f"its {_plural(a.placed, 'placed pod')} hold it in {a.topology_key}={a.pinned}, which has "
-            f"room for {got} of the {a.need} more it needs"
-        )
-    if best is None or got == 0:
-        return f"no {a.topology_key} domain has room for {a.need} pods at once, nor for even one of them"
-    closest = f"the closest is {best.domain}, with room for {got}"
-    return f"no {a.topology_key} domain has room for {a.need} pods at once; {closest}"
+def _composite(
+    snapshot: Snapshot,
+    composites: Sequence[Mapping[str, Any]],
+    leaves: Sequence[tuple[Mapping[str, Any], list[PodView], int]],
+    levels: tuple[str, ...],
+    holding: int,
+    nodes: int,
+    asks: str,
+) -> tuple[Placement, dict[str, str]]:
+    """decide_composite for the tree; the engine's verdict per group."""
+    requests = {
+        name_of(g): _request(name_of(g), pods, need, _topology_key(g), ()) for g, pods, need in leaves
+    }
+    parents = {name_of(g): parent_of(g) for g, _, _ in leaves}
+    by_parent: dict[str | None, list[Mapping[str, Any]]] = {}
+    for comp in composites:
+        by_parent.setdefault(parent_of(comp), []).append(comp)
 
+    def build(comp: Mapping[str, Any], depth: int) -> CompositeRequest:
+        name = name_of(comp)
+        children: list[GroupRequest | CompositeRequest] = [
+            r for n, r in requests.items() if parents[n] == name
+        ]
+        children.extend(build(child, depth + 1) for child in by_parent.get(name, []))
+        return CompositeRequest(
+            name=name,
+            children=tuple(children),
+            min_count=min_count_of(comp) or 1,
+            topology_key=_topology_key(comp),
+            levels=levels if depth == 0 else (),
+        )
 
-def render_analysis(a: Analysis, node_count: int, holding: int) -> list[str]:
-    lines = [
-        f"Placement now, computed from {_plural(node_count, 'node')} and the {_plural(holding, 'pod')} "
-        f"holding capacity (each pod asks for {a.asks}):",
-    ]
-    if a.pinned is not None:
-        lines.append(
-            f"  {_plural(a.placed, 'pod')} of the gang already run in {a.pinned}: only it is considered"
+    root = build(composites[0], 0)
+    need = sum(max(0, r.min_count - len(r.bound_nodes)) for r in requests.values())
+    decision = decide_composite(snapshot, root)
+    base = Placement(nodes=nodes, holding=holding, asks=asks, need=need, fits=False, verdict="")
+    if isinstance(decision, CompositeAdmit):
+        assignments = tuple(a for _, admit in decision.admits for a in admit.assignments)
+        where = decision.domain(root.name)
+        where_text = f" in {root.topology_key}={where}" if where and root.topology_key else ""
+        verdict = (
+            f"it fits now: {_plural(len(assignments), 'pod')} of {_plural(len(requests), 'group')}"
+            f"{where_text}; Phalanx admits the tree at its next scheduling pass (if it keeps waiting, check "
+            "that `phalanx run` is running)"
         )
-    for fit in a.domains:
-        name = fit.domain if fit.domain is not None else "all nodes"
-        line = f"  {name}: {fit.fit} of {a.pending} pods fit"
-        shown = [str(b) for b in fit.blockers[:MAX_REASONS]]
-        if len(fit.blockers) > MAX_REASONS:
-            others = sum(len(b.nodes) for b in fit.blockers[MAX_REASONS:])
-            verb = "takes" if others == 1 else "take"
-            shown.append(f"{_plural(others, 'more node')} {verb} none for other reasons")
-        if shown:
-            line += "; " + "; ".join(shown)
-        lines.append(line)
-    if a.more_domains:
-        lines.append(
-            f"  … and {_plural(a.more_domains, 'more domain')}, none with room for more than {a.more_fit}"
-        )
-    if a.unlabelled:
-        lines.append(
-            f"  ({_plural(a.unlabelled, 'node')} without the label {a.topology_key} are never candidates)"
-        )
-    return lines
+        now = {name: f"fits in {d}" if d else "fits" for name, d in decision.domains}
+        return dataclasses.replace(base, fits=True, verdict=verdict, assignments=assignments), now
+    head = decision.message
+    for group_verdict in reversed(decision.groups):
+        head = head.removesuffix(f"; {group_verdict.message}")
+    now = {g.name: g.message.removeprefix(f"{g.name}: ") for g in decision.groups}
+    return dataclasses.replace(base, fits=False, verdict=head), now
 
 
 # ------------------------------------------------------------------ the whole explanation
 
 
-@dataclass(frozen=True)
-class _Gang:
-    gang: bool
-    min_count: int
-    """As the PodGroup (or the Job's annotations) says."""
-    topology_key: str | None
-    effective: int = 0
-    """What the loop asks for now: min_count, clamped to the pods the Job has left to run."""
-
-
-def _gang_of(job: Mapping[str, Any] | None, group: Mapping[str, Any] | None) -> _Gang | str:
-    """The group's policy from its PodGroup (else the Job's annotations), clamped as the loop does."""
-    if group is not None:
-        spec = mapping(group.get("spec"))
-        gang = mapping(spec.get("schedulingPolicy")).get("gang")
-        topology = mapping(spec.get("schedulingConstraints")).get("topology") or []
-        key = mapping(topology[0]).get("key") if topology else None
-        is_gang = isinstance(gang, Mapping)
-        min_count = int(mapping(gang).get("minCount") or 1) if is_gang else 1
-        result = _Gang(is_gang, min_count, str(key) if key else None)
-    elif job is not None:
-        try:
-            policy = parse_job_policy(job, running=True)
-        except JobPolicyError as e:
-            return f"its annotations are invalid: {e}"
-        result = _Gang(policy.is_gang, policy.min_count or 1, policy.topology_key)
+def explain(facts: Facts) -> Explanation:
+    """What the target's status says, and, when its gang waits, the engine run on the live cluster now."""
+    row, owner = facts.owner_kind, facts.owner
+    views = [PodView.of(p) for p in facts.target_pods]
+    remaining = (
+        row.remaining(owner) if row is not None and owner is not None and not facts.composites else None
+    )
+    if row is not None and owner is not None:
+        members = row.members(facts.groups, views) if facts.groups else {}
+    elif len(facts.groups) == 1 and not facts.composites:
+        members = {name_of(facts.groups[0]): list(views)}  # they were read by its label
     else:
-        return "neither a Job nor a PodGroup"
-    if job is not None and result.gang:
-        # Near the end of a Job, fewer pods than minCount may be left to run: the gang shrinks to them.
-        spec = mapping(job.get("spec"))
-        completions = spec.get("completions")
-        if isinstance(completions, int) and not isinstance(completions, bool):
-            succeeded = int(mapping(job.get("status")).get("succeeded") or 0)
-            remaining = max(0, completions - succeeded)
-            return dataclasses.replace(result, effective=max(1, min(result.min_count, remaining)))
-    return dataclasses.replace(result, effective=result.min_count)
+        members = members_by_label(facts.groups, views)
+    groups = tuple(_report("PodGroup", g, members.get(name_of(g), []), remaining) for g in facts.groups)
+    composites = tuple(_report("CompositePodGroup", comp, None, None) for comp in facts.composites)
+    assigned = {p.key for pods in members.values() for p in pods}
+    unassigned = sum(1 for p in views if p.key not in assigned and not p.terminal and not p.deleting)
 
-
-def _condition(group: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
-    for cond in mapping((group or {}).get("status")).get("conditions") or []:
-        if mapping(cond).get("type") == kind:
-            return mapping(cond)
-    return None
-
-
-def _condition_line(cond: Mapping[str, Any] | None) -> str:
-    if cond is None:
-        return "not set"
-    text = f"{cond.get('status')} ({cond.get('reason')})"
-    return f"{text}: {cond['message']}" if cond.get("message") else text
-
-
-def _template_gated(job: Mapping[str, Any]) -> bool:
-    template = mapping(mapping(mapping(job.get("spec")).get("template")).get("spec"))
-    return any(mapping(g).get("name") == keys.ADMISSION_GATE for g in template.get("schedulingGates") or [])
-
-
-def _job_state(job: Mapping[str, Any] | None) -> str:
-    """'suspended', 'succeeded', 'failed' or ''."""
-    if job is None:
-        return ""
-    for cond in mapping(job.get("status")).get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") == "Complete":
-            return "succeeded"
-        if cond.get("status") == "True" and cond.get("type") == "Failed":
-            return "failed"
-    return "suspended" if mapping(job.get("spec")).get("suspend") else ""
-
-
-def explain(facts: Facts) -> str:
-    """The explanation, first line a verdict, then the group's status, then (when it waits) the placement."""
-    job, group = facts.job, facts.group
-    views = [PodView.of(p) for p in facts.group_pods]
-    live = [p for p in views if not p.terminal and not p.deleting]
-    waiting = sorted((p for p in live if p.gated), key=lambda p: p.name)
-    placed = sorted((p for p in live if p.usage_node), key=lambda p: p.name)
-    bound = [p for p in placed if p.bound]
-    ready = [p for p in waiting if not p.other_gates]
-    managed = mapping(_meta(job).get("labels")).get(keys.MANAGED_LABEL) == keys.MANAGED_VALUE
-    gang = _gang_of(job, group)
-    job_state = _job_state(job)
-    admitted = _condition(group, c.ADMITTED)
-    reason = str(admitted.get("reason")) if admitted is not None else ""
+    managed = row.managed(owner) if row is not None and owner is not None else True
+    job_state = row.state(owner) if row is not None and owner is not None else ""
+    gang: Gang | str
+    if facts.groups:
+        first = groups[0]
+        gang = Gang(first.policy == "Gang", first.effective or 1, first.topology_key)
+    elif row is not None and owner is not None:
+        gang = row.gang(owner)
+        if isinstance(gang, Gang) and remaining is not None and gang.gang:
+            gang = dataclasses.replace(gang, min_count=max(1, min(gang.min_count, remaining)))
+    else:
+        gang = "neither an owner nor a PodGroup"
+    root = composites[0] if composites else (groups[0] if groups else None)
+    admitted = _condition(root, c.ADMITTED)
+    reason = admitted.reason if admitted is not None else ""
 
     # Run the engine for a gang whose pods wait now.
-    analysis: Analysis | None = None
-    holding = 0
+    placement: Placement | None = None
+    ready = _ready(views)
     if (
-        isinstance(gang, _Gang)
+        isinstance(gang, Gang)
         and gang.gang
         and ready
-        and job_state not in ("suspended", "succeeded", "failed")
-        and (job is None or (managed and (group is not None or _template_gated(job))))
+        and job_state not in NOT_RUNNING
+        and managed
+        and (facts.groups or (row is not None and owner is not None and row.held(owner)))
         and reason not in (c.REASON_ADMITTED, c.REASON_NOT_GATED, c.REASON_WAITING_FOR_GATES)
     ):
-        nodes = [node_info(n) for n in facts.nodes]
+        node_infos = [node_info(n) for n in facts.nodes]
         cluster_pods = [PodView.of(p) for p in facts.pods]
-        snapshot = snapshot_of(nodes, cluster_pods)
-        request = GroupRequest(
-            name=f"{facts.namespace}/{facts.target.name}",
-            pending=tuple(PodRequest(id=p.key, requirements=p.requirements) for p in ready),
-            min_count=gang.effective,
-            topology_key=gang.topology_key,
-            bound_nodes=tuple(p.usage_node for p in placed),
-        )
-        analysis = analyze(snapshot, request)
+        snapshot = snapshot_of(node_infos, cluster_pods)
         holding = sum(1 for p in cluster_pods if p.usage_node)
+        if composites:
+            keys_of_tree = [r.topology_key for r in (*composites, *groups)]
+            levels = next((lv for k in keys_of_tree if (lv := levels_of_key(facts.topologies, k))), ())
+            leaves = [
+                (g, members.get(name_of(g), []), report.effective or 1)
+                for g, report in zip(facts.groups, groups, strict=True)
+            ]
+            placement, now = _composite(
+                snapshot, facts.composites, leaves, levels, holding, len(facts.nodes), _asks(ready)
+            )
+            composites = tuple(dataclasses.replace(r, now=now.get(r.name)) for r in composites)
+            groups = tuple(dataclasses.replace(r, now=now.get(r.name)) for r in groups)
+        else:
+            request = _request(
+                f"{facts.namespace}/{facts.target.name}",
+                views if not groups else members.get(groups[0].name, []),
+                gang.min_count,
+                gang.topology_key,
+                levels_of_key(facts.topologies, gang.topology_key),
+            )
+            placement = _single(snapshot, request, holding, len(facts.nodes), _asks(_ready(views)))
 
-    # The verdict.
-    status = mapping((group or {}).get("status"))
-    if job is not None and not managed:
-        summary = (
-            f"not managed by Phalanx: the Job has no label {keys.MANAGED_LABEL}=true, so kube-scheduler "
+    state, summary = _summary(
+        facts, groups, composites, gang, managed, job_state, reason, admitted, placement, views
+    )
+    owner_info = (row.kind, name_of(owner), managed) if row is not None and owner is not None else None
+    return Explanation(
+        facts.target,
+        facts.namespace,
+        state,
+        summary,
+        owner_info,
+        composites,
+        groups,
+        placement,
+        counts_of(views),
+        gang if isinstance(gang, Gang) and not groups else None,
+        unassigned,
+    )
+
+
+def _summary(
+    facts: Facts,
+    groups: Sequence[GroupReport],
+    composites: Sequence[GroupReport],
+    gang: Gang | str,
+    managed: bool,
+    job_state: str,
+    reason: str,
+    admitted: ConditionView | None,
+    placement: Placement | None,
+    views: Sequence[PodView],
+) -> tuple[str, str]:
+    row, owner = facts.owner_kind, facts.owner
+    kind = row.kind if row is not None else ""
+    root = composites[0] if composites else (groups[0] if groups else None)
+    counts = counts_of(views)
+    if row is not None and owner is not None and not managed:
+        text = (
+            f"not managed by Phalanx: the {kind} has no label {keys.MANAGED_LABEL}=true, so kube-scheduler "
             "places its pods one by one (`kubectl describe pod` says why one waits)"
         )
-        if group is not None:
-            summary += "; Phalanx is letting go of its PodGroup"
-    elif isinstance(gang, str):
-        summary = f"Phalanx cannot schedule it: {gang}"
-    elif group is None and job is not None and not _template_gated(job):
-        summary = (
+        if groups:
+            text += "; Phalanx is letting go of its PodGroup"
+        return "not-managed", text
+    if isinstance(gang, str):
+        return "invalid", f"Phalanx cannot schedule it: {gang}"
+    if not groups and row is not None and owner is not None and not row.held(owner):
+        return "not-held", (
             f"not held by Phalanx: its pod template has no {keys.ADMISSION_GATE} gate, so Phalanx's webhook "
             "did not see its creation (was `phalanx run` installed then?); kube-scheduler places its pods "
             "one by one"
         )
-    elif reason == c.REASON_ADMITTED:
-        where = (
-            f" in {gang.topology_key}={status.get('domain')}"
-            if status.get("domain") and gang.topology_key
-            else ""
+    if reason == c.REASON_ADMITTED:
+        assert root is not None
+        where = f" in {root.topology_key}={root.domain}" if root.domain and root.topology_key else ""
+        text = f"admitted{where}: {counts.bound} of {counts.live} pods bound"
+        if counts.released:
+            text += f", {counts.released} released to their nodes for kube-scheduler to bind"
+        if len(groups) > 1:
+            text += f" ({_plural(len(groups), 'group')})"
+        return "admitted", text
+    if job_state == "suspended" or reason == c.REASON_SUSPENDED:
+        return (
+            "suspended",
+            f"suspended: the {kind or 'owner'} is suspended (spec.suspend), so nothing is held for it",
         )
-        summary = f"admitted{where}: {len(bound)} of {len(live)} pods bound"
-        if len(placed) > len(bound):
-            summary += f", {len(placed) - len(bound)} released to their nodes for kube-scheduler to bind"
-    elif job_state == "suspended" or reason == c.REASON_SUSPENDED:
-        summary = "suspended: the Job is suspended (spec.suspend), so nothing is held for it"
-    elif job_state in ("succeeded", "failed") or reason == c.REASON_FINISHED:
-        summary = f"finished: the Job {job_state or 'is finished'}"
-    elif reason in (c.REASON_WAITING_FOR_GATES, c.REASON_NOT_GATED, c.REASON_WAITING_FOR_PODS) and admitted:
-        summary = f"waiting ({reason}): {admitted.get('message')}"
-    elif analysis is not None:
-        summary = "waiting: " + verdict(analysis)
-    elif not gang.gang:
-        summary = "basic policy: Phalanx holds nothing; kube-scheduler places the pods one by one"
-    elif group is None:
-        summary = (
-            "no PodGroup yet: Phalanx creates one at its first pass after the Job's creation (if none "
-            "appears, check that `phalanx run` is running)"
+    if job_state in ("succeeded", "failed") or reason == c.REASON_FINISHED:
+        return "finished", f"finished: the {kind or 'group'} {job_state or 'is finished'}"
+    if reason in (c.REASON_WAITING_FOR_GATES, c.REASON_NOT_GATED, c.REASON_WAITING_FOR_PODS) and admitted:
+        return "waiting", f"waiting ({reason}): {admitted.message}"
+    if placement is not None:
+        return "waiting", "waiting: " + placement.verdict
+    if not gang.gang:
+        return "basic", "basic policy: Phalanx holds nothing; kube-scheduler places the pods one by one"
+    if not groups:
+        return "no-group", (
+            "no PodGroup yet: Phalanx creates one at its first pass after the creation (if none appears, "
+            "check that `phalanx run` is running)"
         )
-    elif not live:
-        summary = "no pods yet: the Job has not created them"
-    else:
-        summary = f"phase {status.get('phase') or 'not set'}" + (f" ({reason})" if reason else "")
-    lines = [f"{facts.target} in namespace {facts.namespace}: {summary}"]
+    if not counts.live:
+        return "no-pods", f"no pods yet: the {kind or 'owner'} has not created them"
+    assert root is not None
+    return "pending", f"phase {root.phase or 'not set'}" + (f" ({reason})" if reason else "")
 
-    # What the status says.
-    if group is not None:
-        spec_text = _describe_gang(gang)
-        lines.append(f"  PodGroup: {_meta(group).get('name')}{spec_text}")
-        phase = status.get("phase") or "not set"
-        domain = f", domain {status['domain']}" if status.get("domain") else ""
-        lines.append(f"  Phase: {phase}{domain}")
-    elif job is not None and managed:
-        lines.append(f"  PodGroup: none yet{_describe_gang(gang)}")
-    terminal = [p for p in views if p.terminal]
-    counts = (
-        f"{len(bound)} bound, {len(placed) - len(bound)} released, "
-        f"{len(waiting)} held by {keys.ADMISSION_GATE}"
+
+# ------------------------------------------------------------------ text
+
+
+def _condition_line(cond: ConditionView | None) -> str:
+    if cond is None:
+        return "not set"
+    text = f"{cond.status} ({cond.reason})"
+    return f"{text}: {cond.message}" if cond.message else text
+
+
+def _counts_line(counts: Counts) -> str:
+    text = (
+        f"{counts.live} ({counts.bound} bound, {counts.released} released, "
+        f"{counts.gated} held by {keys.ADMISSION_GATE}"
     )
-    other = len(live) - len(placed) - len(waiting)
-    if other:
-        counts += f", {other} pending in kube-scheduler"
-    blocked = [p for p in waiting if p.other_gates]
-    if blocked:
-        gates = sorted({g for p in blocked for g in p.other_gates})
-        counts += f" ({len(blocked)} also carry {', '.join(gates)})"
-    done = {phase: sum(1 for p in terminal if p.phase == phase) for phase in ("Succeeded", "Failed")}
-    counts += "".join(f", {n} {phase.lower()}" for phase, n in done.items() if n)
-    lines.append(f"  Pods: {len(live)} ({counts})")
-    if group is not None:
-        lines.append(f"  {c.ADMITTED}: {_condition_line(admitted)}")
-        initially = _condition(group, c.POD_GROUP_INITIALLY_SCHEDULED)
-        lines.append(f"  {c.POD_GROUP_INITIALLY_SCHEDULED}: {_condition_line(initially)}")
-    if analysis is not None:
+    if counts.elsewhere:
+        text += f", {counts.elsewhere} pending in kube-scheduler"
+    if counts.blocked:
+        text += f" ({counts.blocked} also carry {', '.join(counts.other_gates)})"
+    for n, phase in ((counts.succeeded, "succeeded"), (counts.failed, "failed")):
+        if n:
+            text += f", {n} {phase}"
+    return text + ")"
+
+
+def _gang_text(report: GroupReport) -> str:
+    if report.policy != "Gang":
+        return " (Basic)"
+    where = f", topology {report.topology_key}" if report.topology_key else ", no topology key"
+    what = "minGroupCount" if report.kind == "CompositePodGroup" else "minCount"
+    left = ""
+    if report.effective is not None and report.min_count is not None and report.effective < report.min_count:
+        left = f", {report.effective} now: the last pods"
+    return f" (Gang, {what} {report.min_count}{left}{where})"
+
+
+def _group_lines(report: GroupReport, indent: str, tree: bool) -> list[str]:
+    lines = [f"{indent}{report.kind}: {report.name}{_gang_text(report)}"]
+    inner = indent + ("  " if tree else "")
+    domain = f", domain {report.domain}" if report.domain else ""
+    lines.append(f"{inner}Phase: {report.phase or 'not set'}{domain}")
+    if report.pods is not None:
+        lines.append(f"{inner}Pods: {_counts_line(report.pods)}")
+    lines.append(f"{inner}{c.ADMITTED}: {_condition_line(_condition(report, c.ADMITTED))}")
+    if report.kind == "PodGroup" and not tree:
+        initially = _condition(report, c.POD_GROUP_INITIALLY_SCHEDULED)
+        lines.append(f"{inner}{c.POD_GROUP_INITIALLY_SCHEDULED}: {_condition_line(initially)}")
+    if report.now is not None:
+        lines.append(f"{inner}Now: {report.now}")
+    return lines
+
+
+def render(e: Explanation) -> str:
+    """The explanation as text: the verdict first, then the groups' status, then the placement now."""
+    lines = [f"{e.target} in namespace {e.namespace}: {e.summary}"]
+    tree = bool(e.composites)
+    if tree:
+        lines.append(f"  Pods: {_counts_line(e.pods)}")
+    for report in (*e.composites, *e.groups):
+        lines.extend(_group_lines(report, "  ", tree))
+    if not e.groups:
+        if e.owner is not None and e.owner[2]:
+            gang = e.spec_gang
+            spec = ""
+            if gang is not None:
+                where = f", topology {gang.topology_key}" if gang.topology_key else ", no topology key"
+                spec = f" (Gang, minCount {gang.min_count}{where})" if gang.gang else " (Basic)"
+            lines.append(f"  PodGroup: none yet{spec}")
+        lines.append(f"  Pods: {_counts_line(e.pods)}")
+    if e.unassigned:
+        lines.append(f"  {_plural(e.unassigned, 'live pod')} of the owner belong to none of its groups")
+    p = e.placement
+    if p is not None and (p.domains or p.notes):
         lines.append("")
-        lines.extend(render_analysis(analysis, len(facts.nodes), holding))
+        lines.append(
+            f"Placement now, computed from {_plural(p.nodes, 'node')} and the {_plural(p.holding, 'pod')} "
+            f"holding capacity (each pod asks for {p.asks}):"
+        )
+        lines.extend(f"  {note}" for note in p.notes)
+        lines.extend(f"  {d.text}" for d in p.domains)
     return "\n".join(lines)
 
 
-def _describe_gang(gang: _Gang | str) -> str:
-    if isinstance(gang, str):
-        return ""
-    if not gang.gang:
-        return " (Basic)"
-    where = f", topology {gang.topology_key}" if gang.topology_key else ", no topology key"
-    left = f", {gang.effective} now: the Job's last pods" if gang.effective < gang.min_count else ""
-    return f" (Gang, minCount {gang.min_count}{left}{where})"
+# ------------------------------------------------------------------ JSON
+
+
+def _counts_json(counts: Counts | None) -> dict[str, Any] | None:
+    if counts is None:
+        return None
+    return {
+        "live": counts.live,
+        "bound": counts.bound,
+        "released": counts.released,
+        "gated": counts.gated,
+        "pendingInScheduler": counts.elsewhere,
+        "succeeded": counts.succeeded,
+        "failed": counts.failed,
+        "otherGates": {"pods": counts.blocked, "gates": list(counts.other_gates)},
+    }
+
+
+def _group_json(r: GroupReport) -> dict[str, Any]:
+    return {
+        "kind": r.kind,
+        "name": r.name,
+        "parent": r.parent,
+        "policy": r.policy,
+        "minCount": r.min_count,
+        "effectiveMinCount": r.effective,
+        "topologyKey": r.topology_key,
+        "phase": r.phase,
+        "domain": r.domain,
+        "conditions": [
+            {"type": x.type, "status": x.status, "reason": x.reason, "message": x.message}
+            for x in r.conditions
+        ],
+        "pods": _counts_json(r.pods),
+        "now": r.now,
+    }
+
+
+def to_json(e: Explanation) -> dict[str, Any]:
+    """The documented `-o json` shape (docs/cli.md): stable keys, None for what does not apply."""
+    p = e.placement
+    return {
+        "kind": "Explanation",
+        "version": SCHEMA_VERSION,
+        "target": {"kind": e.target.kind, "name": e.target.name, "namespace": e.namespace},
+        "state": e.state,
+        "summary": e.summary,
+        "owner": None if e.owner is None else {"kind": e.owner[0], "name": e.owner[1], "managed": e.owner[2]},
+        "composites": [_group_json(r) for r in e.composites],
+        "groups": [_group_json(r) for r in e.groups],
+        "pods": _counts_json(e.pods),
+        "unassignedPods": e.unassigned,
+        "placement": None
+        if p is None
+        else {
+            "nodes": p.nodes,
+            "holdingPods": p.holding,
+            "asks": p.asks,
+            "need": p.need,
+            "fits": p.fits,
+            "verdict": p.verdict,
+            "domains": [
+                {
+                    "domain": d.domain,
+                    "fit": d.fit,
+                    "reasons": [{"reason": why, "nodes": n} for why, n in d.reasons],
+                    "summary": d.text,
+                }
+                for d in p.domains
+            ],
+            "neverFits": p.never_fits,
+            "bestWhenEmpty": p.best_when_empty,
+            "notes": list(p.notes),
+            "assignments": [{"pod": pod, "node": node} for pod, node in p.assignments],
+        },
+    }

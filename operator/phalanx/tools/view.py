@@ -13,14 +13,17 @@ from typing import Any
 
 from phalanx.api import cluster_objects, keys
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
+from phalanx.api.job_layout import COMPLETION_INDEX_LABEL
 from phalanx.bodies import mapping
 from phalanx.placement import (
     BoundPod,
     NodeInfo,
     PodRequirements,
+    PodTraits,
     Snapshot,
     pod_requests,
     pod_requirements,
+    pod_traits,
 )
 
 
@@ -43,6 +46,8 @@ class PodView:
     """Its phalanx.dev/pod-group label."""
     requests: Mapping[str, int]
     requirements: PodRequirements
+    traits: PodTraits
+    labels: Mapping[str, str]
 
     @property
     def key(self) -> str:
@@ -90,12 +95,34 @@ class PodView:
             other_gates=tuple(g for g in gates if g != keys.ADMISSION_GATE),
             pinned_node=str(mapping(spec.get("nodeSelector")).get(HOSTNAME_KEY) or ""),
             pod_group=str(mapping(meta.get("labels")).get(keys.POD_GROUP_LABEL) or ""),
-            requests=pod_requests(spec),
-            requirements=pod_requirements(spec),
+            requests=(requests := pod_requests(spec)),
+            requirements=pod_requirements(spec, requests),
+            traits=pod_traits(meta, spec),
+            labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
         )
+
+    def bound_pod(self) -> BoundPod | None:
+        """The pod as the placement engine counts it while it holds capacity (the controller's rule)."""
+        if not self.usage_node:
+            return None
+        return cluster_objects.held_pod(
+            key=self.key,
+            node=self.usage_node,
+            bound=self.bound,
+            deleting=self.deleting,
+            requests=self.requests,
+            traits=self.traits,
+            requirements=self.requirements,
+        )
+
+    @property
+    def completion_index(self) -> int | None:
+        """An Indexed Job's pod: its rank (which picks its slice)."""
+        text = self.labels.get(COMPLETION_INDEX_LABEL, "")
+        return int(text) if text.isascii() and text.isdigit() else None
 
 
 def snapshot_of(nodes: Iterable[NodeInfo], pods: Iterable[PodView]) -> Snapshot:
     """The cluster as one pass of Phalanx's scheduling loop sees it."""
-    held = (BoundPod(id=p.key, node=p.usage_node, requests=p.requests) for p in pods if p.usage_node)
+    held = (bound for p in pods if (bound := p.bound_pod()) is not None)
     return Snapshot.build(nodes, held)

@@ -13,6 +13,7 @@ from phalanx.api.keys import (
     JOB_NAME_LABEL,
     JOB_UID_LABEL,
     MANAGED_BY_ANNOTATION,
+    OWNER_ANNOTATION,
     POLICY_ANNOTATION,
     TOPOLOGY_KEY_ANNOTATION,
 )
@@ -60,7 +61,7 @@ def test_workload_of_a_job() -> None:
             "name": "train-6695f68766",
             "namespace": "ml",
             "labels": {JOB_NAME_LABEL: "train", JOB_UID_LABEL: UID},
-            "annotations": {MANAGED_BY_ANNOTATION: "phalanx"},
+            "annotations": {MANAGED_BY_ANNOTATION: "phalanx", OWNER_ANNOTATION: "Job/train"},
             "ownerReferences": [JOB_OWNER],
         },
         "spec": {
@@ -81,7 +82,7 @@ def test_pod_group_of_a_job_before_and_after_the_workload_exists() -> None:
             "name": "train-6695f68766-train-pgt-0-655cb76fc6",
             "namespace": "ml",
             "labels": {JOB_NAME_LABEL: "train", JOB_UID_LABEL: UID},
-            "annotations": {MANAGED_BY_ANNOTATION: "phalanx"},
+            "annotations": {MANAGED_BY_ANNOTATION: "phalanx", OWNER_ANNOTATION: "Job/train"},
             "ownerReferences": [JOB_OWNER],
         },
         "spec": {

@@ -71,8 +71,13 @@ def settings_of(docs: list[dict[str, Any]]) -> Any:
     return Settings.from_args_and_env(args, env=env)  # raises ValueError on any inconsistency
 
 
-def rules_of(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    found = [d for d in docs if d["kind"] == kind]
+OPERATOR = "phalanx"
+"""The release's full name: the operator's own ClusterRole and Role (the users' roles have suffixes)."""
+
+
+def rules_of(docs: list[dict[str, Any]], kind: str, name: str | None = OPERATOR) -> list[dict[str, Any]]:
+    """The rules of the `kind` objects named `name` (None: of all of them)."""
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return [rule for d in found for rule in d["rules"]]
 
 

@@ -33,8 +33,17 @@ pytestmark = needs_helm
 # ---------------------------------------------------------------------- lint and drift
 @pytest.mark.parametrize(
     "sets",
-    [(), ("certManager.enabled=true",), ("leaderElection.enabled=false", "replicaCount=1")],
-    ids=["default", "cert-manager", "one-replica"],
+    [
+        (),
+        ("certManager.enabled=true",),
+        ("leaderElection.enabled=false", "replicaCount=1"),
+        (
+            "metrics.serviceMonitor.enabled=true",
+            "rbac.explain.subjects[0].kind=User",
+            "rbac.explain.subjects[0].name=a",
+        ),
+    ],
+    ids=["default", "cert-manager", "one-replica", "monitor-and-explain-binding"],
 )
 def test_helm_lint_is_clean(sets: tuple[str, ...]) -> None:
     argv = ["lint", str(CHART), "--strict", "--namespace", NAMESPACE]

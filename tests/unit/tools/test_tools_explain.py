@@ -1,40 +1,39 @@
-"""`phalanx explain`: the pure parts (verdict, placement per domain, what blocks each node) on plain dicts."""
+"""`phalanx explain`: the pure parts (what the status says, the engine's diagnosis per domain, every slice of
+a sliced Job, the JSON shape, the table of kinds) on plain dicts."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from tools_testkit import (
+    COMPOSITE_NAME,
     FIVE_BUSY,
     GROUP_NAME,
     LB,
     NB,
     NS,
     UNSCHEDULABLE,
+    composite,
     condition,
     fillers,
+    indexed_pod,
     job_pod,
     managed_job,
     pod_group,
     seed_nodes,
+    slice_group,
 )
 
 from phalanx.api.cluster_objects import node_info
-from phalanx.placement import GroupRequest, PodRequest, pod_requirements
-from phalanx.tools.explain import (
-    MAX_DOMAINS,
-    Facts,
-    Target,
-    analyze,
-    explain,
-    format_amount,
-    parse_target,
-    verdict,
-)
+from phalanx.placement import GroupRequest, PodRequest, diagnose, pod_requirements
+from phalanx.tools.explain import domain_text, explain, format_amount, render, to_json
+from phalanx.tools.targets import JOB, OWNER_KINDS, Facts, Target, parse_target, target_forms
+from phalanx.tools.topologies import ClusterTopology
 from phalanx.tools.view import PodView, snapshot_of
 
-JOB = Target("job", "gang-4")
+JOB_TARGET = Target("job", "gang-4")
 
 
 def facts(
@@ -44,19 +43,40 @@ def facts(
     group_pods: list[dict[str, Any]] | None = None,
     busy: tuple[str, ...] = FIVE_BUSY,
     nodes: list[dict[str, Any]] | None = None,
-    target: Target = JOB,
+    target: Target = JOB_TARGET,
+    composites: tuple[dict[str, Any], ...] = (),
+    groups: tuple[dict[str, Any], ...] | None = None,
+    topologies: tuple[ClusterTopology, ...] = (),
 ) -> Facts:
     mine = group_pods if group_pods is not None else [job_pod("gang-4", i) for i in range(4)]
-    others = fillers(*busy)
     live = [p for p in mine if p["status"]["phase"] not in ("Succeeded", "Failed")]
-    return Facts(target, NS, job, group, mine, nodes or seed_nodes(), others + live)
+    return Facts(
+        target=target,
+        namespace=NS,
+        owner_kind=JOB if job is not None else None,
+        owner=job,
+        composites=composites,
+        groups=groups if groups is not None else ((group,) if group is not None else ()),
+        target_pods=tuple(mine),
+        nodes=tuple(nodes or seed_nodes()),
+        pods=tuple(fillers(*busy) + live),
+        topologies=topologies,
+    )
+
+
+def text_of(f: Facts) -> str:
+    return render(explain(f))
+
+
+def placement_lines(text: str) -> list[str]:
+    return text.split("\n\n")[1].splitlines()[1:]
 
 
 # ---------------------------------------------------------------------- the article's waiting gang
 
 
-def test_a_waiting_gang_names_the_closest_domain_and_the_resource_that_blocks() -> None:
-    text = explain(facts(job=managed_job(), group=pod_group()))
+def test_a_waiting_gang_names_the_closest_domain_in_the_engines_words() -> None:
+    text = text_of(facts(job=managed_job(), group=pod_group()))
     assert text.splitlines() == [
         f"job/gang-4 in namespace {NS}: waiting: no {NB} domain has room for 4 pods at once; "
         "the closest is nb-a, with room for 3",
@@ -68,49 +88,54 @@ def test_a_waiting_gang_names_the_closest_domain_and_the_resource_that_blocks() 
         "",
         "Placement now, computed from 8 nodes and the 5 pods holding capacity "
         "(each pod asks for nvidia.com/gpu 8):",
-        "  nb-a: 3 of 4 pods fit; was-worker has 0 of 8 nvidia.com/gpu free",
-        "  nb-b: 0 of 4 pods fit; was-worker5, was-worker6, was-worker7 and was-worker8 have "
-        "0 of 8 nvidia.com/gpu free",
+        "  nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)",
+        "  nb-b: 0 of 4 pods fit (4 nodes: Insufficient nvidia.com/gpu)",
     ]
+
+
+def test_each_domain_line_is_the_diagnosis_the_conditions_carry() -> None:
+    """One phrasing: every domain line is `Diagnosis.summary()` of that domain, and together they are the
+    summary the controller appends to the Admitted condition."""
+    nodes = [node_info(n) for n in seed_nodes()]
+    snapshot = snapshot_of(nodes, [PodView.of(p) for p in fillers(*FIVE_BUSY)])
+    req = pod_requirements({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]})
+    request = GroupRequest(f"{NS}/gang-4", tuple(PodRequest(f"{NS}/p{i}", req) for i in range(4)), 4, NB)
+    diagnosis = diagnose(snapshot, request)
+    lines = placement_lines(text_of(facts(job=managed_job(), group=pod_group())))
+    assert lines == [f"  {domain_text(diagnosis, r)}" for r in diagnosis.domains]
+    assert "; ".join(line.strip() for line in lines) == diagnosis.summary()
 
 
 def test_the_same_gang_asked_of_a_podgroup_reads_the_same() -> None:
-    by_group = explain(facts(job=managed_job(), group=pod_group(), target=Target("podgroup", GROUP_NAME)))
+    by_group = text_of(facts(job=managed_job(), group=pod_group(), target=Target("podgroup", GROUP_NAME)))
     assert by_group.startswith(f"podgroup/{GROUP_NAME} in namespace {NS}: waiting: no {NB} domain")
-    assert "  nb-a: 3 of 4 pods fit; was-worker has 0 of 8 nvidia.com/gpu free" in by_group
+    assert "  nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)" in by_group
 
 
 def test_without_a_topology_key_the_whole_cluster_is_one_placement() -> None:
-    text = explain(facts(job=managed_job(key=None), group=pod_group(key=None)))
+    text = text_of(facts(job=managed_job(key=None), group=pod_group(key=None)))
     assert "waiting: the cluster has room for 3 of the 4 pods the gang needs at once" in text
     assert "(Gang, minCount 4, no topology key)" in text
-    assert (
-        "  all nodes: 3 of 4 pods fit; was-worker, was-worker5, was-worker6, was-worker7 and was-worker8 "
-        "have 0 of 8 nvidia.com/gpu free"
-    ) in text
+    assert placement_lines(text) == ["  all nodes: 3 of 4 pods fit (5 nodes: Insufficient nvidia.com/gpu)"]
 
 
-def test_local_blocks_are_ranked_by_pods_that_fit_then_name() -> None:
-    text = explain(facts(job=managed_job(key=LB), group=pod_group(key=LB), busy=("was-worker",)))
-    placement = text.split("\n\n")[1].splitlines()[1:]
-    assert placement == [
-        "  lb-a2: 2 of 4 pods fit",
-        "  lb-b1: 2 of 4 pods fit",
-        "  lb-b2: 2 of 4 pods fit",
-        "  lb-a1: 1 of 4 pods fit; was-worker has 0 of 8 nvidia.com/gpu free",
-    ]
-    assert f"no {LB} domain has room for 4 pods at once; the closest is lb-a2, with room for 2" in text
+def test_a_gang_bigger_than_any_domain_can_never_fit() -> None:
+    text = text_of(facts(job=managed_job(key=LB), group=pod_group(key=LB), busy=("was-worker",)))
+    assert text.splitlines()[0].endswith(
+        "waiting: it can never fit in this cluster: "
+        "with every node empty the largest domain holds 2 of the 4 pods"
+    )
+    assert placement_lines(text) == ["  lb-a2: 2 of 4 pods fit", "  lb-b1: 2 of 4 pods fit"]
 
 
 def test_a_gang_that_fits_now_says_phalanx_admits_it_at_its_next_pass() -> None:
-    text = explain(facts(job=managed_job(), group=pod_group(), busy=("was-worker5",)))
-    first = text.splitlines()[0]
-    assert first.startswith(
+    text = text_of(facts(job=managed_job(), group=pod_group(), busy=("was-worker5",)))
+    assert text.splitlines()[0] == (
         f"job/gang-4 in namespace {NS}: waiting: it fits now: 4 pods in {NB}=nb-a on "
-        "was-worker, was-worker2, was-worker3, was-worker4; Phalanx admits it at its next scheduling pass"
+        "was-worker, was-worker2, was-worker3, was-worker4; Phalanx admits it at its next scheduling pass "
+        "(if it keeps waiting, check that `phalanx run` is running)"
     )
-    assert "  nb-a: 4 of 4 pods fit" in text
-    assert "  nb-b: 3 of 4 pods fit; was-worker5 has 0 of 8 nvidia.com/gpu free" in text
+    assert "Placement now" not in text
 
 
 # ---------------------------------------------------------------------- what the status says
@@ -127,12 +152,14 @@ def test_an_admitted_gang_says_admitted_with_its_domain_and_no_placement_section
             condition("Admitted", "True", "Admitted"),
         ],
     )
-    text = explain(facts(job=managed_job(), group=group, group_pods=pods, busy=()))
+    result = explain(facts(job=managed_job(), group=group, group_pods=pods, busy=()))
+    text = render(result)
     assert text.splitlines()[0] == f"job/gang-4 in namespace {NS}: admitted in {NB}=nb-a: 4 of 4 pods bound"
     assert "  Phase: Running, domain nb-a" in text
     assert "  Admitted: True (Admitted)" in text
     assert "  PodGroupInitiallyScheduled: True (Scheduled)" in text
     assert "Placement now" not in text
+    assert result.state == "admitted" and result.placement is None
 
 
 def test_released_pods_not_yet_bound_are_counted_as_released() -> None:
@@ -141,14 +168,15 @@ def test_released_pods_not_yet_bound_are_counted_as_released() -> None:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         pod["metadata"]["labels"]["phalanx.dev/pod-group"] = GROUP_NAME
     group = pod_group(2, phase="Admitted", conditions=[condition("Admitted", "True", "Admitted")])
-    text = explain(facts(job=managed_job(count=2), group=group, group_pods=pods, busy=()))
+    text = text_of(facts(job=managed_job(count=2), group=group, group_pods=pods, busy=()))
     assert ": admitted: 0 of 2 pods bound, 2 released to their nodes for kube-scheduler to bind" in text
     assert "  Pods: 2 (0 bound, 2 released, 0 held by phalanx.dev/admission)" in text
 
 
 def test_a_job_without_the_label_is_not_managed() -> None:
     pods = [job_pod("gang-4", i, gated=False) for i in range(4)]
-    text = explain(facts(job=managed_job(managed=False), group=None, group_pods=pods))
+    result = explain(facts(job=managed_job(managed=False), group=None, group_pods=pods))
+    text = render(result)
     assert text.splitlines()[0] == (
         f"job/gang-4 in namespace {NS}: not managed by Phalanx: the Job has no label "
         "phalanx.dev/managed=true, so kube-scheduler places its pods one by one "
@@ -159,13 +187,14 @@ def test_a_job_without_the_label_is_not_managed() -> None:
         in text
     )
     assert "Placement now" not in text
+    assert result.state == "not-managed"
 
 
 def test_without_a_podgroup_yet_the_placement_comes_from_the_job_annotations() -> None:
-    text = explain(facts(job=managed_job(), group=None))
+    text = text_of(facts(job=managed_job(), group=None))
     assert text.splitlines()[0].startswith(f"job/gang-4 in namespace {NS}: waiting: no {NB} domain has room")
     assert f"  PodGroup: none yet (Gang, minCount 4, topology {NB})" in text
-    assert "  nb-a: 3 of 4 pods fit; was-worker has 0 of 8 nvidia.com/gpu free" in text
+    assert "  nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)" in text
 
 
 def test_too_few_pods_say_the_job_has_not_created_them() -> None:
@@ -177,7 +206,7 @@ def test_too_few_pods_say_the_job_has_not_created_them() -> None:
         phase="WaitingForPods", conditions=[condition("Admitted", "False", "WaitingForPods", message)]
     )
     pods = [job_pod("gang-4", i) for i in range(2)]
-    text = explain(facts(job=managed_job(), group=group, group_pods=pods))
+    text = text_of(facts(job=managed_job(), group=group, group_pods=pods))
     assert text.splitlines()[0] == f"job/gang-4 in namespace {NS}: waiting (WaitingForPods): {message}"
 
 
@@ -185,7 +214,7 @@ def test_suspended_and_finished_jobs_hold_nothing() -> None:
     job = managed_job()
     job["spec"]["suspend"] = True
     group = pod_group(phase="Suspended", conditions=[condition("Admitted", "False", "Suspended", "")])
-    text = explain(facts(job=job, group=group, group_pods=[]))
+    text = text_of(facts(job=job, group=group, group_pods=[]))
     assert ": suspended: the Job is suspended (spec.suspend), so nothing is held for it" in text
     assert "Placement now" not in text
 
@@ -193,48 +222,57 @@ def test_suspended_and_finished_jobs_hold_nothing() -> None:
     done["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 4}
     pods = [job_pod("gang-4", i, gated=False, node="was-worker", phase="Succeeded") for i in range(4)]
     group = pod_group(phase="Finished", conditions=[condition("Admitted", "False", "Finished", "succeeded")])
-    text = explain(facts(job=done, group=group, group_pods=pods, busy=()))
+    text = text_of(facts(job=done, group=group, group_pods=pods, busy=()))
     assert ": finished: the Job succeeded" in text
     assert "  Pods: 0 (0 bound, 0 released, 0 held by phalanx.dev/admission, 4 succeeded)" in text
-    assert "(Gang, minCount 4, 1 now: the Job's last pods, topology" in text
+    assert "(Gang, minCount 4, 1 now: the last pods, topology" in text
 
 
 def test_other_controllers_gates_are_named() -> None:
     message = "minCount (4) is not yet satisfied: 4 pod(s) still carry scheduling gates of other controllers"
     group = pod_group(conditions=[condition("Admitted", "False", "WaitingForGates", message)])
     pods = [job_pod("gang-4", i, extra_gates=("example.com/quota",)) for i in range(4)]
-    text = explain(facts(job=managed_job(), group=group, group_pods=pods))
+    text = text_of(facts(job=managed_job(), group=group, group_pods=pods))
     assert f": waiting (WaitingForGates): {message}" in text
     assert "(4 also carry example.com/quota)" in text
 
 
 def test_invalid_annotations_are_said() -> None:
     job = managed_job(**{"phalanx.dev/min-count": "abc"})
-    text = explain(facts(job=job, group=None))
+    result = explain(facts(job=job, group=None))
+    assert result.state == "invalid"
     assert (
         ": Phalanx cannot schedule it: its annotations are invalid: "
-        'metadata.annotations[phalanx.dev/min-count]: "abc" is not an integer' in text
+        'metadata.annotations[phalanx.dev/min-count]: "abc" is not an integer' in render(result)
     )
 
 
-# ---------------------------------------------------------------------- why a node takes no pod
+def test_a_labelled_job_created_without_the_webhook_is_not_held() -> None:
+    job = managed_job()
+    job["spec"]["template"]["spec"] = {}
+    pods = [job_pod("gang-4", i, gated=False, node="was-worker2", phase="Running") for i in range(4)]
+    text = text_of(facts(job=job, group=None, group_pods=pods))
+    assert text.splitlines()[0] == (
+        f"job/gang-4 in namespace {NS}: not held by Phalanx: its pod template has no phalanx.dev/admission "
+        "gate, so Phalanx's webhook did not see its creation (was `phalanx run` installed then?); "
+        "kube-scheduler places its pods one by one"
+    )
+    assert "Placement now" not in text
 
 
-def nodes_with(change: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seed nodes; `change` maps a node name to a function that edits its dict."""
+# ---------------------------------------------------------------------- the engine's reasons, per domain
+
+
+def nodes_with(**change: Any) -> list[dict[str, Any]]:
     nodes = seed_nodes()
     for node in nodes:
-        edit = change.get(node["metadata"]["name"])
+        edit = change.get(node["metadata"]["name"].replace("-", "_"))
         if edit:
             edit(node)
     return nodes
 
 
-def placement_lines(text: str) -> list[str]:
-    return text.split("\n\n")[1].splitlines()[1:]
-
-
-def test_not_ready_cordoned_and_tainted_nodes_say_so() -> None:
+def test_not_ready_cordoned_and_tainted_nodes_in_kube_schedulers_words() -> None:
     def not_ready(n: dict[str, Any]) -> None:
         n["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
 
@@ -244,104 +282,194 @@ def test_not_ready_cordoned_and_tainted_nodes_say_so() -> None:
     def tainted(n: dict[str, Any]) -> None:
         n["spec"]["taints"] = [{"key": "example.com/failed", "value": "true", "effect": "NoExecute"}]
 
-    nodes = nodes_with({"was-worker2": not_ready, "was-worker3": cordoned, "was-worker4": tainted})
-    text = explain(facts(job=managed_job(), group=pod_group(), busy=FIVE_BUSY, nodes=nodes))
-    line = placement_lines(text)[0]
-    assert "was-worker2 is not Ready" in line
-    assert "was-worker3 is cordoned" in line
-    assert line.endswith("; 1 more node takes none for other reasons")  # 3 reasons at most per domain
+    nodes = nodes_with(was_worker2=not_ready, was_worker3=cordoned, was_worker4=tainted)
+    text = text_of(facts(job=managed_job(), group=pod_group(), nodes=nodes))
+    assert placement_lines(text)[0] == (
+        "  nb-a: 0 of 4 pods fit (2 nodes: not ready or unschedulable, 1 node: untolerated taint, "
+        "1 node: Insufficient nvidia.com/gpu)"
+    )
     assert f"no {NB} domain has room for 4 pods at once, nor for even one of them" in text
 
 
-def test_an_untolerated_taint_and_a_selector_mismatch() -> None:
-    def tainted(n: dict[str, Any]) -> None:
-        n["spec"]["taints"] = [{"key": "example.com/failed", "value": "true", "effect": "NoExecute"}]
-
-    nodes = nodes_with({"was-worker2": tainted})
+def test_a_selector_no_node_matches() -> None:
     pods = [job_pod("gang-4", i) for i in range(4)]
     for pod in pods:
         pod["spec"]["nodeSelector"] = {"example.com/pool": "a"}
-    text = explain(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=(), nodes=nodes))
+    text = text_of(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=()))
     assert "(each pod asks for nvidia.com/gpu 8, nodeSelector example.com/pool=a)" in text
-    lines = placement_lines(text)
-    assert lines[0] == (
-        "  nb-a: 0 of 4 pods fit; was-worker, was-worker3 and was-worker4 do not match nodeSelector "
-        "example.com/pool=a; was-worker2 has the taint example.com/failed=true:NoExecute, not tolerated; "
-        "does not match nodeSelector example.com/pool=a"
+    assert (
+        placement_lines(text)[0]
+        == "  nb-a: 0 of 4 pods fit (4 nodes: node(s) didn't match Pod's node affinity/selector)"
     )
+    assert "it can never fit in this cluster" in text.splitlines()[0]
 
 
 def test_a_resource_no_node_offers() -> None:
     pods = [job_pod("gang-4", i) for i in range(4)]
     for pod in pods:
         pod["spec"]["containers"][0]["resources"]["limits"] = {"example.com/fpga": "1"}
-    text = explain(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=()))
-    assert placement_lines(text)[0] == (
-        "  nb-a: 0 of 4 pods fit; was-worker, was-worker2, was-worker3 and was-worker4 "
-        "have no example.com/fpga"
-    )
+    text = text_of(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=()))
+    assert placement_lines(text)[0] == "  nb-a: 0 of 4 pods fit (4 nodes: Insufficient example.com/fpga)"
 
 
 def test_pods_already_placed_pin_the_domain() -> None:
     pods = [job_pod("gang-4", 0, gated=False, node="was-worker2", phase="Running")]
     pods += [job_pod("gang-4", i) for i in range(1, 4)]
     group = pod_group(conditions=[condition("Admitted", "False", "Unschedulable", "x")])
-    text = explain(facts(job=managed_job(), group=group, group_pods=pods, busy=("was-worker", "was-worker3")))
+    text = text_of(facts(job=managed_job(), group=group, group_pods=pods, busy=("was-worker", "was-worker3")))
     assert (
         f"waiting: its 1 placed pod hold it in {NB}=nb-a, which has room for 1 of the 3 more it needs" in text
     )
     assert placement_lines(text) == [
         "  1 pod of the gang already run in nb-a: only it is considered",
-        "  nb-a: 1 of 3 pods fit; was-worker, was-worker2 and was-worker3 have 0 of 8 nvidia.com/gpu free",
+        "  nb-a: 1 of 3 pods fit (3 nodes: Insufficient nvidia.com/gpu)",
     ]
 
 
-def test_a_key_no_node_has() -> None:
+def test_a_key_no_node_has_is_the_engines_message() -> None:
     key = "topology.kubernetes.io/zone"
-    text = explain(facts(job=managed_job(key=key), group=pod_group(key=key), busy=()))
-    assert f"waiting: no node has the label {key}, so there is no domain to place the gang in" in text
-
-
-def test_pods_of_different_shapes_are_counted_by_the_engine_per_domain() -> None:
-    pods = [job_pod("gang-4", 0, gpus="8"), job_pod("gang-4", 1, gpus="8"), job_pod("gang-4", 2, gpus="4")]
-    pods.append(job_pod("gang-4", 3, gpus="4"))
-    text = explain(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=FIVE_BUSY))
-    assert "(each pod asks for 2 × nvidia.com/gpu 8; 2 × nvidia.com/gpu 4)" in text
-    assert placement_lines(text) == [
-        "  nb-a: 4 of 4 pods fit; was-worker has 0 of 8 nvidia.com/gpu free",
-        "  nb-b: 0 of 4 pods fit; was-worker5, was-worker6, was-worker7 and was-worker8 have "
-        "0 of 8 nvidia.com/gpu free",
-    ]
-    assert ": waiting: it fits now: 4 pods in" in text
-
-
-def test_many_domains_are_cut_to_the_best_ones() -> None:
-    nodes = seed_nodes()
-    for i, node in enumerate(nodes):
-        node["metadata"]["labels"]["rack"] = f"r{i}"
-    text = explain(
-        facts(job=managed_job(key="rack"), group=pod_group(key="rack"), nodes=nodes, busy=FIVE_BUSY)
-    )
-    lines = placement_lines(text)
-    assert len(lines) == MAX_DOMAINS
-    assert lines[:3] == ["  r1: 1 of 4 pods fit", "  r2: 1 of 4 pods fit", "  r3: 1 of 4 pods fit"]
-
-
-def test_the_verdict_of_the_engine_matches_its_decision() -> None:
-    nodes = [node_info(n) for n in seed_nodes()]
-    snapshot = snapshot_of(nodes, [PodView.of(p) for p in fillers(*FIVE_BUSY)])
-    req = pod_requirements({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]})
-    group = GroupRequest("ml/g", tuple(PodRequest(f"p{i}", req) for i in range(4)), 4, NB)
-    analysis = analyze(snapshot, group)
-    assert [(d.domain, d.fit) for d in analysis.domains] == [("nb-a", 3), ("nb-b", 0)]
-    assert analysis.decision.scheduled == 3  # type: ignore[union-attr]
-    assert (
-        verdict(analysis)
-        == f"no {NB} domain has room for 4 pods at once; the closest is nb-a, with room for 3"
+    text = text_of(facts(job=managed_job(key=key), group=pod_group(key=key), busy=()))
+    assert text.splitlines()[0].endswith(
+        f"waiting: pod group is unschedulable, 0/0 placements are available: no node has the label {key}"
     )
 
 
-# ---------------------------------------------------------------------- words
+def test_a_field_the_engine_refuses_is_named_in_its_words() -> None:
+    pods = [job_pod("gang-4", i) for i in range(4)]
+    for pod in pods:
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c"}]
+    text = text_of(facts(job=managed_job(), group=pod_group(), group_pods=pods, busy=()))
+    first = text.splitlines()[0]
+    assert "waiting: pod group is unschedulable: pod" in first and "resourceClaims" in first
+
+
+def test_with_a_topology_domains_are_paths_of_its_levels() -> None:
+    """A Topology listing the key makes its domains paths (nb-a/lb-a1), as the scheduling loop does."""
+    topology = ClusterTopology("oci", (NB, LB), True)
+    text = text_of(
+        facts(job=managed_job(key=LB), group=pod_group(key=LB), busy=("was-worker",), topologies=(topology,))
+    )
+    assert placement_lines(text) == ["  nb-a/lb-a2: 2 of 4 pods fit", "  nb-b/lb-b1: 2 of 4 pods fit"]
+    ignored = ClusterTopology("oci", (NB, LB), False)  # its Active condition says another one owns a label
+    text = text_of(
+        facts(job=managed_job(key=LB), group=pod_group(key=LB), busy=("was-worker",), topologies=(ignored,))
+    )
+    assert placement_lines(text) == ["  lb-a2: 2 of 4 pods fit", "  lb-b1: 2 of 4 pods fit"]
+
+
+# ---------------------------------------------------------------------- a sliced Job: every slice
+
+
+def sliced_job() -> dict[str, Any]:
+    job = managed_job("sliced-8", 8, **{"phalanx.dev/slice-size": "4", "phalanx.dev/slice-topology-key": LB})
+    job["spec"]["completionMode"] = "Indexed"
+    return job
+
+
+def test_a_sliced_job_explains_every_slice_with_the_engines_verdict() -> None:
+    pods = [indexed_pod("sliced-8", i) for i in range(8)]
+    slices = (slice_group(0, 2), slice_group(1, 2))
+    f = facts(
+        job=sliced_job(),
+        target=Target("job", "sliced-8"),
+        composites=(composite(2),),
+        groups=slices,
+        group_pods=pods[:4],
+        busy=("was-worker", "was-worker3", "was-worker5", "was-worker7"),
+    )
+    result = explain(f)
+    text = render(result)
+    print(text)
+    lines = text.splitlines()
+    assert lines[0].startswith(
+        f"job/sliced-8 in namespace {NS}: waiting: composite group is unschedulable: "
+        f"2 of 2 child groups must fit in one domain of {NB}"
+    )
+    assert f"  CompositePodGroup: {COMPOSITE_NAME} (Gang, minGroupCount 2, topology {NB})" in lines
+    for i in (0, 1):
+        assert f"  PodGroup: {COMPOSITE_NAME}-{i} (Gang, minCount 2, topology {LB})" in lines
+    # Every slice has its pods (index // slice size) and the engine's words for it now.
+    assert [r.pods.live for r in result.groups if r.pods] == [2, 2]
+    assert all(r.now for r in result.groups)
+    # The root's verdict is the first line; each slice says what the engine found for it.
+    assert sum(line.startswith("    Now: ") for line in lines) == 2
+    assert sum(line.startswith("    Pods: 2 (0 bound, 0 released, 2 held") for line in lines) == 2
+
+
+def test_a_sliced_job_that_fits_now_says_so() -> None:
+    pods = [indexed_pod("sliced-8", i) for i in range(4)]
+    result = explain(
+        facts(
+            job=sliced_job(),
+            target=Target("job", "sliced-8"),
+            composites=(composite(2),),
+            groups=(slice_group(0, 2), slice_group(1, 2)),
+            group_pods=pods,
+            busy=(),
+        )
+    )
+    assert result.placement is not None and result.placement.fits
+    assert result.summary.startswith(f"waiting: it fits now: 4 pods of 2 groups in {NB}=nb-")
+    assert len(result.placement.assignments) == 4
+    assert all(r.now and r.now.startswith("fits") for r in (*result.composites, *result.groups))
+
+
+def test_slices_are_assigned_by_label_first_then_by_completion_index() -> None:
+    slices = (slice_group(1, 2), slice_group(0, 2))  # any order: ranks come from the names
+    labelled = indexed_pod("sliced-8", 0)
+    labelled["metadata"]["labels"]["phalanx.dev/pod-group"] = f"{COMPOSITE_NAME}-1"
+    views = [PodView.of(labelled), *(PodView.of(indexed_pod("sliced-8", i)) for i in (1, 2, 3, 9))]
+    members = JOB.members(slices, views)
+    assert {k: [p.name for p in v] for k, v in members.items()} == {
+        f"{COMPOSITE_NAME}-1": ["sliced-8-0-x0", "sliced-8-2-x2", "sliced-8-3-x3"],
+        f"{COMPOSITE_NAME}-0": ["sliced-8-1-x1"],
+    }
+
+
+# ---------------------------------------------------------------------- -o json
+
+
+def test_the_json_shape_is_stable_and_complete() -> None:
+    result = explain(facts(job=managed_job(), group=pod_group()))
+    body = to_json(result)
+    assert json.loads(json.dumps(body)) == body
+    assert set(body) == {
+        "kind",
+        "version",
+        "target",
+        "state",
+        "summary",
+        "owner",
+        "composites",
+        "groups",
+        "pods",
+        "unassignedPods",
+        "placement",
+    }
+    assert (body["kind"], body["version"], body["state"]) == ("Explanation", 1, "waiting")
+    assert body["target"] == {"kind": "job", "name": "gang-4", "namespace": NS}
+    assert body["owner"] == {"kind": "Job", "name": "gang-4", "managed": True}
+    (group,) = body["groups"]
+    assert group["name"] == GROUP_NAME and group["minCount"] == 4 and group["topologyKey"] == NB
+    assert group["pods"]["gated"] == 4
+    placement = body["placement"]
+    assert placement["fits"] is False and placement["need"] == 4
+    assert placement["domains"][0] == {
+        "domain": "nb-a",
+        "fit": 3,
+        "reasons": [{"reason": "Insufficient nvidia.com/gpu", "nodes": 1}],
+        "summary": "nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)",
+    }
+    admitted = explain(
+        facts(
+            job=managed_job(),
+            group=pod_group(phase="Running", conditions=[condition("Admitted", "True", "Admitted")]),
+        )
+    )
+    assert to_json(admitted)["placement"] is None
+
+
+# ---------------------------------------------------------------------- words and targets
 
 
 @pytest.mark.parametrize(
@@ -367,9 +495,12 @@ def test_amounts_read_as_written(resource: str, amount: int, text: str) -> None:
         ("job/gang-4", "job", "gang-4"),
         ("jobs/gang-4", "job", "gang-4"),
         ("job.batch/gang-4", "job", "gang-4"),
+        ("Job/gang-4", "job", "gang-4"),
         ("podgroup/pg-1", "podgroup", "pg-1"),
         ("pg/pg-1", "podgroup", "pg-1"),
         ("podgroups.scheduling.phalanx.dev/pg-1", "podgroup", "pg-1"),
+        ("cpg/c-1", "compositepodgroup", "c-1"),
+        ("compositepodgroups.scheduling.phalanx.dev/c-1", "compositepodgroup", "c-1"),
     ],
 )
 def test_targets(text: str, kind: str, name: str) -> None:
@@ -378,31 +509,18 @@ def test_targets(text: str, kind: str, name: str) -> None:
     assert str(target) == f"{kind}/{name}"
 
 
-@pytest.mark.parametrize("text", ["gang-4", "job/", "pod/x", "job/a/b"])
+@pytest.mark.parametrize("text", ["gang-4", "job/", "pod/x", "job/a/b", "podgroups.scheduling.k8s.io/x"])
 def test_bad_targets_say_what_to_write(text: str) -> None:
-    with pytest.raises(ValueError, match="job/NAME or podgroup/NAME"):
+    with pytest.raises(ValueError, match="job/NAME, podgroup/NAME or compositepodgroup/NAME"):
         parse_target(text)
 
 
-def test_a_labelled_job_created_without_the_webhook_is_not_held() -> None:
-    job = managed_job()
-    job["spec"]["template"]["spec"] = {}
-    pods = [job_pod("gang-4", i, gated=False, node="was-worker2", phase="Running") for i in range(4)]
-    text = explain(facts(job=job, group=None, group_pods=pods))
-    assert text.splitlines()[0] == (
-        f"job/gang-4 in namespace {NS}: not held by Phalanx: its pod template has no phalanx.dev/admission "
-        "gate, so Phalanx's webhook did not see its creation (was `phalanx run` installed then?); "
-        "kube-scheduler places its pods one by one"
-    )
-    assert "Placement now" not in text
-
-
-def test_a_field_the_engine_refuses_is_named_in_the_verdict() -> None:
-    nodes = [node_info(n) for n in seed_nodes()]
-    snapshot = snapshot_of(nodes, [])
-    spec = {"containers": [{"name": "w"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}
-    req = pod_requirements(spec)
-    group = GroupRequest("ml/g", tuple(PodRequest(f"p{i}", req) for i in range(2)), 2, NB)
-    analysis = analyze(snapshot, group)
-    assert analysis.decision.reason == "Unsupported"  # type: ignore[union-attr]
-    assert "resourceClaims" in verdict(analysis)
+def test_every_owner_kind_is_a_complete_row() -> None:
+    """The table the next kinds (TrainJob, JobSet, LeaderWorkerSet) are added to."""
+    assert target_forms().startswith("job/NAME")
+    words = [k.word for k in OWNER_KINDS]
+    assert len(set(words)) == len(words)
+    for row in OWNER_KINDS:
+        assert row.word in row.aliases
+        assert row.path("ml", "x").endswith(f"/namespaces/ml/{row.plural}/x")
+    assert JOB.path("ml", "x") == "/apis/batch/v1/namespaces/ml/jobs/x"

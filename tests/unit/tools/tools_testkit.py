@@ -143,3 +143,42 @@ def pod_group(
         "spec": spec,
         "status": status,
     }
+
+
+COMPOSITE_NAME = "sliced-8-6cfb45bcb4-sliced-8-pgt-0-7455fdbf5d"
+
+
+def composite(min_groups: int = 2, *, key: str | None = NB, reason: str = "Unschedulable") -> dict[str, Any]:
+    """A sliced Job's CompositePodGroup, as Phalanx makes it (owned by the Job)."""
+    spec: dict[str, Any] = {
+        "workloadRef": {"workloadName": "w", "templateName": "t"},
+        "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+    }
+    if key:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "CompositePodGroup",
+        "metadata": {
+            "name": COMPOSITE_NAME,
+            "namespace": NS,
+            "ownerReferences": [{"kind": "Job", "name": "sliced-8", "uid": JOB_UID, "controller": True}],
+        },
+        "spec": spec,
+        "status": {"phase": reason, "conditions": [condition("Admitted", "False", reason, "x")]},
+    }
+
+
+def slice_group(i: int, size: int = 4, *, key: str = LB, phase: str = "Unschedulable") -> dict[str, Any]:
+    """Slice i of the sliced Job: a PodGroup under the composite, named <composite>-<i>."""
+    group = pod_group(size, key=key, phase=phase)
+    group["metadata"]["name"] = f"{COMPOSITE_NAME}-{i}"
+    group["metadata"]["ownerReferences"][0]["name"] = "sliced-8"
+    group["spec"]["parentCompositePodGroupName"] = COMPOSITE_NAME
+    return group
+
+
+def indexed_pod(job: str, index: int, **kwargs: Any) -> dict[str, Any]:
+    pod = job_pod(job, index, **kwargs)
+    pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(index)
+    return pod

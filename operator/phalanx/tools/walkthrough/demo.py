@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from phalanx.api import keys
+from phalanx.api.group import GROUP
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.tools import FAILURE_TAINT, fail_node, fill, heal_node
 from phalanx.devcluster.topology import LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
@@ -283,15 +284,17 @@ class Demo:
         pods, groups = self.pods(), self.groups()
         nodes = self.api.get("/api/v1/nodes")["items"]
         self.say()
-        self.command(f"phalanx where -n {self.namespace}" + (f"   # {label}" if label else ""))
+        levels = f"--levels {NETWORK_BLOCK_KEY},{LOCAL_BLOCK_KEY}"  # the dev cluster has no Topology
+        self.command(f"phalanx where -n {self.namespace} {levels}" + (f"   # {label}" if label else ""))
         self.say(where_table(pods, nodes, (NETWORK_BLOCK_KEY, LOCAL_BLOCK_KEY)))
         self.say()
         if self.api.get(self.path(COMPOSITES))["items"]:
-            self.command(f"kubectl get compositepodgroups -n {self.namespace}")
-            self.say(self.kubectl_get("compositepodgroups"))
+            # Full names: a cluster may also serve upstream's (scheduling.k8s.io) or Volcano's kinds.
+            self.command(f"kubectl get compositepodgroups.{GROUP} -n {self.namespace}")
+            self.say(self.kubectl_get(f"compositepodgroups.{GROUP}"))
             self.say()
-        self.command(f"kubectl get podgroups -n {self.namespace}")
-        self.say(self.kubectl_get("podgroups"))
+        self.command(f"kubectl get podgroups.{GROUP} -n {self.namespace}")
+        self.say(self.kubectl_get(f"podgroups.{GROUP}"))
         self.say()
         partial = partial_gangs(groups, pods)
         if partial:

@@ -1,0 +1,426 @@
+"""What `phalanx explain` can be asked about: one table of kinds, and the reading of one target's objects.
+
+A target is an owner of pods (a workload kind: batch/v1 Job today) or one of Phalanx's own groups
+(`podgroup/NAME`, `compositepodgroup/NAME`). For every owner kind the groups are found the same way: the
+PodGroups and CompositePodGroups it controls (Phalanx writes `ownerReferences` with `controller: true`),
+with the whole tree when there is a CompositePodGroup (a sliced Job's slices). What differs per kind is a
+row of `OWNER_KINDS`: how the kind is spelt, where its object lives, which pods are its members and which
+slice each belongs to, and what its spec says about the gang before Phalanx made a PodGroup. Adding
+TrainJob, JobSet or LeaderWorkerSet is one more row. `gather` does the reading (GETs only); the rest is
+pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS
+from phalanx.api.job_policy import JobPolicyError, parse_job_policy
+from phalanx.api.naming import pod_group_label_value
+from phalanx.bodies import mapping
+from phalanx.tools.kube import KubeError, NotFoundError, Reader
+from phalanx.tools.topologies import ClusterTopology, read_topologies
+from phalanx.tools.view import PodView
+
+Body = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Gang:
+    """What a spec says of a gang before (or beside) its PodGroup."""
+
+    gang: bool
+    min_count: int
+    topology_key: str | None
+
+
+@dataclass(frozen=True)
+class OwnerKind:
+    """A workload kind whose pods Phalanx gangs: one row of `OWNER_KINDS`."""
+
+    word: str
+    """The target's kind, as `explain` prints it (job/NAME)."""
+    kind: str
+    """Its `kind` (as in ownerReferences)."""
+    api_version: str
+    plural: str
+    aliases: frozenset[str]
+    pod_selector: Callable[[Body], str]
+    """The label selector of its pods."""
+    managed: Callable[[Body], bool]
+    """Whether it asks Phalanx to gang its pods."""
+    state: Callable[[Body], str]
+    """'suspended', 'succeeded', 'failed' or '' (running or waiting)."""
+    held: Callable[[Body], bool]
+    """Whether its new pods come behind Phalanx's gate (the webhook saw its creation)."""
+    gang: Callable[[Body], Gang | str]
+    """The gang its spec asks for, or why its spec is invalid."""
+    remaining: Callable[[Body], int | None]
+    """Pods it has left to run (a gang near the end shrinks to them), None when unbounded."""
+    members: Callable[[Sequence[Body], Sequence[PodView]], dict[str, list[PodView]]]
+    """Its pods per leaf PodGroup of its tree (leaves in tree order)."""
+
+    def path(self, namespace: str, name: str | None = None) -> str:
+        return _api_path(self.api_version, namespace, self.plural, name)
+
+
+def _api_path(api_version: str, namespace: str, plural: str, name: str | None = None) -> str:
+    base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def _meta(obj: Body | None) -> Mapping[str, Any]:
+    return mapping((obj or {}).get("metadata"))
+
+
+def _spec(obj: Body | None) -> Mapping[str, Any]:
+    return mapping((obj or {}).get("spec"))
+
+
+# ---------------------------------------------------------------------- batch/v1 Job
+
+
+def _job_pods(job: Body) -> str:
+    match = mapping(mapping(_spec(job).get("selector")).get("matchLabels"))
+    if match:
+        return ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+    return f"batch.kubernetes.io/controller-uid={_meta(job).get('uid')}"
+
+
+def _job_managed(job: Body) -> bool:
+    return mapping(_meta(job).get("labels")).get(keys.MANAGED_LABEL) == keys.MANAGED_VALUE
+
+
+def _job_state(job: Body) -> str:
+    for cond in mapping(job.get("status")).get("conditions") or []:
+        if mapping(cond).get("status") == "True" and mapping(cond).get("type") == "Complete":
+            return "succeeded"
+        if mapping(cond).get("status") == "True" and mapping(cond).get("type") == "Failed":
+            return "failed"
+    return "suspended" if _spec(job).get("suspend") else ""
+
+
+def _job_held(job: Body) -> bool:
+    template = mapping(mapping(_spec(job).get("template")).get("spec"))
+    return any(mapping(g).get("name") == keys.ADMISSION_GATE for g in template.get("schedulingGates") or [])
+
+
+def _job_gang(job: Body) -> Gang | str:
+    try:
+        policy = parse_job_policy(job, running=True)
+    except JobPolicyError as e:
+        return f"its annotations are invalid: {e}"
+    return Gang(policy.is_gang, policy.min_count or 1, policy.topology_key)
+
+
+def _job_remaining(job: Body) -> int | None:
+    completions = _spec(job).get("completions")
+    if not isinstance(completions, int) or isinstance(completions, bool):
+        return None
+    return max(0, completions - int(mapping(job.get("status")).get("succeeded") or 0))
+
+
+def _job_members(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str, list[PodView]]:
+    """One PodGroup: all the Job's pods. Slices: a pod's PodGroup label, else its completion index
+    (index i belongs to slice i // slice-size, slices in rank order), as the controller assigns them."""
+    names = [str(_meta(g).get("name", "")) for g in leaves]
+    if len(names) == 1:
+        return {names[0]: list(pods)}
+    out: dict[str, list[PodView]] = {name: [] for name in names}
+    by_label = {pod_group_label_value(name): name for name in names}
+    ranked = sorted(leaves, key=lambda g: _rank(str(_meta(g).get("name", ""))))
+    for pod in pods:
+        leaf = by_label.get(pod.pod_group)
+        if leaf is None and pod.completion_index is not None and ranked:
+            size = min_count_of(ranked[0]) or 1
+            slot = pod.completion_index // size
+            leaf = str(_meta(ranked[slot]).get("name", "")) if slot < len(ranked) else None
+        if leaf is not None:
+            out[leaf].append(pod)
+    return out
+
+
+def _rank(name: str) -> tuple[int, str]:
+    """A slice's rank from its name (`<composite>-<i>`); other names after, by name."""
+    tail = name.rsplit("-", 1)[-1]
+    return (int(tail), name) if tail.isascii() and tail.isdigit() else (1 << 31, name)
+
+
+JOB = OwnerKind(
+    word="job",
+    kind="Job",
+    api_version="batch/v1",
+    plural="jobs",
+    aliases=frozenset({"job", "jobs", "job.batch", "jobs.batch"}),
+    pod_selector=_job_pods,
+    managed=_job_managed,
+    state=_job_state,
+    held=_job_held,
+    gang=_job_gang,
+    remaining=_job_remaining,
+    members=_job_members,
+)
+
+OWNER_KINDS: tuple[OwnerKind, ...] = (JOB,)
+"""The workload kinds `explain` knows. A new kind is a new row."""
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    word: str
+    plural: str
+    aliases: frozenset[str]
+
+
+POD_GROUP = GroupKind(
+    "podgroup",
+    POD_GROUPS,
+    frozenset({"podgroup", "podgroups", "pg", f"podgroup.{GROUP}", f"podgroups.{GROUP}"}),
+)
+COMPOSITE = GroupKind(
+    "compositepodgroup",
+    COMPOSITE_POD_GROUPS,
+    frozenset(
+        {
+            "compositepodgroup",
+            "compositepodgroups",
+            "cpg",
+            f"compositepodgroup.{GROUP}",
+            f"compositepodgroups.{GROUP}",
+        }
+    ),
+)
+GROUP_KINDS: tuple[GroupKind, ...] = (POD_GROUP, COMPOSITE)
+
+
+# ---------------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    """A row's word: job, podgroup, compositepodgroup, ..."""
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def target_forms() -> str:
+    """`job/NAME, podgroup/NAME or compositepodgroup/NAME` (every kind of the tables)."""
+    rows: list[OwnerKind | GroupKind] = [*OWNER_KINDS, *GROUP_KINDS]
+    words = [f"{k.word}/NAME" for k in rows]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def parse_target(text: str) -> Target:
+    """`KIND/NAME`, the kind spelt as kubectl does (job, jobs, job.batch, pg, podgroups.<group>, ...)."""
+    kind, sep, name = text.partition("/")
+    if not sep or not name or "/" in name:
+        raise ValueError(f"{text!r}: say {target_forms()}")
+    word = kind.lower()
+    rows: list[OwnerKind | GroupKind] = [*OWNER_KINDS, *GROUP_KINDS]
+    for row in rows:
+        if word in row.aliases:
+            return Target(row.word, name)
+    raise ValueError(f"{text!r}: {kind} is not a kind phalanx explain knows; say {target_forms()}")
+
+
+def owner_kind(word: str) -> OwnerKind | None:
+    return next((k for k in OWNER_KINDS if k.word == word), None)
+
+
+# ---------------------------------------------------------------------- a target's objects
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything `explain` reads, as the API returned it."""
+
+    target: Target
+    namespace: str
+    owner_kind: OwnerKind | None
+    owner: Body | None
+    composites: tuple[Body, ...]
+    """The CompositePodGroups of the target's tree, root first (empty: a single PodGroup)."""
+    groups: tuple[Body, ...]
+    """The PodGroups: the target's one, or the tree's leaves in tree order (empty: none made yet)."""
+    target_pods: tuple[Body, ...]
+    """The owner's pods (or the pods labelled with the groups), terminal ones too."""
+    nodes: tuple[Body, ...]
+    pods: tuple[Body, ...]
+    """Every pod of the cluster that is not Succeeded or Failed."""
+    topologies: tuple[ClusterTopology, ...] = ()
+
+
+def name_of(obj: Body | None) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+def parent_of(obj: Body) -> str | None:
+    parent = _spec(obj).get("parentCompositePodGroupName")
+    return str(parent) if parent else None
+
+
+def min_count_of(group: Body) -> int | None:
+    gang = mapping(_spec(group).get("schedulingPolicy")).get("gang")
+    if not isinstance(gang, Mapping):
+        return None
+    value = gang.get("minCount", gang.get("minGroupCount"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def controller_uid(obj: Body) -> str | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if mapping(ref).get("controller"):
+            return str(mapping(ref).get("uid") or "") or None
+    return None
+
+
+def tree_of(
+    root: str, composites: Sequence[Body], groups: Sequence[Body]
+) -> tuple[tuple[Body, ...], tuple[Body, ...]]:
+    """The composites (root first, depth first) and leaves (in the same order) under the composite `root`."""
+    by_name = {name_of(c): c for c in composites}
+    out_c: list[Body] = []
+    out_g: list[Body] = []
+
+    def walk(name: str, seen: frozenset[str]) -> None:
+        if name in seen or name not in by_name:
+            return
+        out_c.append(by_name[name])
+        leaves = sorted((g for g in groups if parent_of(g) == name), key=lambda g: _rank(name_of(g)))
+        out_g.extend(leaves)
+        for child in sorted((c for c in composites if parent_of(c) == name), key=name_of):
+            walk(name_of(child), seen | {name})
+
+    walk(root, frozenset())
+    return tuple(out_c), tuple(out_g)
+
+
+def root_of(name: str, composites: Sequence[Body]) -> str:
+    """The root of the tree the composite `name` belongs to (a broken chain stops where it breaks)."""
+    by_name = {name_of(c): c for c in composites}
+    seen = {name}
+    while (parent := parent_of(by_name[name]) if name in by_name else None) and parent not in seen:
+        if parent not in by_name:
+            break
+        seen.add(parent)
+        name = parent
+    return name
+
+
+def members_by_label(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str, list[PodView]]:
+    """Pods that joined a hand-made PodGroup by its label."""
+    names = {pod_group_label_value(name_of(g)): name_of(g) for g in leaves}
+    out: dict[str, list[PodView]] = {name_of(g): [] for g in leaves}
+    for pod in pods:
+        if pod.pod_group in names:
+            out[names[pod.pod_group]].append(pod)
+    return out
+
+
+async def _phalanx_objects(reader: Reader, ns: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The namespace's PodGroups and CompositePodGroups (none when the CRDs are not installed)."""
+    found: list[list[dict[str, Any]]] = []
+    for plural in (POD_GROUPS, COMPOSITE_POD_GROUPS):
+        try:
+            found.append(await reader.list(f"/apis/{API_VERSION}/namespaces/{ns}/{plural}"))
+        except NotFoundError:
+            found.append([])
+    return found[0], found[1]
+
+
+async def _owner_of(reader: Reader, obj: Body, ns: str) -> tuple[OwnerKind | None, dict[str, Any] | None]:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        ref = mapping(ref)
+        if not ref.get("controller"):
+            continue
+        row = next(
+            (
+                k
+                for k in OWNER_KINDS
+                if k.kind == ref.get("kind")
+                and k.api_version.split("/")[0] == str(ref.get("apiVersion")).split("/")[0]
+            ),
+            None,
+        )
+        if row is None:
+            return None, None
+        try:
+            return row, await reader.get(row.path(ns, str(ref.get("name"))))
+        except NotFoundError:
+            return row, None
+    return None, None
+
+
+async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
+    """Read what `explain` needs from the cluster (GETs only)."""
+    ns = namespace
+    groups_all, composites_all = await _phalanx_objects(reader, ns)
+    row = owner_kind(target.kind)
+    owner: dict[str, Any] | None = None
+    composites: tuple[Body, ...] = ()
+    groups: tuple[Body, ...] = ()
+    if row is not None:
+        try:
+            owner = await reader.get(row.path(ns, target.name))
+        except NotFoundError as e:
+            raise KubeError(f"{target.kind} {target.name} not found in namespace {ns}") from e
+        uid = str(_meta(owner).get("uid") or "")
+        roots = [c for c in composites_all if controller_uid(c) == uid and parent_of(c) is None]
+        if roots:
+            composites, groups = tree_of(name_of(roots[0]), composites_all, groups_all)
+        else:
+            groups = tuple(sorted((g for g in groups_all if controller_uid(g) == uid), key=name_of))
+    else:
+        plural = POD_GROUPS if target.kind == POD_GROUP.word else COMPOSITE_POD_GROUPS
+        by_name = {name_of(g): g for g in (groups_all if plural == POD_GROUPS else composites_all)}
+        if target.name not in by_name:
+            try:  # the list may lag; the object may also exist where the CRD was just installed
+                by_name[target.name] = await reader.get(
+                    f"/apis/{API_VERSION}/namespaces/{ns}/{plural}/{target.name}"
+                )
+            except NotFoundError as e:
+                what = "podgroup" if plural == POD_GROUPS else "compositepodgroup"
+                raise KubeError(
+                    f"{what} {target.name} not found in namespace {ns} (or Phalanx's CRDs are not installed)"
+                ) from e
+        obj = by_name[target.name]
+        parent = parent_of(obj) if plural == POD_GROUPS else target.name
+        if parent is not None:
+            composites, groups = tree_of(root_of(parent, composites_all), composites_all, groups_all)
+            if plural == POD_GROUPS and obj not in groups:
+                groups = (obj,)  # its parent is gone: explain it alone
+        else:
+            groups = (obj,)
+        row, owner = await _owner_of(reader, obj, ns)
+    if row is not None and owner is not None:
+        selector = row.pod_selector(owner)
+    else:
+        values = sorted(pod_group_label_value(name_of(g)) for g in groups) or [
+            pod_group_label_value(target.name)
+        ]
+        selector = f"{keys.POD_GROUP_LABEL} in ({','.join(values)})"
+    target_pods = await reader.list(f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
+    nodes = await reader.list("/api/v1/nodes")
+    pods = await reader.list(
+        "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+    )
+    topologies = await read_topologies(reader)
+    return Facts(
+        target,
+        ns,
+        row,
+        owner,
+        composites,
+        groups,
+        tuple(target_pods),
+        tuple(nodes),
+        tuple(pods),
+        tuple(topologies),
+    )
