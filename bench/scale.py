@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import datetime as dt
 import http.client
-import itertools
 import json
 import math
 import os
@@ -42,6 +41,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -58,11 +58,12 @@ from phalanx.devcluster.topology import LOCAL_BLOCK_KEY  # noqa: E402
 from scale_systems import SYSTEMS, Phalanx, System  # noqa: E402
 from scale_watch import (  # noqa: E402
     ApiCounters,
+    Gang,
     PodWatch,
     Recorder,
+    RequestLog,
     cpu_seconds,
     memory_mib,
-    request_log_counts,
     webhook_latency,
 )
 
@@ -246,7 +247,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             time.sleep(options.idle)  # a bench's quiet period, not a wait for a state
         names = [f"{case.scenario}-{i:04d}" for i in range(case.jobs)]
         bodies = [system.job(n, case.pods, options.key, case.run_seconds) for n in names]
-        recorder = Recorder(dict.fromkeys(names, case.pods), options.settle)
+        recorder = Recorder(dict.fromkeys(names, case.pods), options.settle, domain)
         watch = PodWatch(state, NAMESPACE, recorder.on_pod)
         watch.start()
         admitters = system.admitters()
@@ -266,15 +267,14 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         t0 = time.monotonic()
         created = create_jobs(api, bodies, options.workers)
         created_s = time.monotonic() - t0
-        total = case.jobs * case.pods
         deadline = t0 + options.timeout
         finished = False
         while time.monotonic() < deadline:
             sampler.sample()
             now = time.monotonic()
             recorder.check_all(now)
-            bound, ended = recorder.counts()
-            if (ended if case.run_seconds else bound) >= total:
+            ran, done = recorder.counts()
+            if (done if case.run_seconds else ran) >= case.jobs:
                 finished = True
                 break
             time.sleep(0.25)
@@ -301,6 +301,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 "created_all_s": round(created_s, 3),
                 "watch_events": recorder.events,
                 "watch_restarts": watch.restarts,
+                "watch_errors": watch.errors,
                 "cpu_s": {k: round(cpu_after[k] - v, 2) for k, v in cpu_before.items() if k in cpu_after},
                 "admitters": sorted(admitters),
                 "admitter_idle_rss_mib": {k: round(v, 1) for k, v in idle_rss.items()},
@@ -311,7 +312,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             }
         )
         bench_requests = 1 + len(bodies) + (watch.requests - watch_requests_before)
-        admitted = result["bound_pods"] or 1
+        admitted = result["admitted_pods"] or 1
         everything = counters_after.requests - counters_before.requests - bench_requests
         result["requests"] = {
             "all_metric": everything,
@@ -320,8 +321,10 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             "bench_own": bench_requests,
         }
         if options.request_log:
-            by_agent = request_log_counts(log_path, log_start, log_end)
+            requests = RequestLog.read(log_path, log_start, log_end)
+            by_agent = requests.counts
             own = {a: v for a, v in by_agent.items() if a in system.agents}
+            own_latency = [t for a in own for t in requests.write_latency.get(a, [])]
             own_all = sum(n for verbs in own.values() for verb, n in verbs.items() if verb != "LEASE")
             own_writes = sum(n for verbs in own.values() for verb, n in verbs.items() if verb not in READS)
             result["requests"].update(
@@ -331,6 +334,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                     "own": own_all,
                     "own_per_pod": round(own_all / admitted, 3),
                     "own_writes_per_pod": round(own_writes / admitted, 3),
+                    "own_write_latency_p50_ms": rounded(ms(percentile(own_latency, 50))),
+                    "own_write_latency_p99_ms": rounded(ms(percentile(own_latency, 99))),
                 }
             )
     except Exception as e:
@@ -349,7 +354,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             system.stop(lambda m: log(f"  [{system.name}] {m}"))
         except Exception as e:
             result["stop_error"] = str(e)
-        if result["status"] == "ok" and not result.get("partial_gangs") and not options.keep:
+        clean = not (result.get("partial_gangs") or result.get("split_gangs") or result.get("replaced_pods"))
+        if result["status"] == "ok" and clean and not options.keep:
             shutil.rmtree(folder, ignore_errors=True)
         else:
             result["folder"] = str(folder)
@@ -365,62 +371,92 @@ def measure(
 ) -> dict[str, Any]:
     """The times of one run, from the recorder's gangs (seconds from the first create)."""
     gangs = list(recorder.gangs.values())
-    all_bound = {g.job: t for g in gangs if (t := g.all_bound()) is not None}
-    complete = len(all_bound) == len(gangs)
-    to_bound = [t - created[job][0] for job, t in all_bound.items() if job in created]
-    spread = [t - f for g in gangs if (t := g.all_bound()) is not None and (f := g.first_bound()) is not None]
-    split = sorted(
-        g.job for g in gangs if len({domain.get(n, "?") for n in g.nodes()}) > 1
-    )  # pods of one gang in two domains of the key: must never happen
+    ran = {g.job: g.ran for g in gangs if g.ran is not None}
+    complete = len(ran) == len(gangs)
+    to_bound = [t - created[job][0] for job, t in ran.items() if job in created]
+    spread = [g.ran - g.first_bound for g in gangs if g.ran is not None and g.first_bound is not None]
     out: dict[str, Any] = {
-        "bound_pods": sum(len(g.bound_pods()) for g in gangs),
-        "gangs_bound": len(all_bound),
-        "all_bound_s": round(max(all_bound.values()) - t0, 3) if complete else None,
+        "admitted_pods": len(ran) * case.pods,
+        "bound_pods": sum(1 for g in gangs for p in g.pods.values() if p.bound is not None),
+        "replaced_pods": sum(g.replaced() for g in gangs),
+        "gangs_bound": len(ran),
+        "all_bound_s": round(max(ran.values()) - t0, 3) if complete else None,
         "first_bound_s": None if recorder.first_bind is None else round(recorder.first_bind - t0, 3),
         "create_to_bound_p50_s": rounded(percentile(to_bound, 50)),
         "create_to_bound_p99_s": rounded(percentile(to_bound, 99)),
         "bind_spread_p50_s": rounded(percentile(spread, 50)),
         "bind_spread_max_s": rounded(max(spread) if spread else None),
         "partial_gangs": recorder.partial_gangs(),
-        "split_gangs": split,
+        "split_gangs": recorder.split_gangs(),
     }
     out["pods_per_s"] = round(case.jobs * case.pods / out["all_bound_s"], 2) if out["all_bound_s"] else None
     if case.run_seconds:
-        ended = {g.job: t for g in gangs if (t := g.all_ended()) is not None}
-        out["makespan_s"] = round(max(ended.values()) - t0, 3) if len(ended) == len(gangs) else None
-        gaps = refill_gaps(gangs, domain)
+        done = [g.done for g in gangs if g.done is not None]
+        out["makespan_s"] = round(max(done) - t0, 3) if len(done) == len(gangs) else None
+        gaps = refill_gaps(gangs, domain, case.pods)
         out["refills"] = len(gaps)
         out["refill_p50_s"] = rounded(percentile(gaps, 50))
         out["refill_p99_s"] = rounded(percentile(gaps, 99))
     out["per_job"] = {
         g.job: {
             "created": rounded(created[g.job][0] - t0) if g.job in created else None,
-            "first_bound": rounded(f - t0) if (f := g.first_bound()) is not None else None,
-            "all_bound": rounded(t - t0) if (t := g.all_bound()) is not None else None,
-            "all_ended": rounded(e - t0) if (e := g.all_ended()) is not None else None,
+            "first_bound": rounded(g.first_bound - t0) if g.first_bound is not None else None,
+            "all_bound": rounded(g.ran - t0) if g.ran is not None else None,
+            "all_ended": rounded(g.done - t0) if g.done is not None else None,
             "domains": sorted({domain.get(n, "?") for n in g.nodes()}),
+            "pods": [
+                {
+                    "name": p.name,
+                    "node": p.node,
+                    "bound": rounded(p.bound - t0) if p.bound is not None else None,
+                    "ended": rounded(p.ended - t0) if p.ended is not None else None,
+                    "phase": p.phase,
+                    "deleted": p.deleted,
+                }
+                for p in g.pods.values()
+            ],
         }
         for g in gangs
     }
     return out
 
 
-def refill_gaps(gangs: Sequence[Any], domain: dict[str, str]) -> list[float]:
-    """For each domain, each gang that followed another one there: from the moment the last pod of the one
-    before ended (the block is free) to the moment the next one had all its pods bound."""
-    by_domain: dict[str, list[Any]] = {}
+def refill_gaps(gangs: Sequence[Gang], domain: dict[str, str], size: int) -> list[float]:
+    """For each gang that ran in a domain that had been too full for it: from the moment the domain last
+    had room for it (enough of its nodes free of other gangs' pods; one pod takes a whole node) to the
+    moment it ran. Gangs that found their domain free from the start (the first wave) are not refills."""
+    capacity: dict[str, int] = defaultdict(int)
+    for value in domain.values():
+        capacity[value] += 1
+    # domain -> (time, -1 a pod ended / +1 a pod bound, its Job)
+    occupancy: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
     for gang in gangs:
-        domains = {domain.get(n, "?") for n in gang.nodes()}
-        if len(domains) == 1 and gang.all_bound() is not None:
-            by_domain.setdefault(domains.pop(), []).append(gang)
+        for pod in gang.pods.values():
+            if pod.bound is not None:
+                occupancy[domain.get(pod.node, "?")].append((pod.bound, 1, gang.job))
+                if pod.ended is not None:
+                    occupancy[domain.get(pod.node, "?")].append((pod.ended, -1, gang.job))
     gaps = []
-    for members in by_domain.values():
-        members.sort(key=lambda g: g.all_bound())
-        for before, after in itertools.pairwise(members):
-            freed = before.all_ended()
-            if freed is not None and after.all_bound() >= freed:
-                gaps.append(after.all_bound() - freed)
+    for gang in gangs:
+        places = {domain.get(n, "?") for n in gang.nodes()}
+        if gang.ran is None or len(places) != 1:
+            continue
+        place = places.pop()
+        others = sorted((t, d) for t, d, job in occupancy[place] if t <= gang.ran and job != gang.job)
+        used, blocked, room_since = 0, False, 0.0
+        for t, delta in others:  # at one instant, ends (-1) before binds (+1)
+            used += delta
+            if capacity[place] - used < size:
+                blocked, room_since = True, math.inf
+            elif room_since == math.inf:
+                room_since = t
+        if blocked and room_since != math.inf:
+            gaps.append(gang.ran - room_since)
     return gaps
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
@@ -457,6 +493,8 @@ COLUMNS: list[tuple[str, str, Callable[[dict[str, Any]], float | None]]] = [
         "{:.0f}",
         lambda r: len(r.get("partial_gangs", [])) if r.get("status") == "ok" else None,
     ),
+    ("split gangs", "{:.0f}", lambda r: len(r.get("split_gangs", [])) if r.get("status") == "ok" else None),
+    ("replaced pods", "{:.0f}", lambda r: r.get("replaced_pods") if r.get("status") == "ok" else None),
 ]
 RATIO_COLUMNS = (
     "all bound s",
@@ -593,9 +631,10 @@ def report(document: dict[str, Any]) -> str:
         lines += ["", *document["skipped"]]
     problems = [
         f"- {r['case']} {r['system']} round {r['round']}: {r.get('status')} {r.get('error', '')} "
-        f"partial={r.get('partial_gangs', [])} split={r.get('split_gangs', [])}"
+        f"partial={r.get('partial_gangs', [])} split={r.get('split_gangs', [])} "
+        f"replaced pods={r.get('replaced_pods')} (logs: {r.get('folder', '-')})"
         for r in results
-        if r.get("status") != "ok" or r.get("partial_gangs") or r.get("split_gangs")
+        if r.get("status") != "ok" or r.get("partial_gangs") or r.get("split_gangs") or r.get("replaced_pods")
     ]
     if problems:
         lines += ["", "Problems:", *problems]

@@ -44,42 +44,54 @@ class PodTimes:
     phase: str = ""
     deleted: bool = False
 
+    @property
+    def live(self) -> bool:
+        return self.ended is None and not self.deleted
+
 
 @dataclass
 class Gang:
-    """One Job's pods and what became of them."""
+    """One Job's pods and what became of them. A Job may replace pods (a requeue kills them: they end
+    Failed or are deleted), so every rule reads the pods alive at the moment, never all it ever had."""
 
     job: str
     size: int
     pods: dict[str, PodTimes] = field(default_factory=dict)  # by uid
+    first_bound: float | None = None  # the first bind of any of its pods
+    ran: float | None = None  # the first moment `size` of its live pods were bound: the gang runs
+    done: float | None = None  # the moment `size` of its pods had Succeeded
+    partial_since: float | None = None
     partial: str = ""  # why it was reported partial ("" = never)
+    split: str = ""  # why it was reported in two domains at once ("" = never)
 
-    def bound_pods(self) -> list[PodTimes]:
-        return [p for p in self.pods.values() if p.bound is not None and not (p.deleted and p.ended is None)]
+    def bound_live(self) -> list[PodTimes]:
+        return [p for p in self.pods.values() if p.live and p.bound is not None]
 
-    def first_bound(self) -> float | None:
-        times = [p.bound for p in self.bound_pods() if p.bound is not None]
-        return min(times) if times else None
+    def succeeded(self) -> int:
+        return sum(1 for p in self.pods.values() if p.phase == "Succeeded")
 
-    def all_bound(self) -> float | None:
-        """When the last of `size` pods got its node (None until all have)."""
-        times = sorted(p.bound for p in self.bound_pods() if p.bound is not None)
-        return times[self.size - 1] if len(times) >= self.size else None
-
-    def all_ended(self) -> float | None:
-        ended = sorted(p.ended for p in self.bound_pods() if p.ended is not None)
-        return ended[self.size - 1] if len(ended) >= self.size else None
+    def replaced(self) -> int:
+        """Pods that had a node and then ended other than Succeeded, or were deleted before ending."""
+        return sum(
+            1 for p in self.pods.values() if p.bound is not None and not p.live and p.phase != "Succeeded"
+        )
 
     def nodes(self) -> set[str]:
-        return {p.node for p in self.bound_pods()}
+        """Where the pods that ran it were: the live bound ones, or those that Succeeded."""
+        return {
+            p.node for p in self.pods.values() if p.bound is not None and (p.live or p.phase == "Succeeded")
+        }
 
 
 class Recorder:
-    """Turns pod events into per-gang times and checks every event for a partial gang."""
+    """Turns pod events into per-gang times and checks every event for a partial gang (some, not all, of
+    its live pods bound for longer than `settle`, or when the run ends; a gang whose pods have begun to
+    Succeed is finishing, not partial) and for a gang whose live pods sit in two domains of `domain`."""
 
-    def __init__(self, sizes: dict[str, int], settle: float) -> None:
+    def __init__(self, sizes: dict[str, int], settle: float, domain: dict[str, str] | None = None) -> None:
         self.gangs = {job: Gang(job, size) for job, size in sizes.items()}
         self.settle = settle
+        self.domain = domain or {}
         self.lock = threading.Lock()
         self.events = 0
         self.last_event = 0.0
@@ -103,23 +115,36 @@ class Recorder:
                 times.bound, times.node = now, str(node)
                 if self.first_bind is None:
                     self.first_bind = now
+                if gang.first_bound is None:
+                    gang.first_bound = now
             times.phase = str((pod.get("status") or {}).get("phase") or "")
             if times.phase in TERMINAL and times.ended is None:
                 times.ended = now
             if kind == "DELETED":
                 times.deleted = True
+            bound = gang.bound_live()
+            if gang.ran is None and len(bound) >= gang.size:
+                gang.ran = now
+            if gang.done is None and gang.succeeded() >= gang.size:
+                gang.done = now
+            if self.domain and not gang.split:
+                domains = sorted({self.domain.get(p.node, "?") for p in bound})
+                if len(domains) > 1:
+                    gang.split = f"{gang.job}: live pods bound in {len(domains)} domains at once: {domains}"
             self._check(gang, now, final=False)
 
     def _check(self, gang: Gang, now: float, final: bool) -> None:
-        if gang.partial:
+        if gang.partial or gang.succeeded():
             return
-        bound = len(gang.bound_pods())
-        first = gang.first_bound()
-        if first is None or bound >= gang.size:
+        bound = len(gang.bound_live())
+        if not 0 < bound < gang.size:
+            gang.partial_since = None
             return
-        if final or now - first > self.settle:
-            when = "when the run ended" if final else f"{now - first:.1f} s after its first bind"
-            gang.partial = f"{gang.job}: {bound} of {gang.size} pods bound {when}"
+        if gang.partial_since is None:
+            gang.partial_since = now
+        if final or now - gang.partial_since > self.settle:
+            when = "when the run ended" if final else f"for {now - gang.partial_since:.1f} s"
+            gang.partial = f"{gang.job}: {bound} of {gang.size} live pods bound {when}"
 
     def check_all(self, now: float, final: bool = False) -> None:
         """The periodic (and the final) pass over every gang, for gangs no event touched lately."""
@@ -128,15 +153,19 @@ class Recorder:
                 self._check(gang, now, final)
 
     def counts(self) -> tuple[int, int]:
-        """(pods bound, pods ended) over all gangs."""
+        """(gangs that ran, gangs done) so far."""
         with self.lock:
-            bound = sum(len(g.bound_pods()) for g in self.gangs.values())
-            ended = sum(1 for g in self.gangs.values() for p in g.bound_pods() if p.ended is not None)
-            return bound, ended
+            ran = sum(1 for g in self.gangs.values() if g.ran is not None)
+            done = sum(1 for g in self.gangs.values() if g.done is not None)
+            return ran, done
 
     def partial_gangs(self) -> list[str]:
         with self.lock:
             return [g.partial for g in self.gangs.values() if g.partial]
+
+    def split_gangs(self) -> list[str]:
+        with self.lock:
+            return [g.split for g in self.gangs.values() if g.split]
 
 
 class PodWatch:
@@ -154,7 +183,7 @@ class PodWatch:
         self.thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
         self.requests = 0  # what this watch asked of the apiserver (lists and watches)
         self.restarts = 0
-        self.error = ""
+        self.errors: list[str] = []  # why the stream was resumed (it resumes from the last version seen)
         self.version = ""
 
     def _get(self, query: str) -> http.client.HTTPResponse:
@@ -191,11 +220,15 @@ class PodWatch:
                 while not self.stopping.is_set():
                     line = response.readline()
                     if not line:
+                        self.errors.append("stream ended")
                         break
                     event = json.loads(line)
                     now = time.monotonic()
                     kind, obj = event.get("type"), event.get("object") or {}
                     if kind == "ERROR":
+                        self.errors.append(
+                            f"watch error event: {obj.get('code')} {obj.get('message', '')}"[:200]
+                        )
                         if obj.get("code") == 410:  # too old: list again, then go on
                             self.version = self._list()
                         break
@@ -205,7 +238,7 @@ class PodWatch:
             except (OSError, http.client.HTTPException, json.JSONDecodeError, RuntimeError) as e:
                 if self.stopping.is_set():
                     return
-                self.error = str(e)
+                self.errors.append(f"{type(e).__name__}: {e}"[:200])
                 time.sleep(0.5)
             if not self.stopping.is_set():
                 self.restarts += 1
@@ -324,17 +357,40 @@ def agent_of(user_agent: str) -> str:
     return user_agent.split("/", 1)[0].split(" ", 1)[0] or "(none)"
 
 
-def request_log_counts(log: Path, start: int, end: int) -> dict[str, dict[str, int]]:
-    """Requests the apiserver logged (at -v=3, one "HTTP" line each) between two offsets of its log,
-    by component (user agent) and verb; leases are counted apart as verb `LEASE`."""
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    with open(log, "rb") as f:
-        f.seek(start)
-        chunk = f.read(max(0, end - start)).decode(errors="replace")
-    for line in chunk.splitlines():
-        match = _HTTP_LINE.search(line)
-        if match is None:
-            continue
-        verb, uri, _latency, agent = match.groups()
-        counts[agent_of(agent)]["LEASE" if "/leases/" in uri or uri.endswith("/leases") else verb] += 1
-    return {a: dict(v) for a, v in counts.items()}
+_DURATION = re.compile(r"([0-9.]+)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+
+
+def go_duration(text: str) -> float:
+    """A Go duration string (`1.5ms`, `856.448µs`, `1m2.5s`) in seconds."""
+    return sum(float(number) * _UNIT[unit] for number, unit in _DURATION.findall(text))
+
+
+@dataclass
+class RequestLog:
+    """Requests the apiserver logged (at -v=3, one "HTTP" line each, written when the request ends) between
+    two offsets of its log: counts by component (user agent) and verb, leases apart as verb `LEASE`, and
+    the latency of each component's writes."""
+
+    counts: dict[str, dict[str, int]]
+    write_latency: dict[str, list[float]]
+
+    @classmethod
+    def read(cls, log: Path, start: int, end: int) -> RequestLog:
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        latency: dict[str, list[float]] = defaultdict(list)
+        with open(log, "rb") as f:
+            f.seek(start)
+            chunk = f.read(max(0, end - start)).decode(errors="replace")
+        for line in chunk.splitlines():
+            match = _HTTP_LINE.search(line)
+            if match is None:
+                continue
+            verb, uri, took, user_agent = match.groups()
+            agent = agent_of(user_agent)
+            lease = "/leases/" in uri or uri.endswith("/leases")
+            counts[agent]["LEASE" if lease else verb] += 1
+            if verb in WRITES and not lease:
+                latency[agent].append(go_duration(took))
+        return cls({a: dict(v) for a, v in counts.items()}, dict(latency))

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from scale import Case, Options, run_case
+from scale import Case, Options, refill_gaps, run_case
 from scale_systems import SYSTEMS
 from scale_watch import Recorder
 
@@ -54,8 +54,10 @@ def test_the_watch_sees_a_partial_gang(tmp_path: Path) -> None:
 
 
 def test_recorder_flags_a_gang_bound_part_way() -> None:
-    """The rule itself, on made-up events: partial after `settle`, or when the run ends so; whole is fine."""
-    recorder = Recorder({"a": 2, "b": 2, "c": 2}, settle=5.0)
+    """The rules themselves, on made-up events: partial after `settle` or when the run ends so; two domains
+    at once is split; a gang whose pods were replaced (a requeue) and ran whole elsewhere is neither."""
+    domain = {"n1": "A", "n2": "A", "n3": "A", "n4": "A", "n5": "A", "y1": "B", "y2": "B", "y3": "B"}
+    recorder = Recorder(dict.fromkeys("abcde", 2), settle=5.0, domain=domain)
 
     def pod(job: str, index: int, node: str = "", phase: str = "Pending") -> dict[str, object]:
         return {
@@ -64,19 +66,51 @@ def test_recorder_flags_a_gang_bound_part_way() -> None:
             "status": {"phase": phase},
         }
 
-    for job in "abc":
+    for job in "abcde":
         recorder.on_pod("ADDED", pod(job, 0), 0.0)
         recorder.on_pod("ADDED", pod(job, 1), 0.0)
     recorder.on_pod("MODIFIED", pod("a", 0, "n1"), 1.0)
     recorder.on_pod("MODIFIED", pod("a", 1, "n2"), 2.0)  # a: whole
     recorder.on_pod("MODIFIED", pod("b", 0, "n3"), 1.0)  # b: half, for ever
     recorder.on_pod("MODIFIED", pod("c", 0, "n4"), 9.0)  # c: half when the run ends
+    recorder.on_pod("MODIFIED", pod("d", 0, "n5"), 1.0)  # d: whole in A, killed, then whole in B
+    recorder.on_pod("MODIFIED", pod("d", 1, "n5"), 1.1)
+    recorder.on_pod("MODIFIED", pod("d", 0, "n5", "Failed"), 1.5)
+    recorder.on_pod("MODIFIED", pod("d", 1, "n5", "Failed"), 1.6)
+    recorder.on_pod("ADDED", pod("d", 2, "y1"), 2.0)
+    recorder.on_pod("ADDED", pod("d", 3, "y2"), 2.1)
+    recorder.on_pod("MODIFIED", pod("e", 0, "n5"), 1.0)  # e: one pod in A, one in B, both alive
+    recorder.on_pod("MODIFIED", pod("e", 1, "y3"), 1.0)
     recorder.check_all(5.5)
-    assert recorder.partial_gangs() == []  # b's first bind is only 4.5 s old
-    recorder.on_pod("MODIFIED", pod("a", 0, "n1", "Running"), 6.5)  # an event checks every gang it touches
+    assert recorder.partial_gangs() == []  # b has been half bound only 4.5 s
+    recorder.on_pod("MODIFIED", pod("a", 0, "n1", "Running"), 6.5)
     recorder.check_all(6.5)
     assert [p.split(":")[0] for p in recorder.partial_gangs()] == ["b"]
     recorder.check_all(10.0, final=True)
     assert [p.split(":")[0] for p in recorder.partial_gangs()] == ["b", "c"]
-    assert recorder.gangs["a"].all_bound() == 2.0
-    assert recorder.counts() == (4, 0)
+    assert [p.split(":")[0] for p in recorder.split_gangs()] == ["e"]
+    assert recorder.gangs["a"].ran == 2.0
+    assert recorder.gangs["d"].ran == 1.1 and recorder.gangs["d"].replaced() == 2
+    assert recorder.gangs["d"].nodes() == {"y1", "y2"}
+    assert recorder.counts() == (3, 0)  # a, d, e ran; none done
+
+
+def test_refill_gap_counts_from_when_the_domain_had_room() -> None:
+    """Three nodes, gangs of two: g2 has room once one pod of g1 has ended (not all of them)."""
+    domain = {"n1": "A", "n2": "A", "n3": "A"}
+    recorder = Recorder({"g1": 2, "g2": 2}, settle=5.0, domain=domain)
+
+    def event(job: str, index: int, node: str, phase: str, now: float) -> None:
+        meta = {"name": f"{job}-{index}", "uid": f"{job}-{index}", "labels": {"job-name": job}}
+        recorder.on_pod(
+            "MODIFIED", {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}, now
+        )
+
+    event("g1", 0, "n1", "Running", 0.0)
+    event("g1", 1, "n2", "Running", 0.0)
+    event("g1", 0, "n1", "Succeeded", 10.0)
+    event("g1", 1, "n2", "Succeeded", 11.0)
+    event("g2", 0, "n1", "Running", 12.0)
+    event("g2", 1, "n3", "Running", 12.5)
+    gaps = refill_gaps(list(recorder.gangs.values()), domain, 2)
+    assert gaps == [2.5]  # g1 alone is the first wave: no refill
