@@ -10,20 +10,25 @@ which the `addons` branch adds) and the bench skips it with that line instead of
 from __future__ import annotations
 
 import inspect
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from phalanx.api.job_policy import JobPolicy, annotations_for, upstream_scheduling
-from phalanx.api.keys import MANAGED_LABEL, MANAGED_VALUE
-from phalanx.devcluster.cluster import ClusterState, DevCluster
-from phalanx.devcluster.http import ApiError, RestClient
-from phalanx.devcluster.operator_process import OperatorProcess
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for tests.integration.kube (the article's Job), however this is started
+
+from tests.integration.kube import gpu_job  # noqa: E402
+
+from phalanx.api.job_policy import JobPolicy, annotations_for, upstream_scheduling  # noqa: E402
+from phalanx.api.keys import MANAGED_LABEL, MANAGED_VALUE  # noqa: E402
+from phalanx.devcluster.cluster import ClusterState, DevCluster  # noqa: E402
+from phalanx.devcluster.http import ApiError, RestClient  # noqa: E402
+from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
-IMAGE = "registry.k8s.io/pause:3.10"
 COMPLETE_AFTER = "sim.phalanx.dev/complete-after"  # kwok ends a running pod after this long (stages.yaml)
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
@@ -33,41 +38,6 @@ KUEUE_LEVELS = (
     "oci.oraclecloud.com/rdma.local_block_id",
     "kubernetes.io/hostname",
 )
-
-
-def gang_job(
-    name: str,
-    pods: int,
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    scheduling: dict[str, Any] | None = None,
-    pod_annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """An Indexed Job of `pods` pods, each asking for a whole 8-GPU node (the article's Job)."""
-    spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": pods,
-        "parallelism": pods,
-        "backoffLimit": 6,
-        "template": {
-            "metadata": {"annotations": dict(pod_annotations or {})},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {"name": "worker", "image": IMAGE, "resources": {"limits": {GPU: str(GPUS_PER_NODE)}}}
-                ],
-            },
-        },
-    }
-    if scheduling:
-        spec["scheduling"] = scheduling
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
-        "spec": spec,
-    }
 
 
 def run_annotations(run_seconds: float | None) -> dict[str, str]:
@@ -144,7 +114,7 @@ class Phalanx(System):
         return {"phalanx-operator": self.operator.proc.pid}
 
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
-        return gang_job(
+        return gpu_job(
             name,
             pods,
             labels={MANAGED_LABEL: MANAGED_VALUE},
@@ -172,7 +142,7 @@ class Upstream(System):
         return {"kube-scheduler": pid} if pid else {}
 
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
-        return gang_job(
+        return gpu_job(
             name,
             pods,
             scheduling=upstream_scheduling(gang_policy(pods, key)),
@@ -229,7 +199,7 @@ class Kueue(System):
         return found or find_processes("kueue", self.state.dir)
 
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
-        return gang_job(
+        return gpu_job(
             name,
             pods,
             labels={KUEUE_QUEUE_LABEL: "lq"},
@@ -246,7 +216,7 @@ class Plain(Upstream):
     mode = "stock"
 
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
-        return gang_job(name, pods, pod_annotations=run_annotations(run_seconds))
+        return gpu_job(name, pods, pod_annotations=run_annotations(run_seconds))
 
 
 def kueue_objects(gpus: int) -> list[tuple[str, dict[str, Any]]]:

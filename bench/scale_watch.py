@@ -220,7 +220,8 @@ class PodWatch:
                 while not self.stopping.is_set():
                     line = response.readline()
                     if not line:
-                        self.errors.append("stream ended")
+                        if not self.stopping.is_set():
+                            self.errors.append("stream ended")
                         break
                     event = json.loads(line)
                     now = time.monotonic()
