@@ -17,10 +17,17 @@ from .kube import Namespace, delete_namespace, new_namespace
 pytestmark = pytest.mark.integration
 
 
+# Fixtures whose clusters need binaries hack/test.sh builds while the other tests run (needs_builds).
+BUILT_LATER = {"addons_cluster", "addons_ns", "oldest_cluster"}
+BUILT_LATER_FILES = {"test_addons.py", "test_dev_cluster_versions.py"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+            if BUILT_LATER & set(getattr(item, "fixturenames", ())) or item.path.name in BUILT_LATER_FILES:
+                item.add_marker(pytest.mark.needs_builds)
 
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[ClusterState]:
