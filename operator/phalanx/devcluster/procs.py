@@ -51,13 +51,24 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def owned(pid: int, directory: Path) -> bool:
-    """Guard against pid reuse: our processes carry the cluster folder in their command line."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return str(directory) in cmdline
+def owned(pid: int, directory: Path, settle: float = 2.0) -> bool:
+    """Guard against pid reuse: our processes carry the cluster folder in their command line.
+
+    Right after `subprocess.Popen` returns, the child may still be inside execve: the kernel releases a
+    vfork parent before the new argv is in place, and /proc/PID/cmdline reads empty meanwhile (seen in
+    about a quarter of spawns under load, which made `up --real-node` take a starting containerd for
+    dead). An empty command line of a live process is waited on for up to `settle` seconds; only a
+    non-empty one that lacks the folder means "not ours" (kernel threads stay empty and are not ours)."""
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        if raw or time.monotonic() >= deadline or not pid_alive(pid):
+            break
+        time.sleep(0.005)
+    return str(directory) in raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 def running(pid: int, directory: Path) -> bool:
