@@ -110,8 +110,7 @@ def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
 
 
 def status_on(result: Plan, name: str) -> GroupStatus:
-    (patch,) = [a for a in only(result.actions, PatchStatus) if a.group.name == name]
-    status: GroupStatus = patch.status
+    status: GroupStatus = testkit.written_statuses(result)[name]
     return status
 
 
@@ -197,8 +196,8 @@ def test_one_busy_node_in_three_local_blocks_the_whole_job_waits_with_the_reason
 def _written(result: Plan, records: dict[str, Any]) -> dict[str, Any]:
     """The records after the plan's status patches (what the next pass sees)."""
     out = dict(records)
-    for patch in only(result.actions, PatchStatus):
-        out[patch.group.name] = dataclasses.replace(out[patch.group.name], status=patch.status)
+    for name, status in testkit.written_statuses(result).items():
+        out[name] = dataclasses.replace(out[name], status=status)
     return out
 
 

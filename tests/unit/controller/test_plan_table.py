@@ -20,14 +20,14 @@ from testkit import (
     job_body,
     job_key,
     pod_body,
+    written_statuses,
 )
 
 from phalanx.api import conditions as c
 from phalanx.api.builders import build_sliced_objects
 from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import parse_job_policy
-from phalanx.api.status import GroupStatus
-from phalanx.controller.model.actions import PatchStatus, ReleasePod, UngatePod
+from phalanx.controller.model.actions import ReleasePod, UngatePod
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
 
@@ -194,11 +194,10 @@ def released(result: Plan) -> dict[str, tuple[int, str | None]]:
 
 def reasons(result: Plan) -> dict[str, str]:
     out: dict[str, str] = {}
-    for patch in (a for a in result.actions if isinstance(a, PatchStatus)):
-        status: GroupStatus = patch.status
+    for name, status in written_statuses(result).items():
         condition = status.condition(c.ADMITTED)
         if condition is not None:
-            out[patch.group.name] = condition.reason
+            out[name] = condition.reason
     return out
 
 

@@ -239,10 +239,22 @@ def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
 
+def written_statuses(result: Plan) -> dict[str, Any]:
+    """Group name -> the status the plan writes for it: a PatchStatus, or the whole status a RecordAdmission
+    carries (an admission's status goes with its decision, in one write)."""
+    from phalanx.controller.model.actions import RecordAdmission
+
+    out: dict[str, Any] = {}
+    for a in result.actions:
+        if isinstance(a, PatchStatus) or (isinstance(a, RecordAdmission) and a.status is not None):
+            out[a.group.name] = a.status
+    return out
+
+
 def status_of(result: Plan) -> PodGroupStatus:
-    (patch,) = only(result.actions, PatchStatus)
-    status: PodGroupStatus = patch.status
-    return status
+    """The one status a plan writes (of its one group)."""
+    (status,) = written_statuses(result).values()
+    return status  # type: ignore[no-any-return]
 
 
 def job_key(name: str, namespace: str = "ml") -> str:
@@ -505,7 +517,8 @@ def written(result: Plan, groups: Iterable[Group]) -> list[Group]:
     for a in result.actions:
         if isinstance(a, RecordAdmission) and a.group.name in by_name:
             g = by_name[a.group.name]
-            by_name[g.name] = with_status(g, g.status.model_copy(update={"admission": a.admission}))
+            status = a.status or g.status.model_copy(update={"admission": a.admission})
+            by_name[g.name] = with_status(g, status)
         elif isinstance(a, PatchStatus) and a.group.name in by_name:
             by_name[a.group.name] = with_status(by_name[a.group.name], a.status)
     return list(by_name.values())

@@ -333,11 +333,12 @@ class Applier:
                     POD_GROUPS, ref.namespace, ref.name, {"schedulingPolicy": {"gang": {"minCount": count}}}
                 )
                 cache.upsert(POD_GROUP_KIND, patched, own_write=True)
-            case RecordAdmission(group=ref, admission=admission, resource_version=version):
+            case RecordAdmission(group=ref, admission=admission, resource_version=version, status=whole):
+                written = (
+                    status_patch(whole)["status"] if whole is not None else {"admission": admission.to_api()}
+                )
                 try:
-                    patched = await kube.patch_status(
-                        _plural(ref), ref.namespace, ref.name, {"admission": admission.to_api()}, version
-                    )
+                    patched = await kube.patch_status(_plural(ref), ref.namespace, ref.name, written, version)
                 except ApiException as e:
                     if e.status == 409:  # the cache's group is stale: the next pass plans on the newest seen
                         cache.conflicted(ref.kind, ref.key)

@@ -4,10 +4,20 @@ about the unit's holder group said on its owner too, and each waiting pod labell
 
 from __future__ import annotations
 
+import dataclasses
+
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.status import GroupStatus
-from phalanx.controller.model.actions import Action, EventType, LabelPod, PatchStatus, PostEvent, ReleasePod
+from phalanx.controller.model.actions import (
+    Action,
+    EventType,
+    LabelPod,
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+)
 from phalanx.controller.model.records import CompositePodGroupRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
@@ -68,8 +78,9 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     desired = st.desired_status(
         group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
     )
-    if st.status_changed(group.status, desired):
+    if st.status_changed(group.status, desired) and not _fold_into_record(work, group.ref, desired):
         work.actions.append(PatchStatus(group.ref, desired))
+    if st.status_changed(group.status, desired):
         work.actions.extend(announce(group.ref, group.status, desired))
     present = desired.condition(c.ADMITTED)
     if facts.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
@@ -120,9 +131,26 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         admission,
         initial_type=c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
     )
-    if st.status_changed(composite.status, desired):
+    if st.status_changed(composite.status, desired) and not _fold_into_record(work, composite.ref, desired):
         work.actions.append(PatchStatus(composite.ref, desired))
+    if st.status_changed(composite.status, desired):
         work.actions.extend(announce(composite.ref, composite.status, desired))
+
+
+def _fold_into_record(work: UnitWork, ref: ObjectRef, desired: GroupStatus) -> bool:
+    """A group whose decision this pass records gets its whole status in that one write (recorded before
+    any of its pods is released, as the decision alone was): one status write per admission, not two. The
+    status says the pods are released while the releases are on their way; if the process dies between,
+    the next pass finishes the recorded decision and the status becomes true."""
+    for i, action in enumerate(work.actions):
+        if (
+            isinstance(action, RecordAdmission)
+            and action.group == ref
+            and action.admission == desired.admission
+        ):
+            work.actions[i] = dataclasses.replace(action, status=desired)
+            return True
+    return False
 
 
 def _labels(work: UnitWork) -> None:
