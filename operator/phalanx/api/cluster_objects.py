@@ -6,6 +6,7 @@ node a pod holds capacity on, or `phalanx explain` would describe a cluster the 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -37,8 +38,12 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
     )
     return NodeInfo(
         name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
-        allocatable={r: canonical_amount(r, q) for r, q in mapping(status.get("allocatable")).items()},
+        # Interned: every watch event's body brings fresh copies of the same label keys and of values most
+        # nodes share (zone, block, product); at 50,000 nodes the copies were a tenth of the cache.
+        labels={sys.intern(str(k)): sys.intern(str(v)) for k, v in mapping(meta.get("labels")).items()},
+        allocatable={
+            sys.intern(str(r)): canonical_amount(r, q) for r, q in mapping(status.get("allocatable")).items()
+        },
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,

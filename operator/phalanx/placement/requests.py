@@ -6,6 +6,7 @@ kube-scheduler agree on whether a pod fits.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -320,8 +321,13 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
             if migrated is not None:
                 inline.append(migrated)
     return PodTraits(
-        namespace=str(metadata.get("namespace") or ""),
-        labels=tuple(sorted((str(k), str(v)) for k, v in mapping(metadata.get("labels")).items())),
+        namespace=sys.intern(str(metadata.get("namespace") or "")),
+        # Interned: pods of one Job repeat the same keys and most values (a fresh copy per watch event).
+        labels=tuple(
+            sorted(
+                (sys.intern(str(k)), sys.intern(str(v))) for k, v in mapping(metadata.get("labels")).items()
+            )
+        ),
         claims=tuple(claims),
         inline_csi=tuple(inline),
     )
