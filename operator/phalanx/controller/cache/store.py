@@ -29,6 +29,7 @@ from phalanx.controller.cache.expectations import Expectations, Reflects, same_u
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
+from phalanx.controller.model.kueue import KUEUE_WORKLOAD, KueueIndex, KueueWorkloadRecord
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -126,6 +127,7 @@ class ClusterCache:
         self.announced: dict[str, str] = {}
         # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
         self.blocked_evictions: dict[str, float] = {}
+        self.kueue = KueueIndex()  # Kueue's Workloads (model/kueue.py), when Kueue runs
         self._clock = clock
 
     # ------------------------------------------------------------------ the two entry points
@@ -141,6 +143,9 @@ class ClusterCache:
             self._upsert_node(body)
         elif kind == PRIORITY_CLASS:
             self._upsert_priority_class(body)
+        elif kind == KUEUE_WORKLOAD:
+            if self.kueue.upsert(body):
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -167,6 +172,9 @@ class ClusterCache:
         elif kind == PRIORITY_CLASS:
             if self.priority_classes.pop(key, None) is not None:
                 self._touch()
+        elif kind == KUEUE_WORKLOAD:
+            if self.kueue.delete(key):
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -181,6 +189,7 @@ class ClusterCache:
             COMPOSITE: self.composite_pod_groups.items,
             WORKLOAD: self.workloads.items,
             TOPOLOGY: self.topologies,
+            KUEUE_WORKLOAD: self.kueue.items,
         }
         if kind in stores:
             return {(key, str(r.uid)) for key, r in stores[kind].items()}
@@ -429,6 +438,9 @@ class ClusterCache:
         composites = [g for g in self.composite_pod_groups.items.values() if not mine(g)]
         groups = [g for g in self.pod_groups.items.values() if not mine(g)]
         return composites, groups
+
+    def kueue_workloads(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
+        return self.kueue.of_owner(*owner_keys)
 
     def pods_joining(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
         """Pods no owner made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""

@@ -15,6 +15,7 @@ from phalanx.api.group import GROUP, VERSION
 from phalanx.controller.cache import store as names
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import Resource
+from phalanx.controller.model.kueue import KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ WATCHED: tuple[Watched, ...] = (
     # partly released tree (or a sliced Job) for an undecided one and decide it again.
     Watched(names.COMPOSITE, _r(_OURS, "compositepodgroups"), True, 2),
     Watched(names.TOPOLOGY, _r(_OURS, "topologies"), False, 2),
+    # Kueue's Workloads, when Kueue runs (kinds/kueue.py): whether Kueue admitted or evicts an owner, and the
+    # ClusterQueue of every pod it manages (victims). Every namespace: a victim may be anywhere.
+    Watched(KUEUE_WORKLOAD, Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads"), True, 2, optional=True),
     # Every owner, not only labelled ones: one whose label was removed must be seen to be let go.
     *(
         Watched(kind.name, kind.resource, True, 3, owner=True, optional=kind.resource.group != "batch")
