@@ -9,6 +9,7 @@ for 6 of a node's 8 GPUs (one pod a node), topology key the network block. One C
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -243,7 +244,7 @@ def whole_in_one_block(ns: Namespace, job: str, count: int) -> str | None:
 def explain(ns: Namespace, job: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-m", "phalanx.cli", "explain", f"job/{job}", "-n", ns.name, "-o", "json"],
-        env={"KUBECONFIG": str(ns.cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
+        env={**os.environ, "KUBECONFIG": str(ns.cluster.kubeconfig)},
         capture_output=True,
         text=True,
         timeout=60,
