@@ -421,3 +421,23 @@ def test_a_gang_kueue_admitted_that_no_block_can_hold_is_reported_as_never_fitti
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
     view = explain(kns, "big")
     assert view["kueue"]["holder"] == "Phalanx" and view["placement"]["neverFits"] is True
+
+
+def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
+    addons_cluster: ClusterState, kueue_queue: str, phalanx_k: OperatorProcess
+) -> None:
+    """`phalanx demo --steps kueue`: Kueue admits one gang of two queued, Phalanx places it, the other waits
+    held by Kueue and runs once the first is deleted (the step's own checks; here its verdict)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli", "demo", "--dir", str(addons_cluster.dir), "--steps", "kueue"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert (
+        "OK kueue (" in result.stdout and "queue-b Admitted=False HeldByKueue: held by Kueue" in result.stdout
+    )
+    assert "walk-through: 1 OK, 0 skipped, 0 failed" in result.stdout
