@@ -35,6 +35,7 @@ GPUS = 6  # a pod's GPUs: one pod a node, and room for a small filler beside it
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
 GRACE = 2.0  # phalanx run --node-failure-grace, so a broken gang is requeued soon
+KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
 
 
 # ---------------------------------------------------------------------------- the module's set-up
@@ -392,6 +393,122 @@ def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_t
     assert not [e for e in kns.events() if e["reason"] == "Preempting"]  # Phalanx preempted nothing
     cond = admitted_condition(kns, loser)
     assert cond.get("reason") == "HeldByKueue", cond
+
+
+class GateWatch:
+    """Polls the pods of a selector in a thread: a pod seen released by Phalanx (its gate gone, pinned to a
+    node) while still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
+
+    def __init__(self, ns: Namespace, selector: str) -> None:
+        self.ns, self.selector = ns, selector
+        self.early: list[str] = []
+        self.kueue_gated: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        api = self.ns.cluster.client()
+        while not self._stop.is_set():
+            pods = api.get(f"/api/v1/namespaces/{self.ns.name}/pods?labelSelector={self.selector}")["items"]
+            for pod in pods:
+                gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+                name = pod["metadata"]["name"]
+                if gates & set(KUEUE_GATES):
+                    self.kueue_gated.add(name)
+                    if "phalanx.dev/admission" not in gates:
+                        self.early.append(name)
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _pod_spec() -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "worker",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {GPU_KEY: str(GPUS)}},
+            }
+        ],
+    }
+
+
+def _both(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "labels": {"phalanx.dev/managed": "true", "kueue.x-k8s.io/queue-name": "lq"},
+        "annotations": {"phalanx.dev/topology-key": NB_KEY},
+    }
+
+
+def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kns: Namespace) -> None:
+    """Kueue suspends the JobSet at creation, gates the LeaderWorkerSet's pods (kueue.x-k8s.io/admission);
+    each runs whole in one network block once Kueue admits it, and Phalanx releases no pod while Kueue's
+    gate is still on it."""
+    watch = GateWatch(kns, "leaderworkerset.sigs.k8s.io/name=serve")
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _both("train"),
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "backoffLimit": 0,
+                            "template": {"spec": _pod_spec()},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    created = kns.create(jobset, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets")
+    assert created["spec"]["suspend"] is True  # Kueue's webhook
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _both("serve"),
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": _pod_spec()}}},
+    }
+    kns.create(lws, f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets")
+    try:
+
+        def whole(selector: str) -> str | None:
+            pods = [p for p in kns.pods(selector) if not p["metadata"].get("deletionTimestamp")]
+            if len(pods) != 2 or len(bound(pods)) != 2:
+                return None
+            blocks = domains_of(kns.api, pods, NB_KEY)
+            return next(iter(blocks)) if len(blocks) == 1 else None
+
+        wait_for(
+            "the JobSet's 2 pods bound in one block",
+            lambda: whole("jobset.sigs.k8s.io/jobset-name=train"),
+            180,
+        )
+        wait_for(
+            "the LWS group's 2 pods bound in one block",
+            lambda: whole("leaderworkerset.sigs.k8s.io/name=serve"),
+            180,
+        )
+    finally:
+        watch.stop()
+        for path in (
+            f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets/train",
+            f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets/serve",
+        ):
+            kns.api.request("DELETE", path)
+    assert watch.kueue_gated, "the LWS's pods were never seen behind Kueue's gate"
+    assert not watch.early, f"released while Kueue's gate was on: {watch.early}"
 
 
 def test_a_job_with_kueue_tas_annotations_is_refused_naming_both_systems_and_the_field(
