@@ -158,13 +158,10 @@ def kns(
 
 
 # ---------------------------------------------------------------------------- helpers
-def queued_job(
-    name: str, count: int, *, priority: str | None = None, annotations: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A gang of `count` pods, one network block, queued in Kueue's `lq`. Its podFailurePolicy ignores pods
-    that were disruption targets (a taint's eviction, Phalanx's requeue), so none counts as a failure."""
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
+def _pod_spec(restart: str | None = "Never") -> dict[str, Any]:
+    """A pod of 6 GPUs (`restart`: None for a LeaderWorkerSet, whose StatefulSets take Always only)."""
+    spec: dict[str, Any] = {"restartPolicy": restart} if restart else {}
+    return spec | {
         "containers": [
             {
                 "name": "worker",
@@ -173,6 +170,14 @@ def queued_job(
             }
         ],
     }
+
+
+def queued_job(
+    name: str, count: int, *, priority: str | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A gang of `count` pods, one network block, queued in Kueue's `lq`. Its podFailurePolicy ignores pods
+    that were disruption targets (a taint's eviction, Phalanx's requeue), so none counts as a failure."""
+    pod_spec = _pod_spec()
     if priority:
         pod_spec["priorityClassName"] = priority
     return {
@@ -425,19 +430,6 @@ class GateWatch:
         self._thread.join(timeout=10)
 
 
-def _pod_spec() -> dict[str, Any]:
-    return {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "worker",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"limits": {GPU_KEY: str(GPUS)}},
-            }
-        ],
-    }
-
-
 def _both(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -478,7 +470,10 @@ def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kn
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
         "metadata": _both("serve"),
-        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": _pod_spec()}}},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": _pod_spec(None)}},
+        },
     }
     kns.create(lws, f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets")
     try:
