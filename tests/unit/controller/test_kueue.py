@@ -394,6 +394,20 @@ def test_a_gang_that_only_waits_for_room_is_not_said_to_never_fit() -> None:
     assert reason == c.REASON_UNSCHEDULABLE and "never fits" not in message and "Kueue" not in message
 
 
+def test_a_kueue_gang_left_short_by_a_lost_node_is_not_said_to_never_fit() -> None:
+    """Running on n1, n2 and n4 when n4 is deleted: no placement holds its pods now (a bound node is gone,
+    even with every node empty), but it is a broken gang to requeue whole (requeue.py), not one that can
+    never fit: the early "never fits" is for a gang none of whose pods run."""
+    job = queued_job(count=4)
+    group = group_of(job)
+    pods = [*running("train", group.name, ["n1", "n2", "n4"]), pod_body("train", 3, group=group.name)]
+    nodes = [node_body(n) for n in ("n1", "n2", "n3", "n5", "n6", "n7", "n8")]
+    result = plan(kueue_state([(job, group, pods)], [workload("train")], nodes=nodes), NOW)
+    reason, message = admitted_condition(status_of_group(result, "train"))
+    assert reason == c.REASON_UNSCHEDULABLE and "n4" in message
+    assert "never fits" not in message and "Kueue admitted" not in message
+
+
 def test_never_fits_is_kueues_sentence_only_for_a_gang_kueue_admitted() -> None:
     job = job_body("big", 5, annotations=TOPOLOGY)
     pods = [pod_body("big", i) for i in range(5)]

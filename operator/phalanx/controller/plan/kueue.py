@@ -87,8 +87,8 @@ def never_fits(work: UnitWork, ctx: Pass) -> None:
     if owner is None or tree is None or owner.kueue_queue is None or owner.suspended or owner.finished:
         return
     outcome = work.outcome
-    if outcome is None or outcome.reason != c.REASON_UNSCHEDULABLE:
-        return
+    if outcome is None or outcome.reason != c.REASON_UNSCHEDULABLE or work.placed:
+        return  # a gang partly running (a node failed under it) is requeued whole instead (requeue.py)
     empty = dataclasses.replace(ctx, snapshot=ctx.snapshot.empty())
     single = work.single
     if single is not None:
