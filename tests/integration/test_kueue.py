@@ -519,6 +519,95 @@ def test_a_job_with_kueue_tas_annotations_is_refused_naming_both_systems_and_the
     assert "Kueue's Topology-Aware Scheduling and Phalanx" in text
 
 
+def test_a_job_queued_behind_a_flavor_with_a_topology_name_is_warned_of_before_kueue_admits_it(
+    kns: Namespace,
+) -> None:
+    """A second LocalQueue feeds a ClusterQueue (no quota: it never admits) whose ResourceFlavor has a
+    topologyName, Kueue's Topology-Aware Scheduling: a Phalanx-managed Job queued there gets one Warning
+    (KueueTopologyConflict) naming the LocalQueue, the ClusterQueue and the flavor while Kueue still holds
+    it."""
+    suffix = uuid.uuid4().hex[:6]
+    flavor, cq, topology = f"tas-{suffix}", f"cq-tas-{suffix}", f"topo-{suffix}"
+    made = [
+        (
+            f"{KUEUE}/resourceflavors",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {
+                    "nodeLabels": {"node.kubernetes.io/instance-type": "BM.GPU.H100.8"},
+                    "topologyName": topology,
+                },
+            },
+        ),
+        (
+            f"{KUEUE}/clusterqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU_KEY],
+                            "flavors": [
+                                {"name": flavor, "resources": [{"name": GPU_KEY, "nominalQuota": "0"}]}
+                            ],
+                        }
+                    ],
+                },
+            },
+        ),
+        (
+            f"{KUEUE}/namespaces/{kns.name}/localqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "lq-tas"},
+                "spec": {"clusterQueue": cq},
+            },
+        ),
+    ]
+    for path, obj in made:
+        kns.api.request("POST", path, obj)
+    try:
+        job = queued_job("tas-q", 2)
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq-tas"
+        kns.create(job)
+        warnings = wait_for(
+            "the KueueTopologyConflict warning on tas-q",
+            lambda: [
+                e for e in kns.events("involvedObject.name=tas-q") if e["reason"] == "KueueTopologyConflict"
+            ],
+            timeout=120,
+        )
+        (warning,) = warnings
+        message = warning["message"]
+        assert warning["type"] == "Warning" and warning["involvedObject"]["kind"] == "Job"
+        assert "Topology-Aware Scheduling would also place this Job" in message
+        assert f"LocalQueue {kns.name}/lq-tas feeds ClusterQueue {cq}" in message
+        assert f"{flavor} (topologyName {topology})" in message
+        assert job_of(kns, "tas-q")["spec"].get("suspend") is True  # Kueue holds it, and Phalanx with it
+        held = wait_for("tas-q held by Kueue", lambda: admitted_condition(kns, "tas-q") or None, timeout=60)
+        assert held["reason"] == "HeldByKueue", held
+        assert not [p for p in kns.job_pods("tas-q") if p["spec"].get("nodeName")]
+    finally:
+        kns.api.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{kns.name}/jobs/tas-q",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+        )
+        wait_for("tas-q's Kueue Workload gone", lambda: workload_of(kns, "tas-q") is None, timeout=120)
+        for path, obj in reversed(made):
+            try:
+                kns.api.request("DELETE", f"{path}/{obj['metadata']['name']}")
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+
+
 def test_a_gang_kueue_admitted_that_no_block_can_hold_is_reported_as_never_fitting(kns: Namespace) -> None:
     kns.create(queued_job("big", 5))  # 30 GPUs fit the quota; no network block has 5 nodes
 

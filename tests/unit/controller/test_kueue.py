@@ -47,7 +47,13 @@ from phalanx.controller.model.actions import (
     ResumeJob,
     SuspendJob,
 )
-from phalanx.controller.model.kueue import KUEUE_WORKLOAD, KueueWorkloadRecord
+from phalanx.controller.model.kueue import (
+    KUEUE_CLUSTER_QUEUE,
+    KUEUE_FLAVOR,
+    KUEUE_LOCAL_QUEUE,
+    KUEUE_WORKLOAD,
+    KueueWorkloadRecord,
+)
 from phalanx.controller.plan import Plan, PlanInput, plan
 from phalanx.controller.watch.webhooks import Webhooks
 
@@ -458,6 +464,94 @@ def test_kueues_topology_aware_scheduling_on_a_phalanx_job_is_warned_of_once() -
     announced = {"uid-train/kueue-tas": warning.message}
     again = kueue_state([(job, group_of(job), pods)], [workload("train", topology=True)], announced=announced)
     assert not [a for a in only(plan(again, NOW).actions, PostEvent) if a.reason == TAS_EVENT_REASON]
+
+
+def queue_setup(topology: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    """LocalQueue ml/lq feeding ClusterQueue cq of the flavors gpu and gpu-tas (in two resource groups);
+    `topology`: each flavor's topologyName, if it has one."""
+    flavors = [
+        {
+            "metadata": {"name": name, "uid": f"rf-{name}"},
+            "spec": {
+                "nodeLabels": {"pool": name},
+                **({"topologyName": topology[name]} if name in topology else {}),
+            },
+        }
+        for name in ("gpu", "gpu-tas")
+    ]
+    groups = [{"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": n}]} for n in ("gpu", "gpu-tas")]
+    return [
+        (
+            KUEUE_LOCAL_QUEUE,
+            {"metadata": {"name": "lq", "namespace": "ml", "uid": "lq"}, "spec": {"clusterQueue": "cq"}},
+        ),
+        (KUEUE_CLUSTER_QUEUE, {"metadata": {"name": "cq", "uid": "cq"}, "spec": {"resourceGroups": groups}}),
+        *((KUEUE_FLAVOR, f) for f in flavors),
+    ]
+
+
+def tas_warnings(result: Plan) -> list[PostEvent]:
+    return [a for a in only(result.actions, PostEvent) if a.reason == TAS_EVENT_REASON]
+
+
+def test_a_job_queued_behind_a_flavor_with_a_topology_name_is_warned_of_before_kueue_admits_it() -> None:
+    job = queued_job(suspend=True)
+    owners = [(KUEUE_WORKLOAD, workload("train", admitted=False)), *queue_setup({"gpu-tas": "rack-topology"})]
+    state = cluster([(job, group_of(job), [])], owners=owners)
+    result = plan(state, NOW)
+    (warning,) = tas_warnings(result)
+    assert warning.type == "Warning" and warning.involved.name == "train"
+    assert "Topology-Aware Scheduling would also place this Job" in warning.message
+    assert "LocalQueue ml/lq feeds ClusterQueue cq" in warning.message
+    assert "gpu-tas (topologyName rack-topology)" in warning.message and "gpu (" not in warning.message
+    assert "without topologyName" in warning.message
+    assert admitted_condition(status_of_group(result, "train"))[0] == c.REASON_HELD_BY_KUEUE  # still held
+    announced = {"uid-train/kueue-tas": warning.message}
+    again = cluster([(job, group_of(job), [])], owners=owners, announced=announced)
+    assert not tas_warnings(plan(again, NOW))  # once
+
+
+def test_no_topology_warning_without_a_topology_name_behind_the_queue_or_for_a_queue_not_seen() -> None:
+    job = queued_job(suspend=True)
+    wl = (KUEUE_WORKLOAD, workload("train", admitted=False))
+    plain = cluster([(job, group_of(job), [])], owners=[wl, *queue_setup({})])
+    assert not tas_warnings(plan(plain, NOW))
+    unseen = [o for o in queue_setup({"gpu-tas": "t"}) if o[0] != KUEUE_LOCAL_QUEUE]
+    assert not tas_warnings(plan(cluster([(job, group_of(job), [])], owners=[wl, *unseen]), NOW))
+    # Admitted with a flavor Kueue did not place by topology: nothing to warn of.
+    running = queued_job()
+    pods = [pod_body("train", i) for i in range(4)]
+    admitted = cluster(
+        [(running, group_of(running), pods)],
+        owners=[(KUEUE_WORKLOAD, workload("train")), *queue_setup({"gpu-tas": "t"})],
+    )
+    assert not tas_warnings(plan(admitted, NOW))
+
+
+def test_the_cache_follows_kueues_queue_setup_and_drops_it_on_delete() -> None:
+    cache = ClusterCache()
+    for kind, body in queue_setup({"gpu-tas": "t", "gpu": "u"}):
+        cache.upsert(kind, body)
+    found = cache.kueue_topology_flavors("ml", "lq")
+    assert (
+        found is not None
+        and found.cluster_queue == "cq"
+        and found.flavors == (("gpu", "u"), ("gpu-tas", "t"))
+    )
+    assert cache.kueue_topology_flavors("other", "lq") is None
+    assert cache.records(KUEUE_FLAVOR) == {("gpu", "rf-gpu"), ("gpu-tas", "rf-gpu-tas")}
+    generation = cache.generation
+    _, cq = queue_setup({})[1]
+    cache.upsert(KUEUE_CLUSTER_QUEUE, {**cq, "metadata": {**cq["metadata"], "resourceVersion": "7"}})
+    assert cache.generation == generation  # only a new resourceVersion: no pass
+    for kind, body in queue_setup({}):
+        if kind == KUEUE_FLAVOR:
+            cache.upsert(kind, body)  # the topologyNames taken out
+    assert cache.kueue_topology_flavors("ml", "lq") is None and cache.generation > generation
+    cache.upsert(KUEUE_FLAVOR, queue_setup({"gpu": "u"})[2][1])
+    assert cache.kueue_topology_flavors("ml", "lq") is not None
+    cache.delete(KUEUE_LOCAL_QUEUE, queue_setup({})[0][1])
+    assert cache.kueue_topology_flavors("ml", "lq") is None and cache.records(KUEUE_LOCAL_QUEUE) == set()
 
 
 # ---------------------------------------------------------------------- LeaderWorkerSets: a Workload a group

@@ -29,7 +29,14 @@ from phalanx.controller.cache.expectations import Expectations, Reflects, same_u
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
-from phalanx.controller.model.kueue import KUEUE_WORKLOAD, KueueIndex, KueueWorkloadRecord
+from phalanx.controller.model.kueue import (
+    KUEUE_QUEUE_KINDS,
+    KUEUE_WORKLOAD,
+    KueueIndex,
+    KueueQueues,
+    KueueWorkloadRecord,
+    TopologyFlavors,
+)
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -128,6 +135,7 @@ class ClusterCache:
         # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
         self.blocked_evictions: dict[str, float] = {}
         self.kueue = KueueIndex()  # Kueue's Workloads (model/kueue.py), when Kueue runs
+        self.kueue_queues = KueueQueues()  # its LocalQueues, ClusterQueues and ResourceFlavors
         self._clock = clock
 
     # ------------------------------------------------------------------ the two entry points
@@ -145,6 +153,9 @@ class ClusterCache:
             self._upsert_priority_class(body)
         elif kind == KUEUE_WORKLOAD:
             if self.kueue.upsert(body):
+                self._touch()
+        elif kind in KUEUE_QUEUE_KINDS:
+            if self.kueue_queues.upsert(kind, body):
                 self._touch()
         else:
             self._volume_event(kind, body, deleted=False)
@@ -175,6 +186,9 @@ class ClusterCache:
         elif kind == KUEUE_WORKLOAD:
             if self.kueue.delete(key):
                 self._touch()
+        elif kind in KUEUE_QUEUE_KINDS:
+            if self.kueue_queues.delete(kind, key):
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -190,6 +204,7 @@ class ClusterCache:
             WORKLOAD: self.workloads.items,
             TOPOLOGY: self.topologies,
             KUEUE_WORKLOAD: self.kueue.items,
+            **{k: self.kueue_queues.items[k] for k in KUEUE_QUEUE_KINDS},
         }
         if kind in stores:
             return {(key, str(r.uid)) for key, r in stores[kind].items()}
@@ -441,6 +456,9 @@ class ClusterCache:
 
     def kueue_workloads(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
         return self.kueue.of_owner(*owner_keys)
+
+    def kueue_topology_flavors(self, namespace: str, local_queue: str) -> TopologyFlavors | None:
+        return self.kueue_queues.topology_flavors(namespace, local_queue)
 
     def pods_joining(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
         """Pods no owner made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""

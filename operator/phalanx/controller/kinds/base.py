@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.controller.model.actions import Action
-from phalanx.controller.model.kueue import KueueWorkloadRecord
+from phalanx.controller.model.kueue import KueueWorkloadRecord, TopologyFlavors
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -190,6 +190,10 @@ class ClusterView(Protocol):
     def unowned_groups(self) -> tuple[Iterable[CompositePodGroupRecord], Iterable[PodGroupRecord]]: ...
     def kueue_workloads(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
         """The Kueue Workloads owned by any of these owners (uids, or `<namespace>/<name>`)."""
+        ...
+
+    def kueue_topology_flavors(self, namespace: str, local_queue: str) -> TopologyFlavors | None:
+        """The ResourceFlavors with a topologyName behind that LocalQueue (None: none, or not seen)."""
         ...
 
     def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...

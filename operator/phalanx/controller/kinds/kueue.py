@@ -11,6 +11,9 @@ or a Kueue Workload owns it. Then, for the state machine:
   would be undone and fought over;
 - its ClusterQueue (`Owner.kueue_queue`) decides which victims Phalanx's own preemption may take for it.
 
+A Phalanx-managed owner that Kueue's own Topology-Aware Scheduling places (or, queued where a ResourceFlavor
+has a topologyName, would place) is warned of once: one placement engine per owner.
+
 At creation (the webhooks) a Phalanx-managed owner may not carry Kueue's Topology-Aware Scheduling
 annotations (one placement engine per Job), and a Job's partial admission must not go below its gang.
 Pure.
@@ -34,6 +37,7 @@ from phalanx.controller.model.kueue import (
     QUEUE_NAME_LABEL,
     QUOTA_RESERVED,
     KueueWorkloadRecord,
+    TopologyFlavors,
 )
 from phalanx.controller.model.refs import ObjectRef
 
@@ -59,6 +63,8 @@ class KueueView:
 
     queue: str  # the LocalQueue (its label, else its Workload's spec.queueName)
     workload: KueueWorkloadRecord | None  # None: Kueue has made none (yet)
+    # The ResourceFlavors with a topologyName of the ClusterQueue its LocalQueue feeds (Kueue's TAS).
+    topology: TopologyFlavors | None = None
 
     @property
     def cluster_queue(self) -> str:
@@ -146,18 +152,33 @@ def kueue_owner(owner: Owner, view: KueueView | None) -> Owner:
 
 
 def kueue_notes(view: KueueView | None, announced: Mapping[str, str], ref: ObjectRef) -> list[Action]:
-    """A Warning, once, when Kueue's Topology-Aware Scheduling placed a Phalanx-managed owner too."""
+    """A Warning, once, when Kueue's Topology-Aware Scheduling placed a Phalanx-managed owner too, or,
+    before Kueue admits it, when its LocalQueue feeds a ClusterQueue with ResourceFlavors that have a
+    topologyName (Kueue would)."""
     w = view.workload if view is not None else None
-    if w is None or not w.topology_assigned:
-        return []
-    flavors = ", ".join(w.flavors) or "its ResourceFlavor"
-    message = (
-        f"Kueue's Topology-Aware Scheduling also places this {ref.kind}: its Workload {w.name} was admitted "
-        f"into ClusterQueue {w.cluster_queue} with {flavors}, which has a topologyName "
-        "(status.admission.podSetAssignments[].topologyAssignment), so Kueue pins each pod to a node before "
-        f"Phalanx places the gang; give the ClusterQueue a ResourceFlavor without topologyName for "
-        f"Phalanx-managed {ref.kind}s ({names.MANAGED_LABEL}=true): one placement engine per {ref.kind}"
+    fix = (
+        f"give the ClusterQueue a ResourceFlavor without topologyName for Phalanx-managed {ref.kind}s "
+        f"({names.MANAGED_LABEL}=true): one placement engine per {ref.kind}"
     )
+    if w is not None and w.topology_assigned:
+        flavors = ", ".join(w.flavors) or "its ResourceFlavor"
+        message = (
+            f"Kueue's Topology-Aware Scheduling also places this {ref.kind}: its Workload {w.name} was "
+            f"admitted into ClusterQueue {w.cluster_queue} with {flavors}, which has a topologyName "
+            "(status.admission.podSetAssignments[].topologyAssignment), so Kueue pins each pod to a node "
+            f"before Phalanx places the gang; {fix}"
+        )
+    elif view is not None and view.topology is not None and not view.admitted:
+        t = view.topology
+        flavors = ", ".join(f"{name} (topologyName {topology})" for name, topology in t.flavors)
+        message = (
+            f"Kueue's Topology-Aware Scheduling would also place this {ref.kind}: its LocalQueue "
+            f"{t.local_queue} feeds ClusterQueue {t.cluster_queue}, whose ResourceFlavor(s) {flavors} have "
+            "a topologyName, so if Kueue admits it with one of them it pins each pod to a node before "
+            f"Phalanx places the gang; {fix}"
+        )
+    else:
+        return []
     return announce_once(announced, ref, "kueue-tas", TAS_EVENT_REASON, message)
 
 
@@ -231,4 +252,7 @@ def owner_view(
     `<namespace>/<name>` or by `also`: a TrainJob's JobSet is queued through its TrainJob)."""
     labels = mapping(mapping(mapping(record.body).get("metadata")).get("labels"))
     keys = (record.uid, f"{record.namespace}/{record.name}", also)
-    return kueue_view(labels, view.kueue_workloads(*keys), index)
+    found = kueue_view(labels, view.kueue_workloads(*keys), index)
+    if found is None or not found.queue:
+        return found
+    return dataclasses.replace(found, topology=view.kueue_topology_flavors(record.namespace, found.queue))

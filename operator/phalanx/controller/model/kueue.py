@@ -7,6 +7,10 @@ ClusterQueue's quota does this pod use?". Pure: no API client.
 Kueue makes one Workload per Job or JobSet (owned by it, `controller: true`) and one per LeaderWorkerSet
 group (owned by the set, its group index in `kueue.x-k8s.io/component-workload-index`); a plain pod group's
 Workload is owned by its pods. Kueue's own names are kept in the constants below.
+
+Kueue's queue set-up is read too (`KueueQueues`): each LocalQueue's ClusterQueue, each ClusterQueue's
+ResourceFlavors and each flavor's `topologyName`, so that a Phalanx-managed owner queued where Kueue's own
+Topology-Aware Scheduling would place it is warned of before Kueue admits it (kinds/kueue.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from typing import Any
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_WORKLOAD = "KueueWorkload"  # the cache's name for the kind (Phalanx has a Workload kind of its own)
+# The cache's names for Kueue's queue set-up (KueueQueues).
+KUEUE_LOCAL_QUEUE, KUEUE_CLUSTER_QUEUE, KUEUE_FLAVOR = "KueueLocalQueue", "KueueClusterQueue", "KueueFlavor"
+KUEUE_QUEUE_KINDS = (KUEUE_LOCAL_QUEUE, KUEUE_CLUSTER_QUEUE, KUEUE_FLAVOR)
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 COMPONENT_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
 
@@ -190,3 +197,72 @@ def _owner_keys(record: KueueWorkloadRecord) -> list[str]:
         if owner.name and owner.kind == "LeaderWorkerSet":
             out.append(f"{record.namespace}/{owner.name}")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class KueueQueueRecord:
+    """What Phalanx reads of a LocalQueue (`refs`: its ClusterQueue), a ClusterQueue (its ResourceFlavors,
+    in order) or a ResourceFlavor (its topologyName, when it has one)."""
+
+    key: str
+    uid: str
+    refs: tuple[str, ...]
+
+    @classmethod
+    def from_body(cls, kind: str, body: Mapping[str, Any]) -> KueueQueueRecord:
+        meta, spec = _mapping(body.get("metadata")), _mapping(body.get("spec"))
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        refs: list[str] = []
+        if kind == KUEUE_LOCAL_QUEUE:
+            refs = [str(spec.get("clusterQueue") or "")]
+        elif kind == KUEUE_CLUSTER_QUEUE:
+            for group in map(_mapping, _list(spec.get("resourceGroups"))):
+                refs += [str(_mapping(f).get("name") or "") for f in _list(group.get("flavors"))]
+        elif spec.get("topologyName"):
+            refs = [str(spec["topologyName"])]
+        return cls(
+            key=f"{namespace}/{name}" if namespace else name,
+            uid=str(meta.get("uid") or ""),
+            refs=tuple(r for r in refs if r),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyFlavors:
+    """A LocalQueue whose ClusterQueue has ResourceFlavors with a topologyName (Kueue's TAS places there)."""
+
+    local_queue: str  # <namespace>/<name>
+    cluster_queue: str
+    flavors: tuple[tuple[str, str], ...]  # (flavor, topologyName)
+
+
+class KueueQueues:
+    """Kueue's LocalQueues, ClusterQueues and ResourceFlavors the cache holds, by kind and key."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, KueueQueueRecord]] = {kind: {} for kind in KUEUE_QUEUE_KINDS}
+
+    def upsert(self, kind: str, body: Mapping[str, Any]) -> bool:
+        """Whether what Phalanx reads of it changed."""
+        record = KueueQueueRecord.from_body(kind, body)
+        old = self.items[kind].get(record.key)
+        self.items[kind][record.key] = record
+        return old != record
+
+    def delete(self, kind: str, key: str) -> bool:
+        return self.items[kind].pop(key, None) is not None
+
+    def topology_flavors(self, namespace: str, local_queue: str) -> TopologyFlavors | None:
+        """The ResourceFlavors with a topologyName of the ClusterQueue `<namespace>/<local_queue>` feeds;
+        None when it has none (or Phalanx has not seen that LocalQueue or ClusterQueue)."""
+        key = f"{namespace}/{local_queue}"
+        lq = self.items[KUEUE_LOCAL_QUEUE].get(key)
+        cq = self.items[KUEUE_CLUSTER_QUEUE].get(lq.refs[0]) if lq is not None and lq.refs else None
+        if lq is None or cq is None:
+            return None
+        found = tuple(
+            (name, flavor.refs[0])
+            for name in dict.fromkeys(cq.refs)
+            if (flavor := self.items[KUEUE_FLAVOR].get(name)) is not None and flavor.refs
+        )
+        return TopologyFlavors(key, cq.key, found) if found else None
