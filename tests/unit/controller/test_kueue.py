@@ -44,6 +44,7 @@ from phalanx.controller.model.actions import (
     PostEvent,
     RecordAdmission,
     ReleasePod,
+    RememberAnnounced,
     ResumeJob,
     SuspendJob,
 )
@@ -567,6 +568,27 @@ def test_each_leaderworkerset_group_is_held_until_its_own_workload_is_admitted()
     result = plan(state, NOW)
     released = {r.pod.name for r in only(result.actions, ReleasePod)}
     assert released == {"serve-0", "serve-0-1"}
+
+
+def test_each_leaderworkerset_groups_topology_warning_is_said_once_and_does_not_take_turns() -> None:
+    """Each group is its own Workload (its own name in the warning): one warning a group, and the next pass,
+    with what the first remembered, says nothing again (one key for the set would flip between them)."""
+    lws = lws_body("serve", replicas=2, size=2)
+    lws["metadata"]["labels"].update(QUEUE)
+    pods = [lws_pod("serve", g, w) for g in (0, 1) for w in (0, 1)]
+    wls = [
+        workload("serve", kind="LeaderWorkerSet", uid="uid-lws-serve", index=i, count=2, topology=True)
+        for i in ("0", "1")
+    ]
+    owners = [("LeaderWorkerSet", lws), *((KUEUE_WORKLOAD, w) for w in wls)]
+    first = plan(cluster(owners=owners, pods=pods), NOW)
+    warnings = tas_warnings(first)
+    assert sorted(w.message.split("its Workload ")[1].split()[0] for w in warnings) == [
+        "leaderworkerset-serve-0",
+        "leaderworkerset-serve-1",
+    ]
+    announced = {a.key: a.message for a in only(first.actions, RememberAnnounced)}
+    assert not tas_warnings(plan(cluster(owners=owners, pods=pods, announced=announced), NOW))
 
 
 # ---------------------------------------------------------------------- the cache

@@ -151,10 +151,13 @@ def kueue_owner(owner: Owner, view: KueueView | None) -> Owner:
     )
 
 
-def kueue_notes(view: KueueView | None, announced: Mapping[str, str], ref: ObjectRef) -> list[Action]:
+def kueue_notes(
+    view: KueueView | None, announced: Mapping[str, str], ref: ObjectRef, group: str = ""
+) -> list[Action]:
     """A Warning, once, when Kueue's Topology-Aware Scheduling placed a Phalanx-managed owner too, or,
     before Kueue admits it, when its LocalQueue feeds a ClusterQueue with ResourceFlavors that have a
-    topologyName (Kueue would)."""
+    topologyName (Kueue would). `group`: a LeaderWorkerSet's group index, each group its own Workload (one
+    note a group, so the groups' notes do not take turns at the owner's one)."""
     w = view.workload if view is not None else None
     fix = (
         f"give the ClusterQueue a ResourceFlavor without topologyName for Phalanx-managed {ref.kind}s "
@@ -179,7 +182,8 @@ def kueue_notes(view: KueueView | None, announced: Mapping[str, str], ref: Objec
         )
     else:
         return []
-    return announce_once(announced, ref, "kueue-tas", TAS_EVENT_REASON, message)
+    what = f"kueue-tas/{group}" if group else "kueue-tas"
+    return announce_once(announced, ref, what, TAS_EVENT_REASON, message)
 
 
 # ---------------------------------------------------------------------- at creation (the webhooks)

@@ -248,7 +248,7 @@ def _group_unit(
     # Kueue admits each group as a Workload of its own (kinds/kueue.py); its pods wait behind Kueue's gate.
     kueue = owner_view(lws, view, index=str(index))
     owner = kueue_owner(owner, kueue)
-    setup: list[Action] = list(kueue_notes(kueue, view.announced, lws.ref))
+    setup: list[Action] = list(kueue_notes(kueue, view.announced, lws.ref, str(index)))
     existing = {g.name: g for g in state.pod_groups}
     template = PodTemplate.of(policy.worker_spec, lws.namespace)
     if policy.subgroup_size is None:
