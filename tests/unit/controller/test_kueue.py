@@ -34,7 +34,7 @@ from phalanx.api import conditions as c
 from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.jobset import JobSetKind
-from phalanx.controller.kinds.kueue import TAS_ANNOTATIONS, TAS_EVENT_REASON
+from phalanx.controller.kinds.kueue import KUEUE_GATES, TAS_ANNOTATIONS, TAS_EVENT_REASON
 from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.model.actions import (
     DeletePod,
@@ -568,6 +568,25 @@ def test_each_leaderworkerset_group_is_held_until_its_own_workload_is_admitted()
     result = plan(state, NOW)
     released = {r.pod.name for r in only(result.actions, ReleasePod)}
     assert released == {"serve-0", "serve-0-1"}
+
+
+def test_a_pod_still_behind_kueues_gate_is_not_released_though_its_workload_is_admitted() -> None:
+    """Kueue's Workload of group 0 is admitted but Kueue has not yet taken its gate off one pod: Phalanx
+    releases a pod only when its own gate is the last one, so the gang waits, naming Kueue's gate."""
+    lws = lws_body("serve", replicas=1, size=2)
+    lws["metadata"]["labels"].update(QUEUE)
+    pods = [lws_pod("serve", 0, w) for w in (0, 1)]
+    pods[1]["spec"]["schedulingGates"].append({"name": KUEUE_GATES[0]})
+    wl = workload("serve", kind="LeaderWorkerSet", uid="uid-lws-serve", index="0", count=2)
+    owners = [("LeaderWorkerSet", lws), (KUEUE_WORKLOAD, wl)]
+    result = plan(cluster(owners=owners, pods=pods), NOW)
+    assert not only(result.actions, ReleasePod)
+    reason, message = admitted_condition(status_of_group(result, "serve"))
+    assert reason == c.REASON_WAITING_FOR_GATES and KUEUE_GATES[0] in message
+    pods[1]["spec"]["schedulingGates"] = [
+        g for g in pods[1]["spec"]["schedulingGates"] if g["name"] != KUEUE_GATES[0]
+    ]
+    assert len(only(plan(cluster(owners=owners, pods=pods), NOW).actions, ReleasePod)) == 2
 
 
 def test_each_leaderworkerset_groups_topology_warning_is_said_once_and_does_not_take_turns() -> None:
