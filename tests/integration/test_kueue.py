@@ -506,6 +506,29 @@ def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kn
     assert not watch.early, f"released while Kueue's gate was on: {watch.early}"
 
 
+def test_kueues_partial_admission_lowers_the_gang_to_what_it_admitted_and_phalanx_places_that_whole(
+    kns: Namespace,
+) -> None:
+    """gang-a takes 24 of the 48 GPUs; a Job of six pods that allows partial admission down to two
+    (`kueue.x-k8s.io/job-min-parallelism`) is admitted by Kueue with the four that fit its quota: Phalanx's
+    gang follows the parallelism Kueue admitted (minCount 4, not 6) and runs whole in the other block."""
+    kns.create(queued_job("gang-a", 4))
+    first = wait_for("gang-a whole in one block", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+    kns.create(queued_job("part", 6, annotations={"kueue.x-k8s.io/job-min-parallelism": "2"}))
+    block = wait_for(
+        "part's admitted four whole in one block", lambda: whole_in_one_block(kns, "part", 4), 180
+    )
+    assert {first, block} == {"nb-a", "nb-b"}
+    workload = workload_of(kns, "part")
+    assert kueue_condition(workload, "Admitted").get("status") == "True"
+    (assignment,) = (workload or {})["status"]["admission"]["podSetAssignments"]
+    assert assignment["count"] == 4, assignment
+    assert job_of(kns, "part")["spec"]["parallelism"] == 4
+    gang = group_of(kns, "part")["spec"]["schedulingPolicy"]["gang"]
+    assert gang["minCount"] == 4, gang
+    assert admitted_condition(kns, "part").get("status") == "True"
+
+
 def test_a_job_with_kueue_tas_annotations_is_refused_naming_both_systems_and_the_field(
     kns: Namespace,
 ) -> None:
