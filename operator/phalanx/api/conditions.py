@@ -31,6 +31,8 @@ REASON_WAITING_FOR_GATES = "WaitingForGates"
 # A Job labelled after its creation: its pods were never gated, so Phalanx admits nothing for it.
 REASON_NOT_GATED = "NotGated"
 REASON_SUSPENDED = "Suspended"
+# Kueue holds its owner: queued, not admitted yet, or being evicted (docs/kueue.md); nothing is held for it.
+REASON_HELD_BY_KUEUE = "HeldByKueue"
 # Suspended by Phalanx to be placed again as a whole (preempted, or its domain failed).
 REASON_REQUEUED = "Requeued"
 REASON_FINISHED = "Finished"

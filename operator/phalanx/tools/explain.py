@@ -35,6 +35,9 @@ from phalanx.placement import (
     decide_composite,
     diagnose,
 )
+from phalanx.tools.kueue_view import KUEUE, KueueView, kueue_view
+from phalanx.tools.kueue_view import lines as kueue_lines
+from phalanx.tools.kueue_view import to_json as kueue_json
 from phalanx.tools.targets import (
     Facts,
     Gang,
@@ -180,7 +183,7 @@ class Explanation:
     namespace: str
     state: str
     """admitted, waiting, suspended, finished, not-managed, not-held, invalid, basic, no-group, no-pods,
-    or pending."""
+    pending, or held-by-kueue."""
     summary: str
     owner: tuple[str, str, bool] | None
     """(kind, name, managed)."""
@@ -193,6 +196,8 @@ class Explanation:
     """What the owner's spec asks for, when it has no PodGroup yet."""
     unassigned: int = 0
     """The owner's live pods that belong to none of its groups."""
+    kueue: KueueView | None = None
+    """Kueue's view beside Phalanx's, for an owner Kueue manages (kueue_view.py)."""
 
 
 # ------------------------------------------------------------------ reading the groups
@@ -501,6 +506,9 @@ def explain(facts: Facts) -> Explanation:
     state, summary = _summary(
         facts, groups, composites, gang, managed, job_state, reason, admitted, placement, views
     )
+    kueue = kueue_view(owner, facts.kueue_workloads, facts.kueue_error)
+    if kueue is not None and kueue.holder == KUEUE and state not in ("finished", "not-managed", "invalid"):
+        state, summary = "held-by-kueue", f"held by Kueue: {kueue.summary}"
     owner_info = (row.kind, name_of(owner), managed) if row is not None and owner is not None else None
     return Explanation(
         facts.target,
@@ -514,6 +522,7 @@ def explain(facts: Facts) -> Explanation:
         counts_of(views),
         gang if isinstance(gang, Gang) and not groups else None,
         unassigned,
+        kueue,
     )
 
 
@@ -653,6 +662,8 @@ def render(e: Explanation) -> str:
         lines.append(f"  Pods: {_counts_line(e.pods)}")
     if e.unassigned:
         lines.append(f"  {_plural(e.unassigned, 'live pod')} of the owner belong to none of its groups")
+    if e.kueue is not None:
+        lines.extend(kueue_lines(e.kueue))
     p = e.placement
     if p is not None and (p.domains or p.notes):
         lines.append("")
@@ -717,6 +728,7 @@ def to_json(e: Explanation) -> dict[str, Any]:
         "groups": [_group_json(r) for r in e.groups],
         "pods": _counts_json(e.pods),
         "unassignedPods": e.unassigned,
+        "kueue": kueue_json(e.kueue),
         "placement": None
         if p is None
         else {

@@ -22,6 +22,7 @@ from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.bodies import mapping
 from phalanx.tools.kube import KubeError, NotFoundError, Reader
+from phalanx.tools.kueue_view import owned_by, read_workloads
 from phalanx.tools.topologies import ClusterTopology, read_topologies
 from phalanx.tools.view import PodView
 
@@ -255,6 +256,10 @@ class Facts:
     pods: tuple[Body, ...]
     """Every pod of the cluster that is not Succeeded or Failed."""
     topologies: tuple[ClusterTopology, ...] = ()
+    kueue_workloads: tuple[Body, ...] = ()
+    """The Kueue Workloads that own the owner (kueue_view.py), when Kueue runs."""
+    kueue_error: str = ""
+    """Why Kueue's Workloads could not be read ("" when they were, or Kueue is not installed)."""
 
 
 def name_of(obj: Body | None) -> str:
@@ -412,6 +417,11 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
     )
     topologies = await read_topologies(reader)
+    kueue: tuple[Body, ...] = ()
+    kueue_error = ""
+    if owner is not None:  # Kueue's view beside Phalanx's (kueue_view.py)
+        found, kueue_error = await read_workloads(reader, ns)
+        kueue = tuple(owned_by(found, str(_meta(owner).get("uid") or "")))
     return Facts(
         target,
         ns,
@@ -423,4 +433,6 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         tuple(nodes),
         tuple(pods),
         tuple(topologies),
+        kueue,
+        kueue_error,
     )

@@ -444,6 +444,7 @@ def test_the_json_shape_is_stable_and_complete() -> None:
         "groups",
         "pods",
         "unassignedPods",
+        "kueue",
         "placement",
     }
     assert (body["kind"], body["version"], body["state"]) == ("Explanation", 1, "waiting")

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.api import keys
+from phalanx.api.conditions import REASON_PREEMPTION_BY_PHALANX
 from phalanx.api.group import (
     API_VERSION,
     COMPOSITE_POD_GROUP_KIND,
@@ -379,8 +380,10 @@ class Applier:
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:
                     cache.upsert(POD, labelled, own_write=True)
-            case DeletePod(pod=pod):
-                await kube.delete_pod(pod.namespace, pod.name)
+            case DeletePod(pod=pod, why=why, cause=cause):
+                # Marked a DisruptionTarget first: a podFailurePolicy may ignore it (docs/kueue.md).
+                reason = REASON_PREEMPTION_BY_PHALANX if cause == "preempted" else "RequeueByPhalanx"
+                await kube.delete_pod(pod.namespace, pod.name, reason, why)
             case EvictPod(pod=pod, reason=reason, message=message):
                 if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
                     cache.eviction_blocked(pod.key)

@@ -202,18 +202,19 @@ class Kube:
             {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
         )
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod (gone already is fine): its owner makes it again."""
+    async def delete_pod(self, namespace: str, name: str, reason: str = "", message: str = "") -> None:
+        """Delete a pod (gone already is fine): its owner makes it again. With `reason`, first mark it a
+        disruption target, so that a Job's podFailurePolicy can ignore the failure (rule `Ignore` on
+        `DisruptionTarget`) instead of counting it against backoffLimit."""
         try:
+            if reason:
+                await self._mark_disrupted(namespace, name, reason, message)
             await retrying(lambda: self.core.delete_namespaced_pod(name, namespace), verb="delete")
         except ApiException as e:
             if e.status != 404:
                 raise
 
-    async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
-        """Mark the pod a disruption target (as kube-scheduler's preemption does), then evict it through
-        the Eviction API, which honours PodDisruptionBudgets. False if a budget blocks it (429); True when
-        evicted or already gone."""
+    async def _mark_disrupted(self, namespace: str, name: str, reason: str, message: str) -> None:
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
@@ -221,16 +222,22 @@ class Kube:
             "message": message[:1024],
             "lastTransitionTime": now_rfc3339(),
         }
+        await retrying(
+            lambda: self.core.patch_namespaced_pod_status(
+                name,
+                namespace,
+                {"status": {"conditions": [condition]}},
+                _content_type=STRATEGIC_MERGE_PATCH,
+            ),
+            verb="patch",
+        )
+
+    async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
+        """Mark the pod a disruption target (as kube-scheduler's preemption does), then evict it through
+        the Eviction API, which honours PodDisruptionBudgets. False if a budget blocks it (429); True when
+        evicted or already gone."""
         try:
-            await retrying(
-                lambda: self.core.patch_namespaced_pod_status(
-                    name,
-                    namespace,
-                    {"status": {"conditions": [condition]}},
-                    _content_type=STRATEGIC_MERGE_PATCH,
-                ),
-                verb="patch",
-            )
+            await self._mark_disrupted(namespace, name, reason, message)
             eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
             await self.core.create_namespaced_pod_eviction(name, namespace, eviction)
         except ApiException as e:

@@ -29,6 +29,14 @@ from phalanx.controller.cache.expectations import Expectations, Reflects, same_u
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
+from phalanx.controller.model.kueue import (
+    KUEUE_QUEUE_KINDS,
+    KUEUE_WORKLOAD,
+    KueueIndex,
+    KueueQueues,
+    KueueWorkloadRecord,
+    TopologyFlavors,
+)
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -126,6 +134,8 @@ class ClusterCache:
         self.announced: dict[str, str] = {}
         # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
         self.blocked_evictions: dict[str, float] = {}
+        self.kueue = KueueIndex()  # Kueue's Workloads (model/kueue.py), when Kueue runs
+        self.kueue_queues = KueueQueues()  # its LocalQueues, ClusterQueues and ResourceFlavors
         self._clock = clock
 
     # ------------------------------------------------------------------ the two entry points
@@ -141,6 +151,12 @@ class ClusterCache:
             self._upsert_node(body)
         elif kind == PRIORITY_CLASS:
             self._upsert_priority_class(body)
+        elif kind == KUEUE_WORKLOAD:
+            if self.kueue.upsert(body):
+                self._touch()
+        elif kind in KUEUE_QUEUE_KINDS:
+            if self.kueue_queues.upsert(kind, body):
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -167,6 +183,12 @@ class ClusterCache:
         elif kind == PRIORITY_CLASS:
             if self.priority_classes.pop(key, None) is not None:
                 self._touch()
+        elif kind == KUEUE_WORKLOAD:
+            if self.kueue.delete(key):
+                self._touch()
+        elif kind in KUEUE_QUEUE_KINDS:
+            if self.kueue_queues.delete(kind, key):
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -181,6 +203,8 @@ class ClusterCache:
             COMPOSITE: self.composite_pod_groups.items,
             WORKLOAD: self.workloads.items,
             TOPOLOGY: self.topologies,
+            KUEUE_WORKLOAD: self.kueue.items,
+            **{k: self.kueue_queues.items[k] for k in KUEUE_QUEUE_KINDS},
         }
         if kind in stores:
             return {(key, str(r.uid)) for key, r in stores[kind].items()}
@@ -429,6 +453,12 @@ class ClusterCache:
         composites = [g for g in self.composite_pod_groups.items.values() if not mine(g)]
         groups = [g for g in self.pod_groups.items.values() if not mine(g)]
         return composites, groups
+
+    def kueue_workloads(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
+        return self.kueue.of_owner(*owner_keys)
+
+    def kueue_topology_flavors(self, namespace: str, local_queue: str) -> TopologyFlavors | None:
+        return self.kueue_queues.topology_flavors(namespace, local_queue)
 
     def pods_joining(self, namespace: str, label_value: str) -> Iterator[PodRecord]:
         """Pods no owner made that carry `phalanx.dev/pod-group: <label_value>` in `namespace`."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.controller.model.actions import Action
+from phalanx.controller.model.kueue import KueueWorkloadRecord, TopologyFlavors
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -71,6 +72,8 @@ class Owner:
     remaining: int | None = None  # pods still to run (a Job with more completions than parallelism)
     requeue: RequeueHow = "suspend"  # how it is taken back whole: suspended and resumed, or pods deleted
     pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
+    held_by: str = ""  # why another system holds it while it is suspended (Kueue: kinds/kueue.py)
+    kueue_queue: str | None = None  # Kueue-managed: its ClusterQueue ("" none yet); None: not managed
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,14 @@ class ClusterView(Protocol):
         ...
 
     def unowned_groups(self) -> tuple[Iterable[CompositePodGroupRecord], Iterable[PodGroupRecord]]: ...
+    def kueue_workloads(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
+        """The Kueue Workloads owned by any of these owners (uids, or `<namespace>/<name>`)."""
+        ...
+
+    def kueue_topology_flavors(self, namespace: str, local_queue: str) -> TopologyFlavors | None:
+        """The ResourceFlavors with a topologyName behind that LocalQueue (None: none, or not seen)."""
+        ...
+
     def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...
 
 

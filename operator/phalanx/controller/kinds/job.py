@@ -33,6 +33,7 @@ from phalanx.controller.kinds.job_record import (
     root_group,
 )
 from phalanx.controller.kinds.job_slices import is_sliced, sliced_unit
+from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
 from phalanx.controller.model.actions import Action, CreatePodGroup, CreateWorkload, PatchMinCount, PostEvent
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 
@@ -94,9 +95,13 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
             setup.extend(
                 announce_once(view.announced, job.ref, "immutable", "ImmutableChangeIgnored", ignored)
             )
-    group, made = _ensure_objects(state, group, view)
+    kueue = owner_view(job, view)  # Kueue manages it: no suspend or resume of ours (kinds/kueue.py)
+    group, made = _ensure_objects(state, group, view, follow=kueue is None or not kueue.holds)
     setup.extend(made)
-    setup.extend(resume_if_requeued(job, state.pods))
+    if kueue is None:
+        setup.extend(resume_if_requeued(job, state.pods))
+    else:
+        setup.extend(kueue_notes(kueue, view.announced, job.ref))
     tree = None
     if group is not None:
         pods = tuple(sorted(state.pods, key=lambda p: p.name))
@@ -104,7 +109,7 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     default = group.spec.priority if group is not None else None
     return Unit(
         key=job.unit_key,
-        owner=owner_of(job, group),
+        owner=kueue_owner(owner_of(job, group), kueue),
         tree=tree,
         setup=tuple(setup),
         priority=unit_priority(state.pods, default),
@@ -113,16 +118,17 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
 
 
 def _ensure_objects(
-    state: OwnerState, group: PodGroupRecord | None, view: ClusterView
+    state: OwnerState, group: PodGroupRecord | None, view: ClusterView, follow: bool = True
 ) -> tuple[PodGroupRecord | None, list[Action]]:
-    """The group to schedule (planned if it does not exist yet) and the actions that make it so."""
+    """The group to schedule (planned if it does not exist yet) and the actions that make it so; `follow`:
+    the gang size follows the Job (not while Kueue holds it: its admission may still change it)."""
     job: JobRecord = state.owner
     policy = job.policy
     actions: list[Action] = []
     if group is not None:
         current = group.gang_min_count
         wanted = policy.min_count if policy is not None else None
-        if wanted is not None and current is not None and current != wanted:
+        if follow and wanted is not None and current is not None and current != wanted:
             # Like upstream, only the gang size follows the Job (min-count annotation or parallelism).
             actions.append(PatchMinCount(group.ref, wanted))
             actions.append(

@@ -22,6 +22,7 @@ from phalanx.controller.kinds.common import (
     unit_priority,
 )
 from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
+from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -102,7 +103,8 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
     setup: list[Action] = []
     if ignored:
         setup = announce_once(view.announced, job.ref, "immutable", "ImmutableChangeIgnored", ignored)
-    owner = owner_of(job, None, sliced=True)
+    kueue = owner_view(job, view)  # Kueue manages it: no suspend or resume of ours (kinds/kueue.py)
+    owner = kueue_owner(owner_of(job, None, sliced=True), kueue)
     if not job.layout.sliced:  # made sliced, annotations gone, slices not known: wait
         return Unit(job.unit_key, owner, None, tuple(setup), created=job.created)
     policy, layout = job.policy, job.layout
@@ -161,7 +163,10 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
     if made:
         setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
-    setup.extend(resume_if_requeued(job, state.pods))
+    if kueue is None:
+        setup.extend(resume_if_requeued(job, state.pods))
+    else:
+        setup.extend(kueue_notes(kueue, view.announced, job.ref))
     return Unit(
         key=job.unit_key,
         owner=owner,

@@ -48,6 +48,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -223,7 +224,9 @@ def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:
 
 def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     jobset: JobSetRecord = state.owner
-    owner = owner_of(jobset, view)
+    # Kueue manages it (or its TrainJob): no suspend or resume of ours (kinds/kueue.py).
+    kueue = owner_view(jobset, view, also=jobset.controller[1])
+    owner = kueue_owner(owner_of(jobset, view), kueue)
     policy = jobset.policy
     if policy is None:
         notes = announce_once(view.announced, jobset.ref, "policy", "InvalidPolicy", jobset.policy_error)
@@ -266,7 +269,9 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"{created} PodGroup(s) (one per child Job)")
     if made:
         setup.append(PostEvent(jobset.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
-    if owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
+    if kueue is not None:
+        setup.extend(kueue_notes(kueue, view.announced, jobset.ref))
+    elif owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
         setup.append(ResumeJob(owner.ref))  # the JobSet, or its TrainJob
     return Unit(
         key=jobset.unit_key,

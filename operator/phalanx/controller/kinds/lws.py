@@ -50,6 +50,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -244,7 +245,10 @@ def _group_unit(
     preemption = preemption_policy_of(policy.preemption_policy, chosen)
     identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
     suffix = f"{index}-{revision}" if revision else str(index)
-    setup: list[Action] = []
+    # Kueue admits each group as a Workload of its own (kinds/kueue.py); its pods wait behind Kueue's gate.
+    kueue = owner_view(lws, view, index=str(index))
+    owner = kueue_owner(owner, kueue)
+    setup: list[Action] = list(kueue_notes(kueue, view.announced, lws.ref, str(index)))
     existing = {g.name: g for g in state.pod_groups}
     template = PodTemplate.of(policy.worker_spec, lws.namespace)
     if policy.subgroup_size is None:

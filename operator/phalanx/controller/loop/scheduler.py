@@ -51,6 +51,7 @@ def plan_input(
         unevictable=cache.unevictable(),
         node_failure_grace=node_failure_grace,
         backing_off=backing_off,
+        kueue=cache.kueue,
     )
 
 

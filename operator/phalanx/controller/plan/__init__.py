@@ -34,7 +34,7 @@ __all__ = ["Plan", "PlanInput", "plan"]
 def plan(state: PlanInput, now: dt.datetime) -> Plan:
     """The actions of one pass, per unit, in the order units are scheduled."""
     units = [u for u in state.units if u.key not in state.backing_off]
-    victims = Victims(state.pods, victim_units(units), state.unevictable)
+    victims = Victims(state.pods, victim_units(units), state.unevictable, state.kueue)
     ctx = Pass(
         snapshot=state.snapshot,
         nodes=state.nodes,

@@ -194,14 +194,21 @@ def _composite_request(
     )
 
 
-def decide_tree(work: UnitWork, ctx: Pass) -> bool:
-    """Decide a tree whole; False when it does not fit (each group's outcome then says why)."""
+def tree_request(work: UnitWork, ctx: Pass) -> CompositeRequest:
+    """The whole tree's request, with the levels of the Topology that lists one of its keys."""
     root, tree = work.root, work.unit.tree
     assert root is not None and tree is not None
     keys_ = [g.topology_key for g in tree.composites] + [
         leaf.group.topology_key for leaf in work.leaves.values()
     ]
-    request = _composite_request(work, root, levels_of(keys_, ctx.levels))
+    return _composite_request(work, root, levels_of(keys_, ctx.levels))
+
+
+def decide_tree(work: UnitWork, ctx: Pass) -> bool:
+    """Decide a tree whole; False when it does not fit (each group's outcome then says why)."""
+    root = work.root
+    assert root is not None
+    request = tree_request(work, ctx)
     started = time.perf_counter()
     decision = decide_composite(ctx.snapshot, request)
     ctx.decision_seconds.append(time.perf_counter() - started)

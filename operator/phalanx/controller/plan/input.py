@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from phalanx.controller.kinds.base import Unit
 from phalanx.controller.model.actions import Action, UnitPlan
+from phalanx.controller.model.kueue import KueueIndex
 from phalanx.controller.model.records import PodRecord, PriorityClassRecord
 from phalanx.placement import NodeInfo, Snapshot
 
@@ -26,6 +27,7 @@ class PlanInput:
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
     # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    kueue: KueueIndex | None = None  # Kueue's Workloads, read in the same pass (plan/kueue.py)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from phalanx.controller.kinds.base import Unit
 from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
+from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import wait_or_preempt
 from phalanx.controller.plan.report import report
 from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
@@ -42,6 +43,7 @@ def schedule(unit: Unit, ctx: Pass) -> UnitPlan | None:
     work = unit_work(unit)
     _domains(work, ctx)
     place(work, ctx)
+    never_fits(work, ctx)  # a gang Kueue admitted that no domain can ever hold says so (plan/kueue.py)
     report(work, ctx)
     if not work.actions:
         return None

@@ -12,6 +12,7 @@ import time
 from phalanx.api import conditions as c
 from phalanx.api.scheduling import PREEMPT_NEVER
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.kueue import allowed_candidates, waits_for_evictions
 from phalanx.controller.plan.victims import actuate, reservation_active, reserved_usage
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import GroupRequest, admitted_usage, choose_victims
@@ -42,6 +43,8 @@ def wait_or_preempt(
             f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
             f"reserved for this group until {current.expires_at.strftime('%H:%M:%SZ')}",
         )
+    if (freeing_room := waits_for_evictions(work, request, ctx)) is not None:
+        return freeing_room
     if not may_preempt(work, leaf):
         return st.Outcome(
             c.REASON_UNSCHEDULABLE,
@@ -52,7 +55,7 @@ def wait_or_preempt(
         ctx.snapshot,
         request,
         work.unit.priority,
-        ctx.victims.candidates,
+        allowed_candidates(work.owner, ctx.victims),  # Kueue's queues (plan/kueue.py)
         ctx.victims.groups,
         excluded_pods=ctx.victims.unevictable,
     )

@@ -64,6 +64,7 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         requeued=owner.requeued if owner else "",
         note=st.climbed_note(leaf.admission, leaf.group.topology_key),
         owner_kind=owner.kind if owner else "Job",
+        held_by=owner.held_by if owner else "",
     )
 
 
@@ -120,6 +121,7 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         requeued=owner.requeued if owner else "",
         members="child group(s)",
         owner_kind=owner.kind if owner else "Job",
+        held_by=owner.held_by if owner else "",
     )
     admission = work.admission if is_root and placed else None
     desired = st.desired_status(

@@ -36,7 +36,11 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
     owner, tree = work.owner, work.unit.tree
     assert owner is not None and tree is not None
     if owner.requeue == "delete-pods":
-        pods = [p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting]
+        # The pods that hold nodes: a gated one holds nothing and is placed afresh with the rest (deleting
+        # it would only cost its Job one more failure).
+        pods = [
+            p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting and p.usage_node
+        ]
         work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
     else:
         work.actions.append(SuspendJob(owner.ref, why, cause))

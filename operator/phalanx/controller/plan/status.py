@@ -60,6 +60,7 @@ class GroupFacts:
     members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
     note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
     owner_kind: str = "Job"  # what the messages call the owner
+    held_by: str = ""  # while suspended: why another system (Kueue) holds the owner
 
 
 def _condition(
@@ -100,6 +101,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
             f"requeued by Phalanx: {facts.requeued}; the {facts.owner_kind} resumes once its pods are gone "
             "and its new pods wait for a whole placement",
         )
+    if facts.suspended and facts.held_by:
+        return Outcome(c.REASON_HELD_BY_KUEUE, facts.held_by)
     if facts.suspended:
         return Outcome(
             c.REASON_SUSPENDED,

@@ -18,6 +18,7 @@ from functools import cached_property
 from phalanx.api.status import Reservation
 from phalanx.controller.kinds.base import Owner, Unit
 from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent, SuspendJob
+from phalanx.controller.model.kueue import KueueIndex
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan.status import PREEMPTED_PREFIX
@@ -69,6 +70,7 @@ class Victims:
     pods: Mapping[str, PodRecord]
     units_by_pod: Mapping[str, VictimUnit]
     unevictable: frozenset[str] = frozenset()
+    kueue: KueueIndex | None = None  # Kueue's Workloads: whose quota each pod uses (plan/kueue.py)
     _by_group: dict[str, VictimUnit] = field(default_factory=dict)
 
     @cached_property

@@ -5,6 +5,7 @@ only `on.event` and admission handlers are used); decisions belong to the schedu
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,12 +34,15 @@ def build_registry(ctx: WatchContext, registry: kopf.OperatorRegistry | None = N
     """A registry with every handler of Phalanx, over `ctx` (a test builds its own)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
     _register_webhooks(Webhooks(ctx), registry)
+    plurals = Counter(row.plural for row in WATCHED)  # Kueue has Workloads too: its watch names its group
     for row in WATCHED:
-        _register_watch(ctx, row, registry)
+        _register_watch(ctx, row, registry, plurals[row.plural] > 1 and row.resource.group != GROUP)
     return registry
 
 
-def _register_watch(ctx: WatchContext, row: Watched, registry: kopf.OperatorRegistry) -> None:
+def _register_watch(
+    ctx: WatchContext, row: Watched, registry: kopf.OperatorRegistry, qualified: bool = False
+) -> None:
     async def on_event(event: kopf.RawEvent, **_: Any) -> None:
         if event["type"] is None:  # from a listing: it misses deletions (relist.py)
             ctx.listed(row.kind)
@@ -51,7 +55,8 @@ def _register_watch(ctx: WatchContext, row: Watched, registry: kopf.OperatorRegi
             ctx.cache.upsert(row.kind, body)
 
     r = row.resource
-    kopf.on.event(r.group, r.version, r.plural, id=f"watch-{r.plural}", registry=registry)(on_event)
+    name = f"{r.plural}.{r.group}" if qualified else r.plural
+    kopf.on.event(r.group, r.version, r.plural, id=f"watch-{name}", registry=registry)(on_event)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,14 @@ from phalanx.api.group import GROUP, VERSION
 from phalanx.controller.cache import store as names
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import Resource
+from phalanx.controller.model.kueue import (
+    KUEUE_CLUSTER_QUEUE,
+    KUEUE_FLAVOR,
+    KUEUE_GROUP,
+    KUEUE_LOCAL_QUEUE,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Watched:
 _STORAGE = Resource("storage.k8s.io", "v1", "")
 _CORE = Resource("", "v1", "")
 _OURS = Resource(GROUP, VERSION, "")
+_KUEUE = Resource(KUEUE_GROUP, KUEUE_VERSION, "")
 
 
 def _r(base: Resource, plural: str) -> Resource:
@@ -59,6 +68,14 @@ WATCHED: tuple[Watched, ...] = (
     # partly released tree (or a sliced Job) for an undecided one and decide it again.
     Watched(names.COMPOSITE, _r(_OURS, "compositepodgroups"), True, 2),
     Watched(names.TOPOLOGY, _r(_OURS, "topologies"), False, 2),
+    # Kueue's Workloads, when Kueue runs (kinds/kueue.py): whether Kueue admitted or evicts an owner, and the
+    # ClusterQueue of every pod it manages (victims). Every namespace: a victim may be anywhere.
+    Watched(KUEUE_WORKLOAD, Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads"), True, 2, optional=True),
+    # Kueue's queue set-up: a Phalanx-managed owner queued where a ResourceFlavor has a topologyName (Kueue's
+    # own Topology-Aware Scheduling would place it too) is warned of before Kueue admits it.
+    Watched(KUEUE_LOCAL_QUEUE, _r(_KUEUE, "localqueues"), True, 2, optional=True),
+    Watched(KUEUE_CLUSTER_QUEUE, _r(_KUEUE, "clusterqueues"), False, 2, optional=True),
+    Watched(KUEUE_FLAVOR, _r(_KUEUE, "resourceflavors"), False, 2, optional=True),
     # Every owner, not only labelled ones: one whose label was removed must be seen to be let go.
     *(
         Watched(kind.name, kind.resource, True, 3, owner=True, optional=kind.resource.group != "batch")

@@ -21,6 +21,7 @@ from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
+from phalanx.controller.kinds.kueue import partial_admission_problems, tas_problems
 from phalanx.controller.model.topology import label_conflicts
 
 
@@ -58,6 +59,9 @@ class Webhooks:
                 return  # another operator's namespace (--namespaces)
             if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
                 return  # opted out in so many words
+            kueue = tas_problems(kind.name, body)  # one placement engine per object (kinds/kueue.py)
+            if kueue:
+                raise kopf.AdmissionError("; ".join(kueue), code=422)
             try:
                 spec = kind.admit_create(body)
             except JobPolicyError as e:
@@ -93,9 +97,12 @@ class Webhooks:
             return  # opted out in so many words: left alone
         try:
             policy = parse_job_policy(body)
-            parse_job_layout(body, policy)  # topology mode and slices
+            layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
+        kueue = tas_problems(JOB_KIND, body) + partial_admission_problems(body, layout.sliced)
+        if kueue:  # Kueue's TAS or partial admission against the gang (kinds/kueue.py)
+            raise kopf.AdmissionError("; ".join(kueue), code=422)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
         if policy.is_gang and pod_spec.get("nodeName"):
             # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.

@@ -45,6 +45,10 @@ class StepError(RuntimeError):
     """Phalanx (or the cluster) did not do what the step expects; the message says what and what was seen."""
 
 
+class NotPlayableError(RuntimeError):
+    """The step cannot run on this cluster (an addon it needs is not up); the message says why, and how."""
+
+
 # ---------------------------------------------------------------------- pure helpers
 
 

@@ -1,0 +1,262 @@
+"""Kueue decides who may run, Phalanx decides where (docs/kueue.md): the rules for an owner Kueue manages.
+
+An owner (a Job, JobSet or LeaderWorkerSet group) is Kueue-managed when it carries Kueue's queue-name label
+or a Kueue Workload owns it. Then, for the state machine:
+
+- it is *held* (`Owner.suspended`, with `Owner.held_by` saying why) until Kueue admits its Workload, and
+  again the moment Kueue evicts or deactivates it: nothing is placed and nothing is reserved or recorded
+  for it meanwhile (the usual path of a suspended owner);
+- it is requeued by deleting its pods (`Owner.requeue = "delete-pods"`), never by suspending it: Kueue
+  unsuspends an admitted Job and suspends one without an admitted Workload, so a suspension of Phalanx's
+  would be undone and fought over;
+- its ClusterQueue (`Owner.kueue_queue`) decides which victims Phalanx's own preemption may take for it.
+
+A Phalanx-managed owner that Kueue's own Topology-Aware Scheduling places (or, queued where a ResourceFlavor
+has a topologyName, would place) is warned of once: one placement engine per owner.
+
+At creation (the webhooks) a Phalanx-managed owner may not carry Kueue's Topology-Aware Scheduling
+annotations (one placement engine per Job), and a Job's partial admission must not go below its gang.
+Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.api import keys as names
+from phalanx.bodies import mapping
+from phalanx.controller.kinds.base import ClusterView, Owner
+from phalanx.controller.kinds.common import announce_once
+from phalanx.controller.model.actions import Action
+from phalanx.controller.model.kueue import (
+    ADMITTED,
+    EVICTED,
+    QUEUE_NAME_LABEL,
+    QUOTA_RESERVED,
+    KueueWorkloadRecord,
+    TopologyFlavors,
+)
+from phalanx.controller.model.refs import ObjectRef
+
+# Kueue's Topology-Aware Scheduling annotations on a pod template (apis/kueue/v1beta2/topology_types.go).
+TAS_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-unconstrained-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-size",
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+    "kueue.x-k8s.io/podset-group-name",
+)
+# Partial admission (pkg/controller/jobs/job): Kueue may lower parallelism down to this at admission.
+JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")  # Kueue's scheduling gates
+TAS_EVENT_REASON = "KueueTopologyConflict"
+
+
+@dataclass(frozen=True)
+class KueueView:
+    """Kueue's view of one owner (or of one LeaderWorkerSet group)."""
+
+    queue: str  # the LocalQueue (its label, else its Workload's spec.queueName)
+    workload: KueueWorkloadRecord | None  # None: Kueue has made none (yet)
+    # The ResourceFlavors with a topologyName of the ClusterQueue its LocalQueue feeds (Kueue's TAS).
+    topology: TopologyFlavors | None = None
+
+    @property
+    def cluster_queue(self) -> str:
+        """The ClusterQueue whose quota it uses now ("" while it has none)."""
+        return self.workload.cluster_queue if self.workload is not None else ""
+
+    @property
+    def admitted(self) -> bool:
+        return self.workload is not None and self.workload.admitted
+
+    @property
+    def holds(self) -> str:
+        """Why Kueue's Workload says the owner may not run now ("" when it may, or has no Workload)."""
+        w = self.workload
+        if w is None or w.admitted or w.finished:
+            return ""
+        if not w.active:
+            return f"Kueue deactivated its Workload {w.name} (spec.active: false)"
+        evicted = w.condition(EVICTED)
+        if evicted is not None and evicted.status == "True":
+            return f"Kueue is evicting it ({_said(w, EVICTED)})"
+        if w.is_true(QUOTA_RESERVED):
+            return (
+                f"Kueue reserved quota in ClusterQueue {w.cluster_queue} and waits for its admission checks "
+                f"({_said(w, ADMITTED)})"
+            )
+        return f"waiting in Kueue's LocalQueue {self.queue or w.queue_name} ({_said(w, QUOTA_RESERVED)})"
+
+    def held_message(self, suspended: bool) -> str:
+        """What a held owner's groups say (`Owner.held_by`); "" when Kueue does not hold it."""
+        why = self.holds
+        if not why and suspended:
+            if self.admitted:
+                why = f"admitted into ClusterQueue {self.cluster_queue}; waiting for Kueue to start it"
+            elif self.workload is None:
+                why = f"queued in Kueue's LocalQueue {self.queue}; Kueue has not made its Workload yet"
+            else:
+                why = f"waiting in Kueue's LocalQueue {self.queue or self.workload.queue_name}"
+        if not why:
+            return ""
+        return (
+            f"held by Kueue: {why}; Phalanx places the gang once Kueue admits it and holds nothing for it "
+            "until then"
+        )
+
+
+def _said(w: KueueWorkloadRecord, kind: str) -> str:
+    cond = w.condition(kind)
+    if cond is None:
+        return f"Workload {w.name}: no {kind} condition yet"
+    text = f"Workload {w.name}: {kind}={cond.status}"
+    if cond.reason:
+        text += f" {cond.reason}"
+    return f"{text}: {cond.message}" if cond.message else text
+
+
+def kueue_view(
+    labels: Mapping[str, str] | None, workloads: Sequence[KueueWorkloadRecord], index: str | None = None
+) -> KueueView | None:
+    """Kueue's view of an owner with these labels and the Kueue Workloads that own it (`index`: only the
+    Workload of that LeaderWorkerSet group); None when Kueue does not manage it."""
+    queue = str((labels or {}).get(QUEUE_NAME_LABEL) or "")
+    mine = [w for w in workloads if index is None or w.component_index in ("", index)]
+    if index is not None and any(w.component_index == index for w in mine):
+        mine = [w for w in mine if w.component_index == index]
+    if not queue and not mine:
+        return None
+    live = [w for w in mine if not w.finished] or mine
+    chosen = next((w for w in live if w.admitted), live[0] if live else None)
+    return KueueView(queue or (chosen.queue_name if chosen is not None else ""), chosen)
+
+
+def kueue_owner(owner: Owner, view: KueueView | None) -> Owner:
+    """The owner as the state machine sees it when Kueue manages it (unchanged otherwise)."""
+    if view is None:
+        return owner
+    suspended = owner.suspended or bool(view.holds)
+    return dataclasses.replace(
+        owner,
+        suspended=suspended,
+        held_by=view.held_message(suspended) if suspended else "",
+        requeue="delete-pods",
+        kueue_queue=view.cluster_queue,
+    )
+
+
+def kueue_notes(
+    view: KueueView | None, announced: Mapping[str, str], ref: ObjectRef, group: str = ""
+) -> list[Action]:
+    """A Warning, once, when Kueue's Topology-Aware Scheduling placed a Phalanx-managed owner too, or,
+    before Kueue admits it, when its LocalQueue feeds a ClusterQueue with ResourceFlavors that have a
+    topologyName (Kueue would). `group`: a LeaderWorkerSet's group index, each group its own Workload (one
+    note a group, so the groups' notes do not take turns at the owner's one)."""
+    w = view.workload if view is not None else None
+    fix = (
+        f"give the ClusterQueue a ResourceFlavor without topologyName for Phalanx-managed {ref.kind}s "
+        f"({names.MANAGED_LABEL}=true): one placement engine per {ref.kind}"
+    )
+    if w is not None and w.topology_assigned:
+        flavors = ", ".join(w.flavors) or "its ResourceFlavor"
+        message = (
+            f"Kueue's Topology-Aware Scheduling also places this {ref.kind}: its Workload {w.name} was "
+            f"admitted into ClusterQueue {w.cluster_queue} with {flavors}, which has a topologyName "
+            "(status.admission.podSetAssignments[].topologyAssignment), so Kueue pins each pod to a node "
+            f"before Phalanx places the gang; {fix}"
+        )
+    elif view is not None and view.topology is not None and not view.admitted:
+        t = view.topology
+        flavors = ", ".join(f"{name} (topologyName {topology})" for name, topology in t.flavors)
+        message = (
+            f"Kueue's Topology-Aware Scheduling would also place this {ref.kind}: its LocalQueue "
+            f"{t.local_queue} feeds ClusterQueue {t.cluster_queue}, whose ResourceFlavor(s) {flavors} have "
+            "a topologyName, so if Kueue admits it with one of them it pins each pod to a node before "
+            f"Phalanx places the gang; {fix}"
+        )
+    else:
+        return []
+    what = f"kueue-tas/{group}" if group else "kueue-tas"
+    return announce_once(announced, ref, what, TAS_EVENT_REASON, message)
+
+
+# ---------------------------------------------------------------------- at creation (the webhooks)
+
+
+def _template_problems(template: Any, path: str) -> list[str]:
+    annotations = mapping(mapping(mapping(template).get("metadata")).get("annotations"))
+    return [
+        f"{path}.metadata.annotations[{key}]: Kueue's Topology-Aware Scheduling and Phalanx would both place "
+        f"these pods; a Phalanx-managed object ({names.MANAGED_LABEL}=true) takes its topology from "
+        f"{names.TOPOLOGY_KEY_ANNOTATION} (and Phalanx's Topology levels), and Kueue keeps quota and "
+        f"queueing: remove {key}, or the label {names.MANAGED_LABEL} to let Kueue place it"
+        for key in TAS_ANNOTATIONS
+        if key in annotations
+    ]
+
+
+def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
+    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, each naming its
+    field."""
+    spec = mapping(body.get("spec"))
+    if kind == "Job":
+        return _template_problems(spec.get("template"), "spec.template")
+    if kind == "JobSet":
+        out = []
+        for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+            job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
+            path = f"spec.replicatedJobs[{i}].template.spec.template"
+            out += _template_problems(job_spec.get("template"), path)
+        return out
+    if kind == "LeaderWorkerSet":
+        lwt = mapping(spec.get("leaderWorkerTemplate"))
+        out = _template_problems(lwt.get("leaderTemplate"), "spec.leaderWorkerTemplate.leaderTemplate")
+        return out + _template_problems(lwt.get("workerTemplate"), "spec.leaderWorkerTemplate.workerTemplate")
+    return []
+
+
+def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[str]:
+    """Kueue's partial admission may lower a Job's parallelism to `kueue.x-k8s.io/job-min-parallelism`:
+    a gang's minCount follows the parallelism Kueue admits, unless `phalanx.dev/min-count` fixes it, which
+    must then not be above the lowest; a sliced Job's slices are fixed at creation, so not at all."""
+    annotations = mapping(mapping(body.get("metadata")).get("annotations"))
+    raw = annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return []
+    field = f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]"
+    if sliced:
+        return [
+            f"{field}: Kueue's partial admission would change the parallelism of a sliced Job, whose slices "
+            f"({names.SLICE_SIZE_ANNOTATION}) Phalanx makes at creation; remove it, or the slices"
+        ]
+    try:
+        lowest, fixed = int(str(raw)), int(str(annotations.get(names.MIN_COUNT_ANNOTATION)))
+    except ValueError:
+        return []  # none fixed (minCount follows parallelism), or a value the policy check refuses
+    if lowest < fixed:
+        return [
+            f"{field}: Kueue may admit as few as {lowest} pods, fewer than the gang's "
+            f"{names.MIN_COUNT_ANNOTATION} {fixed}, and such a gang would never start; set it to at least "
+            f"{fixed}, or leave {names.MIN_COUNT_ANNOTATION} out so that minCount follows the parallelism "
+            "Kueue admits"
+        ]
+    return []
+
+
+def owner_view(
+    record: Any, view: ClusterView, *, index: str | None = None, also: str = ""
+) -> KueueView | None:
+    """Kueue's view of an owner record (its slim body's labels; the Workloads owned by its uid, by its
+    `<namespace>/<name>` or by `also`: a TrainJob's JobSet is queued through its TrainJob)."""
+    labels = mapping(mapping(mapping(record.body).get("metadata")).get("labels"))
+    keys = (record.uid, f"{record.namespace}/{record.name}", also)
+    found = kueue_view(labels, view.kueue_workloads(*keys), index)
+    if found is None or not found.queue:
+        return found
+    return dataclasses.replace(found, topology=view.kueue_topology_flavors(record.namespace, found.queue))

@@ -1,0 +1,667 @@
+"""Kueue decides who may run, Phalanx decides where (issue 21, docs/kueue.md), with the real Kueue v0.17.0
+(no TAS flavor) and Phalanx on one dev cluster (`addons_cluster`).
+
+Every gang here is a Job labelled for both (`phalanx.dev/managed`, `kueue.x-k8s.io/queue-name`) whose pods ask
+for 6 of a node's 8 GPUs (one pod a node), topology key the network block. One ClusterQueue for the module:
+48 GPUs (two gangs of four), preemption of lower priorities inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
+from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
+
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, delete_namespace, domains_of, new_namespace, wait_for
+
+pytestmark = pytest.mark.integration
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+GPUS = 6  # a pod's GPUs: one pod a node, and room for a small filler beside it
+NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
+NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
+GRACE = 2.0  # phalanx run --node-failure-grace, so a broken gang is requeued soon
+KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
+
+
+# ---------------------------------------------------------------------------- the module's set-up
+@pytest.fixture(scope="module")
+def kueue_queue(addons_cluster: ClusterState) -> Iterator[str]:
+    """A ResourceFlavor (the seed nodes' instance type), a ClusterQueue of 48 GPUs for every namespace
+    (preempting lower priorities inside it) and the PriorityClasses low and high; the ClusterQueue's name."""
+    api = addons_cluster.client()
+    suffix = uuid.uuid4().hex[:6]
+    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
+    made = [
+        (
+            f"{KUEUE}/resourceflavors",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "BM.GPU.H100.8"}},
+            },
+        ),
+        (
+            f"{KUEUE}/clusterqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {},
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU_KEY],
+                            "flavors": [
+                                {"name": flavor, "resources": [{"name": GPU_KEY, "nominalQuota": "48"}]}
+                            ],
+                        }
+                    ],
+                },
+            },
+        ),
+        *(
+            (
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": f"{name}-{suffix}"},
+                    "value": value,
+                },
+            )
+            for name, value in (("low", 10), ("high", 1000))
+        ),
+    ]
+    for path, obj in made:
+        api.request("POST", path, obj)
+    wait_for(
+        "the ClusterQueue Active",
+        lambda: any(
+            c["type"] == "Active" and c["status"] == "True"
+            for c in api.get(f"{KUEUE}/clusterqueues/{cq}").get("status", {}).get("conditions", [])
+        ),
+        timeout=60,
+    )
+    try:
+        yield cq
+    finally:
+        for path, obj in reversed(made):
+            try:
+                api.request("DELETE", f"{path}/{obj['metadata']['name']}")
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture(scope="module")
+def phalanx_k(
+    addons_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    operator = OperatorProcess(
+        addons_cluster,
+        Path(tmp_path_factory.mktemp("operator-kueue")),
+        ["--node-failure-grace", str(GRACE)],
+        name="phalanx-kueue",
+    )
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+
+
+@pytest.fixture
+def kns(
+    addons_cluster: ClusterState, kueue_queue: str, phalanx_k: OperatorProcess, request: pytest.FixtureRequest
+) -> Iterator[Namespace]:
+    """A fresh namespace with a LocalQueue `lq` of the module's ClusterQueue; at the end its Jobs and their
+    Kueue Workloads are gone before the next test (their quota released)."""
+    ns = new_namespace(addons_cluster, request.node.name)
+    ns.api.request(
+        "POST",
+        f"{KUEUE}/namespaces/{ns.name}/localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq"},
+            "spec": {"clusterQueue": kueue_queue},
+        },
+    )
+    try:
+        yield ns
+    finally:
+        ns.api.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{ns.name}/jobs",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+        )
+        wait_for("the namespace's Kueue Workloads gone", lambda: not kueue_workloads(ns), timeout=120)
+        delete_namespace(ns, timeout=180)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _pod_spec(restart: str | None = "Never") -> dict[str, Any]:
+    """A pod of 6 GPUs (`restart`: None for a LeaderWorkerSet, whose StatefulSets take Always only)."""
+    spec: dict[str, Any] = {"restartPolicy": restart} if restart else {}
+    return spec | {
+        "containers": [
+            {
+                "name": "worker",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {GPU_KEY: str(GPUS)}},
+            }
+        ],
+    }
+
+
+def queued_job(
+    name: str, count: int, *, priority: str | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A gang of `count` pods, one network block, queued in Kueue's `lq`. Its podFailurePolicy ignores pods
+    that were disruption targets (a taint's eviction, Phalanx's requeue), so none counts as a failure."""
+    pod_spec = _pod_spec()
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"phalanx.dev/managed": "true", "kueue.x-k8s.io/queue-name": "lq"},
+            "annotations": {"phalanx.dev/topology-key": NB_KEY, **(annotations or {})},
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            "backoffLimit": 0,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {"spec": pod_spec},
+        },
+    }
+
+
+def kueue_workloads(ns: Namespace) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = ns.get(f"{KUEUE}/namespaces/{{ns}}/workloads")["items"]
+    return items
+
+
+def workload_of(ns: Namespace, job: str) -> dict[str, Any] | None:
+    return next(
+        (
+            w
+            for w in kueue_workloads(ns)
+            if any(o["name"] == job for o in w["metadata"].get("ownerReferences", []))
+        ),
+        None,
+    )
+
+
+def kueue_condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next(
+        (c for c in (workload or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {}
+    )
+
+
+def job_of(ns: Namespace, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = ns.get(f"/apis/batch/v1/namespaces/{{ns}}/jobs/{name}")
+    return body
+
+
+def group_of(ns: Namespace, job: str) -> dict[str, Any]:
+    groups = ns.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups")["items"]
+    return next((g for g in groups if g["metadata"].get("labels", {}).get("phalanx.dev/job-name") == job), {})
+
+
+def admitted_condition(ns: Namespace, job: str) -> dict[str, Any]:
+    conditions = group_of(ns, job).get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "Admitted"), {})
+
+
+def whole_in_one_block(ns: Namespace, job: str, count: int) -> str | None:
+    """The network block the Job's `count` pods are all bound in, or None."""
+    pods = ns.job_pods(job)
+    if len(pods) != count or len(bound(pods)) != count:
+        return None
+    blocks = domains_of(ns.api, pods, NB_KEY)
+    return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def explain(ns: Namespace, job: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli", "explain", f"job/{job}", "-n", ns.name, "-o", "json"],
+        env={**os.environ, "KUBECONFIG": str(ns.cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+class SuspendWatch:
+    """Polls a Job's spec.suspend in a thread and records every value it saw (a suspend fight shows as a
+    True among them)."""
+
+    def __init__(self, ns: Namespace, job: str) -> None:
+        self.ns, self.job = ns, job
+        self.seen: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        api = self.ns.cluster.client()
+        while not self._stop.is_set():
+            job = api.get(f"/apis/batch/v1/namespaces/{self.ns.name}/jobs/{self.job}")
+            self.seen.append((time.monotonic(), bool(job["spec"].get("suspend"))))
+            self._stop.wait(0.25)
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.seen
+
+
+# ---------------------------------------------------------------------------- the tests
+def test_quota_admits_two_gangs_the_third_waits_in_kueue_and_each_runs_whole_in_one_block_by_best_fit(
+    kns: Namespace,
+) -> None:
+    """A 2-GPU pod Kueue does not manage runs on was-worker5: best fit sends the first gang to nb-b (the
+    fuller block, not the first by name), the second to nb-a; the ClusterQueue's 48 GPUs hold two gangs, so
+    the third waits in Kueue's queue — suspended, no pod, nothing held by Phalanx — and explain says Kueue
+    holds it."""
+    filler = filler_pod("was-worker5", gpus=2)
+    kns.create(filler)
+    wait_for("the filler bound", lambda: bound(kns.pods("app=filler")), timeout=60)
+    kns.create(queued_job("gang-a", 4))
+    assert (
+        wait_for("gang-a whole in one block", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+        == "nb-b"
+    )
+    kns.create(queued_job("gang-b", 4))
+    assert (
+        wait_for("gang-b whole in one block", lambda: whole_in_one_block(kns, "gang-b", 4), timeout=120)
+        == "nb-a"
+    )
+    kns.create(queued_job("gang-c", 4))
+
+    def held() -> dict[str, Any] | None:
+        cond = admitted_condition(kns, "gang-c")
+        return cond if cond.get("reason") == "HeldByKueue" else None
+
+    cond = wait_for("gang-c held by Kueue", held, timeout=60)
+    assert "waiting in Kueue's LocalQueue lq" in cond["message"], cond
+    workload = workload_of(kns, "gang-c")
+    assert kueue_condition(workload, "QuotaReserved").get("status") == "False", workload
+    assert job_of(kns, "gang-c")["spec"]["suspend"] is True
+    assert kns.job_pods("gang-c") == []
+    status = group_of(kns, "gang-c")["status"]
+    assert not status.get("admission") and not status.get("reservation")
+    # Kueue wrote its flavor's nodeLabels into the admitted Jobs' pod templates; the pods honour them.
+    for job in ("gang-a", "gang-b"):
+        selector = job_of(kns, job)["spec"]["template"]["spec"].get("nodeSelector") or {}
+        assert selector.get("node.kubernetes.io/instance-type") == "BM.GPU.H100.8", selector
+    view = explain(kns, "gang-c")
+    assert view["kueue"]["holder"] == "Kueue" and view["kueue"]["workload"] == workload["metadata"]["name"]
+    assert {c["type"]: c["status"] for c in view["kueue"]["conditions"]}["QuotaReserved"] == "False"
+    assert explain(kns, "gang-a")["kueue"]["holder"] == "Phalanx"
+
+
+def test_a_node_failure_requeues_a_kueue_gang_by_deleting_its_pods_with_no_suspend_fight(
+    kns: Namespace,
+) -> None:
+    """gang-a runs in nb-a; a node of it fails (NoExecute taint) and nb-a has no other node, so after the
+    grace period Phalanx deletes its pods (it never suspends the Job, which Kueue would undo), the Job makes
+    them again, gated, and the gang runs whole in nb-b. The Job stays unsuspended and its Workload admitted
+    for a minute after the requeue, and no pod counts as a failure (the podFailurePolicy ignores disruption
+    targets: Phalanx marks the pods it deletes as such)."""
+    kns.create(queued_job("gang-a", 4))
+    first = wait_for("gang-a whole in one block", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+    old = {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
+    victim = sorted(p["spec"]["nodeName"] for p in kns.job_pods("gang-a"))[0]
+    watch = SuspendWatch(kns, "gang-a")
+    fail_node(kns.api, victim, how="taint")
+    try:
+        requeued = wait_for(
+            "the Requeued event on gang-a",
+            lambda: [e for e in kns.events("involvedObject.name=gang-a") if e["reason"] == "Requeued"],
+            timeout=120,
+        )
+        assert "below its minCount" in requeued[0]["message"]
+        started = time.monotonic()
+        wait_for(
+            "the old pods gone", lambda: not old & {p["metadata"]["name"] for p in kns.pods()}, timeout=120
+        )
+        again = wait_for("gang-a whole again", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=180)
+        assert (first, again) == ("nb-a", "nb-b")
+        # No flapping: a minute after the requeue, Kueue never evicted it (nor, below, suspended it).
+        while time.monotonic() - started < 60:
+            assert kueue_condition(workload_of(kns, "gang-a"), "Evicted").get("status") != "True"
+            time.sleep(1)
+    finally:
+        seen = watch.stop()
+        heal_node(kns.api, victim)
+    assert seen and not [t for t, suspended in seen if suspended], "Phalanx or Kueue suspended gang-a"
+    assert seen[-1][0] - seen[0][0] >= 60
+    job = job_of(kns, "gang-a")
+    assert not job["spec"].get("suspend") and not job.get("status", {}).get("failed"), job.get("status")
+    assert kueue_condition(workload_of(kns, "gang-a"), "Admitted").get("status") == "True"
+
+
+def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_the_freed_block(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    suffix = kueue_queue.removeprefix("cq-")
+    kns.create(queued_job("low-a", 4, priority=f"low-{suffix}"))
+    wait_for("low-a whole in one block", lambda: whole_in_one_block(kns, "low-a", 4), timeout=120)
+    kns.create(queued_job("low-b", 4, priority=f"low-{suffix}"))
+    wait_for("low-b whole in one block", lambda: whole_in_one_block(kns, "low-b", 4), timeout=120)
+    blocks = {job: whole_in_one_block(kns, job, 4) for job in ("low-a", "low-b")}
+    pods_before = {job: {p["metadata"]["name"] for p in kns.job_pods(job)} for job in blocks}
+    kns.create(queued_job("high", 4, priority=f"high-{suffix}"))
+
+    def evicted() -> str | None:
+        for job in blocks:
+            if kueue_condition(workload_of(kns, job), "Preempted").get("status") == "True":
+                return job
+        return None
+
+    loser = wait_for("Kueue to preempt one low gang", evicted, timeout=120)
+    block = wait_for("high whole in one block", lambda: whole_in_one_block(kns, "high", 4), timeout=180)
+    assert block == blocks[loser], (block, blocks)
+    survivor = next(job for job in blocks if job != loser)
+    assert {p["metadata"]["name"] for p in kns.job_pods(survivor)} == pods_before[survivor]
+    assert whole_in_one_block(kns, survivor, 4) == blocks[survivor]
+    assert job_of(kns, loser)["spec"]["suspend"] is True  # Kueue's suspension, not Phalanx's
+    assert not [e for e in kns.events() if e["reason"] == "Preempting"]  # Phalanx preempted nothing
+    cond = admitted_condition(kns, loser)
+    assert cond.get("reason") == "HeldByKueue", cond
+
+
+class GateWatch:
+    """Polls the pods of a selector in a thread: a pod seen released by Phalanx (its gate gone, pinned to a
+    node) while still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
+
+    def __init__(self, ns: Namespace, selector: str) -> None:
+        self.ns, self.selector = ns, selector
+        self.early: list[str] = []
+        self.kueue_gated: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        api = self.ns.cluster.client()
+        while not self._stop.is_set():
+            pods = api.get(f"/api/v1/namespaces/{self.ns.name}/pods?labelSelector={self.selector}")["items"]
+            for pod in pods:
+                gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+                name = pod["metadata"]["name"]
+                if gates & set(KUEUE_GATES):
+                    self.kueue_gated.add(name)
+                    if "phalanx.dev/admission" not in gates:
+                        self.early.append(name)
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _both(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "labels": {"phalanx.dev/managed": "true", "kueue.x-k8s.io/queue-name": "lq"},
+        "annotations": {"phalanx.dev/topology-key": NB_KEY},
+    }
+
+
+def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kns: Namespace) -> None:
+    """Kueue suspends the JobSet at creation, gates the LeaderWorkerSet's pods (kueue.x-k8s.io/admission);
+    each runs whole in one network block once Kueue admits it, and Phalanx releases no pod while Kueue's
+    gate is still on it."""
+    watch = GateWatch(kns, "leaderworkerset.sigs.k8s.io/name=serve")
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _both("train"),
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "backoffLimit": 0,
+                            "template": {"spec": _pod_spec()},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    created = kns.create(jobset, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets")
+    assert created["spec"]["suspend"] is True  # Kueue's webhook
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _both("serve"),
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": _pod_spec(None)}},
+        },
+    }
+    kns.create(lws, f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets")
+    try:
+
+        def whole(selector: str) -> str | None:
+            pods = [p for p in kns.pods(selector) if not p["metadata"].get("deletionTimestamp")]
+            if len(pods) != 2 or len(bound(pods)) != 2:
+                return None
+            blocks = domains_of(kns.api, pods, NB_KEY)
+            return next(iter(blocks)) if len(blocks) == 1 else None
+
+        wait_for(
+            "the JobSet's 2 pods bound in one block",
+            lambda: whole("jobset.sigs.k8s.io/jobset-name=train"),
+            180,
+        )
+        wait_for(
+            "the LWS group's 2 pods bound in one block",
+            lambda: whole("leaderworkerset.sigs.k8s.io/name=serve"),
+            180,
+        )
+    finally:
+        watch.stop()
+        for path in (
+            f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets/train",
+            f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets/serve",
+        ):
+            kns.api.request("DELETE", path)
+    assert watch.kueue_gated, "the LWS's pods were never seen behind Kueue's gate"
+    assert not watch.early, f"released while Kueue's gate was on: {watch.early}"
+
+
+def test_kueues_partial_admission_lowers_the_gang_to_what_it_admitted_and_phalanx_places_that_whole(
+    kns: Namespace,
+) -> None:
+    """gang-a takes 24 of the 48 GPUs; a Job of six pods that allows partial admission down to two
+    (`kueue.x-k8s.io/job-min-parallelism`) is admitted by Kueue with the four that fit its quota: Phalanx's
+    gang follows the parallelism Kueue admitted (minCount 4, not 6) and runs whole in the other block."""
+    kns.create(queued_job("gang-a", 4))
+    first = wait_for("gang-a whole in one block", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+    kns.create(queued_job("part", 6, annotations={"kueue.x-k8s.io/job-min-parallelism": "2"}))
+    block = wait_for(
+        "part's admitted four whole in one block", lambda: whole_in_one_block(kns, "part", 4), 180
+    )
+    assert {first, block} == {"nb-a", "nb-b"}
+    workload = workload_of(kns, "part")
+    assert kueue_condition(workload, "Admitted").get("status") == "True"
+    (assignment,) = (workload or {})["status"]["admission"]["podSetAssignments"]
+    assert assignment["count"] == 4, assignment
+    assert job_of(kns, "part")["spec"]["parallelism"] == 4
+    gang = group_of(kns, "part")["spec"]["schedulingPolicy"]["gang"]
+    assert gang["minCount"] == 4, gang
+    assert admitted_condition(kns, "part").get("status") == "True"
+
+
+def test_a_job_with_kueue_tas_annotations_is_refused_naming_both_systems_and_the_field(
+    kns: Namespace,
+) -> None:
+    job = queued_job("tas", 2)
+    job["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": NB_KEY}}
+    with pytest.raises(ApiError) as error:
+        kns.create(job)
+    assert error.value.status == 422
+    text = str(error.value)
+    assert "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]" in text
+    assert "Kueue's Topology-Aware Scheduling and Phalanx" in text
+
+
+def test_a_job_queued_behind_a_flavor_with_a_topology_name_is_warned_of_before_kueue_admits_it(
+    kns: Namespace,
+) -> None:
+    """A second LocalQueue feeds a ClusterQueue (no quota: it never admits) whose ResourceFlavor has a
+    topologyName, Kueue's Topology-Aware Scheduling: a Phalanx-managed Job queued there gets one Warning
+    (KueueTopologyConflict) naming the LocalQueue, the ClusterQueue and the flavor while Kueue still holds
+    it."""
+    suffix = uuid.uuid4().hex[:6]
+    flavor, cq, topology = f"tas-{suffix}", f"cq-tas-{suffix}", f"topo-{suffix}"
+    made = [
+        (
+            f"{KUEUE}/resourceflavors",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {
+                    "nodeLabels": {"node.kubernetes.io/instance-type": "BM.GPU.H100.8"},
+                    "topologyName": topology,
+                },
+            },
+        ),
+        (
+            f"{KUEUE}/clusterqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [GPU_KEY],
+                            "flavors": [
+                                {"name": flavor, "resources": [{"name": GPU_KEY, "nominalQuota": "0"}]}
+                            ],
+                        }
+                    ],
+                },
+            },
+        ),
+        (
+            f"{KUEUE}/namespaces/{kns.name}/localqueues",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "lq-tas"},
+                "spec": {"clusterQueue": cq},
+            },
+        ),
+    ]
+    for path, obj in made:
+        kns.api.request("POST", path, obj)
+    try:
+        job = queued_job("tas-q", 2)
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq-tas"
+        kns.create(job)
+        warnings = wait_for(
+            "the KueueTopologyConflict warning on tas-q",
+            lambda: [
+                e for e in kns.events("involvedObject.name=tas-q") if e["reason"] == "KueueTopologyConflict"
+            ],
+            timeout=120,
+        )
+        (warning,) = warnings
+        message = warning["message"]
+        assert warning["type"] == "Warning" and warning["involvedObject"]["kind"] == "Job"
+        assert "Topology-Aware Scheduling would also place this Job" in message
+        assert f"LocalQueue {kns.name}/lq-tas feeds ClusterQueue {cq}" in message
+        assert f"{flavor} (topologyName {topology})" in message
+        assert job_of(kns, "tas-q")["spec"].get("suspend") is True  # Kueue holds it, and Phalanx with it
+        held = wait_for("tas-q held by Kueue", lambda: admitted_condition(kns, "tas-q") or None, timeout=60)
+        assert held["reason"] == "HeldByKueue", held
+        assert not [p for p in kns.job_pods("tas-q") if p["spec"].get("nodeName")]
+    finally:
+        kns.api.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{kns.name}/jobs/tas-q",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+        )
+        wait_for("tas-q's Kueue Workload gone", lambda: workload_of(kns, "tas-q") is None, timeout=120)
+        for path, obj in reversed(made):
+            try:
+                kns.api.request("DELETE", f"{path}/{obj['metadata']['name']}")
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+
+
+def test_a_gang_kueue_admitted_that_no_block_can_hold_is_reported_as_never_fitting(kns: Namespace) -> None:
+    kns.create(queued_job("big", 5))  # 30 GPUs fit the quota; no network block has 5 nodes
+
+    def never() -> dict[str, Any] | None:
+        cond = admitted_condition(kns, "big")
+        return cond if cond.get("message", "").startswith("never fits: ") else None
+
+    cond = wait_for("big said never to fit", never, timeout=120)
+    assert "Kueue admitted it into ClusterQueue" in cond["message"] and cond["reason"] == "Unschedulable"
+    assert kueue_condition(workload_of(kns, "big"), "Admitted").get("status") == "True"
+    warnings = [e for e in kns.events("involvedObject.name=big") if e["message"].startswith("never fits: ")]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
+    view = explain(kns, "big")
+    assert view["kueue"]["holder"] == "Phalanx" and view["placement"]["neverFits"] is True
+
+
+def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
+    addons_cluster: ClusterState, kueue_queue: str, phalanx_k: OperatorProcess
+) -> None:
+    """`phalanx demo --steps kueue`: Kueue admits one gang of two queued, Phalanx places it, the other waits
+    held by Kueue and runs once the first is deleted (the step's own checks; here its verdict)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli", "demo", "--dir", str(addons_cluster.dir), "--steps", "kueue"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert (
+        "OK kueue (" in result.stdout and "queue-b Admitted=False HeldByKueue: held by Kueue" in result.stdout
+    )
+    assert "walk-through: 1 OK, 0 skipped, 0 failed" in result.stdout
