@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, retrying
+from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, raise_for_status, retrying
 from phalanx.controller.model.refs import ObjectRef
 
 log = logging.getLogger("phalanx.events")
@@ -213,14 +213,7 @@ class EventRecorder:
                 if e.status != 409:
                     raise
             # Posted before this process knew it (a restart, another replica): read and bump.
-            current = await retrying(
-                lambda: self.core.read_namespaced_event(
-                    key.event_name, key.event_namespace, _preload_content=False
-                ),
-                verb="get",
-                attempts=ATTEMPTS,
-            )
-            existing: Mapping[str, Any] = await current.json()
+            existing = await retrying(lambda: self._read(key), verb="get", attempts=ATTEMPTS)
             action = bump(key.event_name, int(existing.get("count") or 1), message, now)
         try:
             await self._patch(key, action)
@@ -237,6 +230,15 @@ class EventRecorder:
                 attempts=ATTEMPTS,
             )
             self.seen.put(key, Seen(key.event_name, 1))
+
+    async def _read(self, key: EventKey) -> Mapping[str, Any]:
+        """The Event as the server has it (raw: no model parsing), its body read within the deadline."""
+        response = await self.core.read_namespaced_event(
+            key.event_name, key.event_namespace, _preload_content=False
+        )
+        await raise_for_status(response)
+        existing: Mapping[str, Any] = await response.json()
+        return existing
 
     async def _patch(self, key: EventKey, action: Bump) -> None:
         await retrying(
