@@ -144,6 +144,7 @@ class Runtime:
     def configure(self, settings: Settings) -> None:
         self.settings = settings
         self.health.stale_after = settings.stale_after_seconds
+        self.health.lease = settings.lease_name
 
     def registry(self) -> kopf.OperatorRegistry:
         """Every handler of this operator on a registry of its own: the watches and webhooks over this
