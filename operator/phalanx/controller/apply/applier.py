@@ -311,7 +311,7 @@ class Applier:
             creating = isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup)
             reason = "FailedCreate" if creating else "FailedSync"
             await self._post(
-                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
+                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.2g} s"
             )
         return GroupResult(group.key, False, name, text, delay)
 
