@@ -23,11 +23,11 @@ WATCHED = (
 )
 
 
-def labelled(text: str, name: str, **labels: str) -> float:
-    """One sample's value (0 when absent)."""
+def labelled(text: str, metric: str, /, **labels: str) -> float:
+    """One sample's value (0 when absent); positional `metric`, so a label may be called `name`."""
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     return 0.0
 
