@@ -28,7 +28,8 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from aiohttp import web
 
 from phalanx import certs
 from phalanx.devcluster.cluster import ClusterState, free_port
+from phalanx.devcluster.operator_process import OperatorProcess
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 HOP_HEADERS = {
@@ -364,3 +366,22 @@ class FaultProxy:
                 return response
             await response.write_eof()
             return response
+
+
+@contextmanager
+def operator_behind(
+    proxy: FaultProxy, session: OperatorProcess, folder: Path, name: str, args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
+    """An operator whose kubeconfig points at the proxy, in place of the session's (stopped meanwhile and
+    started again afterwards)."""
+    session.stop()
+    operator = OperatorProcess(
+        proxy.cluster, folder, name=name, args=["--kubeconfig", str(proxy.kubeconfig), *args]
+    )
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        session.start()

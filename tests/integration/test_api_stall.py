@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
-from .faultproxy import FaultProxy, Rates
+from .faultproxy import FaultProxy, Rates, operator_behind
 from .kube import Namespace, bound, gpu_job, wait_for
 
 pytestmark = pytest.mark.integration
@@ -44,20 +44,9 @@ def proxy(stock_cluster: ClusterState, tmp_path: Path) -> Iterator[FaultProxy]:
 def behind_proxy(
     stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, proxy: FaultProxy, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
-    phalanx.stop()
-    operator = OperatorProcess(
-        stock_cluster,
-        tmp_path,
-        name="behind-stalling-proxy",
-        args=["--kubeconfig", str(proxy.kubeconfig), "--api-timeout-seconds", str(DEADLINE)],
-    )
-    try:
-        operator.start()
+    args = ("--api-timeout-seconds", str(DEADLINE))
+    with operator_behind(proxy, phalanx, tmp_path, "behind-stalling-proxy", args) as operator:
         yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx.start()
 
 
 def gated(pod: dict[str, Any]) -> bool:
