@@ -3,8 +3,8 @@
 - A connection that never answers: the proxy holds every release of one gang's pods without a word. Each
   attempt ends at `--api-timeout-seconds`, the request is tried once more, then that unit backs off with a
   Warning saying why, and the scheduling pass goes on: gangs created *after* the stall began are admitted
-  (with no deadline, the pass would wait on the silent request and nothing else would be admitted until
-  liveness restarted the pod). None of the stalled gang's pods is released meanwhile, and once the
+  (run with DEADLINE = 3600, in effect none, this test fails: `first` is not bound after 180 s, the pass
+  waits on the silent request). None of the stalled gang's pods is released meanwhile, and once the
   apiserver answers again it is admitted whole.
 - A 429 with `Retry-After: 3` is retried no sooner than 3 s later (not after the 0.1 s backoff).
 """
