@@ -11,7 +11,9 @@ seeded share of requests instead:
 - cuts a watch stream after a random while (the connection just closes);
 - answers a watch that resumes from a resourceVersion with 410 Gone after a delay (an expired version, as
   the apiserver's watch cache does: an ERROR event in a 200 stream), so the client must list again and
-  whatever was deleted meanwhile is never seen as a deletion.
+  whatever was deleted meanwhile is never seen as a deletion;
+- on request (`stall`), never answers the requests of a method and path prefix: the connection stays
+  open and silent, as a stuck apiserver or a dead load balancer leaves it, until `unstall`.
 
 It runs its own event loop in a thread; `counts()` says what it did. The apiserver calls the operator's
 webhook directly, not through here.
@@ -24,8 +26,10 @@ import json
 import random
 import ssl
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from aiohttp import web
 
 from phalanx import certs
 from phalanx.devcluster.cluster import ClusterState, free_port
+from phalanx.devcluster.operator_process import OperatorProcess
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 HOP_HEADERS = {
@@ -96,13 +101,43 @@ class FaultProxy:
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
-        self._scripted: list[list[Any]] = []  # [method, path prefix, status, times left]
+        self._scripted: list[list[Any]] = []  # [method, path prefix, status, times left, Retry-After]
+        self._stalls: list[tuple[str, str]] = []  # (method, path prefix) never answered
+        self._unstalled: asyncio.Event | None = None
+        self._log: list[tuple[float, str, str, int]] = []  # (monotonic time, method, path, status)
         self._streams: dict[asyncio.Task[Any], tuple[str, web.Request]] = {}  # live watch streams
         self._blackout: tuple[str, asyncio.Event] | None = None
 
-    def script(self, method: str, prefix: str, status: int, times: int) -> None:
-        """Answer the next `times` requests `method` on a path starting with `prefix` with `status`."""
-        self._scripted.append([method, prefix, status, times])
+    def script(
+        self, method: str, prefix: str, status: int, times: int, retry_after: str | None = None
+    ) -> None:
+        """Answer the next `times` requests `method` on a path starting with `prefix` with `status` (and a
+        Retry-After header when given)."""
+        self._scripted.append([method, prefix, status, times, retry_after])
+
+    def stall(self, method: str, prefix: str) -> None:
+        """From now on never answer requests `method` on a path starting with `prefix` (until `unstall`)."""
+        if self._loop is not None and self._unstalled is not None and self._unstalled.is_set():
+            unstalled = self._unstalled
+            self._loop.call_soon_threadsafe(unstalled.clear)  # before the rule, so nothing slips through
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self._loop).result(10)
+        self._stalls.append((method, prefix))
+
+    def unstall(self) -> None:
+        """Answer again: the held requests get a 503 (their callers gave up long ago)."""
+        self._stalls.clear()
+        if self._loop is not None and self._unstalled is not None:
+            self._loop.call_soon_threadsafe(self._unstalled.set)
+
+    def requests(self, method: str, prefix: str) -> list[tuple[float, int]]:
+        """When (time.monotonic) each request `method` on a path starting with `prefix` came, and what the
+        proxy answered of its own (0: forwarded, or still held)."""
+        with self._lock:
+            return [(t, code) for t, m, path, code in self._log if m == method and path.startswith(prefix)]
+
+    def _note(self, request: web.Request, code: int) -> None:
+        with self._lock:
+            self._log.append((time.monotonic(), request.method, request.path, code))
 
     # ------------------------------------------------------------------ files
     @property
@@ -174,6 +209,7 @@ class FaultProxy:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._unstalled = asyncio.Event()
         server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server_ssl.load_cert_chain(self.folder / "fault-proxy.crt", self.folder / "fault-proxy.key")
         upstream_ssl = ssl.create_default_context(cafile=str(self.cluster.ca_file))
@@ -204,21 +240,34 @@ class FaultProxy:
         ask for gzip, and a large LIST relayed compressed but unlabelled broke Kopf's watcher)."""
         return {**self._headers(request.headers), "Accept-Encoding": "identity"}
 
-    def _fail(self, code: int, reason: str, message: str, what: str) -> web.Response:
+    def _fail(
+        self, code: int, reason: str, message: str, what: str, retry_after: str | None = None
+    ) -> web.Response:
         self._count(what)
-        headers = {"Retry-After": "1"} if code == 429 else {}
+        headers = {"Retry-After": retry_after or "1"} if code == 429 or retry_after else {}
         return web.json_response(_status(code, reason, message), status=code, headers=headers)
+
+    async def _held(self, request: web.Request) -> web.Response:
+        """Say nothing until `unstall` (or the proxy stops)."""
+        self._count(f"stalled {request.method}")
+        self._note(request, 0)
+        assert self._unstalled is not None
+        await self._unstalled.wait()
+        return self._fail(503, "ServiceUnavailable", "was stalled", "503 after a stall")
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         watch = request.query.get("watch") in ("true", "1")
         roll = self.rng.random()
         r = self.rates
         self._count("requests")
+        if any(request.method == m and request.path.startswith(p) for m, p in self._stalls):
+            return await self._held(request)
         for rule in self._scripted:
-            method, prefix, status, left = rule
+            method, prefix, status, left, retry_after = rule
             if left and request.method == method and request.path.startswith(prefix):
                 rule[3] -= 1
-                return self._fail(status, "ServiceUnavailable", "scripted", f"scripted {status}")
+                self._note(request, status)
+                return self._fail(status, "ServiceUnavailable", "scripted", f"scripted {status}", retry_after)
         if self.enabled:
             if roll < r.too_many:
                 return self._fail(429, "TooManyRequests", "too many requests", "429 Too Many Requests")
@@ -254,6 +303,7 @@ class FaultProxy:
         return isinstance(meta, dict) and bool(meta.get("resourceVersion"))
 
     async def _forward(self, request: web.Request) -> web.Response:
+        self._note(request, 0)
         body = await request.read()
         async with self._session.request(
             request.method,
@@ -316,3 +366,22 @@ class FaultProxy:
                 return response
             await response.write_eof()
             return response
+
+
+@contextmanager
+def operator_behind(
+    proxy: FaultProxy, session: OperatorProcess, folder: Path, name: str, args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
+    """An operator whose kubeconfig points at the proxy, in place of the session's (stopped meanwhile and
+    started again afterwards)."""
+    session.stop()
+    operator = OperatorProcess(
+        proxy.cluster, folder, name=name, args=["--kubeconfig", str(proxy.kubeconfig), *args]
+    )
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        session.start()

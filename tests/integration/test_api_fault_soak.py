@@ -15,7 +15,7 @@ import pytest
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
-from .faultproxy import FaultProxy, Rates
+from .faultproxy import FaultProxy, Rates, operator_behind
 from .kube import NB_KEY, Namespace, bound, domains_of, wait_for
 from .soak import GangSpec, Soak
 
@@ -39,17 +39,8 @@ def behind_proxy(
     stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, proxy: FaultProxy, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """The operator with a kubeconfig pointing at the proxy, instead of the session's."""
-    phalanx.stop()
-    operator = OperatorProcess(
-        stock_cluster, tmp_path, name="behind-fault-proxy", args=["--kubeconfig", str(proxy.kubeconfig)]
-    )
-    try:
-        operator.start()
+    with operator_behind(proxy, phalanx, tmp_path, "behind-fault-proxy") as operator:
         yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx.start()
 
 
 def test_gangs_end_admitted_whole_through_429_5xx_409_cut_watches_and_410(

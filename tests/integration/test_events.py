@@ -1,4 +1,6 @@
-"""Events aggregate like Kubernetes' own: the same event posted again raises `count` on one Event."""
+"""Events aggregate like Kubernetes' own: the same event posted again raises `count` on one Event, and an
+event whose message carries a changing number ("retrying in 4 s") updates that one Event, keyed by object,
+type and reason."""
 
 from __future__ import annotations
 
@@ -54,10 +56,7 @@ async def test_the_same_event_three_times_is_one_event_with_count_3(
         assert len(events) == 1
         event = events[0]
         assert event["count"] == 3
-        assert (
-            event["metadata"]["name"]
-            == EventKey.of(ref, "Warning", "Unschedulable", "0/8 nodes are available").event_name
-        )
+        assert event["metadata"]["name"] == EventKey.of(ref, "Warning", "Unschedulable").event_name
         assert (event["type"], event["reason"], event["message"]) == (
             "Warning",
             "Unschedulable",
@@ -71,17 +70,52 @@ async def test_the_same_event_three_times_is_one_event_with_count_3(
         await EventRecorder(api, instance="test-replica").post(
             ref, "Warning", "Unschedulable", "0/8 nodes are available"
         )
-        # Another message is another Event.
+        # Another reason is another Event.
         await recorder.post(ref, "Normal", "Admitted", "admitted to nb-a")
         by_reason = {e["reason"]: e["count"] for e in events_of(ns, ref)}
         assert by_reason == {"Unschedulable": 4, "Admitted": 1}
 
         # Deleted meanwhile (or expired): the next repeat starts a new Event instead of failing.
-        name = EventKey.of(ref, "Normal", "Admitted", "admitted to nb-a").event_name
+        name = EventKey.of(ref, "Normal", "Admitted").event_name
         ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}/events/{name}")
         await recorder.post(ref, "Normal", "Admitted", "admitted to nb-a")
         by_reason = {e["reason"]: e["count"] for e in events_of(ns, ref)}
         assert by_reason == {"Unschedulable": 4, "Admitted": 1}
+    finally:
+        delete_namespace(ns)
+
+
+async def test_a_message_with_changing_numbers_updates_one_event(
+    stock_cluster: ClusterState, api: client.ApiClient
+) -> None:
+    """Posted "retrying in 1 s", "retrying in 2 s", ...: one Event, its count the number of posts, its
+    message and lastTimestamp the latest; a restarted recorder (empty LRU) and another replica keep
+    updating it."""
+    ns = new_namespace(stock_cluster, "events-numbers")
+    try:
+        ref = config_map(ns, "subject")
+        recorder = EventRecorder(api, instance="replica-a")
+        messages = [
+            f"releasing pod p-{i} failed: 503; {i} of 4 pods fit; retrying in {2**i} s" for i in range(4)
+        ]
+        for message in messages:
+            await recorder.post(ref, "Warning", "FailedSync", message)
+        await recorder.post(ref, "Normal", "Admitted", "4 of 4 pods admitted in nb-a")
+        first = {e["reason"]: e for e in events_of(ns, ref)}
+        print({r: (e["count"], e["message"]) for r, e in first.items()})
+        assert sorted(first) == ["Admitted", "FailedSync"]
+        failed = first["FailedSync"]
+        assert failed["count"] == 4
+        assert failed["message"] == messages[-1]
+        assert failed["metadata"]["name"] == EventKey.of(ref, "Warning", "FailedSync").event_name
+
+        await EventRecorder(api, instance="replica-b").post(ref, "Warning", "FailedSync", "retrying in 32 s")
+        again = {e["reason"]: e for e in events_of(ns, ref)}
+        assert sorted(again) == ["Admitted", "FailedSync"]
+        assert (again["FailedSync"]["count"], again["FailedSync"]["message"]) == (5, "retrying in 32 s")
+        assert again["FailedSync"]["lastTimestamp"] >= failed["lastTimestamp"]
+        assert again["FailedSync"]["firstTimestamp"] == failed["firstTimestamp"]
+        assert again["Admitted"]["count"] == 1
     finally:
         delete_namespace(ns)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.devcluster.cluster import ClusterState, free_port
 from phalanx.devcluster.http import ApiError
@@ -59,10 +60,20 @@ def create_through_webhook(ns: Namespace, index: int) -> int:
 
 
 def leader_metric(replica: OperatorProcess) -> float | None:
-    for line in replica.scrape().splitlines():
-        if line.startswith("phalanx_leader "):
-            return float(line.split()[1])
-    return None
+    """phalanx_leader, when client-go's leader_election_master_status{name=<the Lease>} says the same
+    (None when they differ, or either is missing)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(replica.scrape()):
+        for sample in family.samples:
+            if sample.name == "phalanx_leader" or (
+                sample.name == "leader_election_master_status" and sample.labels == {"name": LEASE}
+            ):
+                values[sample.name] = sample.value
+    leader = values.get("phalanx_leader")
+    if leader is None or values.get("leader_election_master_status") != leader:
+        print(f"the leader gauges differ: {values}")
+        return None
+    return leader
 
 
 def group_of(ns: Namespace, job: str) -> dict[str, Any] | None:

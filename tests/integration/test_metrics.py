@@ -1,4 +1,6 @@
-"""/metrics of the running operator: admitting a gang moves the admission counters and histograms."""
+"""/metrics of the running operator: admitting a gang moves the admission counters and histograms under the
+policy Gang, a basic Job's under Basic; the process, platform and GC collectors, the build info and both
+leader gauges are there."""
 
 from __future__ import annotations
 
@@ -13,11 +15,21 @@ pytestmark = pytest.mark.integration
 
 WATCHED = (
     "phalanx_admissions_total",
+    "phalanx_admission_wait_time_seconds_count",
     "phalanx_pods_released_total",
     "phalanx_scheduling_pass_duration_seconds_count",
     "phalanx_placement_decision_duration_seconds_count",
     "phalanx_job_admission_latency_seconds_count",
 )
+
+
+def labelled(text: str, metric: str, /, **labels: str) -> float:
+    """One sample's value (0 when absent); positional `metric`, so a label may be called `name`."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
 
 
 def samples(text: str) -> dict[str, float]:
@@ -62,3 +74,52 @@ def test_admitting_a_gang_moves_the_admission_metrics(ns: Namespace, phalanx: Op
     print({n: (before.get(n, 0), after[n]) for n in WATCHED})
     assert after["phalanx_pods_released_total"] - before.get("phalanx_pods_released_total", 0) >= 2
     assert phalanx.http_status("/healthz") == 200
+
+
+def test_a_basic_job_counts_as_basic_and_a_gang_as_gang(ns: Namespace, phalanx: OperatorProcess) -> None:
+    before = phalanx.scrape()
+    ns.create(
+        gpu_job(
+            "basic-1", 2, labels={"phalanx.dev/managed": "true"}, annotations={"phalanx.dev/policy": "basic"}
+        )
+    )
+    wait_for("2 basic-1 pods bound", lambda: len(bound(ns.job_pods("basic-1"))) == 2, timeout=60)
+
+    def counted(policy: str) -> str | None:
+        now = phalanx.scrape()
+        grew = all(
+            labelled(now, name, policy=policy) > labelled(before, name, policy=policy)
+            for name in ("phalanx_admissions_total", "phalanx_admission_wait_time_seconds_count")
+        )
+        return now if grew else None
+
+    after = wait_for("a Basic admission counted", lambda: counted("Basic"), timeout=15)
+    # The basic Job moved no Gang series.
+    for name in ("phalanx_admissions_total", "phalanx_admission_wait_time_seconds_count"):
+        assert labelled(after, name, policy="Gang") == labelled(before, name, policy="Gang"), name
+    ns.create(gpu_job("gang-1", 2, labels={"phalanx.dev/managed": "true"}))
+    wait_for("2 gang-1 pods bound", lambda: len(bound(ns.job_pods("gang-1"))) == 2, timeout=60)
+    gang = wait_for("a Gang admission counted", lambda: counted("Gang"), timeout=15)
+    assert labelled(gang, "phalanx_admissions_total", policy="Gang") == (
+        labelled(before, "phalanx_admissions_total", policy="Gang") + 1
+    ), "one gang, one admission"
+
+
+def test_process_build_and_leader_metrics_are_served(phalanx: OperatorProcess) -> None:
+    text = phalanx.scrape()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in (
+        "process_cpu_seconds",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "python_info",
+        "python_gc_collections",
+    ):
+        assert name in families, f"{name} missing from /metrics"
+    assert labelled(text, "process_resident_memory_bytes") > 0
+    (build,) = families["phalanx_build_info"].samples
+    assert build.value == 1 and build.labels["version"] not in ("", "unknown"), build
+    # The session's operator runs without leader election: it runs the loop, so both gauges say 1.
+    assert labelled(text, "phalanx_leader") == 1
+    assert labelled(text, "leader_election_master_status", name="phalanx-leader") == 1

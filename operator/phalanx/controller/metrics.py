@@ -1,14 +1,44 @@
 """The operator's Prometheus metrics, in one registry of their own (served on /metrics).
 
 Names follow Prometheus conventions (`_total` counters, `_seconds` histograms) and Kueue's
-vocabulary where one exists (admission, pending workloads).
+vocabulary where one exists (admission, pending workloads, admission wait time); the leader gauge
+also under client-go's name, so dashboards made for other controllers read it. The registry also
+carries prometheus-client's process, platform and garbage-collector collectors (`process_*`,
+`python_info`, `python_gc_*`), as the default registry would.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+
+def phalanx_version() -> str:
+    """The installed package's version (pyproject.toml's)."""
+    try:
+        return installed_version("phalanx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+BUILD = Info("phalanx_build", "The running Phalanx: its version", registry=REGISTRY)
+BUILD.info({"version": phalanx_version()})
 
 GROUPS_WAITING = Gauge(
     "phalanx_pod_groups_waiting",
@@ -18,7 +48,8 @@ GROUPS_WAITING = Gauge(
 )
 ADMISSIONS = Counter(
     "phalanx_admissions_total",
-    "Placement decisions recorded and released, by policy (Gang or Basic)",
+    "Units admitted (a gang's decision recorded and its pods released, or a basic group's pods ungated), "
+    "each time it goes from waiting to admitted: at first, and again after a requeue; by policy",
     ["policy"],
     registry=REGISTRY,
 )
@@ -68,9 +99,24 @@ GROUPS_BACKING_OFF = Gauge(
     "Groups whose last actions failed and that wait before the next try",
     registry=REGISTRY,
 )
+ADMISSION_WAIT = Histogram(
+    "phalanx_admission_wait_time_seconds",
+    "From a unit's creation, or its last requeue, until it was admitted, by policy "
+    "(Kueue's admission_wait_time_seconds)",
+    ["policy"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0, 10800.0),
+    registry=REGISTRY,
+)
 LEADER = Gauge(
     "phalanx_leader",
-    "1 while this replica holds the leader Lease and runs the scheduling loop",
+    "1 while this replica runs the scheduling loop (it holds the leader Lease, or leader election is off)",
+    registry=REGISTRY,
+)
+LEADER_ELECTION_MASTER = Gauge(
+    "leader_election_master_status",
+    "client-go's gauge: 1 while this replica is the master of the lease `name` (with leader election off, "
+    "1 while it runs the scheduling loop), 0 while it stands by",
+    ["name"],
     registry=REGISTRY,
 )
 PREEMPTIONS = Counter(
@@ -95,3 +141,9 @@ REQUEUES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+
+
+def set_leading(lease: str, leading: bool) -> None:
+    """This replica started (True) or stopped (False) running the scheduling loop: both leader gauges."""
+    LEADER.set(1 if leading else 0)
+    LEADER_ELECTION_MASTER.labels(lease).set(1 if leading else 0)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.controller.apply.events import (
     MAX_MESSAGE,
@@ -18,10 +21,8 @@ JOB = ObjectRef("batch/v1", "Job", "ml", "train", "uid-1")
 NOW = "2026-01-02T03:04:05Z"
 
 
-def key(
-    involved: ObjectRef = JOB, type_: str = "Normal", reason: str = "Admitted", message: str = "m"
-) -> EventKey:
-    return EventKey.of(involved, type_, reason, message)
+def key(involved: ObjectRef = JOB, type_: str = "Normal", reason: str = "Admitted") -> EventKey:
+    return EventKey.of(involved, type_, reason)
 
 
 def test_the_same_event_has_the_same_key_and_name() -> None:
@@ -36,12 +37,11 @@ def test_any_difference_is_another_event() -> None:
         key().event_name,
         key(type_="Warning").event_name,
         key(reason="Unschedulable").event_name,
-        key(message="other").event_name,
         key(ObjectRef("batch/v1", "Job", "ml", "train", "uid-2")).event_name,  # a new Job of the same name
         key(ObjectRef("batch/v1", "Job", "other", "train", "uid-1")).event_name,
         key(ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", "ml", "train", "uid-1")).event_name,
     }
-    assert len(names) == 7
+    assert len(names) == 6
 
 
 def test_names_are_valid_dns_subdomains_even_for_long_names() -> None:
@@ -59,16 +59,18 @@ def test_cluster_scoped_objects_post_to_default() -> None:
     assert key().event_namespace == "ml"
 
 
-def test_long_messages_are_truncated_in_the_key_and_the_body() -> None:
-    k = key(message="x" * 5000)
-    assert len(k.message) == MAX_MESSAGE and k.message.endswith("...")
-    action = decide(k, None, JOB, "me", NOW)
+def test_long_messages_are_truncated_in_the_body_and_the_bump() -> None:
+    action = decide(key(), None, JOB, "x" * 5000, "me", NOW)
     assert isinstance(action, Create)
-    assert action.body["message"] == k.message
+    message = action.body["message"]
+    assert len(message) == MAX_MESSAGE and message.endswith("...")
+    repeat = decide(key(), Seen(key().event_name, 1), JOB, "y" * 5000, "me", NOW)
+    assert isinstance(repeat, Bump)
+    assert len(repeat.patch["message"]) == MAX_MESSAGE
 
 
 def test_first_post_creates_with_count_1() -> None:
-    action = decide(key(), None, JOB, "replica-a", NOW)
+    action = decide(key(), None, JOB, "m", "replica-a", NOW)
     assert isinstance(action, Create)
     body = action.body
     assert body["metadata"] == {"name": key().event_name, "namespace": "ml"}
@@ -86,14 +88,44 @@ def test_first_post_creates_with_count_1() -> None:
     assert (body["reportingComponent"], body["reportingInstance"]) == ("phalanx", "replica-a")
 
 
-def test_a_repeat_bumps_count_and_last_timestamp_only() -> None:
-    action = decide(key(), Seen(key().event_name, 2), JOB, "replica-a", NOW)
-    assert action == Bump(key().event_name, 3, {"count": 3, "lastTimestamp": NOW})
+def test_a_repeat_bumps_count_and_last_timestamp_and_takes_the_latest_message() -> None:
+    action = decide(key(), Seen(key().event_name, 2), JOB, "m", "replica-a", NOW)
+    assert action == Bump(key().event_name, 3, {"count": 3, "lastTimestamp": NOW, "message": "m"})
+    later = decide(key(), Seen(key().event_name, 3), JOB, "retrying in 8 s", "replica-a", NOW)
+    assert later == Bump(
+        key().event_name, 4, {"count": 4, "lastTimestamp": NOW, "message": "retrying in 8 s"}
+    )
+
+
+@given(
+    reason=st.sampled_from(["FailedSync", "Unschedulable", "Requeued"]),
+    numbers=st.lists(st.integers(0, 10**6), min_size=1, max_size=8),
+)
+def test_messages_that_differ_in_their_numbers_count_on_one_event(reason: str, numbers: list[int]) -> None:
+    """Posted as the recorder posts (decide, then remember): "3 of 4 pods fit; retrying in 4 s", then the
+    same with other numbers, is one Event whose count is the number of posts and whose message is the last."""
+    seen = SeenEvents()
+    names = set()
+    body: dict[str, object] = {}
+    for n in numbers:
+        k = EventKey.of(JOB, "Warning", reason)
+        action = decide(k, seen.get(k), JOB, f"{n} of 4 pods fit; retrying in {n} s", "me", NOW)
+        if isinstance(action, Create):
+            body = dict(action.body)
+            seen.put(k, Seen(k.event_name, 1))
+            names.add(k.event_name)
+        else:
+            body.update(action.patch)
+            seen.put(k, Seen(action.name, action.count))
+            names.add(action.name)
+    assert len(names) == 1
+    assert body["count"] == len(numbers)
+    assert body["message"] == f"{numbers[-1]} of 4 pods fit; retrying in {numbers[-1]} s"
 
 
 def test_the_lru_keeps_the_most_recently_used() -> None:
     seen = SeenEvents(size=2)
-    a, b, c = key(message="a"), key(message="b"), key(message="c")
+    a, b, c = key(reason="a"), key(reason="b"), key(reason="c")
     seen.put(a, Seen(a.event_name, 1))
     seen.put(b, Seen(b.event_name, 1))
     assert seen.get(a) is not None  # a is now the most recent

@@ -10,9 +10,11 @@ to a write goes into the cache at once (write-through, tracked as an expectation
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -116,6 +118,30 @@ class Backoff:
                 self.succeeded(key)
 
 
+class Requeues:
+    """When this process requeued a unit itself (a node failure, an unbindable release), so that its next
+    admission's wait is counted from then: its Admitted condition may have turned False earlier (a gang
+    short of pods waits out the grace period before it is requeued). Bounded: the oldest are forgotten."""
+
+    def __init__(self, size: int = 4096, clock: Callable[[], dt.datetime] | None = None) -> None:
+        self.size = size
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self._at: OrderedDict[str, dt.datetime] = OrderedDict()
+
+    def requeued(self, key: str) -> None:
+        self._at[key] = self.clock()
+        self._at.move_to_end(key)
+        while len(self._at) > self.size:
+            self._at.popitem(last=False)
+
+    def started(self, key: str, since: dt.datetime | None) -> dt.datetime | None:
+        """When the admitted unit's wait began: the later of the plan's answer and our own requeue."""
+        mine = self._at.pop(key, None)
+        if mine is None:
+            return since
+        return mine if since is None else max(mine, since)
+
+
 @dataclass(frozen=True)
 class GroupResult:
     key: str
@@ -211,6 +237,7 @@ class Applier:
         self.events = events
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
+        self.requeues = Requeues()
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
     async def apply(self, groups: Sequence[UnitPlan]) -> list[GroupResult]:
@@ -220,6 +247,7 @@ class Applier:
 
     async def _group(self, group: UnitPlan) -> GroupResult:
         async with self._limit:
+            let_through = False  # its releases went through
             for run in _runs(group.actions):
                 if isinstance(run[0], ReleasePod):
                     await self.faults.before_release()
@@ -228,17 +256,35 @@ class Applier:
                     if isinstance(outcome, asyncio.CancelledError):
                         raise outcome
                     if isinstance(outcome, BaseException):
+                        if let_through:  # released all the same: a later write (its status) failed
+                            self._released(group)
                         return await self._failed(group, action, outcome)
+                let_through = let_through or isinstance(run[0], ReleasePod)
             self.backoff.succeeded(group.key)
+            self._released(group)
+            self._admitted(group)
             self._observe(group)
             return GroupResult(group.key, True)
 
-    def _observe(self, group: UnitPlan) -> None:
+    def _released(self, group: UnitPlan) -> None:
+        """Once the unit's releases went through (the next pass does not release these pods again)."""
         if group.admitted_pods:
-            metrics.ADMISSIONS.labels("Gang").inc()
             metrics.PODS_RELEASED.inc(group.admitted_pods)
         if group.admission_latency is not None:
             metrics.ADMISSION_LATENCY.observe(group.admission_latency)
+
+    def _admitted(self, group: UnitPlan) -> None:
+        """Once the status write that says it was admitted went through (a failed one is made again by the
+        next pass, and counted then)."""
+        if group.admitted is None:
+            return
+        metrics.ADMISSIONS.labels(group.admitted).inc()
+        since = self.requeues.started(group.key, group.waiting_since)
+        if since is not None:
+            waited = (dt.datetime.now(dt.UTC) - since).total_seconds()
+            metrics.ADMISSION_WAIT.labels(group.admitted).observe(max(0.0, waited))
+
+    def _observe(self, group: UnitPlan) -> None:
         # One requeue per suspension, or per group of pods deleted for the same reason.
         requeues: list[SuspendJob | DeletePod] = [a for a in group.actions if isinstance(a, SuspendJob)]
         requeues += list({a.why: a for a in group.actions if isinstance(a, DeletePod)}.values())
@@ -246,6 +292,8 @@ class Applier:
             metrics.REQUEUES.labels(requeue.cause).inc()
             if requeue.cause == "unbindable":
                 metrics.RELEASES_ROLLED_BACK.inc()
+        if any(r.cause != "preempted" for r in requeues):
+            self.requeues.requeued(group.key)  # the unit took itself back: its next wait starts now
         if group.preempted_pods:
             metrics.PREEMPTED_PODS.inc(group.preempted_pods)
             if requeues:
@@ -264,7 +312,7 @@ class Applier:
             creating = isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup)
             reason = "FailedCreate" if creating else "FailedSync"
             await self._post(
-                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.0f} s"
+                group.owner, "Warning", reason, f"{what} failed: {text}; retrying in {delay:.2g} s"
             )
         return GroupResult(group.key, False, name, text, delay)
 

@@ -1,9 +1,12 @@
-"""core/v1 Events that aggregate like client-go's EventRecorder (its EventLogger/correlator).
+"""core/v1 Events that aggregate like client-go's EventRecorder (its correlator's aggregation key).
 
-One Event per (involved object, type, reason, message), under a deterministic name: the first post
-creates it with count 1; a repeat raises `count` and `lastTimestamp` with a PATCH. An LRU of what
-this process posted saves the read; after a restart (or on another replica) the create answers 409
-and the recorder reads the Event and patches it. Losing an Event never fails the caller.
+One Event per (involved object, type, reason), under a deterministic name: the first post creates it
+with count 1; a repeat raises `count` and `lastTimestamp` and writes the latest message, with a PATCH.
+The message is not part of the key, so a message that carries a changing number ("retrying in 4 s",
+"3 of 4 pods fit") updates the one Event instead of making a new object each time (as client-go's
+EventAggregator groups similar events by everything but the message). An LRU of what this process
+posted saves the read; after a restart (or on another replica) the create answers 409 and the
+recorder reads the Event and patches it. Losing an Event never fails the caller.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, retrying
+from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, raise_for_status, retrying
 from phalanx.controller.model.refs import ObjectRef
 
 log = logging.getLogger("phalanx.events")
@@ -35,7 +38,9 @@ ATTEMPTS = 3
 
 @dataclass(frozen=True, slots=True)
 class EventKey:
-    """What makes two Events the same one (client-go's getEventKey, less the source it always shares)."""
+    """What makes two Events the same one: the involved object, the type and the reason (client-go's
+    aggregation key, less the source and reporting component Phalanx always shares, and less the
+    reporting instance, so that a restarted or second replica keeps counting the same Event)."""
 
     uid: str
     api_version: str
@@ -44,10 +49,9 @@ class EventKey:
     name: str
     type: str
     reason: str
-    message: str
 
     @classmethod
-    def of(cls, involved: ObjectRef, type_: str, reason: str, message: str) -> EventKey:
+    def of(cls, involved: ObjectRef, type_: str, reason: str) -> EventKey:
         return cls(
             uid=involved.uid,
             api_version=involved.api_version,
@@ -56,7 +60,6 @@ class EventKey:
             name=involved.name,
             type=type_,
             reason=reason,
-            message=truncate(message),
         )
 
     @property
@@ -74,7 +77,6 @@ class EventKey:
                 self.name,
                 self.type,
                 self.reason,
-                self.message,
             )
         )
         return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
@@ -105,14 +107,14 @@ class Create:
 
 @dataclass(frozen=True, slots=True)
 class Bump:
-    """Raise an existing Event's count: a merge patch of `count` and `lastTimestamp`."""
+    """Raise an existing Event's count: a merge patch of `count`, `lastTimestamp` and the latest message."""
 
     name: str
     count: int
     patch: dict[str, Any]
 
 
-def new_event(key: EventKey, involved: ObjectRef, instance: str, now: str) -> dict[str, Any]:
+def new_event(key: EventKey, involved: ObjectRef, message: str, instance: str, now: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -120,7 +122,7 @@ def new_event(key: EventKey, involved: ObjectRef, instance: str, now: str) -> di
         "involvedObject": involved.as_involved_object(),
         "type": key.type,
         "reason": key.reason,
-        "message": key.message,
+        "message": truncate(message),
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance,
@@ -130,15 +132,19 @@ def new_event(key: EventKey, involved: ObjectRef, instance: str, now: str) -> di
     }
 
 
-def bump(name: str, count: int, now: str) -> Bump:
-    return Bump(name=name, count=count + 1, patch={"count": count + 1, "lastTimestamp": now})
+def bump(name: str, count: int, message: str, now: str) -> Bump:
+    patch = {"count": count + 1, "lastTimestamp": now, "message": truncate(message)}
+    return Bump(name=name, count=count + 1, patch=patch)
 
 
-def decide(key: EventKey, seen: Seen | None, involved: ObjectRef, instance: str, now: str) -> Create | Bump:
-    """The aggregation decision: a new Event, or one more of an Event this process posted."""
+def decide(
+    key: EventKey, seen: Seen | None, involved: ObjectRef, message: str, instance: str, now: str
+) -> Create | Bump:
+    """The aggregation decision: a new Event, or one more of an Event this process posted (with the
+    latest message)."""
     if seen is None:
-        return Create(new_event(key, involved, instance, now))
-    return bump(seen.name, seen.count, now)
+        return Create(new_event(key, involved, message, instance, now))
+    return bump(seen.name, seen.count, message, now)
 
 
 class SeenEvents:
@@ -177,22 +183,22 @@ class EventRecorder:
 
     async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None:
         """Create or bump the Event; any failure is logged, never raised (cancellation still is)."""
-        key = EventKey.of(involved, type_, reason, message)
+        key = EventKey.of(involved, type_, reason)
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         try:
             async with lock:
-                await self._post(key, involved)
+                await self._post(key, involved, message)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             self.seen.forget(key)  # the next post re-reads what the server has
             log.warning("could not post event %s on %s: %s", reason, involved, _brief(e))
 
-    async def _post(self, key: EventKey, involved: ObjectRef) -> None:
+    async def _post(self, key: EventKey, involved: ObjectRef, message: str) -> None:
         now = now_rfc3339()
-        action = decide(key, self.seen.get(key), involved, self.instance, now)
+        action = decide(key, self.seen.get(key), involved, message, self.instance, now)
         if isinstance(action, Create):
             body = action.body
             try:
@@ -207,15 +213,8 @@ class EventRecorder:
                 if e.status != 409:
                     raise
             # Posted before this process knew it (a restart, another replica): read and bump.
-            current = await retrying(
-                lambda: self.core.read_namespaced_event(
-                    key.event_name, key.event_namespace, _preload_content=False
-                ),
-                verb="get",
-                attempts=ATTEMPTS,
-            )
-            existing: Mapping[str, Any] = await current.json()
-            action = bump(key.event_name, int(existing.get("count") or 1), now)
+            existing = await retrying(lambda: self._read(key), verb="get", attempts=ATTEMPTS)
+            action = bump(key.event_name, int(existing.get("count") or 1), message, now)
         try:
             await self._patch(key, action)
         except ApiException as e:
@@ -225,12 +224,21 @@ class EventRecorder:
             self.seen.forget(key)
             await retrying(
                 lambda: self.core.create_namespaced_event(
-                    key.event_namespace, new_event(key, involved, self.instance, now)
+                    key.event_namespace, new_event(key, involved, message, self.instance, now)
                 ),
                 verb="create",
                 attempts=ATTEMPTS,
             )
             self.seen.put(key, Seen(key.event_name, 1))
+
+    async def _read(self, key: EventKey) -> Mapping[str, Any]:
+        """The Event as the server has it (raw: no model parsing), its body read within the deadline."""
+        response = await self.core.read_namespaced_event(
+            key.event_name, key.event_namespace, _preload_content=False
+        )
+        await raise_for_status(response)
+        existing: Mapping[str, Any] = await response.json()
+        return existing
 
     async def _patch(self, key: EventKey, action: Bump) -> None:
         await retrying(

@@ -1,17 +1,29 @@
-"""The operator's writes to the API: idempotent, retried on transient failures (tenacity)."""
+"""The operator's writes to the API: idempotent, bounded in time, retried on transient failures (tenacity).
+
+Every request of the controller has a deadline per attempt (`--api-timeout-seconds`; LISTs their own,
+`--api-list-timeout-seconds`): the API client itself applies it (`BoundedApiClient`, aiohttp's total
+timeout, which also bounds reading a raw answer's body), so a connection that never answers costs one
+deadline, not the scheduling pass. A request that got no answer is tried once more, then fails, and its
+unit backs off while the others go on. A 429 or 5xx that says `Retry-After` is retried after that long
+(capped at `RETRY_AFTER_CAP_SECONDS`), as client-go does; other transient failures after a short,
+jittered exponential wait. Kopf's own requests (its watches, the webhook configurations) keep Kopf's
+settings.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import email.utils
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt, wait_exponential, wait_random
 
 from phalanx.api import keys as names
 from phalanx.api.group import GROUP, VERSION
@@ -26,6 +38,64 @@ RETRIABLE_STATUS = {429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "phalanx"
+REQUEST_TIMEOUT_SECONDS = 5.0  # --api-timeout-seconds' default: one attempt of one request
+LIST_TIMEOUT_SECONDS = 60.0  # --api-list-timeout-seconds' default: a LIST of every pod may be large
+RETRY_AFTER_CAP_SECONDS = 10.0  # the longest Retry-After honoured; a longer one waits this long
+TIMEOUT_ATTEMPTS = 2  # a request that got no answer is tried once more, then its unit backs off
+# Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
+BACKOFF = wait_exponential(multiplier=0.1, max=3.0) + wait_random(0, 0.1)
+
+
+class ApiTimeoutError(TimeoutError):
+    """A request got no answer within its deadline."""
+
+
+class BoundedApiClient(client.ApiClient):  # type: ignore[misc]  # the client's classes are untyped
+    """kubernetes-asyncio's ApiClient with a deadline on every request: `timeout` seconds unless the call
+    gives its own `_request_timeout`. aiohttp's total timeout covers connecting, sending and reading the
+    whole answer (also a raw one's body, read after the call returns)."""
+
+    def __init__(self, configuration: Any = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+        super().__init__(configuration)
+        self.timeout = timeout
+
+    async def request(  # the signature ApiClient.__call_api calls
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: Any = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        deadline = _request_timeout or self.timeout
+        try:
+            return await super().request(
+                method,
+                url,
+                query_params=query_params,
+                headers=headers,
+                post_params=post_params,
+                body=body,
+                _preload_content=_preload_content,
+                _request_timeout=deadline,
+            )
+        except TimeoutError as e:  # also aiohttp's ServerTimeoutError and ConnectionTimeoutError
+            seconds = f"{deadline:g} s" if isinstance(deadline, int | float) else "its deadline"
+            raise ApiTimeoutError(f"{method} {urlsplit(url).path}: no answer within {seconds}") from e
+
+
+async def raise_for_status(response: Any) -> None:
+    """For a raw (`_preload_content=False`) answer, which the client does not check: an error status is an
+    ApiException with the answer's headers (its Retry-After) and body, as the client raises them."""
+    if response.status < 400:
+        return
+    error = ApiException(status=response.status, reason=response.reason)
+    error.headers = response.headers
+    error.body = await response.text()
+    raise error
 
 
 def _transient(error: BaseException) -> bool:
@@ -39,13 +109,60 @@ def _code(error: BaseException) -> str:
     return str(error.status) if isinstance(error, ApiException) and error.status else "0"
 
 
-async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb: str = "unknown") -> T:
-    """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total."""
+def retry_after(error: BaseException | None) -> float | None:
+    """The seconds a 429 or 5xx asks to wait (`Retry-After`: seconds or an HTTP date), capped; None when
+    it says nothing (or nothing readable)."""
+    if not isinstance(error, ApiException) or error.status not in RETRIABLE_STATUS:
+        return None
+    headers = getattr(error, "headers", None)
+    text = headers.get("Retry-After") if headers is not None else None
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_SECONDS)
+
+
+def _wait(state: RetryCallState) -> float:
+    """Retry-After when the answer gave one, else the jittered exponential backoff."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    asked = retry_after(error)
+    return asked if asked is not None else float(BACKOFF(state))
+
+
+def _should_retry(state: RetryCallState) -> bool:
+    error = state.outcome.exception() if state.outcome is not None else None
+    if error is None:
+        return False
+    if isinstance(error, TimeoutError):
+        return state.attempt_number < TIMEOUT_ATTEMPTS
+    return _transient(error)
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    attempts: int = 6,
+    *,
+    verb: str = "unknown",
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Call, retrying transient failures (module docstring); every failed attempt counts in
+    phalanx_api_errors_total."""
     async for attempt in AsyncRetrying(
-        retry=retry_if_exception(_transient),
-        # Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
-        wait=wait_exponential(multiplier=0.1, max=3.0) + wait_random(0, 0.1),
+        retry=_should_retry,
+        wait=_wait,
         stop=stop_after_attempt(attempts),
+        sleep=sleep,
         reraise=True,
     ):
         with attempt:

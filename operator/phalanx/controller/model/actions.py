@@ -7,6 +7,7 @@ and resume are further actions of the same kind (preemption and requeue add them
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Literal
 
@@ -195,3 +196,5 @@ class UnitPlan:
     admitted_pods: int = 0  # pods this plan releases (for metrics)
     admission_latency: float | None = None  # seconds from the owner's creation to its first admission
     preempted_pods: int = 0  # pods this plan preempts (for metrics)
+    admitted: str | None = None  # "Gang" or "Basic" when this plan admits the unit (plan/admitted.py)
+    waiting_since: dt.datetime | None = None  # then: when its wait began (its creation or last requeue)

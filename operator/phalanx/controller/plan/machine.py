@@ -26,6 +26,7 @@ from phalanx.api import keys
 from phalanx.controller.kinds.base import Unit
 from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.admitted import admitted_policy, waiting_since
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
 from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import wait_or_preempt
@@ -51,7 +52,11 @@ def schedule(unit: Unit, ctx: Pass) -> UnitPlan | None:
     owner = unit.owner
     if work.released and work.first_admission and owner is not None and owner.created is not None:
         latency = max(0.0, (ctx.now - owner.created).total_seconds())
-    return UnitPlan(unit.key, tuple(work.actions), owner_ref, work.released, latency, work.preempted)
+    admitted = admitted_policy(work)
+    since = waiting_since(work) if admitted is not None else None
+    return UnitPlan(
+        unit.key, tuple(work.actions), owner_ref, work.released, latency, work.preempted, admitted, since
+    )
 
 
 def _domains(work: UnitWork, ctx: Pass) -> None:

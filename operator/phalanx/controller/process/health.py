@@ -1,6 +1,9 @@
 """What /healthz and /readyz answer: liveness of the scheduling loop, readiness of the process.
 
 Plain state with no I/O, so the loop reports into it cheaply and the tests drive it with a fake clock.
+It also keeps the two leader gauges (`phalanx_leader`, client-go's `leader_election_master_status`):
+the loop's start and stop are reported here, with or without leader election, so they say 1 exactly
+while this replica runs the scheduling loop.
 """
 
 from __future__ import annotations
@@ -8,6 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from phalanx.controller import metrics
+
+DEFAULT_LEASE = "phalanx-leader"  # --lease-name's default
 
 
 @dataclass(frozen=True)
@@ -23,9 +30,15 @@ class Health:
     Readiness: the CRDs are installed, the cache is primed and the webhook server listens.
     """
 
-    def __init__(self, stale_after: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stale_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        lease: str = DEFAULT_LEASE,
+    ) -> None:
         self.stale_after = stale_after
         self._clock = clock
+        self._lease = lease
         self._loop_running = False
         self._last_pass: float | None = None
         self._since = 0.0
@@ -34,16 +47,30 @@ class Health:
         self.cache_primed = False
         self.webhook_started = False
 
+    @property
+    def lease(self) -> str:
+        """The leader Lease's name: the `name` label of leader_election_master_status."""
+        return self._lease
+
+    @lease.setter
+    def lease(self, name: str) -> None:
+        if name != self._lease:
+            metrics.LEADER_ELECTION_MASTER.remove(self._lease)
+            self._lease = name
+        metrics.set_leading(self._lease, self._loop_running)  # a standby says 0, not nothing
+
     # -- the scheduling loop reports
     def loop_started(self) -> None:
         """This replica started its scheduling loop (at start, or when it became the leader)."""
         self._loop_running = True
         self._since = self._clock()
         self._last_pass = None
+        metrics.set_leading(self._lease, True)
 
     def loop_stopped(self) -> None:
         """This replica stopped its loop (it lost the lead, or it is stopping): liveness no longer asks."""
         self._loop_running = False
+        metrics.set_leading(self._lease, False)
 
     def pass_done(self) -> None:
         """One scheduling pass finished (the scheduler's `on_pass`); a pass whose writes failed and

@@ -1,11 +1,16 @@
-"""/metrics, /healthz and /readyz on a small aiohttp server of their own (plain HTTP)."""
+"""/metrics, /healthz and /readyz on a small aiohttp server of their own (plain HTTP).
+
+/metrics is prometheus-client's own aiohttp handler over Phalanx's registry: it negotiates the format
+(Prometheus text, or OpenMetrics when the scraper asks for it), honours `name[]` filters and
+compresses when the scraper accepts gzip.
+"""
 
 from __future__ import annotations
 
 import logging
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from phalanx.controller.metrics import REGISTRY
 from phalanx.controller.process.health import Health, Verdict
@@ -14,11 +19,6 @@ log = logging.getLogger("phalanx.http")
 
 
 def build_app(health: Health) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(REGISTRY))
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
-
     def answer(verdict: Verdict) -> web.Response:
         return web.Response(status=200 if verdict.ok else 503, text=verdict.detail + "\n")
 
@@ -30,7 +30,13 @@ def build_app(health: Health) -> web.Application:
         return answer(health.readiness())
 
     app = web.Application()
-    app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)])
+    app.add_routes(
+        [
+            web.get("/metrics", make_aiohttp_handler(REGISTRY)),
+            web.get("/healthz", healthz),
+            web.get("/readyz", readyz),
+        ]
+    )
     return app
 
 

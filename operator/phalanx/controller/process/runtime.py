@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
 from phalanx.controller.apply.events import EventRecorder
-from phalanx.controller.apply.kube import Kube, retrying
+from phalanx.controller.apply.kube import BoundedApiClient, Kube, raise_for_status, retrying
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import Scheduler
 from phalanx.controller.process.health import Health
@@ -117,8 +117,7 @@ async def list_items(call: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]
 
     async def once() -> list[dict[str, Any]]:
         response = await call()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason)
+        await raise_for_status(response)
         items: list[dict[str, Any]] = (await response.json())["items"]
         return items
 
@@ -145,6 +144,7 @@ class Runtime:
     def configure(self, settings: Settings) -> None:
         self.settings = settings
         self.health.stale_after = settings.stale_after_seconds
+        self.health.lease = settings.lease_name
 
     def registry(self) -> kopf.OperatorRegistry:
         """Every handler of this operator on a registry of its own: the watches and webhooks over this
@@ -172,7 +172,7 @@ class Runtime:
             self._http = HttpServer(self.health, self.settings.metrics_host, self.settings.metrics_port)
             await self._http.start()
         await load_client_config(self.settings.kubeconfig)
-        self.api = client.ApiClient()
+        self.api = BoundedApiClient(timeout=self.settings.api_timeout_seconds)
         self.kube = Kube(self.api)
         self.recorder = EventRecorder(self.api, instance=self.settings.identity)
         folder = self._webhook_cert_folder()
@@ -315,6 +315,7 @@ class Runtime:
         r = row.resource
         path = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
         api = self.api
+        deadline = self.settings.api_list_timeout_seconds
 
         async def call() -> Any:
             return await api.call_api(
@@ -324,6 +325,7 @@ class Runtime:
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _return_http_data_only=True,
+                _request_timeout=deadline,
             )
 
         return lambda: list_items(call)
@@ -423,7 +425,6 @@ async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
 async def _crd_conditions(ext: client.ApiextensionsV1Api, name: str) -> list[dict[str, Any]]:
     """A CRD's status conditions; an error answer (429, 5xx) is an ApiException, retried like every call."""
     response = await ext.read_custom_resource_definition(name, _preload_content=False)
-    if response.status >= 400:
-        raise ApiException(status=response.status, reason=response.reason)
+    await raise_for_status(response)
     conditions: list[dict[str, Any]] = (await response.json()).get("status", {}).get("conditions") or []
     return conditions

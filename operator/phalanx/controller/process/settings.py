@@ -55,6 +55,8 @@ class Settings:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
+    api_timeout_seconds: float = 5.0  # apply/kube.py REQUEST_TIMEOUT_SECONDS
+    api_list_timeout_seconds: float = 60.0  # apply/kube.py LIST_TIMEOUT_SECONDS
     log_format: str = "plain"
     verbose: bool = False
     namespaces: tuple[str, ...] = ()
@@ -440,6 +442,19 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "retry_period_seconds",
         "how often candidates try to take or renew the Lease",
+        _seconds(0, False),
+        metavar="SECONDS",
+    ),
+    Option(
+        "api_timeout_seconds",
+        "deadline of one attempt of each of the controller's API requests (a request that got no answer "
+        "is tried once more, then its unit backs off; Kopf's own requests keep Kopf's timeouts)",
+        _seconds(0, False),
+        metavar="SECONDS",
+    ),
+    Option(
+        "api_list_timeout_seconds",
+        "deadline of one attempt of a LIST of a whole kind (priming the cache, relisting after a watch gap)",
         _seconds(0, False),
         metavar="SECONDS",
     ),

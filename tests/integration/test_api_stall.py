@@ -1,0 +1,117 @@
+"""Bounded API calls (issue 20 item 3), on the dev cluster through the fault proxy (faultproxy.py).
+
+- A connection that never answers: the proxy holds every release of one gang's pods without a word. Each
+  attempt ends at `--api-timeout-seconds`, the request is tried once more, then that unit backs off with a
+  Warning saying why, and the scheduling pass goes on: gangs created *after* the stall began are admitted
+  (run with DEADLINE = 3600, in effect none, this test fails: `first` is not bound after 180 s, the pass
+  waits on the silent request). None of the stalled gang's pods is released meanwhile, and once the
+  apiserver answers again it is admitted whole.
+- A 429 with `Retry-After: 3` is retried no sooner than 3 s later (not after the 0.1 s backoff).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .faultproxy import FaultProxy, Rates, operator_behind
+from .kube import Namespace, bound, gpu_job, wait_for
+
+pytestmark = pytest.mark.integration
+MANAGED = {"phalanx.dev/managed": "true"}
+DEADLINE = 2  # --api-timeout-seconds, short so the test is quick; the default is 5
+
+
+@pytest.fixture
+def proxy(stock_cluster: ClusterState, tmp_path: Path) -> Iterator[FaultProxy]:
+    made = FaultProxy(stock_cluster, tmp_path, seed=1, rates=Rates.none())
+    made.start()
+    try:
+        yield made
+    finally:
+        made.unstall()
+        made.stop()
+
+
+@pytest.fixture
+def behind_proxy(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, proxy: FaultProxy, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    args = ("--api-timeout-seconds", str(DEADLINE))
+    with operator_behind(proxy, phalanx, tmp_path, "behind-stalling-proxy", args) as operator:
+        yield operator
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    gates = pod["spec"].get("schedulingGates") or []
+    return any(g.get("name") == "phalanx.dev/admission" for g in gates)
+
+
+def api_errors_without_answer(operator: OperatorProcess) -> float:
+    for family in text_string_to_metric_families(operator.scrape()):
+        for sample in family.samples:
+            if sample.name == "phalanx_api_errors_total" and sample.labels == {"verb": "patch", "code": "0"}:
+                return sample.value
+    return 0.0
+
+
+def job_warnings(ns: Namespace, job: str, reason: str) -> list[dict[str, Any]]:
+    events = ns.events(f"involvedObject.kind=Job,involvedObject.name={job}")
+    return [e for e in events if e.get("reason") == reason]
+
+
+def test_a_request_that_never_answers_stalls_one_unit_and_the_pass_goes_on(
+    ns: Namespace, behind_proxy: OperatorProcess, proxy: FaultProxy
+) -> None:
+    prefix = f"/api/v1/namespaces/{ns.name}/pods/stuck-"
+    proxy.stall("PATCH", prefix)
+    ns.create(gpu_job("stuck", 2, labels=MANAGED))
+    wait_for("a release of stuck held by the proxy", lambda: proxy.counts().get("stalled PATCH", 0) >= 1, 90)
+
+    for name in ("first", "second"):  # created while a pass waits on the silent connection
+        ns.create(gpu_job(name, 2, labels=MANAGED))
+    for name in ("first", "second"):
+        wait_for(f"{name} bound", lambda name=name: len(bound(ns.job_pods(name))) == 2, timeout=180)
+
+    pods = ns.job_pods("stuck")
+    assert len(pods) == 2 and not bound(pods), "no pod of the stalled gang bound"
+    assert all(gated(p) and not p["spec"].get("nodeSelector") for p in pods), "none released: no partial gang"
+    (warning,) = wait_for(
+        "a FailedSync warning on stuck", lambda: job_warnings(ns, "stuck", "FailedSync"), 90
+    )
+    print(warning["count"], warning["message"])
+    assert f"no answer within {DEADLINE} s" in warning["message"]
+    assert "retrying in" in warning["message"]
+    held = proxy.requests("PATCH", prefix)
+    assert len(held) >= 4, "each of its two releases was tried once more after its deadline"
+    assert api_errors_without_answer(behind_proxy) >= 2
+    log = behind_proxy.current_log()
+    assert "scheduling pass failed" not in log
+    assert f"no answer within {DEADLINE} s" in log
+
+    proxy.unstall()
+    wait_for("stuck admitted once the apiserver answers", lambda: len(bound(ns.job_pods("stuck"))) == 2, 180)
+    assert len(job_warnings(ns, "stuck", "FailedSync")) == 1, "its retries counted on one Event"
+
+
+def test_a_429_is_retried_after_its_retry_after(
+    ns: Namespace, behind_proxy: OperatorProcess, proxy: FaultProxy
+) -> None:
+    prefix = f"/api/v1/namespaces/{ns.name}/pods/polite-"
+    proxy.script("PATCH", prefix, 429, times=1, retry_after="3")
+    ns.create(gpu_job("polite", 1, labels=MANAGED))
+    wait_for("polite bound", lambda: len(bound(ns.job_pods("polite"))) == 1, timeout=120)
+    seen = proxy.requests("PATCH", prefix)
+    print(seen)
+    refused = [t for t, code in seen if code == 429]
+    assert len(refused) == 1
+    retried = [t for t, code in seen if code == 0 and t > refused[0]]
+    assert retried, seen
+    assert retried[0] - refused[0] >= 2.9, "retried before the Retry-After had passed"
