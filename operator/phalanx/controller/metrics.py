@@ -95,3 +95,9 @@ REQUEUES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+LONGEST_WAIT = Gauge(
+    "phalanx_longest_wait_seconds",
+    "How long the gang that has waited longest for its admission has waited (0: none waits); past "
+    "--starvation-age the room it needs is held for it",
+    registry=REGISTRY,
+)
