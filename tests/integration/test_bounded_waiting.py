@@ -1,0 +1,170 @@
+"""Bounded waiting on the dev cluster (issue 18): a large gang is not starved by a stream of small ones.
+
+An 8-pod gang of 4-GPU pods that needs one whole network block (4 nodes) waits behind a seeded stream of
+2-pod gangs of the same priority, created younger than it and kept at two waiting at any time, each running
+a few seconds. Without a reservation every pair of nodes that frees goes to the next small gang, so four
+nodes of one block are never free together. With `--starvation-age 5` the room the large gang needs is
+held for it once it has waited that long: the small gangs after it backfill the other block, the held
+block drains, and the large gang starts while the stream goes on. No wall-clock assert: the test waits for
+the states (the hold recorded, the large gang bound) with generous timeouts.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, wait_for
+from .test_phalanx_admission import MANAGED, group_of
+
+pytestmark = pytest.mark.integration
+
+AGE = 5.0  # --starvation-age for this test
+SEED = 18
+WAITING_SMALL = 2  # small gangs kept waiting at any time
+MAX_SMALL = 120  # the stream's length at most
+
+
+@pytest.fixture
+def patient_operator(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator with a short --starvation-age, instead of the session's."""
+    phalanx.stop()
+    operator = OperatorProcess(
+        stock_cluster, tmp_path, args=["--starvation-age", str(AGE)], name="bounded-waiting"
+    )
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        phalanx.start()
+
+
+def big_job() -> dict[str, Any]:
+    """8 pods of 4 GPUs in one network block: two per node, the whole block."""
+    job = gpu_job("big", 8, labels=MANAGED, annotations={"phalanx.dev/topology-key": NB_KEY})
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_KEY] = "4"
+    return job
+
+
+def small_job(name: str, seconds: int) -> dict[str, Any]:
+    """2 pods of 8 GPUs anywhere, each completing `seconds` after it starts."""
+    return gpu_job(name, 2, labels=MANAGED, pod_annotations={"sim.phalanx.dev/complete-after": f"{seconds}s"})
+
+
+def reservation(ns: Namespace) -> dict[str, Any] | None:
+    group = group_of(ns, "big")
+    held = ((group or {}).get("status") or {}).get("reservation")
+    return held if held and held.get("cause") == "BoundedWaiting" else None
+
+
+def longest_wait(operator: OperatorProcess) -> float:
+    for line in operator.scrape().splitlines():
+        if line.startswith("phalanx_longest_wait_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("phalanx_longest_wait_seconds is not exported")
+
+
+def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
+    ns: Namespace, stock_cluster: ClusterState, patient_operator: OperatorProcess
+) -> None:
+    rng = random.Random(SEED)
+    made: list[str] = []
+
+    def feed() -> None:
+        """Keep WAITING_SMALL small gangs waiting (their pods not all bound)."""
+        pods = ns.pods()
+        waiting = 0
+        for name in made:
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get("job-name") == name]
+            if len(bound(mine)) < 2:
+                waiting += 1
+        while waiting < WAITING_SMALL and len(made) < MAX_SMALL:
+            name = f"small-{len(made):03d}"
+            ns.create(small_job(name, rng.choice([3, 4, 5, 6])))
+            made.append(name)
+            waiting += 1
+
+    def busy_nodes() -> set[str]:
+        return {
+            p["spec"]["nodeName"]
+            for p in ns.pods()
+            if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+        }
+
+    # The stream first, until every node is busy; then the large gang, older than every small gang after it.
+    wait_for("the cluster full of small gangs", lambda: feed() or len(busy_nodes()) == 8, timeout=90)
+    ns.create(big_job())
+    after_big = len(made)
+
+    held: dict[str, Any] = {}
+    hold_seen_at = -1  # index in `made` of the first small gang created after the hold was seen
+    explained = ""
+
+    def big_started() -> bool:
+        nonlocal hold_seen_at, explained
+        feed()
+        if not held and (found := reservation(ns)) is not None:
+            held.update(found)
+            hold_seen_at = len(made)
+            kubeconfig = str(stock_cluster.kubeconfig)
+            explained = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "phalanx.cli",
+                    "explain",
+                    "job/big",
+                    "-n",
+                    ns.name,
+                    "--kubeconfig",
+                    kubeconfig,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+            assert longest_wait(patient_operator) >= AGE
+        return len(bound(ns.job_pods("big"))) == 8
+
+    wait_for("the large gang bound while the stream goes on", big_started, timeout=240, interval=0.5)
+    print(ns.where())
+    print(f"{len(made)} small gangs made, {after_big} before the large one; hold: {held}")
+    print(explained)
+
+    # The room was held for it (recorded, explained) ...
+    assert held, "the large gang started without a reservation: the stream did not starve it"
+    assert held["victims"] == [] and len(set(held["nodes"])) == 4
+    big = ns.job_pods("big")
+    assert domains_of(ns.api, big, NB_KEY) == {held["domain"]}
+    assert {p["spec"]["nodeName"] for p in big} == set(held["nodes"])
+    assert "Reservation (BoundedWaiting)" in explained and held["domain"] in explained
+    group = group_of(ns, "big")
+    assert group is not None
+    admitted = next(c for c in group["status"]["conditions"] if c["type"] == "Admitted")
+    assert admitted["reason"] == "Admitted"
+    assert not (group["status"].get("reservation") or {})  # it ended with the admission
+
+    # ... the stream went on meanwhile (it was not simply stopped) and backfilled the other block only.
+    later = made[hold_seen_at:]
+    assert later, "no small gang was created after the hold was seen"
+    pods = ns.pods()
+    placed_later = [
+        p
+        for p in pods
+        if p["metadata"].get("labels", {}).get("job-name") in later and p["spec"].get("nodeName")
+    ]
+    assert placed_later, "no small gang made after the hold ran: nothing backfilled"
+    assert not [p for p in placed_later if p["spec"]["nodeName"] in held["nodes"]]
