@@ -109,62 +109,60 @@ def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
     ns.create(big_job())
     after_big = len(made)
 
-    held: dict[str, Any] = {}
-    hold_seen_at = -1  # index in `made` of the first small gang created after the hold was seen
+    holds: list[dict[str, Any]] = []  # each hold seen, in order (a hold moves to where fewer pods miss)
+    first_hold_at = -1  # how many small gangs had been made when the first hold was seen
+    bound_since_hold: dict[str, set[str]] = {}  # per hold (its domain): small pods seen bound meanwhile
     explained = ""
 
+    def small_pods_bound() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in ns.pods()
+            if p["metadata"].get("labels", {}).get("job-name", "").startswith("small-")
+            and p["spec"].get("nodeName")
+        }
+
     def big_started() -> bool:
-        nonlocal hold_seen_at, explained
+        nonlocal first_hold_at, explained
         feed()
-        if not held and (found := reservation(ns)) is not None:
-            held.update(found)
-            hold_seen_at = len(made)
+        found = reservation(ns)
+        if found is not None and (not holds or holds[-1]["nodes"] != found["nodes"]):
+            holds.append(found)
+            bound_since_hold[found["domain"]] = set(small_pods_bound())  # bound before this hold was seen
+        if found is not None and first_hold_at < 0:
+            first_hold_at = len(made)
             kubeconfig = str(stock_cluster.kubeconfig)
+            command = ["phalanx.cli", "explain", "job/big", "-n", ns.name, "--kubeconfig", kubeconfig]
             explained = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "phalanx.cli",
-                    "explain",
-                    "job/big",
-                    "-n",
-                    ns.name,
-                    "--kubeconfig",
-                    kubeconfig,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
+                [sys.executable, "-m", *command], capture_output=True, text=True, timeout=60
             ).stdout
             assert longest_wait(patient_operator) >= AGE
         return len(bound(ns.job_pods("big"))) == 8
 
     wait_for("the large gang bound while the stream goes on", big_started, timeout=240, interval=0.5)
     print(ns.where())
-    print(f"{len(made)} small gangs made, {after_big} before the large one; hold: {held}")
+    print(f"{len(made)} small gangs made, {after_big} before the large one; holds seen: {holds}")
     print(explained)
 
-    # The room was held for it (recorded, explained) ...
-    assert held, "the large gang started without a reservation: the stream did not starve it"
-    assert held["victims"] == [] and len(set(held["nodes"])) == 4
+    # The room was held for it (recorded, explained), and it started on the last nodes held ...
+    assert holds, "the large gang started without a reservation: the stream did not starve it"
+    final = holds[-1]
+    assert all(h["victims"] == [] and len(set(h["nodes"])) == 4 for h in holds)
     big = ns.job_pods("big")
-    assert domains_of(ns.api, big, NB_KEY) == {held["domain"]}
-    assert {p["spec"]["nodeName"] for p in big} == set(held["nodes"])
-    assert "Reservation (BoundedWaiting)" in explained and held["domain"] in explained
+    assert domains_of(ns.api, big, NB_KEY) == {final["domain"]}
+    assert {p["spec"]["nodeName"] for p in big} == set(final["nodes"])
+    assert "Reservation (BoundedWaiting)" in explained
     group = group_of(ns, "big")
     assert group is not None
     admitted = next(c for c in group["status"]["conditions"] if c["type"] == "Admitted")
     assert admitted["reason"] == "Admitted"
     assert not (group["status"].get("reservation") or {})  # it ended with the admission
 
-    # ... the stream went on meanwhile (it was not simply stopped) and backfilled the other block only.
-    later = made[hold_seen_at:]
-    assert later, "no small gang was created after the hold was seen"
-    pods = ns.pods()
-    placed_later = [
-        p
-        for p in pods
-        if p["metadata"].get("labels", {}).get("job-name") in later and p["spec"].get("nodeName")
-    ]
-    assert placed_later, "no small gang made after the hold ran: nothing backfilled"
-    assert not [p for p in placed_later if p["spec"]["nodeName"] in held["nodes"]]
+    # ... the stream went on meanwhile (it was not simply stopped) and backfilled other nodes: no small pod
+    # bound after the last hold was seen is on its nodes, and small gangs made after the first hold ran.
+    placed = small_pods_bound()
+    later = {name: node for name, node in placed.items() if name not in bound_since_hold[final["domain"]]}
+    assert not [name for name, node in later.items() if node in final["nodes"]], (later, final)
+    after_hold = set(made[first_hold_at:])
+    ran = [name for name in placed if name.rsplit("-", 2)[0] in after_hold]
+    assert ran, "no small gang made after the hold was seen ran: nothing backfilled"
