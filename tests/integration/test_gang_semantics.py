@@ -19,6 +19,7 @@ import pytest
 
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
@@ -95,8 +96,15 @@ def test_auto_takes_one_network_block_for_a_job_that_can_never_fit_a_local_block
     assert note in cond["message"], cond
 
 
+def longest_wait(operator: OperatorProcess) -> float:
+    for line in operator.scrape().splitlines():
+        if line.startswith("phalanx_longest_wait_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("phalanx_longest_wait_seconds is not exported")
+
+
 def test_auto_keeps_a_job_that_fits_a_local_block_waiting_for_one_where_preferred_spreads(
-    ns: Namespace, block_topology: str
+    ns: Namespace, block_topology: str, phalanx: OperatorProcess
 ) -> None:
     ns.fill("was-worker", "was-worker3", "was-worker5", "was-worker7")  # one free node per local block
     ns.create(auto_job("auto-2", 2))
@@ -107,6 +115,8 @@ def test_auto_keeps_a_job_that_fits_a_local_block_waiting_for_one_where_preferre
         in cond["message"]
     )
     hold("auto-2 waits for a local block", lambda: not bound(ns.job_pods("auto-2")), seconds=3)
+    # The longest wait is exported, and grows while auto-2 waits.
+    wait_for("phalanx_longest_wait_seconds past 3 s", lambda: longest_wait(phalanx) >= 3.0, timeout=60)
     preferred = gpu_job(
         "preferred-2",
         2,
