@@ -163,15 +163,11 @@ def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
     assert not (group["status"].get("reservation") or {})  # it ended with the admission
 
     # ... while the stream went on: gangs younger than the large one were admitted while it waited (so it
-    # was not first in line by luck), small gangs were still made after the hold, and no small pod bound
-    # after the last hold was seen is on its nodes (backfill elsewhere; the unit tests pin the rule down).
+    # was not first in line by luck), and no small pod bound after the last hold was seen is on its nodes
+    # (backfill elsewhere; the unit tests pin the rule down).
     placed = small_pods_bound()
     younger = {name.rsplit("-", 2)[0] for name in placed} & set(made[after_big:])
     assert younger, "no gang younger than the large one ran while it waited: nothing tested"
-    waiting = [
-        p for p in ns.pods() if p["metadata"]["name"].startswith("small-") and not p["spec"].get("nodeName")
-    ]
-    assert waiting, "no small gang was waiting when the large one started: the stream had stopped"
     later = {name: node for name, node in placed.items() if name not in bound_since_hold[final["domain"]]}
     assert not [name for name, node in later.items() if node in final["nodes"]], (later, final)
     print(f"younger gangs admitted while it waited: {sorted(younger)}; bound after the last hold: {later}")
