@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from phalanx.api import conditions as c
 from phalanx.api.scheduling import PREEMPT_NEVER
+from phalanx.api.status import Reservation
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.starvation import hold_room
 from phalanx.controller.plan.victims import actuate, reservation_active, reserved_usage
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import (
+    CompositePreemption,
     CompositeRequest,
     GroupRequest,
+    Preemption,
     admitted_usage,
     choose_composite_victims,
     choose_victims,
@@ -53,18 +58,9 @@ def wait_or_preempt(
 ) -> st.Outcome:
     """The outcome of a gang that does not fit now; a reservation it holds is kept on `leaf`."""
     current = leaf.group.status.reservation
-    if reservation_active(current, ctx.victims.pods, ctx.now):
-        assert current is not None
-        left = [v for v in current.victims if v in ctx.victims.pods]
-        # Nobody else may be admitted into the room: later units of this pass see it taken.
-        ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, leaf.ready))
-        where = f" in {current.domain}" if current.domain else ""
+    if (waits := _still_freeing(current, leaf.ready, "group", ctx)) is not None:
         leaf.reservation = current
-        return st.Outcome(
-            c.REASON_PREEMPTING,
-            f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
-            f"reserved for this group until {current.expires_at.strftime('%H:%M:%SZ')}",
-        )
+        return waits
     if not may_preempt(work, leaf):
         waits = st.Outcome(
             c.REASON_UNSCHEDULABLE,
@@ -72,16 +68,7 @@ def wait_or_preempt(
         )
         outcome, leaf.reservation = hold_room(leaf.group.status, request, waits, ctx)
         return outcome
-    started = time.perf_counter()
-    preemption = choose_victims(
-        ctx.snapshot,
-        request,
-        work.unit.priority,
-        ctx.victims.candidates,
-        ctx.victims.groups,
-        excluded_pods=ctx.victims.unevictable,
-    )
-    ctx.decision_seconds.append(time.perf_counter() - started)
+    preemption = _search(choose_victims, request, work, ctx)
     if preemption is None:
         outcome, leaf.reservation = hold_room(
             leaf.group.status, request, st.Outcome(c.REASON_UNSCHEDULABLE, rejected), ctx
@@ -102,20 +89,9 @@ def tree_wait_or_preempt(work: UnitWork, request: CompositeRequest, ctx: Pass) -
     assert root is not None and work.outcome is not None
     pending = [p for leaf in work.leaves.values() for p in leaf.to_place]
     current = root.status.reservation
-    if reservation_active(current, ctx.victims.pods, ctx.now):
-        assert current is not None
-        left = [v for v in current.victims if v in ctx.victims.pods]
-        ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, pending))
+    if (waits := _still_freeing(current, pending, "tree", ctx)) is not None:
         work.reservation = current
-        where = f" in {current.domain}" if current.domain else ""
-        _tree_outcome(
-            work,
-            st.Outcome(
-                c.REASON_PREEMPTING,
-                f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
-                f"reserved for this tree until {current.expires_at.strftime('%H:%M:%SZ')}",
-            ),
-        )
+        _tree_outcome(work, waits)
         return
     if _tree_may_preempt(work) and _tree_preempts(work, request, pending, ctx):
         return
@@ -132,16 +108,7 @@ def _tree_preempts(work: UnitWork, request: CompositeRequest, pending: list[PodR
     """Preempt for the tree if some victims make it fit: actions, reservation, outcomes; True if so."""
     root = work.root
     assert root is not None
-    started = time.perf_counter()
-    preemption = choose_composite_victims(
-        ctx.snapshot,
-        request,
-        work.unit.priority,
-        ctx.victims.candidates,
-        ctx.victims.groups,
-        excluded_pods=ctx.victims.unevictable,
-    )
-    ctx.decision_seconds.append(time.perf_counter() - started)
+    preemption = _search(choose_composite_victims, request, work, ctx)
     if preemption is None:
         return False
     placed = {pod: node for _, admit in preemption.admit.admits for pod, node in admit.assignments}
@@ -159,3 +126,40 @@ def _tree_outcome(work: UnitWork, outcome: st.Outcome) -> None:
     work.outcome = outcome
     for leaf in work.leaves.values():
         leaf.outcome = outcome
+
+
+def _still_freeing(
+    current: Reservation | None, pending: Sequence[PodRecord], what: str, ctx: Pass
+) -> st.Outcome | None:
+    """While the victims of an earlier preemption terminate: the room they free stays the preemptor's
+    (later units of this pass see it taken), and it says so."""
+    if current is None or not reservation_active(current, ctx.victims.pods, ctx.now):
+        return None
+    left = [v for v in current.victims if v in ctx.victims.pods]
+    ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, pending))
+    where = f" in {current.domain}" if current.domain else ""
+    return st.Outcome(
+        c.REASON_PREEMPTING,
+        f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
+        f"reserved for this {what} until {current.expires_at.strftime('%H:%M:%SZ')}",
+    )
+
+
+_Found = TypeVar("_Found", Preemption, CompositePreemption)
+
+
+def _search(
+    choose: Callable[..., _Found | None], request: GroupRequest | CompositeRequest, work: UnitWork, ctx: Pass
+) -> _Found | None:
+    """The engine's victim search for the unit at its priority, timed for the metrics."""
+    started = time.perf_counter()
+    found = choose(
+        ctx.snapshot,
+        request,
+        work.unit.priority,
+        ctx.victims.candidates,
+        ctx.victims.groups,
+        excluded_pods=ctx.victims.unevictable,
+    )
+    ctx.decision_seconds.append(time.perf_counter() - started)
+    return found
