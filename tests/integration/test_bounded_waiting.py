@@ -110,9 +110,8 @@ def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
     after_big = len(made)
 
     holds: list[dict[str, Any]] = []  # each hold seen, in order (a hold moves to where fewer pods miss)
-    first_hold_at = -1  # how many small gangs had been made when the first hold was seen
     bound_since_hold: dict[str, set[str]] = {}  # per hold (its domain): small pods seen bound meanwhile
-    explained = ""
+    explained: str | None = None  # `phalanx explain` run while a hold stood (seen before and after it)
     longest: list[float] = []  # phalanx_longest_wait_seconds, scraped at every poll
 
     def small_pods_bound() -> dict[str, str]:
@@ -124,19 +123,23 @@ def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
         }
 
     def big_started() -> bool:
-        nonlocal first_hold_at, explained
+        nonlocal explained
         feed()
         found = reservation(ns)
         if found is not None and (not holds or holds[-1]["nodes"] != found["nodes"]):
             holds.append(found)
             bound_since_hold[found["domain"]] = set(small_pods_bound())  # bound before this hold was seen
-        if found is not None and first_hold_at < 0:
-            first_hold_at = len(made)
+        if found is not None and explained is None:
+            # A hold may end before explain has read it (the gang admitted): only an explain run that
+            # the same hold brackets must show it; else try again at the next poll that sees a hold.
             kubeconfig = str(stock_cluster.kubeconfig)
             command = ["phalanx.cli", "explain", "job/big", "-n", ns.name, "--kubeconfig", kubeconfig]
-            explained = subprocess.run(
+            out = subprocess.run(
                 [sys.executable, "-m", *command], capture_output=True, text=True, timeout=60
             ).stdout
+            after = reservation(ns)
+            if after is not None and after["nodes"] == found["nodes"]:
+                explained = out
         longest.append(longest_wait(patient_operator))
         return len(bound(ns.job_pods("big"))) == 8
 
@@ -152,6 +155,7 @@ def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
     big = ns.job_pods("big")
     assert domains_of(ns.api, big, NB_KEY) == {final["domain"]}
     assert {p["spec"]["nodeName"] for p in big} == set(final["nodes"])
+    assert explained is not None, "no `phalanx explain` ran while a hold stood (each hold ended first)"
     assert "Reservation (BoundedWaiting)" in explained
     # The gauge is of the present: the pass that holds the room reads past the age, the next one may
     # already have admitted it, so a poll can miss that window (test_gang_semantics.py waits for it).
