@@ -5,6 +5,7 @@
   block of its own instead of spreading (preferred would spread); each condition says which applied, why.
 - A high-priority sliced Job preempts a low-priority gang whole, as a plain gang of its priority would
   (before, a tree never preempted and waited behind it for ever).
+- A high-priority hand-made tree (the article's slices) preempts a low-priority gang whole the same way.
 - A hand-made PodGroup whose StatefulSet pods lost a member with its node, with no room left in its
   domain, is requeued whole by deleting its pods after --node-failure-grace; the StatefulSet makes them
   again (gated) and they are placed whole in the other block.
@@ -23,6 +24,8 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
+from .scenarios import PHALANX
+from .semantics_scenarios import tree_preemption
 from .test_phalanx_admission import MANAGED, group_of, wait_bound, wait_condition
 
 pytestmark = pytest.mark.integration
@@ -180,6 +183,26 @@ def test_a_high_priority_sliced_job_preempts_a_low_priority_gang_whole(ns: Names
     (victim,) = preempted
     survivor = "low-b" if victim == "low-a" else "low-a"
     assert len(bound(ns.job_pods(survivor))) == 4  # only what was needed
+
+
+def test_a_high_priority_hand_made_tree_preempts_a_low_priority_gang_whole(ns: Namespace) -> None:
+    """The article's hand-made slices (Workload, CompositePodGroup, two PodGroups, bare pods) of priority
+    high, behind low-a and low-b filling both network blocks (semantics_scenarios.tree_preemption, the
+    row of bench/comparison.py): one low gang goes whole, the tree runs in its block."""
+    outcome = tree_preemption(PHALANX, ns)
+    print(outcome.line)
+    assert outcome.facts["running"], outcome.line
+    fates = sorted(outcome.facts["fates"])
+    gone = [f for f in fates if f.endswith("4 of 4 pods gone")]
+    untouched = [f for f in fates if f.endswith("untouched")]
+    assert len(gone) == 1 and len(untouched) == 1, fates  # one gang whole, the other not at all
+    assert len(outcome.domains[0]) == 1, outcome.domains  # the tree in one network block
+    said = [
+        e
+        for e in ns.events()
+        if e["reason"] == "Preempting" and e["involvedObject"]["kind"] == "CompositePodGroup"
+    ]
+    assert said, "the CompositePodGroup says it preempts"
 
 
 # ---------------------------------------------------------------------- a hand-made group requeued whole
