@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from phalanx.devcluster.cluster import ClusterState
@@ -175,3 +176,28 @@ def gpu_job(
         "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
         "spec": spec,
     }
+
+
+TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
+
+
+@contextlib.contextmanager
+def active_topology(api: RestClient, name: str, *labels: str) -> Iterator[str]:
+    """A Topology of these node labels (widest first), once its Active condition is True; deleted after."""
+    body = {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": label} for label in labels]},
+    }
+    api.request("POST", TOPOLOGIES, body)
+
+    def active() -> bool:
+        conditions = (api.get(f"{TOPOLOGIES}/{name}").get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    try:
+        wait_for(f"Topology {name} active", active, timeout=60)
+        yield name
+    finally:
+        api.request("DELETE", f"{TOPOLOGIES}/{name}")

@@ -23,7 +23,19 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
-from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
+from .kube import (
+    GPU_KEY,
+    LB_KEY,
+    NB_KEY,
+    Namespace,
+    active_topology,
+    bound,
+    domains_of,
+    gpu_job,
+    hold,
+    node_labels,
+    wait_for,
+)
 from .scenarios import PHALANX
 from .semantics_scenarios import tree_preemption
 from .test_phalanx_admission import MANAGED, group_of, wait_bound, wait_condition
@@ -31,7 +43,6 @@ from .test_phalanx_admission import MANAGED, group_of, wait_bound, wait_conditio
 pytestmark = pytest.mark.integration
 
 LOW, HIGH = "phalanx-gs-low", "phalanx-gs-high"
-TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
 PHALANX_API = "scheduling.phalanx.dev/v1beta1"
 GRACE = 30.0  # phalanx run's default --node-failure-grace
 
@@ -54,25 +65,8 @@ def priority_classes(stock_cluster: ClusterState) -> Iterator[None]:
 @pytest.fixture
 def block_topology(ns: Namespace) -> Iterator[str]:
     """A Topology of (network block, local block), active."""
-    name = f"gs-{ns.name}"[:60]
-    levels = [{"nodeLabel": NB_KEY}, {"nodeLabel": LB_KEY}]
-    body = {
-        "apiVersion": PHALANX_API,
-        "kind": "Topology",
-        "metadata": {"name": name},
-        "spec": {"levels": levels},
-    }
-    ns.api.request("POST", TOPOLOGIES, body)
-
-    def active() -> bool:
-        conditions = (ns.api.get(f"{TOPOLOGIES}/{name}").get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    try:
-        wait_for("the Topology active", active, timeout=60)
+    with active_topology(ns.api, f"gs-{ns.name}"[:60], NB_KEY, LB_KEY) as name:
         yield name
-    finally:
-        ns.api.request("DELETE", f"{TOPOLOGIES}/{name}")
 
 
 def auto_job(name: str, count: int) -> dict[str, Any]:

@@ -19,12 +19,11 @@ import pytest
 
 from phalanx.devcluster.tools import filler_pod
 
-from .kube import GPU_KEY, NB_KEY, Namespace, gpu_job, wait_for
+from .kube import GPU_KEY, NB_KEY, TOPOLOGIES, Namespace, active_topology, gpu_job, wait_for
 from .test_phalanx_admission import MANAGED, wait_bound, wait_condition
 
 pytestmark = pytest.mark.integration
 
-TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
 HOSTNAME = "kubernetes.io/hostname"
 HALF_BUSY = ("was-worker", "was-worker2")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
@@ -41,24 +40,8 @@ def levels(request: pytest.FixtureRequest, ns: Namespace) -> Iterator[str]:
     if request.param == "no-topology":
         yield request.param
         return
-    name = f"nl-{ns.name}"[:60]
-    body = {
-        "apiVersion": "scheduling.phalanx.dev/v1beta1",
-        "kind": "Topology",
-        "metadata": {"name": name},
-        "spec": {"levels": [{"nodeLabel": NB_KEY}, {"nodeLabel": HOSTNAME}]},
-    }
-    ns.api.request("POST", TOPOLOGIES, body)
-
-    def active() -> bool:
-        conditions = (ns.api.get(f"{TOPOLOGIES}/{name}").get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    try:
-        wait_for("the Topology active", active, timeout=60)
+    with active_topology(ns.api, f"nl-{ns.name}"[:60], NB_KEY, HOSTNAME):
         yield request.param
-    finally:
-        ns.api.request("DELETE", f"{TOPOLOGIES}/{name}")
 
 
 def occupy(ns: Namespace, full: tuple[str, ...], half: tuple[str, ...]) -> None:

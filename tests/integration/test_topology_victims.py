@@ -19,7 +19,19 @@ import pytest
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
 
-from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, hold, node_labels, wait_for
+from .kube import (
+    GPU_KEY,
+    LB_KEY,
+    NB_KEY,
+    Namespace,
+    active_topology,
+    bound,
+    domains_of,
+    gpu_job,
+    hold,
+    node_labels,
+    wait_for,
+)
 from .test_phalanx_admission import MANAGED
 
 pytestmark = pytest.mark.integration
@@ -28,7 +40,6 @@ LOW, HIGH, GUARD = "phalanx-tv-low", "phalanx-tv-high", "phalanx-tv-guard"
 VALUES = {LOW: 10, HIGH: 1000, GUARD: 5000}
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
-TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,24 +112,8 @@ def test_a_block_gang_preempts_inside_a_fully_packed_block(ns: Namespace) -> Non
 @pytest.fixture
 def block_topology(ns: Namespace) -> Iterator[str]:
     """A Topology of (network block, local block), active."""
-    name = f"tv-{ns.name}"[:60]
-    body = {
-        "apiVersion": "scheduling.phalanx.dev/v1beta1",
-        "kind": "Topology",
-        "metadata": {"name": name},
-        "spec": {"levels": [{"nodeLabel": NB_KEY}, {"nodeLabel": LB_KEY}]},
-    }
-    ns.api.request("POST", TOPOLOGIES, body)
-
-    def active() -> bool:
-        conditions = (ns.api.get(f"{TOPOLOGIES}/{name}").get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    try:
-        wait_for("the Topology active", active, timeout=60)
+    with active_topology(ns.api, f"tv-{ns.name}"[:60], NB_KEY, LB_KEY) as name:
         yield name
-    finally:
-        ns.api.request("DELETE", f"{TOPOLOGIES}/{name}")
 
 
 # nb-a's occupants, named so that the scattered pair (one in each local block) sorts first.
