@@ -110,11 +110,14 @@ What to read in it:
 - **Gang semantics** (the last three rows, `tests/integration/semantics_scenarios.py`). *Bounded waiting*:
   a seeded stream of 2-pod gangs keeps every node busy and two gangs waiting, then an 8-pod gang of the same
   priority needs a whole network block; the stream goes on for at most {stream:.0f} s. Without a
-  reservation every pair of nodes that frees goes to the next small gang; Phalanx holds the room of a gang
-  that waited longer than `--starvation-age` (60 s by default) and the small gangs after it backfill the
-  other block. *Trees preempt*: the article's hand-made slices with pods of priority high, behind two
-  low-priority gangs that fill the cluster, as a plain gang of that priority would preempt. *auto*: a job
-  keyed to a domain it can never fit; upstream has `required` (waits for ever) and nothing in between.
+  reservation the large gang starts only if the stream's timing happens to free four nodes of one block
+  together (it may, as the row shows: read it as one run, not a rule); Phalanx holds the room of a gang
+  that waited longer than `--starvation-age` (60 s by default; when it started sooner, no hold was needed)
+  and the small gangs after it backfill the other block; `tests/integration/test_bounded_waiting.py`
+  asserts the hold with `--starvation-age 5`. *Trees preempt*: the article's hand-made slices with pods
+  of priority high, behind two low-priority gangs that fill the cluster, as a plain gang of that priority
+  would preempt. *auto*: a job keyed to a domain it can never fit; upstream has `required` (waits for
+  ever) and nothing in between.
 - "0 bound" means no pod of the group got a node while the scenario watched it for a few seconds after the
   system said it waits.
 
