@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from phalanx.devcluster.cluster import ClusterState
@@ -81,6 +82,13 @@ class Namespace:
         query = f"?fieldSelector={field_selector}" if field_selector else ""
         items: list[dict[str, Any]] = self.api.get(f"/api/v1/namespaces/{self.name}/events{query}")["items"]
         return items
+
+    def events_until(
+        self, what: str, ok: Callable[[list[dict[str, Any]]], bool], timeout: float = 60.0
+    ) -> list[dict[str, Any]]:
+        """The namespace's events once `ok` holds for them: an event is posted beside the writes it tells
+        of (after the releases), so a test that saw the pods bind waits for it rather than reading once."""
+        return wait_for(what, lambda: evs if ok(evs := self.events()) else None, timeout=timeout)
 
     # -- the article's scripts
     def fill(self, *nodes: str) -> None:
@@ -175,3 +183,28 @@ def gpu_job(
         "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
         "spec": spec,
     }
+
+
+TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
+
+
+@contextlib.contextmanager
+def active_topology(api: RestClient, name: str, *labels: str) -> Iterator[str]:
+    """A Topology of these node labels (widest first), once its Active condition is True; deleted after."""
+    body = {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": label} for label in labels]},
+    }
+    api.request("POST", TOPOLOGIES, body)
+
+    def active() -> bool:
+        conditions = (api.get(f"{TOPOLOGIES}/{name}").get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    try:
+        wait_for(f"Topology {name} active", active, timeout=60)
+        yield name
+    finally:
+        api.request("DELETE", f"{TOPOLOGIES}/{name}")

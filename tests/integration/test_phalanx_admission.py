@@ -117,7 +117,14 @@ def test_gang_4_with_three_free_nodes_binds_none_then_all_four_together(ns: Name
     times = [scheduled_at(p) for p in pods]
     assert max(times) - min(times) <= dt.timedelta(seconds=2), times
     wait_condition(ns, "gang-4", "PodGroupInitiallyScheduled", "True", "Scheduled")
-    reasons = {e["reason"] for e in ns.events() if e["involvedObject"]["kind"] == "Job"}
+    events = ns.events_until(
+        "the Job's Unschedulable and Admitted events",
+        lambda evs: (
+            {"Unschedulable", "Admitted"}
+            <= {e["reason"] for e in evs if e["involvedObject"]["kind"] == "Job"}
+        ),
+    )
+    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "Job"}
     assert {"Unschedulable", "Admitted"} <= reasons, reasons
 
 

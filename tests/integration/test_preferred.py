@@ -93,7 +93,10 @@ def test_local_4_required_waits_preferred_is_placed_in_one_network_block(ns: Nam
     assert group is not None and group["status"]["admission"]["level"] == NB_KEY
     events = [
         e["message"]
-        for e in ns.events()
+        for e in ns.events_until(
+            "the Job's Admitted event",
+            lambda evs: any(e["reason"] == "Admitted" and e["involvedObject"]["kind"] == "Job" for e in evs),
+        )
         if e["reason"] == "Admitted" and e["involvedObject"]["kind"] == "Job"
     ]
     assert any("(topology mode preferred)" in m for m in events), events

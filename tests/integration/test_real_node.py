@@ -328,7 +328,10 @@ def test_deleting_the_leaders_pod_hands_over_and_the_other_replica_admits(
     # The Admitted Event names the replica that decided: the new leader, not the deleted pod.
     reporters = {
         e.get("reportingInstance")
-        for e in ns.events()
+        for e in ns.events_until(
+            "an Admitted event",
+            lambda evs: any(e["reason"] == "Admitted" and e.get("reportingComponent") for e in evs),
+        )
         if e["reason"] == "Admitted" and e.get("reportingComponent")
     }
     assert reporters == {new}, reporters

@@ -97,9 +97,9 @@ def build_pod_group(
     template = _template(name, policy, priority, preemption_policy)
     metadata = _metadata(job, pod_group_name(workload_name, template.name))
     mode = ((job.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_MODE_ANNOTATION)
-    if mode == "preferred":
+    if mode in ("preferred", "auto"):
         # Kept where the plan reads it: a mode changed on the Job afterwards is not applied (plan.py).
-        metadata["annotations"][TOPOLOGY_MODE_ANNOTATION] = "preferred"
+        metadata["annotations"][TOPOLOGY_MODE_ANNOTATION] = mode
     if workload_uid is not None:
         metadata["ownerReferences"].append(
             {"apiVersion": API_VERSION, "kind": WORKLOAD_KIND, "name": workload_name, "uid": workload_uid}

@@ -1,8 +1,10 @@
 """A Job's topology mode and slices, read from its annotations (beside `job_policy`, which they refine).
 
-- ``phalanx.dev/topology-mode: required | preferred`` (default required): with preferred, a gang whose
-  ``phalanx.dev/topology-key`` domain is full climbs to the next wider level of the key's Topology (and
-  then anywhere) instead of waiting.
+- ``phalanx.dev/topology-mode: required | preferred | auto`` (default required): with preferred, a gang
+  whose ``phalanx.dev/topology-key`` domain is full climbs to the next wider level of the key's Topology
+  (and then anywhere) instead of waiting; with auto, the key is required when the gang can ever fit one
+  of its domains on this cluster's nodes (their allocatable), else the narrowest wider level where it can
+  (NVLink racks: a 4-node job waits for a rack of its own, a 32-node job takes the fewest racks).
 - ``phalanx.dev/slice-size: N`` with ``phalanx.dev/slice-topology-key: <label>``: the Job is placed as a
   CompositePodGroup of parallelism / N PodGroups (slices), each slice inside one domain of the slice key,
   all slices inside one domain of ``phalanx.dev/topology-key`` (when given). Completion index i belongs
@@ -28,9 +30,11 @@ from phalanx.api.keys import (
 )
 from phalanx.bodies import mapping
 
-TopologyModeKind = Literal["required", "preferred"]
+TopologyModeKind = Literal["required", "preferred", "auto"]
 REQUIRED: Final = "required"
 PREFERRED: Final = "preferred"
+AUTO: Final = "auto"
+TOPOLOGY_MODES: Final = get_args(TopologyModeKind)
 COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
 
 
@@ -68,15 +72,15 @@ def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
     mode: TopologyModeKind = REQUIRED
     raw_mode = value(TOPOLOGY_MODE_ANNOTATION)
     if raw_mode is not None:
-        if raw_mode not in get_args(TopologyModeKind):
-            problem(TOPOLOGY_MODE_ANNOTATION, f'"{raw_mode}" is not one of required, preferred')
+        if raw_mode not in TOPOLOGY_MODES:
+            problem(TOPOLOGY_MODE_ANNOTATION, f'"{raw_mode}" is not one of {", ".join(TOPOLOGY_MODES)}')
         elif policy.topology_key is None:
             problem(
                 TOPOLOGY_MODE_ANNOTATION,
                 f"needs {TOPOLOGY_KEY_ANNOTATION}: it says how strictly that key holds",
             )
         else:
-            mode = PREFERRED if raw_mode == PREFERRED else REQUIRED
+            mode = PREFERRED if raw_mode == PREFERRED else AUTO if raw_mode == AUTO else REQUIRED
 
     size: int | None = None
     raw_size = value(SLICE_SIZE_ANNOTATION)
@@ -120,10 +124,8 @@ def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
                 "slices need completionMode Indexed: completion index i goes to slice i // slice-size, and "
                 "a NonIndexed Job's pods have no index to assign them by",
             )
-        if mode == PREFERRED:
-            problem(
-                TOPOLOGY_MODE_ANNOTATION, "preferred is not supported with slices (each slice is required)"
-            )
+        if mode in (PREFERRED, AUTO):
+            problem(TOPOLOGY_MODE_ANNOTATION, f"{mode} is not supported with slices (each slice is required)")
     if problems:
         raise JobPolicyError.of(problems)
     return JobLayout(mode, size if slice_key is not None else None, slice_key if size is not None else None)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind
+from phalanx.api.job_layout import AUTO, PREFERRED, REQUIRED, TOPOLOGY_MODES, TopologyModeKind
 from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems
 from phalanx.api.jobset import gated_pod_spec
 from phalanx.api.keys import (
@@ -94,9 +94,9 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
     key = _text(annotations, TOPOLOGY_KEY_ANNOTATION)
     slice_key = _text(annotations, SLICE_TOPOLOGY_KEY_ANNOTATION)
     mode = _text(annotations, TOPOLOGY_MODE_ANNOTATION) or REQUIRED
-    if mode not in (REQUIRED, PREFERRED):
+    if mode not in TOPOLOGY_MODES:
         problems.append(
-            PolicyProblem(TOPOLOGY_MODE_ANNOTATION, f"{mode!r} is not one of required, preferred")
+            PolicyProblem(TOPOLOGY_MODE_ANNOTATION, f"{mode!r} is not one of {', '.join(TOPOLOGY_MODES)}")
         )
     preemption = _text(annotations, PREEMPTION_POLICY_ANNOTATION)
     if preemption is not None and preemption not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
@@ -138,7 +138,7 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
         replicas=replicas,
         topology_key=key,
         slice_topology_key=slice_key,
-        topology_mode=PREFERRED if mode == PREFERRED else REQUIRED,
+        topology_mode=PREFERRED if mode == PREFERRED else AUTO if mode == AUTO else REQUIRED,
         preemption_policy=None
         if preemption is None
         else PREEMPT_NEVER

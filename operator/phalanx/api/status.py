@@ -59,6 +59,8 @@ class Admission(ApiModel):
     """How many admissions were made for this group before this one (0 for the first)."""
     level: str | None = None
     """Preferred topology: the wider level (node label, "" anywhere) used as no domain of the key fit."""
+    mode_note: str | None = None
+    """Topology mode auto: which level applied and why (as the Admitted condition says it)."""
 
     @model_validator(mode="after")
     def _pods_unique(self) -> Self:
@@ -66,23 +68,35 @@ class Admission(ApiModel):
         return self
 
 
-class Reservation(ApiModel):
-    """Room being freed for this group by preemption, held for it until it is admitted.
+ReservationCause = Literal["Preemption", "BoundedWaiting"]
+PREEMPTION: ReservationCause = "Preemption"
+BOUNDED_WAITING: ReservationCause = "BoundedWaiting"
 
-    No other group is admitted into these nodes meanwhile. It ends when the group is admitted, when
-    the group no longer waits (deleted, suspended, admitted elsewhere), or at `expiresAt`.
+
+class Reservation(ApiModel):
+    """Room held for this group until it is admitted: being freed by preemption, or kept as it frees for
+    a gang that waited too long behind smaller ones (bounded waiting).
+
+    No other group is admitted into these nodes meanwhile (for bounded waiting: no group after this one in
+    the scheduling order). It ends when the group is admitted, when the group no longer waits (deleted,
+    suspended, admitted elsewhere), or at `expiresAt`.
     """
 
     domain: str | None = None
     """The topology domain the room is in."""
     nodes: list[DNSSubdomain] = Field(default_factory=list)
-    """The nodes the group's pods go to once the victims are gone (one entry per pod)."""
+    """Preemption: the nodes the group's pods go to once the victims are gone (one entry per pod).
+    BoundedWaiting: the nodes held, each once (no other group's pod is placed on them)."""
     victims: list[str] = Field(default_factory=list)
     """The preempted pods (namespace/name) being waited for."""
     reserved_at: AwareDatetime
     """When the victims were chosen."""
     expires_at: AwareDatetime
     """When the reservation lapses if the group was not admitted by then."""
+    cause: ReservationCause | None = None
+    """Why the room is held: Preemption (the default when unset) or BoundedWaiting."""
+    waiting_since: AwareDatetime | None = None
+    """BoundedWaiting: since when the group has waited."""
 
 
 class GroupStatus(ApiModel):

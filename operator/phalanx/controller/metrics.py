@@ -141,6 +141,12 @@ REQUEUES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+LONGEST_WAIT = Gauge(
+    "phalanx_longest_wait_seconds",
+    "How long the gang that has waited longest for its admission has waited (0: none waits); past "
+    "--starvation-age the room it needs is held for it",
+    registry=REGISTRY,
+)
 
 
 def set_leading(lease: str, leading: bool) -> None:

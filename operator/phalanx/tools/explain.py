@@ -123,6 +123,49 @@ class ConditionView:
 
 
 @dataclass(frozen=True)
+class ReservationView:
+    """Room held for the group (`status.reservation`): freed by preemption, or kept for a gang that waited
+    too long (bounded waiting)."""
+
+    cause: str
+    """Preemption or BoundedWaiting."""
+    domain: str | None
+    nodes: tuple[str, ...]
+    victims: int
+    since: str
+    """BoundedWaiting: since when the group has waited; Preemption: when the victims were chosen."""
+    until: str
+
+    def text(self) -> str:
+        where = f" in {self.domain}" if self.domain else ""
+        nodes = sorted(set(self.nodes))
+        held = f"{_plural(len(nodes), 'node')}{where} ({', '.join(nodes)})"
+        if self.cause == "BoundedWaiting":
+            return (
+                f"{held} held for it (bounded waiting: it has waited since {self.since}, longer than "
+                "--starvation-age); no later gang is placed on them until it is admitted"
+            )
+        return (
+            f"{held} being freed for it by preempting {_plural(self.victims, 'pod')}, held until "
+            f"{self.until} or its admission"
+        )
+
+
+def _reservation(group: Mapping[str, Any]) -> ReservationView | None:
+    held = mapping(mapping(group.get("status")).get("reservation"))
+    if not held:
+        return None
+    return ReservationView(
+        cause=str(held.get("cause") or "Preemption"),
+        domain=str(held["domain"]) if held.get("domain") else None,
+        nodes=tuple(str(n) for n in held.get("nodes") or []),
+        victims=len(held.get("victims") or []),
+        since=str(held.get("waitingSince") or held.get("reservedAt") or ""),
+        until=str(held.get("expiresAt") or ""),
+    )
+
+
+@dataclass(frozen=True)
 class GroupReport:
     """One PodGroup or CompositePodGroup as its status says, with the engine's words for it now."""
 
@@ -143,6 +186,8 @@ class GroupReport:
     """None for a composite (its children hold the pods)."""
     now: str | None = None
     """The engine's verdict for this group in the tree's placement now (None: not run)."""
+    reservation: ReservationView | None = None
+    """Room held for it (a tree's: on its root CompositePodGroup)."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +311,7 @@ def _report(
         domain=str(status["domain"]) if status.get("domain") else None,
         conditions=_conditions(group),
         pods=counts_of(pods) if pods is not None else None,
+        reservation=_reservation(group),
     )
 
 
@@ -509,6 +555,9 @@ def explain(facts: Facts) -> Explanation:
     kueue = kueue_view(owner, facts.kueue_workloads, facts.kueue_error)
     if kueue is not None and kueue.holder == KUEUE and state not in ("finished", "not-managed", "invalid"):
         state, summary = "held-by-kueue", f"held by Kueue: {kueue.summary}"
+    held = root.reservation if root is not None else None
+    if held is not None and state == "waiting":
+        summary += f"; a reservation holds room for it: {held.text()}"
     owner_info = (row.kind, name_of(owner), managed) if row is not None and owner is not None else None
     return Explanation(
         facts.target,
@@ -638,6 +687,8 @@ def _group_lines(report: GroupReport, indent: str, tree: bool) -> list[str]:
     if report.kind == "PodGroup" and not tree:
         initially = _condition(report, c.POD_GROUP_INITIALLY_SCHEDULED)
         lines.append(f"{inner}{c.POD_GROUP_INITIALLY_SCHEDULED}: {_condition_line(initially)}")
+    if report.reservation is not None:
+        lines.append(f"{inner}Reservation ({report.reservation.cause}): {report.reservation.text()}")
     if report.now is not None:
         lines.append(f"{inner}Now: {report.now}")
     return lines
@@ -711,6 +762,16 @@ def _group_json(r: GroupReport) -> dict[str, Any]:
         ],
         "pods": _counts_json(r.pods),
         "now": r.now,
+        "reservation": None
+        if r.reservation is None
+        else {
+            "cause": r.reservation.cause,
+            "domain": r.reservation.domain,
+            "nodes": list(r.reservation.nodes),
+            "victims": r.reservation.victims,
+            "since": r.reservation.since,
+            "until": r.reservation.until,
+        },
     }
 
 

@@ -20,6 +20,8 @@ from testkit import (
     job_body,
     job_key,
     pod_body,
+    running,
+    waiting_status,
     written_statuses,
 )
 
@@ -27,6 +29,7 @@ from phalanx.api import conditions as c
 from phalanx.api.builders import build_sliced_objects
 from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import parse_job_policy
+from phalanx.api.status import PodGroupStatus
 from phalanx.controller.model.actions import ReleasePod, UngatePod
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
@@ -178,6 +181,62 @@ CASES = [
             busy=(5,),
         ),
         {job_key("plain"): (4, "nb-a")},
+    ),
+]
+
+
+def _waited(seconds: float) -> PodGroupStatus:
+    return waiting_status(NOW - dt.timedelta(seconds=seconds))
+
+
+def _starving(waited: float) -> PlanInput:
+    """A 4-pod block gang waiting since `waited` s, a small gang running in each block (two free nodes in
+    each), and a younger small gang that fits either block."""
+    big = _gang("big", created="2026-11-30T10:00:00Z")
+    smalls = []
+    for name, nodes, created in (
+        ("small-a", ("n1", "n2"), "2026-11-30T10:01:00Z"),
+        ("small-b", ("n5", "n6"), "2026-11-30T10:02:00Z"),
+        ("small-c", (), "2026-11-30T11:00:00Z"),
+    ):
+        job = job_body(name, 2, created=created)
+        group = group_of(job)
+        pods_ = [running(name, i, n, group.name) for i, n in enumerate(nodes)] or pods(name, 2)
+        smalls.append((job, group, pods_))
+    return cluster([(big, group_of(big, _waited(waited)), pods("big", 4)), *smalls], starvation_age=60)
+
+
+def _low_gangs_and(*more: Any) -> PlanInput:
+    low = []
+    for name, first in (("low-a", 1), ("low-b", 5)):
+        job = job_body(name, 4, created="2026-11-30T09:00:00Z")
+        group = group_of(job)
+        low.append(
+            (job, group, [running(name, i, f"n{first + i}", group.name, priority=10) for i in range(4)])
+        )
+    return cluster([*low, *more])
+
+
+CASES += [
+    Case(
+        "before --starvation-age a younger small gang takes the room a waiting block gang needs",
+        lambda: _starving(59),
+        {job_key("small-c"): (2, "nb-a")},
+        {"big": c.REASON_UNSCHEDULABLE},
+    ),
+    Case(
+        # Bounded waiting (issue 18): the big gang's block is held, the small one backfills the other.
+        "past --starvation-age the waiting gang's room is held and a younger small gang backfills elsewhere",
+        lambda: _starving(61),
+        {job_key("small-c"): (2, "nb-b")},
+        {"big": c.REASON_UNSCHEDULABLE},
+    ),
+    Case(
+        # Trees preempt (issue 18): as a plain gang of the same priority would.
+        "a high-priority sliced Job preempts a low-priority gang whole instead of waiting behind it",
+        lambda: _low_gangs_and(sliced_job("sliced", created="2026-11-30T11:30:00Z", priority=1000)),
+        {},
+        {"sliced": c.REASON_PREEMPTING},
     ),
 ]
 

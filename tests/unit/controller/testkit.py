@@ -174,6 +174,26 @@ def with_status(group: Group, status: GroupStatus) -> Group:
     return dataclasses.replace(group, status=status)  # type: ignore[type-var]
 
 
+def waiting_status(since: dt.datetime, reason: str = "Unschedulable") -> PodGroupStatus:
+    """A group's status when it has not been admitted since `since` (its Admitted condition False)."""
+    from phalanx.api.conditions import Condition
+
+    admitted = Condition(
+        type="Admitted",
+        status="False",
+        reason=reason,
+        message="waiting",
+        last_transition_time=since,
+        observed_generation=1,
+    )
+    return PodGroupStatus(conditions=[admitted])
+
+
+def running(job: str, index: int, node: str, group: str = "", **kw: Any) -> dict[str, Any]:
+    """A pod of Job `job` bound to `node` and running."""
+    return pod_body(job, index, gated=False, node=node, phase="Running", group=group, **kw)
+
+
 def cluster(
     jobs: Sequence[tuple[dict[str, Any], Group | Sequence[Group] | None, Sequence[dict[str, Any]]]] = (),
     *,
@@ -188,6 +208,7 @@ def cluster(
     levels: dict[str, tuple[str, ...]] | None = None,
     node_failure_grace: float = 30.0,
     owners: Sequence[tuple[str, dict[str, Any]]] = (),
+    starvation_age: float = 60.0,
 ) -> PlanInput:
     """A cache filled with these objects, and what a pass would plan from it.
 
@@ -218,7 +239,7 @@ def cluster(
     for kind, body in owners:  # owners of other kinds (JobSets, LeaderWorkerSets), as (kind, body)
         cache.upsert(kind, body)
     cache.announced.update(announced or {})
-    state = plan_input(cache, backing_off, node_failure_grace)
+    state = plan_input(cache, backing_off, node_failure_grace, starvation_age=starvation_age)
     if levels is not None:
         state = dataclasses.replace(state, levels=levels)
     return state

@@ -525,3 +525,38 @@ def test_every_owner_kind_is_a_complete_row() -> None:
         assert row.word in row.aliases
         assert row.path("ml", "x").endswith(f"/namespaces/ml/{row.plural}/x")
     assert JOB.path("ml", "x") == "/apis/batch/v1/namespaces/ml/jobs/x"
+
+
+# ---------------------------------------------------------------------- a reservation
+def test_a_reservation_is_said_under_the_group_at_the_end_of_the_verdict_and_in_json() -> None:
+    group = pod_group()
+    group["status"]["reservation"] = {
+        "domain": "nb-a",
+        "nodes": ["was-worker", "was-worker2", "was-worker3", "was-worker4"],
+        "victims": [],
+        "reservedAt": "2026-11-30T12:01:00Z",
+        "expiresAt": "2026-11-30T12:03:00Z",
+        "cause": "BoundedWaiting",
+        "waitingSince": "2026-11-30T12:00:00Z",
+    }
+    result = explain(facts(job=managed_job(), group=group))
+    assert result.summary.endswith(
+        "; a reservation holds room for it: 4 nodes in nb-a (was-worker, was-worker2, was-worker3, "
+        "was-worker4) held for it (bounded waiting: it has waited since 2026-11-30T12:00:00Z, longer than "
+        "--starvation-age); no later gang is placed on them until it is admitted"
+    ), result.summary
+    assert "  Reservation (BoundedWaiting): 4 nodes in nb-a" in render(result)
+    (body,) = to_json(result)["groups"]
+    assert body["reservation"] == {
+        "cause": "BoundedWaiting",
+        "domain": "nb-a",
+        "nodes": ["was-worker", "was-worker2", "was-worker3", "was-worker4"],
+        "victims": 0,
+        "since": "2026-11-30T12:00:00Z",
+        "until": "2026-11-30T12:03:00Z",
+    }
+    group["status"]["reservation"].update(cause=None, victims=["ns/low-0", "ns/low-1"])
+    preempting = render(explain(facts(job=managed_job(), group=group)))
+    assert "Reservation (Preemption): 4 nodes in nb-a" in preempting
+    assert "being freed for it by preempting 2 pods, held until 2026-11-30T12:03:00Z" in preempting
+    assert to_json(explain(facts(job=managed_job(), group=pod_group())))["groups"][0]["reservation"] is None

@@ -3,8 +3,10 @@ by hand or by another controller), and the pods that join them by the `phalanx.d
 
 A tree rooted at a CompositePodGroup (its child CompositePodGroups and PodGroups found by
 `parentCompositePodGroupName` in its namespace) is one unit; so is a standalone PodGroup. A group whose
-parent does not exist (yet) is in no tree: its pods stay gated. Nothing would recreate such pods, so these
-units have no owner: they are never preemption victims and never requeued.
+parent does not exist (yet) is in no tree: its pods stay gated. These units have no owner: nothing Phalanx
+knows would recreate their pods, so they are never preemption victims; broken (a member lost with its
+node, released pods that cannot bind) they are requeued whole by deleting their pods (plan/requeue.py),
+and they preempt like any gang of their pods' priority (plan/preempt.py).
 """
 
 from __future__ import annotations

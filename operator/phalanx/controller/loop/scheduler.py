@@ -30,6 +30,7 @@ log = logging.getLogger("phalanx.scheduler")
 RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety net
 DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
+STARVATION_AGE_SECONDS = 60.0
 
 
 def plan_input(
@@ -37,6 +38,7 @@ def plan_input(
     backing_off: frozenset[str] = frozenset(),
     node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
     kinds: Iterable[WorkloadKind] = KINDS,
+    starvation_age: float = STARVATION_AGE_SECONDS,
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
@@ -50,6 +52,7 @@ def plan_input(
         pods=MappingProxyType(cache.pods),
         unevictable=cache.unevictable(),
         node_failure_grace=node_failure_grace,
+        starvation_age=starvation_age,
         backing_off=backing_off,
         kueue=cache.kueue,
     )
@@ -67,8 +70,10 @@ class Scheduler:
         debounce: float = DEBOUNCE_SECONDS,
         backoff: Backoff | None = None,
         node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
+        starvation_age: float = STARVATION_AGE_SECONDS,
     ) -> None:
         self.node_failure_grace = node_failure_grace
+        self.starvation_age = starvation_age
         self.cache = cache
         self.applier = Applier(cache, kube, events, backoff)
         self.on_pass = on_pass
@@ -106,7 +111,9 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
-        state = plan_input(self.cache, backoff.waiting(), self.node_failure_grace)
+        state = plan_input(
+            self.cache, backoff.waiting(), self.node_failure_grace, starvation_age=self.starvation_age
+        )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
         )
@@ -126,6 +133,7 @@ class Scheduler:
     def _observe(self, decided: Plan) -> None:
         for seconds in decided.decision_seconds:
             metrics.DECISION_DURATION.observe(seconds)
+        metrics.LONGEST_WAIT.set(decided.longest_wait_seconds)
         self._reasons |= set(decided.waiting_by_reason)
         for reason in self._reasons:
             metrics.GROUPS_WAITING.labels(reason).set(decided.waiting_by_reason.get(reason, 0))

@@ -91,6 +91,7 @@ class PodRecord:
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
+    succeeded: bool = False  # phase Succeeded: a member that completed counts toward its gang
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -184,6 +185,7 @@ class PodRecord:
             traits=pod_traits(meta, spec),
             unschedulable=_unschedulable(spec, status),
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
+            succeeded=status.get("phase") == "Succeeded",
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -222,6 +224,12 @@ def _topology_key(constraints: SchedulingConstraints | None) -> str | None:
     if constraints is None or not constraints.topology:
         return None
     return constraints.topology[0].key
+
+
+def _topology_mode(meta: Mapping[str, Any]) -> TopologyModeKind:
+    """The topology mode a PodGroup keeps in its `phalanx.dev/topology-mode` annotation (required if none)."""
+    mode = (meta.get("annotations") or {}).get(names.TOPOLOGY_MODE_ANNOTATION)
+    return "preferred" if mode == "preferred" else "auto" if mode == "auto" else "required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +285,7 @@ class PodGroupRecord:
             spec=PodGroupSpec.model_validate(body.get("spec") or {}),
             status=PodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
-            topology_mode=(
-                "preferred"
-                if (meta.get("annotations") or {}).get(names.TOPOLOGY_MODE_ANNOTATION) == "preferred"
-                else "required"
-            ),
+            topology_mode=_topology_mode(meta),
             created=parse_time(meta.get("creationTimestamp")),
         )
 

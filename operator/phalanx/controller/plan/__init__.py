@@ -7,6 +7,7 @@ no aiohttp, no asyncio: the same input and time give the same actions).
     decide.py      the engine's answer turned into a recorded decision and releases, or why it waits
     preempt.py     a gang that does not fit: wait for freed room, preempt, or wait
     victims.py     who may be a victim, what a preemption turns into, the reservation
+    starvation.py  bounded waiting: room held for a gang that waited too long behind later ones
     requeue.py     taking a unit back whole (unbindable releases, a broken running gang)
     staging.py     staged units (JobSet InOrder, LWS LeaderReady): decided whole, later pods into slots
     report.py      statuses, events (said on the owner too) and pod labels
@@ -41,9 +42,10 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         now=now,
         victims=victims,
         node_failure_grace=state.node_failure_grace,
+        starvation_age=state.starvation_age,
         levels=state.levels,
         priority_classes=state.priority_classes,
     )
     hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
     plans = [p for unit in sorted(units, key=lambda u: u.order) if (p := schedule(unit, ctx)) is not None]
-    return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds))
+    return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds), ctx.longest_wait)

@@ -18,7 +18,7 @@ import datetime as dt
 
 from phalanx.api import conditions as c
 from phalanx.api.status import BASIC, GANG
-from phalanx.controller.model.actions import PatchStatus
+from phalanx.controller.model.actions import PatchStatus, RecordAdmission
 from phalanx.controller.plan.decide import never_admitted
 from phalanx.controller.plan.work import UnitWork
 
@@ -34,7 +34,10 @@ def admitted_policy(work: UnitWork) -> str | None:
         return None  # admitted already
     target = (holder.ref.kind, holder.ref.key)
     for action in work.actions:
-        if isinstance(action, PatchStatus) and (action.group.kind, action.group.key) == target:
+        # The status the pass writes: a status patch, or the whole status a decision's record carries.
+        if not isinstance(action, (PatchStatus, RecordAdmission)) or action.status is None:
+            continue
+        if (action.group.kind, action.group.key) == target:
             after = action.status.condition(c.ADMITTED)
             if after is None or after.status != c.TRUE:
                 return None

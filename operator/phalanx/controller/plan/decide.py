@@ -49,7 +49,9 @@ def levels_of(keys_: Iterable[str | None], levels: Mapping[str, tuple[str, ...]]
     return next((levels[k] for k in keys_ if k is not None and k in levels), ())
 
 
-def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode = "required") -> GroupRequest:
+def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode | None = None) -> GroupRequest:
+    """The engine's request for a leaf (its PodGroup's topology mode unless `mode` says otherwise: a tree's
+    preferred and auto leaves are decided so)."""
     return GroupRequest(
         name=leaf.group.name,  # a tree names its groups by name (CompositeAdmit.admits)
         pending=tuple(
@@ -59,7 +61,7 @@ def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode = "re
         topology_key=leaf.group.topology_key,
         bound_nodes=tuple(p.usage_node for p in leaf.placed),
         levels=levels,
-        mode=mode,
+        mode=leaf.group.topology_mode if mode is None else mode,
     )
 
 
@@ -69,6 +71,7 @@ def admission_of(
     ctx: Pass,
     status: GroupStatus,
     level: str | None = None,
+    mode_note: str = "",
 ) -> Admission:
     return Admission(
         domain=domain,
@@ -76,11 +79,17 @@ def admission_of(
         admitted_at=ctx.now,
         attempt=st.next_attempt(status),
         level=level,
+        mode_note=mode_note or None,
     )
 
 
 def admitted_message(count: int, key: str | None, decision: Admit) -> str:
     nodes = ", ".join(node for _, node in decision.assignments)
+    if decision.mode_note:
+        # Topology mode auto: which level applied and why.
+        at = key if decision.level is None else decision.level
+        where = f" in {at}={decision.domain}" if at and decision.domain else ""
+        return f"admitted {count} pod(s){where} on {nodes} ({decision.mode_note})"
     if decision.level is not None:
         # Preferred topology climbed: say so, it is not what the key asked for.
         wider = f"one domain of {decision.level} ({decision.domain})" if decision.level else "anywhere"
@@ -130,7 +139,9 @@ def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest
 def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision: Admit, ctx: Pass) -> None:
     group = leaf.group
     work.first_admission = never_admitted(group.status)
-    admission = admission_of(decision.domain, decision.assignments, ctx, group.status, decision.level)
+    admission = admission_of(
+        decision.domain, decision.assignments, ctx, group.status, decision.level, decision.mode_note
+    )
     work.actions.append(RecordAdmission(group.ref, admission, group.resource_version))
     release(work, leaf, decision.assignments)
     leaf.admission = admission
@@ -145,6 +156,8 @@ def explained(decision: Reject, request: GroupRequest, ctx: Pass) -> str:
     """The refusal with why: upstream's sentence first, then per domain in kube-scheduler's words (in
     Phalanx's Admitted condition; upstream's own condition keeps upstream's sentence)."""
     message = decision.message
+    if decision.mode_note:
+        message = f"{message} ({decision.mode_note})"
     if decision.reason == "Unschedulable":
         message = f"{message}; {_diagnosis_text(diagnose(ctx.snapshot, request))}"
     elif decision.reason == "NoDomain":
@@ -204,8 +217,9 @@ def tree_request(work: UnitWork, ctx: Pass) -> CompositeRequest:
     return _composite_request(work, root, levels_of(keys_, ctx.levels))
 
 
-def decide_tree(work: UnitWork, ctx: Pass) -> bool:
-    """Decide a tree whole; False when it does not fit (each group's outcome then says why)."""
+def decide_tree(work: UnitWork, ctx: Pass) -> CompositeRequest | None:
+    """Decide a tree whole; when it does not fit, the request it was refused for (each group's outcome
+    then says why)."""
     root = work.root
     assert root is not None
     request = tree_request(work, ctx)
@@ -214,7 +228,7 @@ def decide_tree(work: UnitWork, ctx: Pass) -> bool:
     ctx.decision_seconds.append(time.perf_counter() - started)
     if isinstance(decision, CompositeAdmit):
         _admit_tree(work, root, request, decision, ctx)
-        return True
+        return None
     first = decision.message.split("; ")[0]
     work.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, decision.message, upstream=first)
     where = first.removeprefix("composite group is unschedulable: ")
@@ -222,7 +236,7 @@ def decide_tree(work: UnitWork, ctx: Pass) -> bool:
     for leaf in work.leaves.values():
         why = decision.why(leaf.group.name)
         leaf.outcome = st.Outcome(c.REASON_UNSCHEDULABLE, f"{upstream}; {why}", upstream=upstream)
-    return False
+    return request
 
 
 def _admit_tree(
@@ -243,7 +257,9 @@ def _admit_tree(
     for name, admit in decision.admits:
         leaf = work.leaves[name]
         if admit.assignments:
-            own = admission_of(admit.domain, admit.assignments, ctx, leaf.group.status)
+            own = admission_of(
+                admit.domain, admit.assignments, ctx, leaf.group.status, admit.level, admit.mode_note
+            )
             work.actions.append(RecordAdmission(leaf.group.ref, own))
             leaf.admission, leaf.domain = own, admit.domain
     for name, admit in decision.admits:

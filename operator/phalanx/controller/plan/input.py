@@ -25,6 +25,7 @@ class PlanInput:
     pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
+    starvation_age: float = 60.0  # seconds a gang waits before the room it needs is held for it
     # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     kueue: KueueIndex | None = None  # Kueue's Workloads, read in the same pass (plan/kueue.py)
@@ -35,6 +36,7 @@ class Plan:
     units: tuple[UnitPlan, ...]
     waiting_by_reason: Mapping[str, int]  # gangs not admitted, by the reason they wait
     decision_seconds: tuple[float, ...] = ()  # one per placement decision (for metrics)
+    longest_wait_seconds: float = 0.0  # how long the gang that has waited longest has waited
 
     @property
     def actions(self) -> list[Action]:

@@ -11,8 +11,10 @@ For one unit, in this order (the first step that concludes ends placement for th
 6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
 7. *Finish a recorded decision*: gated pods a recorded decision names go where it says, if they still fit.
 8. *Short of pods*: fewer pods exist than the min counts need — wait for them.
-9. *Decide*: the engine places the whole unit — recorded, then released — or says why not; a one-leaf
-   unit then waits for room freed for it, or preempts, and a broken running unit is requeued whole.
+9. *Decide*: the engine places the whole unit — recorded, then released — or says why not; the unit then
+   waits for room freed for it, or preempts (a tree too), or, once it has waited longer than
+   `--starvation-age`, has the room it needs held for it (starvation.py); a broken running unit is requeued
+   whole.
 
 Then *status and events* (report.py) for every group of the unit, whatever the steps concluded.
 """
@@ -29,7 +31,7 @@ from phalanx.controller.plan import status as st
 from phalanx.controller.plan.admitted import admitted_policy, waiting_since
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
 from phalanx.controller.plan.kueue import never_fits
-from phalanx.controller.plan.preempt import wait_or_preempt
+from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
 from phalanx.controller.plan.report import report
 from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
 from phalanx.controller.plan.staging import placeholders
@@ -111,17 +113,17 @@ def place(work: UnitWork, ctx: Pass) -> None:
         return
     if single is not None:
         _decide_single(work, single, ctx)
-    elif not decide_tree(work, ctx):
-        requeue_if_broken(work, ctx)
+    elif (refused := decide_tree(work, ctx)) is not None:
+        tree_wait_or_preempt(work, refused, ctx)
+        if work.outcome is not None and work.outcome.reason == c.REASON_UNSCHEDULABLE:
+            requeue_if_broken(work, ctx)
 
 
 def _decide_single(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     request, rejected, message = decide_leaf(work, leaf, ctx)
     if rejected is None:
         return
-    outcome = st.Outcome(c.REASON_UNSCHEDULABLE, message)
-    if work.owner is not None:
-        outcome = wait_or_preempt(work, leaf, request, message, ctx)
+    outcome = wait_or_preempt(work, leaf, request, message, ctx)
     if outcome.reason == c.REASON_UNSCHEDULABLE:
         outcome = dataclasses.replace(outcome, upstream=rejected.message)
     leaf.outcome = work.outcome = outcome

@@ -86,6 +86,8 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     present = desired.condition(c.ADMITTED)
     if facts.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
+        waited = (ctx.now - present.last_transition_time).total_seconds()
+        ctx.longest_wait = max(ctx.longest_wait, waited)
 
 
 def _placed(leaf: LeafWork) -> tuple[bool, bool]:
@@ -131,6 +133,7 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         ctx.now,
         composite.generation,
         admission,
+        work.reservation if is_root else None,
         initial_type=c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
     )
     if st.status_changed(composite.status, desired) and not _fold_into_record(work, composite.ref, desired):

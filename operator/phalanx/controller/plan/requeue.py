@@ -1,8 +1,12 @@
 """Taking a unit back whole (pure): released pods kube-scheduler refuses to bind, and a running unit left
 short of its min counts whose missing pods no longer fit in its domains. Either way the owner is requeued
 the way its kind says (a Job is suspended, then resumed once its pods are gone, and its new pods wait for a
-whole placement again); a unit without an owner (hand-made groups) is never requeued: nothing would
-recreate its pods."""
+whole placement again). A unit without an owner (hand-made groups) is requeued by deleting its pods: those
+another controller made come back (gated, if their template says so) and are placed whole again; pods made
+by hand are gone — but a gang that lost a member for good, or whose released pods can never bind, only
+held nodes for nothing. Whatever deletes the pods also drops the recorded decision, so pods made again
+under the same names (a StatefulSet's, a LeaderWorkerSet's) are decided afresh, not released where it
+said."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ def stranded(work: UnitWork) -> str | None:
     """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or went
     away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
     owner = work.owner
-    if owner is None or owner.requeued:
+    if owner is not None and owner.requeued:
         return None
     refused = [p for leaf in work.leaves.values() for p in leaf.placed if p.released and p.unschedulable]
     if not refused:
@@ -32,16 +36,20 @@ def stranded(work: UnitWork) -> str | None:
 
 
 def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
-    """Take the unit back whole through its owner; every group of it says so."""
+    """Take the unit back whole through its owner (by deleting its pods when it has none, or when its kind
+    has no suspend); every group of it says so."""
     owner, tree = work.owner, work.unit.tree
-    assert owner is not None and tree is not None
-    if owner.requeue == "delete-pods":
+    assert tree is not None
+    if owner is None or owner.requeue == "delete-pods":
         # The pods that hold nodes: a gated one holds nothing and is placed afresh with the rest (deleting
         # it would only cost its Job one more failure).
         pods = [
             p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting and p.usage_node
         ]
         work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
+        work.admission = None  # the decision goes with its pods (the module docstring)
+        for leaf in work.leaves.values():
+            leaf.admission = None
     else:
         work.actions.append(SuspendJob(owner.ref, why, cause))
     work.actions.append(PostEvent(tree.holder.ref, "Warning", "Requeued", why))  # said on the owner too
@@ -58,14 +66,15 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     owner, tree = work.owner, work.unit.tree
     assert tree is not None
     placed = work.placed
-    if owner is None or not placed or owner.requeued or work.whole():
+    if not placed or (owner is not None and owner.requeued) or work.whole():
         return
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
     if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
         since = admitted.last_transition_time
     waited = (ctx.now - since).total_seconds()
-    if not owner.disruption_all and waited < ctx.node_failure_grace:
+    at_once = owner.disruption_all if owner is not None else tree.holder.spec.disruption_mode.all is not None
+    if not at_once and waited < ctx.node_failure_grace:
         return
     single = work.single
     if single is not None:

@@ -84,7 +84,10 @@ def _condition(
 
 
 def climbed_note(admission: Admission | None, key: str | None) -> str:
-    """What the Admitted message adds for a preferred group placed at a wider level than its key."""
+    """What the Admitted message adds for a preferred group placed at a wider level than its key, and for
+    an auto group which level applied and why."""
+    if admission is not None and admission.mode_note:
+        return f" ({admission.mode_note})"
     if admission is None or admission.level is None:
         return ""
     wider = f"one domain of {admission.level}" if admission.level else "no common domain"
@@ -250,6 +253,12 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         if admission is None
         else (admission.domain, tuple((a.pod, a.node) for a in admission.assignments), admission.attempt)
     )
+    held = status.reservation
+    reservation = (
+        None
+        if held is None
+        else (held.domain, tuple(held.nodes), tuple(held.victims), held.cause, held.reserved_at)
+    )
     return (
         tuple(conditions),
         status.phase,
@@ -259,6 +268,7 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         status.admissions,
         status.scheduled,
         status.waiting,
+        reservation,
     )
 
 

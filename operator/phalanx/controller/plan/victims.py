@@ -19,10 +19,10 @@ from phalanx.api.status import Reservation
 from phalanx.controller.kinds.base import Owner, Unit
 from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent, SuspendJob
 from phalanx.controller.model.kueue import KueueIndex
-from phalanx.controller.model.records import PodGroupRecord, PodRecord
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan.status import PREEMPTED_PREFIX
-from phalanx.placement import Candidate, Preemption, VictimGroup
+from phalanx.placement import Candidate, CompositeAdmit, CompositePreemption, Preemption, VictimGroup
 
 RESERVATION_SECONDS = 120.0  # how long freed room is held for a preemptor that is not admitted
 EVICTION_REASON = "PreemptionByPhalanx"
@@ -122,14 +122,19 @@ def reservation_active(
 
 
 def actuate(
-    preemption: Preemption,
-    preemptor: PodGroupRecord,
+    preemption: Preemption | CompositePreemption,
+    preemptor: PodGroupRecord | CompositePodGroupRecord,
     victims: Victims,
     now: dt.datetime,
+    nodes: Sequence[str] | None = None,
 ) -> tuple[list[Action], Reservation, str]:
-    """The actions that free the room, the reservation to record, and a message for the status."""
-    why = f"{PREEMPTED_PREFIX}podgroup {preemptor.key} (priority {preemptor.spec.priority or 0})"
-    said = f"Preempted by podgroup {preemptor.key}"
+    """The actions that free the room, the reservation to record, and a message for the status.
+
+    `preemptor`: the group that records the reservation (a tree's root CompositePodGroup); `nodes`: where
+    its pods go once the victims are gone, one per pod (default: the admission's, for a one-leaf unit)."""
+    kind = preemptor.ref.kind.lower()
+    why = f"{PREEMPTED_PREFIX}{kind} {preemptor.key} (priority {preemptor.spec.priority or 0})"
+    said = f"Preempted by {kind} {preemptor.key}"
     actions: list[Action] = []
     requeued: list[str] = []
     for key in preemption.whole_groups:
@@ -145,7 +150,7 @@ def actuate(
         actions.append(PostEvent(unit.group, "Warning", "Preempted", said))
         requeued.append(key)
     whole = set(preemption.whole_groups)
-    message = f"phalanx: preempting to make room for podgroup {preemptor.key}"
+    message = f"phalanx: preempting to make room for {kind} {preemptor.key}"
     evicted = 0
     for pod_id in preemption.victims:
         pod = victims.pods.get(pod_id)
@@ -168,12 +173,19 @@ def actuate(
     actions.append(PostEvent(preemptor.ref, "Normal", "Preempting", summary))  # said on its owner too
     reservation = Reservation(
         domain=preemption.domain,
-        nodes=[node for _, node in preemption.admit.assignments],
+        nodes=list(nodes) if nodes is not None else [node for _, node in _assignments(preemption)],
         victims=list(preemption.victims),
         reserved_at=now,
         expires_at=now + dt.timedelta(seconds=RESERVATION_SECONDS),
     )
     return actions, reservation, summary
+
+
+def _assignments(preemption: Preemption | CompositePreemption) -> list[tuple[str, str]]:
+    admit = preemption.admit
+    if isinstance(admit, CompositeAdmit):
+        return [pair for _, leaf in admit.admits for pair in leaf.assignments]
+    return list(admit.assignments)
 
 
 def reserved_usage(

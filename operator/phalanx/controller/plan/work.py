@@ -34,10 +34,12 @@ class Pass:
     now: dt.datetime
     victims: Victims
     node_failure_grace: float = 30.0
+    starvation_age: float = 60.0  # seconds a gang waits before the room it needs is held (starvation.py)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
     waiting: Counter[str] = field(default_factory=Counter)
+    longest_wait: float = 0.0  # seconds, of the gang that has waited longest (report.py)
     # Slots of staged units whose room the pass assumed at its start (staging.py): "<namespace>/<slot>"
     reserved_slots: set[str] = field(default_factory=set)
 
@@ -93,6 +95,7 @@ class UnitWork:
     admission: Admission | None = None  # the root's record
     domain: str | None = None
     first_admission: bool = False  # the unit was admitted for the first time in this pass
+    reservation: Reservation | None = None  # a tree's, on its root (a one-leaf unit's is on its leaf)
     preempted: int = 0  # pods it preempted in this pass
 
     @property
@@ -142,13 +145,18 @@ class UnitWork:
 
 def leaf_work(leaf: Leaf, owner: Owner | None, single: bool) -> LeafWork:
     """A leaf classified for scheduling: its pods that wait (rank order, as the kind gave them), that are
-    placed, and its minCount (a one-leaf unit near the end of its owner asks only for what is left)."""
+    placed, and its minCount. Members that completed count toward the gang and are never run again: a
+    one-leaf unit near the end of its owner asks only for what is left (its completions still to make),
+    any other leaf for its minCount less its succeeded pods."""
     pods = [p for p in leaf.pods if not p.terminal and not p.deleting]
     waiting = tuple(p for p in pods if p.gated)
     placed = tuple(sorted((p for p in pods if p.usage_node), key=lambda p: p.name))
     min_count = leaf.group.gang_min_count
     if single and min_count is not None and owner is not None and owner.remaining is not None:
         min_count = max(1, min(min_count, owner.remaining))
+    elif min_count is not None:
+        succeeded = sum(1 for p in leaf.pods if p.succeeded and not p.deleting)
+        min_count = max(1, min_count - succeeded)
     return LeafWork(
         leaf=leaf,
         min_count=min_count or 1,

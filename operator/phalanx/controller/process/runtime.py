@@ -240,6 +240,7 @@ class Runtime:
             resync=self.settings.resync_seconds,
             debounce=self.settings.debounce_seconds,
             node_failure_grace=self.settings.node_failure_grace,
+            starvation_age=self.settings.starvation_age,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")

@@ -48,6 +48,7 @@ class Settings:
     resync_seconds: float = 10.0
     debounce_seconds: float = 0.05
     node_failure_grace: float = 30.0
+    starvation_age: float = 60.0
     leader_election: bool = False
     lease_name: str = "phalanx-leader"
     lease_namespace: str = field(default_factory=default_lease_namespace)
@@ -408,6 +409,14 @@ OPTIONS: tuple[Option, ...] = (
         "node_failure_grace",
         "a running gang left below its min-count with no room for the rest in its domain (a node failed) "
         "is requeued whole after this long; 0 = at once",
+        _seconds(0, True),
+        metavar="SECONDS",
+    ),
+    Option(
+        "starvation_age",
+        "a gang that has waited this long while smaller gangs of the same or lower priority took the room "
+        "it needs gets that room held for it as it frees (bounded waiting; the gangs after it backfill "
+        "elsewhere); 0 = as soon as it waits",
         _seconds(0, True),
         metavar="SECONDS",
     ),

@@ -1,0 +1,190 @@
+"""Bounded waiting on the dev cluster (issue 18): a large gang is not starved by a stream of small ones.
+
+An 8-pod gang of 4-GPU pods that needs one whole network block (4 nodes) waits behind a seeded stream of
+2-pod gangs of the same priority, created younger than it and kept at two waiting at any time, each running
+a few seconds. Without a reservation every pair of nodes that frees goes to the next small gang, so four
+nodes of one block are never free together. With `--starvation-age 5` the room the large gang needs is
+held for it once it has waited that long: the small gangs after it backfill the other block, the held
+block drains, and the large gang starts while the stream goes on (in the other block if that one frees
+whole first: the oldest gang is planned first). No wall-clock assert: the test waits for
+the states (the hold recorded, the large gang bound) with generous timeouts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx import cli
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, wait_for
+from .test_phalanx_admission import MANAGED, group_of
+
+pytestmark = pytest.mark.integration
+
+AGE = 5.0  # --starvation-age for this test
+SEED = 18
+WAITING_SMALL = 2  # small gangs kept waiting at any time
+MAX_SMALL = 120  # the stream's length at most
+
+
+@pytest.fixture
+def patient_operator(
+    stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator with a short --starvation-age, instead of the session's."""
+    phalanx.stop()
+    operator = OperatorProcess(
+        stock_cluster, tmp_path, args=["--starvation-age", str(AGE)], name="bounded-waiting"
+    )
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        phalanx.start()
+
+
+def big_job() -> dict[str, Any]:
+    """8 pods of 4 GPUs in one network block: two per node, the whole block."""
+    job = gpu_job("big", 8, labels=MANAGED, annotations={"phalanx.dev/topology-key": NB_KEY})
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_KEY] = "4"
+    return job
+
+
+def small_job(name: str, seconds: int) -> dict[str, Any]:
+    """2 pods of 8 GPUs anywhere, each completing `seconds` after it starts."""
+    return gpu_job(name, 2, labels=MANAGED, pod_annotations={"sim.phalanx.dev/complete-after": f"{seconds}s"})
+
+
+def reservation(ns: Namespace) -> dict[str, Any] | None:
+    group = group_of(ns, "big")
+    held = ((group or {}).get("status") or {}).get("reservation")
+    return held if held and held.get("cause") == "BoundedWaiting" else None
+
+
+def longest_wait(operator: OperatorProcess) -> float:
+    for line in operator.scrape().splitlines():
+        if line.startswith("phalanx_longest_wait_seconds "):
+            return float(line.split()[1])
+    raise AssertionError("phalanx_longest_wait_seconds is not exported")
+
+
+def test_a_large_gang_starts_while_a_stream_of_small_gangs_goes_on(
+    ns: Namespace, stock_cluster: ClusterState, patient_operator: OperatorProcess
+) -> None:
+    rng = random.Random(SEED)
+    made: list[str] = []
+
+    def feed() -> None:
+        """Keep WAITING_SMALL small gangs waiting (their pods not all bound)."""
+        pods = ns.pods()
+        waiting = 0
+        for name in made:
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get("job-name") == name]
+            if len(bound(mine)) < 2:
+                waiting += 1
+        while waiting < WAITING_SMALL and len(made) < MAX_SMALL:
+            name = f"small-{len(made):03d}"
+            ns.create(small_job(name, rng.choice([3, 4, 5, 6])))
+            made.append(name)
+            waiting += 1
+
+    def busy_nodes() -> set[str]:
+        return {
+            p["spec"]["nodeName"]
+            for p in ns.pods()
+            if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+        }
+
+    # The stream first, until every node is busy; then the large gang, older than every small gang after it.
+    wait_for("the cluster full of small gangs", lambda: feed() or len(busy_nodes()) == 8, timeout=90)
+    ns.create(big_job())
+    after_big = len(made)
+
+    holds: list[dict[str, Any]] = []  # each hold seen, in order (a hold moves to where fewer pods miss)
+    bound_since_hold: dict[str, set[str]] = {}  # per hold (its domain): small pods seen bound meanwhile
+    explained: str | None = None  # `phalanx explain` run while a hold stood (seen before and after it)
+    longest: list[float] = []  # phalanx_longest_wait_seconds, scraped at every poll
+
+    def small_pods_bound() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in ns.pods()
+            if p["metadata"].get("labels", {}).get("job-name", "").startswith("small-")
+            and p["spec"].get("nodeName")
+        }
+
+    def big_started() -> bool:
+        nonlocal explained
+        feed()
+        found = reservation(ns)
+        if found is not None and (not holds or holds[-1]["nodes"] != found["nodes"]):
+            holds.append(found)
+            bound_since_hold[found["domain"]] = set(small_pods_bound())  # bound before this hold was seen
+        if found is not None and explained is None:
+            # A hold may end before explain has read it (the gang admitted): only an explain run that
+            # the same hold brackets must show it; else try again at the next poll that sees a hold.
+            # In-process (the CLI's own entry): a second interpreter's start may outlast a short hold.
+            kubeconfig = str(stock_cluster.kubeconfig)
+            written = io.StringIO()
+            with contextlib.redirect_stdout(written):
+                cli.main(["explain", "job/big", "-n", ns.name, "--kubeconfig", kubeconfig])
+            out = written.getvalue()
+            after = reservation(ns)
+            if after is not None and after["nodes"] == found["nodes"]:
+                explained = out
+        longest.append(longest_wait(patient_operator))
+        return len(bound(ns.job_pods("big"))) == 8
+
+    wait_for("the large gang bound while the stream goes on", big_started, timeout=240, interval=0.5)
+    print(ns.where())
+    print(f"{len(made)} small gangs made, {after_big} before the large one; holds seen: {holds}")
+    print(explained)
+
+    # The room was held for it (recorded, explained), and it started whole in one block: the last one held,
+    # or the other if that one freed whole first (the oldest gang is planned first in a pass, so four nodes
+    # of a block freeing together go to it wherever they are; seen once on the loaded machine) ...
+    assert holds, "the large gang started without a reservation: the stream did not starve it"
+    final = holds[-1]
+    assert all(h["victims"] == [] and len(set(h["nodes"])) == 4 for h in holds)
+    big = ns.job_pods("big")
+    assert len(domains_of(ns.api, big, NB_KEY)) == 1
+    on_hold = {p["spec"]["nodeName"] for p in big} == set(final["nodes"])
+    if not on_hold:
+        print(f"it started in {domains_of(ns.api, big, NB_KEY)}, not in the held {final['domain']}")
+    # A hold may last less than one poll and one explain (seen on the loaded machine): explain's text is
+    # asserted whenever an explain ran within one hold (tests/unit/tools pins the rendering down).
+    if explained is None:
+        print("no explain ran within one hold: its text is not checked in this run")
+    else:
+        assert "Reservation (BoundedWaiting)" in explained, explained
+    # The gauge is of the present: the pass that holds the room reads past the age, the next one may
+    # already have admitted it, so a poll can miss that window (test_gang_semantics.py waits for it).
+    print(f"phalanx_longest_wait_seconds seen: {max(longest):.1f} s at most")
+    group = group_of(ns, "big")
+    assert group is not None
+    admitted = next(c for c in group["status"]["conditions"] if c["type"] == "Admitted")
+    assert admitted["reason"] == "Admitted"
+    assert not (group["status"].get("reservation") or {})  # it ended with the admission
+
+    # ... while the stream went on: gangs younger than the large one were admitted while it waited (so it
+    # was not first in line by luck), and, when it started on the held nodes (which it then occupies), no
+    # small pod bound after the last hold was seen is on them (backfill elsewhere; the unit tests pin the
+    # rule down). When it started in the other block, the held nodes were free again for the stream.
+    placed = small_pods_bound()
+    younger = {name.rsplit("-", 2)[0] for name in placed} & set(made[after_big:])
+    assert younger, "no gang younger than the large one ran while it waited: nothing tested"
+    later = {name: node for name, node in placed.items() if name not in bound_since_hold[final["domain"]]}
+    if on_hold:
+        assert not [name for name, node in later.items() if node in final["nodes"]], (later, final)
+    print(f"younger gangs admitted while it waited: {sorted(younger)}; bound after the last hold: {later}")
