@@ -1,8 +1,8 @@
 """Kubeflow Trainer's TrainJob (trainer.kubeflow.org/v1alpha1): opted in with the managed label (and the
 JobSet annotations) on the TrainJob. Trainer always materialises a TrainJob as a JobSet, but copies only its
 runtime's labels to it, so at the TrainJob's creation Phalanx adds a `runtimePatches` entry of its own
-(manager `phalanx.dev`) carrying the label and annotations into the JobSet's template: the JobSet is then
-gated and placed as any managed JobSet (kinds/jobset.py), and its unit names the TrainJob as its owner —
+(manager `phalanx.dev/manager`) carrying the label and annotations into the JobSet's template: the JobSet is
+then gated and placed as any managed JobSet (kinds/jobset.py), and its unit names the TrainJob as its owner —
 events go to it, and it is requeued by suspending the TrainJob (Trainer keeps the JobSet's suspend in step
 with the TrainJob's, so suspending the JobSet alone would be undone).
 
@@ -27,7 +27,8 @@ from phalanx.controller.model.refs import ObjectRef
 KIND: Final = "TrainJob"
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 RESOURCE = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs")
-PATCH_MANAGER: Final = "phalanx.dev"
+# Trainer refuses a manager that is not a domain-prefixed path (as Kueue's "kueue.x-k8s.io/manager").
+PATCH_MANAGER: Final = "phalanx.dev/manager"
 
 
 @dataclass(frozen=True, slots=True)
