@@ -59,6 +59,7 @@ class ReplicatedJob:
     parallelism: int
     pod_spec: Mapping[str, Any]  # the pods' spec (what a pod not created yet will ask for)
     depends_on: tuple[str, ...] = ()
+    completions: int | None = None  # None: the child Job completes with its first pod that succeeds
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class ChildJob:
     index: int
     global_index: int
     parallelism: int
+    completions: int | None = None
+
+    def done(self, succeeded: int, live: int) -> bool:
+        """Whether it ran to completion (the Job controller's rule): its completions succeeded, or without
+        completions a pod succeeded and none is left running."""
+        return succeeded >= self.completions if self.completions else succeeded > 0 and live == 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class JobSetPolicy:
         for rjob in self.replicated_jobs:
             for index in range(rjob.replicas):
                 name = f"{jobset}-{rjob.name}-{index}"
-                out.append(ChildJob(name, rjob.name, index, len(out), rjob.parallelism))
+                out.append(ChildJob(name, rjob.name, index, len(out), rjob.parallelism, rjob.completions))
         return out
 
     @property
@@ -188,7 +195,17 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
             )
         depends = tuple(str(mapping(d).get("name") or "") for d in items(entry.get("dependsOn")))
         pod_spec = mapping(mapping(job_spec.get("template")).get("spec"))
-        out.append(ReplicatedJob(str(entry.get("name") or ""), replicas, parallelism, pod_spec, depends))
+        completions = job_spec.get("completions")
+        out.append(
+            ReplicatedJob(
+                str(entry.get("name") or ""),
+                replicas,
+                parallelism,
+                pod_spec,
+                depends,
+                completions if isinstance(completions, int) and not isinstance(completions, bool) else None,
+            )
+        )
     return out
 
 

@@ -310,6 +310,7 @@ def _leaves(
                 owner_kind=KIND,
             )
         pods = tuple(sorted(by_child.get(child.name, ()), key=_rank))
+        live = sum(1 for p in pods if not p.terminal and not p.deleting)
         leaves.append(
             Leaf(
                 record,
@@ -317,6 +318,7 @@ def _leaves(
                 ranks=tuple(_rank(p)[0] for p in pods),
                 expected=child.parallelism,
                 template=templates[child.replicated_job],
+                done=child.done(sum(1 for p in pods if p.succeeded), live),
             )
         )
     return leaves

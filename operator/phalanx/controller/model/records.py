@@ -91,6 +91,7 @@ class PodRecord:
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
+    succeeded: bool = False  # phase Succeeded: it ran its part (a finished stage of a staged unit)
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -184,6 +185,7 @@ class PodRecord:
             traits=pod_traits(meta, spec),
             unschedulable=_unschedulable(spec, status),
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
+            succeeded=status.get("phase") == "Succeeded",
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
