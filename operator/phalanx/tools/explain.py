@@ -193,6 +193,8 @@ class Explanation:
     """What the owner's spec asks for, when it has no PodGroup yet."""
     unassigned: int = 0
     """The owner's live pods that belong to none of its groups."""
+    others: tuple[tuple[str, str], ...] = ()
+    """The owner's other gangs (a LeaderWorkerSet's other groups): (root group, phase)."""
 
 
 # ------------------------------------------------------------------ reading the groups
@@ -514,6 +516,7 @@ def explain(facts: Facts) -> Explanation:
         counts_of(views),
         gang if isinstance(gang, Gang) and not groups else None,
         unassigned,
+        facts.others,
     )
 
 
@@ -653,6 +656,9 @@ def render(e: Explanation) -> str:
         lines.append(f"  Pods: {_counts_line(e.pods)}")
     if e.unassigned:
         lines.append(f"  {_plural(e.unassigned, 'live pod')} of the owner belong to none of its groups")
+    if e.others:
+        listed = ", ".join(f"{name} ({phase or 'no phase yet'})" for name, phase in e.others)
+        lines.append(f"  Its other gangs: {listed}")
     p = e.placement
     if p is not None and (p.domains or p.notes):
         lines.append("")
@@ -717,6 +723,7 @@ def to_json(e: Explanation) -> dict[str, Any]:
         "groups": [_group_json(r) for r in e.groups],
         "pods": _counts_json(e.pods),
         "unassignedPods": e.unassigned,
+        "otherGangs": [{"name": name, "phase": phase} for name, phase in e.others],
         "placement": None
         if p is None
         else {

@@ -29,7 +29,14 @@ from testkit import (
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.kinds.lws import LwsKind
-from phalanx.controller.model.actions import DeletePod, PatchStatus, RecordAdmission, ReleasePod, SuspendJob
+from phalanx.controller.model.actions import (
+    CreatePodGroup,
+    DeletePod,
+    PatchStatus,
+    RecordAdmission,
+    ReleasePod,
+    SuspendJob,
+)
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.watch.webhooks import Webhooks
 
@@ -56,6 +63,8 @@ def test_each_group_of_an_lws_is_one_gang_in_one_block() -> None:
         blocks = {BLOCK[n] for p, n in placed.items() if p == group or p.startswith(f"{group}-")}
         assert len(blocks) == 1
     assert {BLOCK[n] for n in placed.values()} == {"nb-a", "nb-b"}
+    made = [a.pod_group for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert {g.metadata["annotations"]["phalanx.dev/owner"] for g in made} == {"LeaderWorkerSet/serve"}
 
 
 def test_a_group_short_of_pods_waits_whole_when_its_workers_come_with_the_leader() -> None:
