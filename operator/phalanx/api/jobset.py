@@ -108,10 +108,8 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
-    """The gang a JobSet asks for; raises JobPolicyError naming every field at fault."""
-    meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
-    annotations = mapping(meta.get("annotations"))
+def annotation_problems(annotations: Mapping[str, Any]) -> list[PolicyProblem]:
+    """What is wrong with a JobSet's Phalanx annotations (a TrainJob's too: they reach its JobSet)."""
     problems: list[PolicyProblem] = []
 
     def text(key: str) -> str | None:
@@ -148,6 +146,22 @@ def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
                 "use one of them (remove this annotation to let Phalanx place the gang)",
             )
         )
+    return problems
+
+
+def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
+    """The gang a JobSet asks for; raises JobPolicyError naming every field at fault."""
+    meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
+    annotations = mapping(meta.get("annotations"))
+    problems = annotation_problems(annotations)
+
+    def text(key: str) -> str | None:
+        value = annotations.get(key)
+        return None if value is None else str(value)
+
+    key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
+    mode = text(TOPOLOGY_MODE_ANNOTATION) or REQUIRED
+    preemption = text(PREEMPTION_POLICY_ANNOTATION)
     rjobs = _replicated_jobs(spec, problems)
     if problems:
         raise JobPolicyError.of(problems)

@@ -106,3 +106,17 @@ def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_g
     assert [(a.job.kind, a.job.name) for a in result.actions if isinstance(a, ResumeJob)] == [
         ("TrainJob", "llm")
     ]
+
+
+def test_bad_jobset_annotations_on_a_trainjob_are_refused_at_its_creation() -> None:
+    """They would reach its JobSet, whose creation by Trainer the JobSet webhook would then refuse: the user
+    would see it only in Trainer's log. Refused where they were written, naming the field."""
+    gate = Webhooks(StaticContext()).gate_owner(TrainJobKind())
+    body = trainjob()
+    body["metadata"]["annotations"]["phalanx.dev/topology-mode"] = "sometimes"
+    try:
+        gate(body=kopf.Body(body), patch=kopf.Patch())
+    except kopf.AdmissionError as e:
+        assert "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of" in str(e)
+    else:
+        raise AssertionError("a bad topology mode on a TrainJob was let through")

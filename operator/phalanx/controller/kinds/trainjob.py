@@ -18,7 +18,7 @@ from typing import Any
 
 from phalanx.api import keys as names
 from phalanx.api.job_policy import JobPolicyError, key_problems
-from phalanx.api.jobset import JOBSET_ANNOTATIONS
+from phalanx.api.jobset import JOBSET_ANNOTATIONS, annotation_problems
 from phalanx.api.trainjob import API_VERSION, KIND, finished_how, runtime_patches
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Resource, Unit
@@ -85,6 +85,7 @@ class TrainJobKind:
 
     def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         problems = key_problems(body, annotations=JOBSET_ANNOTATIONS)
+        problems += annotation_problems(mapping(mapping(body.get("metadata")).get("annotations")))
         if problems:
             raise JobPolicyError.of(problems)
         patches = runtime_patches(body)
