@@ -438,7 +438,7 @@ def install_crds(
                 "status", {}
             )
             if not any(
-                c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions", [])
+                c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []
             ):
                 return False
         return True
