@@ -250,6 +250,11 @@ def events_of(ns: Namespace, kind: str, name: str) -> list[dict[str, Any]]:
     return [e for e in ns.events(f"involvedObject.name={name}") if e["involvedObject"]["kind"] == kind]
 
 
+def reasons_of(ns: Namespace, kind: str, name: str) -> set[str]:
+    """The reasons of the events on an object (posted after the write they tell of: wait for them)."""
+    return {str(e["reason"]) for e in events_of(ns, kind, name)}
+
+
 def kubectl(ns: Namespace, *args: str) -> str:
     """The real kubectl of the dev cluster (its table is what a user reads)."""
     result = subprocess.run(

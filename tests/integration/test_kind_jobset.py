@@ -19,7 +19,6 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from .kinds import (
     JOBSETS,
     condition,
-    events_of,
     explain,
     gated,
     jobset,
@@ -28,6 +27,7 @@ from .kinds import (
     label_of,
     owned,
     priority_classes,
+    reasons_of,
     replicated_job,
     wait_bound,
     wait_unschedulable,
@@ -68,7 +68,7 @@ def test_a_jobset_waits_whole_on_three_free_nodes_and_starts_whole_when_a_fourth
         2,
         2,
     ]  # per child Job
-    assert "Admitted" in {e["reason"] for e in events_of(ns, "JobSet", "train")}
+    wait_for("event Admitted on the JobSet", lambda: "Admitted" in reasons_of(ns, "JobSet", "train") or None)
     assert explain(ns, "JobSet/train").startswith(f"jobset/train in namespace {ns.name}: admitted")
 
 
@@ -124,8 +124,10 @@ def test_a_whole_jobset_is_preempted_by_a_higher_priority_job_and_comes_back_gat
     for child in ("low-workers-0", "low-workers-1"):
         job = ns.get(f"/apis/batch/v1/namespaces/{{ns}}/jobs/{child}")
         assert int(job.get("status", {}).get("failed") or 0) == 0, job.get("status")
-    reasons = {e["reason"] for e in events_of(ns, "JobSet", "low")}
-    assert {"Preempted", "Requeued"} <= reasons, reasons
+    wait_for(
+        "events Preempted and Requeued on the JobSet",
+        lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "JobSet", "low") or None,
+    )
     with whole_gangs(ns, {"low": 8}, jobset_gang):
         ns.api.request(
             "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/high-2", {"propagationPolicy": "Background"}

@@ -15,7 +15,6 @@ from .kinds import (
     RUNTIMES,
     TRAINJOBS,
     ensure,
-    events_of,
     explain,
     gated,
     jobset_gang,
@@ -23,6 +22,7 @@ from .kinds import (
     kubectl,
     label_of,
     owned,
+    reasons_of,
     torch_runtime,
     trainjob,
     wait_bound,
@@ -72,9 +72,11 @@ def test_a_torch_trainjob_runs_all_four_nodes_in_one_network_block_or_nothing(ki
     assert header.split()[:2] == ["NAME", "OWNER"] and row.split()[1] == "TrainJob/llm"
     (root,) = owned(ns, "TrainJob/llm", "compositepodgroups")
     assert root["status"]["domain"] == "nb-a"
-    reasons = {e["reason"] for e in events_of(ns, "TrainJob", "llm")}
-    assert {"PodGroupCreated", "Admitted"} <= reasons, reasons
-    assert not {e["reason"] for e in events_of(ns, "JobSet", "llm")} & {"Admitted", "PodGroupCreated"}
+    wait_for(
+        "events PodGroupCreated and Admitted on the TrainJob",
+        lambda: {"PodGroupCreated", "Admitted"} <= reasons_of(ns, "TrainJob", "llm") or None,
+    )
+    assert not reasons_of(ns, "JobSet", "llm") & {"Admitted", "PodGroupCreated"}
     admitted = explain(ns, "TrainJob/llm")  # as the OWNER column spells it
     print(admitted)
     assert admitted.startswith(
