@@ -5,6 +5,7 @@ input refused at the webhook. Every test watches the namespace's pods: no JobSet
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,7 +250,7 @@ def test_exclusive_topology_with_phalanxs_key_is_refused_at_the_webhook_naming_t
     )
     with pytest.raises(ApiError) as refused:
         kinds_ns.create(bad)
-    message = str(refused.value)
+    message = json.loads(refused.value.body)["message"]
     print(message)
-    assert 'admission webhook "gate-jobset.phalanx.dev" denied the request' in message
+    assert message.startswith('admission webhook "gate-jobset.phalanx.dev" denied the request: ')
     assert "metadata.annotations[alpha.jobset.sigs.k8s.io/exclusive-topology]" in message

@@ -5,6 +5,8 @@ domain while there is room, else the group requeued whole by deleting its pods),
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from phalanx.devcluster.http import ApiError
@@ -21,6 +23,7 @@ from .kinds import (
     lws_gang,
     lws_pods,
     owned,
+    reasons_of,
     wait_bound,
     wait_unschedulable,
     whole_gangs,
@@ -50,7 +53,9 @@ def test_an_lws_group_waits_whole_on_three_free_nodes_and_starts_whole_when_a_fo
     print(ns.where("leaderworkerset.sigs.k8s.io/name=serve"))
     (group,) = owned(ns, "LeaderWorkerSet/serve")
     assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
-    assert "Admitted" in {e["reason"] for e in events_of(ns, "LeaderWorkerSet", "serve")}
+    wait_for(
+        "event Admitted on the LWS", lambda: "Admitted" in reasons_of(ns, "LeaderWorkerSet", "serve") or None
+    )
 
 
 def test_lws_subgroups_are_slices_each_in_one_local_block_of_one_network_block(kinds_ns: Namespace) -> None:
@@ -133,7 +138,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
             timeout=90,
         )
         assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
-        assert "Requeued" not in {e["reason"] for e in events_of(ns, "LeaderWorkerSet", "infer")}
+        assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "infer")
         second = sorted(p["spec"]["nodeName"] for p in pods)[0]
         fail_node(ns.api, second, how="taint")
         failed.append(second)
@@ -148,10 +153,13 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
             timeout=120,
         )
         print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
-        requeued = [
-            e["message"] for e in events_of(ns, "LeaderWorkerSet", "infer") if e["reason"] == "Requeued"
-        ]
-        assert requeued and "below its minCount" in requeued[0], requeued
+        requeued = wait_for(
+            "event Requeued on the LWS",
+            lambda: [
+                e["message"] for e in events_of(ns, "LeaderWorkerSet", "infer") if e["reason"] == "Requeued"
+            ],
+        )
+        assert "below its minCount" in requeued[0], requeued
         hold("it stays whole in nb-b", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
     finally:
         for node in failed:
@@ -163,9 +171,9 @@ def test_a_slice_key_without_subgroups_is_refused_at_the_webhook_naming_the_fiel
 ) -> None:
     with pytest.raises(ApiError) as refused:
         kinds_ns.create(lws("flat", 4, annotations={"phalanx.dev/slice-topology-key": LB_KEY}))
-    message = str(refused.value)
+    message = json.loads(refused.value.body)["message"]
     print(message)
-    assert 'admission webhook "gate-leaderworkerset.phalanx.dev" denied the request' in message
+    assert message.startswith('admission webhook "gate-leaderworkerset.phalanx.dev" denied the request: ')
     assert (
         "metadata.annotations[phalanx.dev/slice-topology-key]: needs spec.leaderWorkerTemplate.subGroupPolicy"
         in message

@@ -6,6 +6,8 @@ network block; `kubectl get podgroups`, events and `phalanx explain trainjob/NAM
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from phalanx.devcluster.http import ApiError
@@ -99,9 +101,9 @@ def test_a_trainjob_with_a_bad_phalanx_annotation_is_refused_naming_the_field(ki
     bad = trainjob("typo", RUNTIME, {"phalanx.dev/topology-mode": "sometimes", **KEY})
     with pytest.raises(ApiError) as refused:
         kinds_ns.create(bad)
-    message = str(refused.value)
+    message = json.loads(refused.value.body)["message"]
     print(message)
-    assert 'admission webhook "gate-trainjob.phalanx.dev" denied the request' in message
+    assert message.startswith('admission webhook "gate-trainjob.phalanx.dev" denied the request: ')
     assert (
         "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of required, preferred"
         in message
