@@ -300,6 +300,13 @@ def lws_gang(pod: dict[str, Any]) -> str:
     return f"{labels.get(LWS_NAME, '')}/{labels.get(LWS_GROUP, '')}" if labels.get(LWS_NAME) else ""
 
 
+def _settled(recorder: Recorder) -> bool:
+    """No gang bound in part as the watch sees it (or already reported as partial)."""
+    recorder.check_all(time.monotonic())
+    with recorder.lock:
+        return all(g.partial or not 0 < len(g.bound_live()) < g.size for g in recorder.gangs.values())
+
+
 @contextmanager
 def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[Recorder]:
     """Watch every pod of the namespace for the block: a gang (`gang_of(pod)`, `sizes[gang]` pods) bound in
@@ -309,6 +316,9 @@ def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[
     watch.start()
     try:
         yield recorder
+        # What the block saw through the API, the watch may see a moment later: let it catch up (a gang
+        # that stays bound in part is still reported, after SETTLE).
+        wait_for("the pod watch to see no gang bound in part", lambda: _settled(recorder), timeout=3 * SETTLE)
     finally:
         watch.stop()
     recorder.check_all(time.monotonic(), final=True)
