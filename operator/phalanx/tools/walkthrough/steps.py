@@ -16,6 +16,7 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.topology import LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
 from phalanx.tools.walkthrough.demo import Demo, StepError
 from phalanx.tools.walkthrough.facts import GPU, PAUSE_IMAGE, bound, condition, gated, job_manifest, phases
+from phalanx.tools.walkthrough.kind_steps import KIND_STEPS
 from phalanx.tools.walkthrough.runner import Step
 
 FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
@@ -500,4 +501,5 @@ STEPS: list[Step] = [
     ),
     Step("node-failure", "a node fails under train-3, then a second one", node_failure),
     Step("suspend-resume", "suspend and resume: gang-4 suspended, 3 nodes free, resumed", suspend_resume),
+    *KIND_STEPS,  # JobSet, TrainJob, LeaderWorkerSet: skipped where their controllers do not run
 ]
