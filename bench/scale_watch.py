@@ -246,7 +246,9 @@ class PodWatch:
                     self.version = str((obj.get("metadata") or {}).get("resourceVersion") or self.version)
                     if kind != "BOOKMARK":
                         self.handle(str(kind), obj, now)
-            except (OSError, http.client.HTTPException, json.JSONDecodeError, RuntimeError) as e:
+            # ValueError: json's JSONDecodeError, and UnicodeDecodeError on a line cut mid-character (seen
+            # once, which killed the thread): a cut like the others, resumed from the last version seen.
+            except (OSError, http.client.HTTPException, ValueError, RuntimeError) as e:
                 if self.stopping.is_set():
                     return
                 self.errors.append(f"{type(e).__name__}: {e}"[:200])
