@@ -319,6 +319,7 @@ def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[
         # What the block saw through the API, the watch may see a moment later: let it catch up (a gang
         # that stays bound in part is still reported, after SETTLE).
         wait_for("the pod watch to see no gang bound in part", lambda: _settled(recorder), timeout=3 * SETTLE)
+        assert watch.thread.is_alive(), f"the pod watch stopped before the block ended: {watch.errors}"
     finally:
         watch.stop()
     recorder.check_all(time.monotonic(), final=True)
