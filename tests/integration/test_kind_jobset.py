@@ -92,11 +92,13 @@ def test_a_jobset_in_one_network_block_keeps_each_child_job_in_one_local_block(k
     assert sorted(by_child) == ["0", "1"]
     assert all(len(blocks) == 1 for blocks in by_child.values()), by_child
     assert by_child["0"] != by_child["1"]
-    root = root_of(ns, "sliced")
-    assert (
-        root["status"]["domain"] == "nb-b"
-        and root["spec"]["schedulingConstraints"]["topology"][0]["key"] == NB_KEY
+    # The root's status says its domain once Phalanx has seen the pods bound (a pass after the release).
+    root = wait_for(
+        "the CompositePodGroup's status.domain nb-b",
+        lambda: r if ((r := root_of(ns, "sliced")).get("status") or {}).get("domain") == "nb-b" else None,
+        timeout=120,
     )
+    assert root["spec"]["schedulingConstraints"]["topology"][0]["key"] == NB_KEY
 
 
 def test_a_whole_jobset_is_preempted_by_a_higher_priority_job_and_comes_back_gated(

@@ -76,8 +76,15 @@ def test_lws_subgroups_are_slices_each_in_one_local_block_of_one_network_block(k
         worker = int(pod["metadata"]["labels"][LWS_WORKER])
         by_sub.setdefault(worker // 2, set()).add(label_of(pod["spec"]["nodeName"], LB_KEY, labels))
     assert all(len(blocks) == 1 for blocks in by_sub.values()) and by_sub[0] != by_sub[1], by_sub
-    (root,) = owned(ns, "LeaderWorkerSet/sub", "compositepodgroups")
-    assert root["status"]["domain"] == "nb-b"
+    wait_for(  # written once Phalanx has seen the pods bound (a pass after the release)
+        "the CompositePodGroup's status.domain nb-b",
+        lambda: [
+            r
+            for r in owned(ns, "LeaderWorkerSet/sub", "compositepodgroups")
+            if (r.get("status") or {}).get("domain") == "nb-b"
+        ],
+        timeout=120,
+    )
     assert len(owned(ns, "LeaderWorkerSet/sub")) == 2  # one PodGroup per subgroup
 
 

@@ -72,8 +72,15 @@ def test_a_torch_trainjob_runs_all_four_nodes_in_one_network_block_or_nothing(ki
     print(table)
     header, row = table.splitlines()[:2]
     assert header.split()[:2] == ["NAME", "OWNER"] and row.split()[1] == "TrainJob/llm"
-    (root,) = owned(ns, "TrainJob/llm", "compositepodgroups")
-    assert root["status"]["domain"] == "nb-a"
+    wait_for(  # written once Phalanx has seen the pods bound (a pass after the release)
+        "the CompositePodGroup's status.domain nb-a",
+        lambda: [
+            r
+            for r in owned(ns, "TrainJob/llm", "compositepodgroups")
+            if (r.get("status") or {}).get("domain") == "nb-a"
+        ],
+        timeout=120,
+    )
     wait_for(
         "events PodGroupCreated and Admitted on the TrainJob",
         lambda: {"PodGroupCreated", "Admitted"} <= reasons_of(ns, "TrainJob", "llm") or None,
