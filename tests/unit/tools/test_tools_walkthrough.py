@@ -17,7 +17,7 @@ from phalanx.api.job_policy import parse_job_policy
 from phalanx.devcluster.http import ApiError
 from phalanx.tools.walkthrough.demo import Demo, StepError
 from phalanx.tools.walkthrough.facts import brief, domains, job_manifest, partial_gangs, requests_gpus
-from phalanx.tools.walkthrough.runner import Step, play, select, summary
+from phalanx.tools.walkthrough.runner import Result, Step, play, select, summary
 from phalanx.tools.walkthrough.steps import STEPS
 
 
@@ -264,3 +264,15 @@ def test_a_step_whose_kind_is_not_served_is_skipped_saying_what_to_start_and_the
         "running; phalanx dev-cluster up --addons jobset" in ctx.lines
     )
     assert [s.addon for s in STEPS if s.addon] == ["jobset", "trainer", "lws"]
+
+
+def test_the_summary_names_the_steps_skipped_for_an_addon_once_with_what_to_start() -> None:
+    steps = [Step(i, i, passes, addon=a) for i, a in (("jobset", "jobset"), ("trainjob", "trainer"))]
+    results = [Result(s, "SKIP", why=f"{s.id} is not served ... --addons {s.addon}") for s in steps]
+    later = Step("later", "later", None, skip="comes with issue 11")
+    results.append(Result(later, "SKIP", why="comes with it"))
+    line = summary(results, 3.0)
+    assert line == (
+        "walk-through: 0 OK, 3 skipped, 0 failed in 3.0 s (skipped later: comes with it; jobset, trainjob: "
+        "their kinds are not served by this cluster (phalanx dev-cluster up --addons jobset,trainer))"
+    )
