@@ -51,8 +51,8 @@ class StepError(RuntimeError):
     """Phalanx (or the cluster) did not do what the step expects; the message says what and what was seen."""
 
 
-class StepSkip(Exception):  # noqa: N818  (not an error: the step is skipped)
-    """The step cannot run on this cluster (a kind it needs is not served); the message says what to start."""
+class NotPlayableError(RuntimeError):
+    """The step cannot run on this cluster (an addon it needs is not up); the message says why, and how."""
 
 
 # ---------------------------------------------------------------------- pure helpers
@@ -149,7 +149,7 @@ class Demo:
         except ApiError as e:
             if e.status != 404:
                 raise
-            raise StepSkip(
+            raise NotPlayableError(
                 f"{kind} is not served by this cluster ({api_version}): its controller is not running; "
                 f"phalanx dev-cluster up --addons {addon}"
             ) from e

@@ -12,7 +12,7 @@ from typing import Protocol
 from phalanx.api import keys
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.topology import NETWORK_BLOCK_KEY
-from phalanx.tools.walkthrough.demo import Demo, StepError, StepSkip
+from phalanx.tools.walkthrough.demo import Demo, NotPlayableError, StepError
 from phalanx.tools.walkthrough.facts import SEED_NODES, job_manifest, live, requests_gpus, seconds
 
 # ---------------------------------------------------------------------- steps and the runner
@@ -75,27 +75,26 @@ def play(steps: Sequence[Step], ctx: Context, run_step: Callable[[Step], None]) 
             continue
         started = time.monotonic()
         failure: Exception | None = None
-        skipped: StepSkip | None = None
+        skipped = ""
         try:
             run_step(step)
-        except StepSkip as e:
-            skipped = e  # it stopped before doing anything: nothing to clean up
+        except NotPlayableError as e:  # decided by the step itself (e.g. the kueue addon is not up)
+            skipped = str(e)
         except FAILURES as e:
             failure = e
             _diagnose(ctx)
         finally:  # Ctrl-C too: the next run must not find this step's Jobs or failed nodes
             try:
-                if skipped is None:
-                    ctx.reset()
+                ctx.reset()
             except FAILURES as e:
                 if failure is None:
                     failure = e
                 else:  # the step's own failure is the one to report
                     ctx.say(f"(the cleanup failed too: {e})")
-        if skipped is not None:
+        if failure is None and skipped:
             ctx.say(f"SKIP {step.id}: {skipped}")
             ctx.say()
-            results.append(Result(step, "SKIP", why=str(skipped)))
+            results.append(Result(step, "SKIP", why=skipped))
             continue
         if failure is not None:
             ctx.say(f"FAILED {step.id}: {failure}")
