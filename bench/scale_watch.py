@@ -86,10 +86,20 @@ class Gang:
 class Recorder:
     """Turns pod events into per-gang times and checks every event for a partial gang (some, not all, of
     its live pods bound for longer than `settle`, or when the run ends; a gang whose pods have begun to
-    Succeed is finishing, not partial) and for a gang whose live pods sit in two domains of `domain`."""
+    Succeed is finishing, not partial) and for a gang whose live pods sit in two domains of `domain`.
 
-    def __init__(self, sizes: dict[str, int], settle: float, domain: dict[str, str] | None = None) -> None:
+    A gang is a Job's pods (the `job-name` label) unless `gang_of` says which gang a pod belongs to (a
+    JobSet's pods, or an LWS group's: tests/integration/kinds.py)."""
+
+    def __init__(
+        self,
+        sizes: dict[str, int],
+        settle: float,
+        domain: dict[str, str] | None = None,
+        gang_of: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self.gangs = {job: Gang(job, size) for job, size in sizes.items()}
+        self.gang_of = gang_of
         self.settle = settle
         self.domain = domain or {}
         self.lock = threading.Lock()
@@ -99,7 +109,7 @@ class Recorder:
 
     def on_pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
         meta = pod.get("metadata") or {}
-        job = (meta.get("labels") or {}).get(JOB_NAME_LABEL, "")
+        job = self.gang_of(pod) if self.gang_of else (meta.get("labels") or {}).get(JOB_NAME_LABEL, "")
         with self.lock:
             gang = self.gangs.get(job)
             if gang is None:
@@ -236,7 +246,9 @@ class PodWatch:
                     self.version = str((obj.get("metadata") or {}).get("resourceVersion") or self.version)
                     if kind != "BOOKMARK":
                         self.handle(str(kind), obj, now)
-            except (OSError, http.client.HTTPException, json.JSONDecodeError, RuntimeError) as e:
+            # ValueError: json's JSONDecodeError, and UnicodeDecodeError on a line cut mid-character (seen
+            # once, which killed the thread): a cut like the others, resumed from the last version seen.
+            except (OSError, http.client.HTTPException, ValueError, RuntimeError) as e:
                 if self.stopping.is_set():
                     return
                 self.errors.append(f"{type(e).__name__}: {e}"[:200])

@@ -243,7 +243,8 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     if args.list:
         for step in steps:
-            print(f"{step.id:15} {step.title}" + (f"  [skipped: {step.skip}]" if step.run is None else ""))
+            needs = f"  [needs --addons {step.addon}]" if step.addon else ""
+            print(f"{step.id:15} {step.title}" + (f"  [skipped: {step.skip}]" if step.run is None else needs))
         return 0
     if DevCluster(Path(args.dir)).status()["state"] != "running":
         print(

@@ -12,6 +12,7 @@ from phalanx.devcluster.cluster import ClusterState, DevCluster
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .addons_fixtures import addons_cluster, addons_ns  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue)
+from .kinds_fixtures import kinds_ns, phalanx_addons  # noqa: F401  (Phalanx on that cluster)
 from .kube import Namespace, delete_namespace, new_namespace
 
 pytestmark = pytest.mark.integration

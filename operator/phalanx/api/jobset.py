@@ -59,6 +59,7 @@ class ReplicatedJob:
     parallelism: int
     pod_spec: Mapping[str, Any]  # the pods' spec (what a pod not created yet will ask for)
     depends_on: tuple[str, ...] = ()
+    completions: int | None = None  # None: the child Job completes with its first pod that succeeds
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class ChildJob:
     index: int
     global_index: int
     parallelism: int
+    completions: int | None = None
+
+    def done(self, succeeded: int, live: int) -> bool:
+        """Whether it ran to completion (the Job controller's rule): its completions succeeded, or without
+        completions a pod succeeded and none is left running."""
+        return succeeded >= self.completions if self.completions else succeeded > 0 and live == 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class JobSetPolicy:
         for rjob in self.replicated_jobs:
             for index in range(rjob.replicas):
                 name = f"{jobset}-{rjob.name}-{index}"
-                out.append(ChildJob(name, rjob.name, index, len(out), rjob.parallelism))
+                out.append(ChildJob(name, rjob.name, index, len(out), rjob.parallelism, rjob.completions))
         return out
 
     @property
@@ -101,10 +108,8 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
-    """The gang a JobSet asks for; raises JobPolicyError naming every field at fault."""
-    meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
-    annotations = mapping(meta.get("annotations"))
+def annotation_problems(annotations: Mapping[str, Any]) -> list[PolicyProblem]:
+    """What is wrong with a JobSet's Phalanx annotations (a TrainJob's too: they reach its JobSet)."""
     problems: list[PolicyProblem] = []
 
     def text(key: str) -> str | None:
@@ -141,6 +146,22 @@ def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
                 "use one of them (remove this annotation to let Phalanx place the gang)",
             )
         )
+    return problems
+
+
+def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
+    """The gang a JobSet asks for; raises JobPolicyError naming every field at fault."""
+    meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
+    annotations = mapping(meta.get("annotations"))
+    problems = annotation_problems(annotations)
+
+    def text(key: str) -> str | None:
+        value = annotations.get(key)
+        return None if value is None else str(value)
+
+    key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
+    mode = text(TOPOLOGY_MODE_ANNOTATION) or REQUIRED
+    preemption = text(PREEMPTION_POLICY_ANNOTATION)
     rjobs = _replicated_jobs(spec, problems)
     if problems:
         raise JobPolicyError.of(problems)
@@ -188,7 +209,17 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
             )
         depends = tuple(str(mapping(d).get("name") or "") for d in items(entry.get("dependsOn")))
         pod_spec = mapping(mapping(job_spec.get("template")).get("spec"))
-        out.append(ReplicatedJob(str(entry.get("name") or ""), replicas, parallelism, pod_spec, depends))
+        completions = job_spec.get("completions")
+        out.append(
+            ReplicatedJob(
+                str(entry.get("name") or ""),
+                replicas,
+                parallelism,
+                pod_spec,
+                depends,
+                completions if isinstance(completions, int) and not isinstance(completions, bool) else None,
+            )
+        )
     return out
 
 

@@ -1,8 +1,11 @@
 """The Workload, CompositePodGroup and PodGroups Phalanx creates for an owner other than a batch/v1 Job
 (a JobSet: one tree of child-Job groups), as models ready to POST. Pure, like builders.py.
 
-Every object carries `phalanx.dev/owner-kind`, `owner-name` and `owner-uid` labels and is controlled by its
-owner (garbage-collected with it).
+Every object carries `phalanx.dev/owner-kind`, `owner-name` and `owner-uid` labels, is controlled by its
+owner (garbage-collected with it), and says whose gang it is in `phalanx.dev/owner` (`Kind/name`, as
+builders.py writes it for a Job: the OWNER column of `kubectl get podgroups`, what `phalanx explain` takes).
+For a JobSet that Kubeflow Trainer made for a TrainJob that is the TrainJob: the user made it, not the
+JobSet.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
-from phalanx.api.keys import MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE, PREFIX
+from phalanx.api.keys import MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE, OWNER_ANNOTATION, PREFIX
 from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.scheduling import (
@@ -43,6 +46,11 @@ class Owner:
     namespace: str
     name: str
     uid: str
+    shown: str = ""  # whose gang it is, `Kind/name` (default: this owner's own; a TrainJob for its JobSet)
+
+    @property
+    def owner_text(self) -> str:
+        return self.shown or f"{self.kind}/{self.name}"
 
     @property
     def group(self) -> str:
@@ -79,7 +87,7 @@ def metadata(owner: Owner, name: str) -> dict[str, Any]:
         "name": name,
         "namespace": owner.namespace,
         "labels": {OWNER_KIND_LABEL: owner.kind, OWNER_NAME_LABEL: owner.name, OWNER_UID_LABEL: owner.uid},
-        "annotations": {MANAGED_BY_ANNOTATION: MANAGED_BY_VALUE},
+        "annotations": {MANAGED_BY_ANNOTATION: MANAGED_BY_VALUE, OWNER_ANNOTATION: owner.owner_text},
         "ownerReferences": [
             {
                 "apiVersion": owner.api_version,

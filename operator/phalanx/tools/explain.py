@@ -243,6 +243,8 @@ class Explanation:
     """The owner's live pods that belong to none of its groups."""
     kueue: KueueView | None = None
     """Kueue's view beside Phalanx's, for an owner Kueue manages (kueue_view.py)."""
+    others: tuple[tuple[str, str], ...] = ()
+    """The owner's other gangs (a LeaderWorkerSet's other groups): (root group, phase)."""
 
 
 # ------------------------------------------------------------------ reading the groups
@@ -572,6 +574,7 @@ def explain(facts: Facts) -> Explanation:
         gang if isinstance(gang, Gang) and not groups else None,
         unassigned,
         kueue,
+        facts.others,
     )
 
 
@@ -715,6 +718,9 @@ def render(e: Explanation) -> str:
         lines.append(f"  {_plural(e.unassigned, 'live pod')} of the owner belong to none of its groups")
     if e.kueue is not None:
         lines.extend(kueue_lines(e.kueue))
+    if e.others:
+        listed = ", ".join(f"{name} ({phase or 'no phase yet'})" for name, phase in e.others)
+        lines.append(f"  Its other gangs: {listed}")
     p = e.placement
     if p is not None and (p.domains or p.notes):
         lines.append("")
@@ -790,6 +796,7 @@ def to_json(e: Explanation) -> dict[str, Any]:
         "pods": _counts_json(e.pods),
         "unassignedPods": e.unassigned,
         "kueue": kueue_json(e.kueue),
+        "otherGangs": [{"name": name, "phase": phase} for name, phase in e.others],
         "placement": None
         if p is None
         else {

@@ -1,12 +1,14 @@
 """What `phalanx explain` can be asked about: one table of kinds, and the reading of one target's objects.
 
-A target is an owner of pods (a workload kind: batch/v1 Job today) or one of Phalanx's own groups
-(`podgroup/NAME`, `compositepodgroup/NAME`). For every owner kind the groups are found the same way: the
-PodGroups and CompositePodGroups it controls (Phalanx writes `ownerReferences` with `controller: true`),
-with the whole tree when there is a CompositePodGroup (a sliced Job's slices). What differs per kind is a
-row of `OWNER_KINDS`: how the kind is spelt, where its object lives, which pods are its members and which
-slice each belongs to, and what its spec says about the gang before Phalanx made a PodGroup. Adding
-TrainJob, JobSet or LeaderWorkerSet is one more row. `gather` does the reading (GETs only); the rest is
+A target is an owner of pods (a workload kind: batch/v1 Job, JobSet, TrainJob, LeaderWorkerSet) or one of
+Phalanx's own groups (`podgroup/NAME`, `compositepodgroup/NAME`). For every owner kind the groups are found
+the same way: the PodGroups and CompositePodGroups it controls (Phalanx writes `ownerReferences` with
+`controller: true`) or that name it as their owner (`phalanx.dev/owner: Kind/name`: a TrainJob's groups are
+its JobSet's), with the whole tree when there is a CompositePodGroup (a sliced Job's slices, a JobSet's
+child Jobs). What differs per kind is a row of `OWNER_KINDS`: how the kind is spelt, where its object lives,
+which pods are its members and which group each belongs to, and what its spec says about the gang before
+Phalanx made a PodGroup. An owner with several gangs (a LeaderWorkerSet: one per group) is explained by the
+first of them that is not running, the others listed. `gather` does the reading (GETs only); the rest is
 pure.
 """
 
@@ -16,13 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api import keys
+from phalanx.api import jobset as js
+from phalanx.api import keys, lws
+from phalanx.api import trainjob as tj
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.bodies import mapping
 from phalanx.tools.kube import KubeError, NotFoundError, Reader
-from phalanx.tools.kueue_view import owned_by, read_workloads
+from phalanx.tools.kueue_view import owned_by as workloads_owned_by
+from phalanx.tools.kueue_view import read_workloads
 from phalanx.tools.topologies import ClusterTopology, read_topologies
 from phalanx.tools.view import PodView
 
@@ -63,6 +68,8 @@ class OwnerKind:
     """Pods it has left to run (a gang near the end shrinks to them), None when unbounded."""
     members: Callable[[Sequence[Body], Sequence[PodView]], dict[str, list[PodView]]]
     """Its pods per leaf PodGroup of its tree (leaves in tree order)."""
+    several: bool = False
+    """It has several gangs (a LeaderWorkerSet: one per group): one of them is explained."""
 
     def path(self, namespace: str, name: str | None = None) -> str:
         return _api_path(self.api_version, namespace, self.plural, name)
@@ -166,7 +173,131 @@ JOB = OwnerKind(
     members=_job_members,
 )
 
-OWNER_KINDS: tuple[OwnerKind, ...] = (JOB,)
+
+# ---------------------------------------------------------------------- JobSet, TrainJob, LeaderWorkerSet
+
+
+def _aliases(singular: str, plural: str, group: str, *short: str) -> frozenset[str]:
+    return frozenset({singular, plural, f"{singular}.{group}", f"{plural}.{group}", *short})
+
+
+def _conditions_state(obj: Body, complete: str) -> str:
+    for cond in mapping(obj.get("status")).get("conditions") or []:
+        cond = mapping(cond)
+        if cond.get("status") == "True" and cond.get("type") in (complete, "Failed"):
+            return "succeeded" if cond.get("type") == complete else "failed"
+    return "suspended" if _spec(obj).get("suspend") else ""
+
+
+def _gated(pod_spec: Body) -> bool:
+    return any(mapping(g).get("name") == keys.ADMISSION_GATE for g in pod_spec.get("schedulingGates") or [])
+
+
+def _jobset_held(obj: Body) -> bool:
+    rjobs = [mapping(r) for r in _spec(obj).get("replicatedJobs") or []]
+    specs = [
+        mapping(mapping(mapping(mapping(r.get("template")).get("spec")).get("template")).get("spec"))
+        for r in rjobs
+    ]
+    return bool(specs) and all(_gated(spec) for spec in specs)
+
+
+def _jobset_gang(obj: Body) -> Gang | str:
+    try:
+        policy = js.parse_jobset_policy(obj)
+    except JobPolicyError as e:
+        return f"its annotations are invalid: {e}"
+    return Gang(True, policy.pods, policy.topology_key)
+
+
+def _jobset_members(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str, list[PodView]]:
+    """By the PodGroup label Phalanx puts on every pod, else by child Job (`<composite>-<rjob>-<index>`)."""
+    out = members_by_label(leaves, pods)
+    names = set(out)
+    for pod in pods:
+        if any(pod in members for members in out.values()):
+            continue
+        rjob, index = pod.labels.get(js.REPLICATED_JOB_LABEL), pod.labels.get(js.JOB_INDEX_LABEL)
+        for leaf in leaves:
+            if f"{parent_of(leaf)}-{rjob}-{index}" == name_of(leaf) and name_of(leaf) in names:
+                out[name_of(leaf)].append(pod)
+    return out
+
+
+JOBSET = OwnerKind(
+    word="jobset",
+    kind=js.KIND,
+    api_version=js.API_VERSION,
+    plural="jobsets",
+    aliases=_aliases("jobset", "jobsets", js.API_GROUP, "js"),
+    pod_selector=lambda obj: f"{js.JOBSET_UID_LABEL}={_meta(obj).get('uid')}",
+    managed=_job_managed,
+    state=lambda obj: _conditions_state(obj, "Completed"),
+    held=_jobset_held,
+    gang=_jobset_gang,
+    remaining=lambda obj: None,
+    members=_jobset_members,
+)
+
+
+def _trainjob_gang(obj: Body) -> Gang | str:
+    nodes = mapping(_spec(obj).get("trainer")).get("numNodes")
+    key = mapping(_meta(obj).get("annotations")).get(keys.TOPOLOGY_KEY_ANNOTATION)
+    return Gang(True, nodes if isinstance(nodes, int) and nodes > 0 else 1, str(key) if key else None)
+
+
+TRAINJOB = OwnerKind(
+    word="trainjob",
+    kind=tj.KIND,
+    api_version=tj.API_VERSION,
+    plural="trainjobs",
+    aliases=_aliases("trainjob", "trainjobs", tj.API_GROUP),
+    # Trainer names the JobSet as the TrainJob; its pods are the JobSet's.
+    pod_selector=lambda obj: f"{js.JOBSET_NAME_LABEL}={_meta(obj).get('name')}",
+    managed=_job_managed,
+    state=lambda obj: _conditions_state(obj, "Complete"),
+    held=lambda obj: tj.phalanx_patch(obj) is not None,
+    gang=_trainjob_gang,
+    remaining=lambda obj: None,
+    members=_jobset_members,
+)
+
+
+def _lws_template(obj: Body) -> Body:
+    return mapping(_spec(obj).get("leaderWorkerTemplate"))
+
+
+def _lws_held(obj: Body) -> bool:
+    template = _lws_template(obj)
+    parts = [mapping(template.get(p)) for p in ("leaderTemplate", "workerTemplate") if template.get(p)]
+    return bool(parts) and all(_gated(mapping(part.get("spec"))) for part in parts)
+
+
+def _lws_gang(obj: Body) -> Gang | str:
+    try:
+        policy = lws.parse_lws_policy(obj)
+    except JobPolicyError as e:
+        return f"its annotations are invalid: {e}"
+    return Gang(True, policy.size, policy.topology_key)
+
+
+LEADER_WORKER_SET = OwnerKind(
+    word="leaderworkerset",
+    kind=lws.KIND,
+    api_version=lws.API_VERSION,
+    plural="leaderworkersets",
+    aliases=_aliases("leaderworkerset", "leaderworkersets", lws.API_GROUP, "lws"),
+    pod_selector=lambda obj: f"{lws.NAME_LABEL}={_meta(obj).get('name')}",
+    managed=_job_managed,
+    state=lambda obj: "",  # it serves: never suspended nor finished
+    held=_lws_held,
+    gang=_lws_gang,
+    remaining=lambda obj: None,
+    members=lambda leaves, pods: members_by_label(leaves, pods),  # Phalanx labels each pod with its group
+    several=True,
+)
+
+OWNER_KINDS: tuple[OwnerKind, ...] = (JOB, JOBSET, TRAINJOB, LEADER_WORKER_SET)
 """The workload kinds `explain` knows. A new kind is a new row."""
 
 
@@ -260,6 +391,8 @@ class Facts:
     """The Kueue Workloads that own the owner (kueue_view.py), when Kueue runs."""
     kueue_error: str = ""
     """Why Kueue's Workloads could not be read ("" when they were, or Kueue is not installed)."""
+    others: tuple[tuple[str, str], ...] = ()
+    """An owner with several gangs (a LeaderWorkerSet): (root group, phase) of those not explained."""
 
 
 def name_of(obj: Body | None) -> str:
@@ -277,6 +410,21 @@ def min_count_of(group: Body) -> int | None:
         return None
     value = gang.get("minCount", gang.get("minGroupCount"))
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def owned_by(obj: Body, row: OwnerKind, owner: Body) -> bool:
+    """Whether the group was made for `owner`: controlled by it, or naming it as whose gang it is (a
+    TrainJob's groups are controlled by its JobSet and say `phalanx.dev/owner: TrainJob/<name>`)."""
+    uid = str(_meta(owner).get("uid") or "")
+    shown = mapping(_meta(obj).get("annotations")).get(keys.OWNER_ANNOTATION)
+    return (bool(uid) and controller_uid(obj) == uid) or shown == f"{row.kind}/{name_of(owner)}"
+
+
+def _waiting_first(objs: Sequence[Body]) -> list[Body]:
+    """Gangs in name order, the first one not running first (the one worth explaining)."""
+    ordered = sorted(objs, key=lambda o: _rank(name_of(o)))
+    running = [o for o in ordered if mapping(o.get("status")).get("phase") == "Running"]
+    return [o for o in ordered if o not in running] + running
 
 
 def controller_uid(obj: Body) -> str | None:
@@ -371,17 +519,22 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
     owner: dict[str, Any] | None = None
     composites: tuple[Body, ...] = ()
     groups: tuple[Body, ...] = ()
+    others: tuple[Body, ...] = ()
     if row is not None:
         try:
             owner = await reader.get(row.path(ns, target.name))
         except NotFoundError as e:
             raise KubeError(f"{target.kind} {target.name} not found in namespace {ns}") from e
-        uid = str(_meta(owner).get("uid") or "")
-        roots = [c for c in composites_all if controller_uid(c) == uid and parent_of(c) is None]
+        roots = [c for c in composites_all if owned_by(c, row, owner) and parent_of(c) is None]
         if roots:
-            composites, groups = tree_of(name_of(roots[0]), composites_all, groups_all)
+            first, *rest = _waiting_first(roots) if row.several else roots
+            composites, groups = tree_of(name_of(first), composites_all, groups_all)
+            others = tuple(rest) if row.several else ()
         else:
-            groups = tuple(sorted((g for g in groups_all if controller_uid(g) == uid), key=name_of))
+            groups = tuple(sorted((g for g in groups_all if owned_by(g, row, owner)), key=name_of))
+            if row.several and len(groups) > 1:
+                first, *rest = _waiting_first(groups)
+                groups, others = (first,), tuple(rest)
     else:
         plural = POD_GROUPS if target.kind == POD_GROUP.word else COMPOSITE_POD_GROUPS
         by_name = {name_of(g): g for g in (groups_all if plural == POD_GROUPS else composites_all)}
@@ -412,6 +565,11 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         ]
         selector = f"{keys.POD_GROUP_LABEL} in ({','.join(values)})"
     target_pods = await reader.list(f"/api/v1/namespaces/{ns}/pods", {"labelSelector": selector})
+    if others:  # one of the owner's gangs is explained: its pods only (they carry its group's label)
+        mine = {pod_group_label_value(name_of(g)) for g in groups}
+        target_pods = [
+            p for p in target_pods if mapping(_meta(p).get("labels")).get(keys.POD_GROUP_LABEL) in mine
+        ]
     nodes = await reader.list("/api/v1/nodes")
     pods = await reader.list(
         "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
@@ -421,7 +579,7 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
     kueue_error = ""
     if owner is not None:  # Kueue's view beside Phalanx's (kueue_view.py)
         found, kueue_error = await read_workloads(reader, ns)
-        kueue = tuple(owned_by(found, str(_meta(owner).get("uid") or "")))
+        kueue = tuple(workloads_owned_by(found, str(_meta(owner).get("uid") or "")))
     return Facts(
         target,
         ns,
@@ -435,4 +593,5 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         tuple(topologies),
         kueue,
         kueue_error,
+        tuple((name_of(o), str(mapping(o.get("status")).get("phase") or "")) for o in others),
     )

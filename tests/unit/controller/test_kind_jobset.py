@@ -65,6 +65,12 @@ def test_a_new_jobset_gets_its_tree_and_is_placed_whole_with_each_child_job_in_o
     assert by_child["train-workers-0"] != by_child["train-workers-1"]  # a local block per child Job
     events = {(e.involved.kind, e.reason) for e in result.actions if isinstance(e, PostEvent)}
     assert ("JobSet", "Admitted") in events and ("JobSet", "PodGroupCreated") in events
+    owners = {
+        a.pod_group.metadata["annotations"]["phalanx.dev/owner"]
+        for a in result.actions
+        if isinstance(a, CreatePodGroup)
+    }
+    assert owners == {"JobSet/train"}  # kubectl get podgroups' OWNER column
 
 
 def test_a_jobset_whose_child_jobs_are_not_all_made_yet_waits_whole() -> None:

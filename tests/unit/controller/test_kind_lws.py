@@ -27,8 +27,16 @@ from testkit import (
 )
 
 from phalanx.api import conditions as c
+from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.kinds.lws import LwsKind
-from phalanx.controller.model.actions import DeletePod, PatchStatus, RecordAdmission, ReleasePod, SuspendJob
+from phalanx.controller.model.actions import (
+    CreatePodGroup,
+    DeletePod,
+    PatchStatus,
+    RecordAdmission,
+    ReleasePod,
+    SuspendJob,
+)
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.watch.webhooks import Webhooks
 
@@ -55,6 +63,8 @@ def test_each_group_of_an_lws_is_one_gang_in_one_block() -> None:
         blocks = {BLOCK[n] for p, n in placed.items() if p == group or p.startswith(f"{group}-")}
         assert len(blocks) == 1
     assert {BLOCK[n] for n in placed.values()} == {"nb-a", "nb-b"}
+    made = [a.pod_group for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert {g.metadata["annotations"]["phalanx.dev/owner"] for g in made} == {"LeaderWorkerSet/serve"}
 
 
 def test_a_group_short_of_pods_waits_whole_when_its_workers_come_with_the_leader() -> None:
@@ -209,3 +219,48 @@ def test_written_keeps_what_a_plan_recorded() -> None:
     (group,) = made_groups(first)
     assert group.status.admission is not None
     assert written(first, [group])[0].status.admission == group.status.admission
+
+
+# ---------------------------------------------------------------------- JobSet dependsOn Complete
+def test_a_jobset_whose_first_stage_completes_keeps_its_decision_and_the_next_stage_goes_to_its_slots() -> (
+    None
+):
+    """dependsOn Complete: the driver's child Job succeeds before the workers exist. Its leaf counts as
+    placed (done), so the root keeps the recorded decision (and the workers' room held); the workers are
+    released into their slots, never decided again, and the driver's group says its child Job succeeded."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 3)), annotations={"phalanx.dev/topology-key": NB}
+    )
+    js["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "driver", "status": "Complete"}]
+    first = plan(owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0)]), NOW)
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    nodes = {a.pod: a.node for a in root.admission.assignments}
+    groups = made_groups(first)
+    driver = jobset_pod("train", "driver", 0, 0, gated=False, node=nodes["train-driver-0-0"])
+    driver["status"]["phase"] = "Succeeded"
+    done = plan(owner_cluster([("JobSet", js)], [driver], groups=groups), NOW)
+    statuses = {
+        a.group.kind + ("-driver" if "driver" in a.group.name else ""): a.status
+        for a in done.actions
+        if isinstance(a, PatchStatus)
+    }
+    assert statuses["CompositePodGroup"].admission == root.admission  # the slots stay held
+    driver_admitted = statuses["PodGroup-driver"].condition(c.ADMITTED)
+    assert driver_admitted is not None and driver_admitted.reason == c.REASON_FINISHED
+    assert driver_admitted.message == "the child Job succeeded"
+    groups = written(done, groups)
+    workers = [jobset_pod("train", "workers", 0, i, global_index=1) for i in range(3)]
+    later = plan(owner_cluster([("JobSet", js)], [driver, workers[0]], groups=groups), NOW)
+    slots = {k.rsplit("-", 1)[1]: v for k, v in nodes.items() if "-slot-" in k}
+    assert releases(later) == {"train-workers-0-0": slots["0"]}
+    groups = written(later, groups)
+    w0 = jobset_pod("train", "workers", 0, 0, global_index=1, gated=False, released_to=slots["0"])
+    workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
+    w0["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(workers_group)  # released
+    last = plan(owner_cluster([("JobSet", js)], [driver, w0, *workers[1:]], groups=groups), NOW)
+    assert releases(last) == {f"train-workers-0-{i}": slots[str(i)] for i in (1, 2)}
+    assert not [
+        a for a in last.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    ]

@@ -9,8 +9,16 @@ from typing import Any
 import kopf
 from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, owner_cluster
 
-from phalanx.controller.kinds.trainjob import PATCH_MANAGER, TrainJobKind
-from phalanx.controller.model.actions import PostEvent, ReleasePod, ResumeJob
+from phalanx.api.trainjob import PATCH_MANAGER
+from phalanx.controller.kinds.trainjob import TrainJobKind
+from phalanx.controller.model.actions import (
+    CreateCompositePodGroup,
+    CreatePodGroup,
+    CreateWorkload,
+    PostEvent,
+    ReleasePod,
+    ResumeJob,
+)
 from phalanx.controller.plan import plan
 from phalanx.controller.watch.webhooks import Webhooks
 
@@ -76,9 +84,15 @@ def test_its_jobset_is_one_gang_that_names_the_trainjob() -> None:
     assert unit.owner is not None and unit.owner.kind == "TrainJob" and unit.owner.ref.name == "llm"
     result = plan(state, NOW)
     assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == 4
-    assert ("TrainJob", "Admitted") in {
-        (e.involved.kind, e.reason) for e in result.actions if isinstance(e, PostEvent)
-    }
+    events = {(e.involved.kind, e.reason) for e in result.actions if isinstance(e, PostEvent)}
+    assert {("TrainJob", "Admitted"), ("TrainJob", "PodGroupCreated")} <= events
+    assert not {kind for kind, _ in events} & {"JobSet"}  # said on what the user made
+    # kubectl get podgroups' OWNER column: the TrainJob, on every object made for its JobSet.
+    made = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]
+    made += [a.group for a in result.actions if isinstance(a, CreateCompositePodGroup)]
+    made += [a.pod_group for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert len(made) == 3
+    assert {m.metadata["annotations"]["phalanx.dev/owner"] for m in made} == {"TrainJob/llm"}
 
 
 def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_gone() -> None:
@@ -92,3 +106,17 @@ def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_g
     assert [(a.job.kind, a.job.name) for a in result.actions if isinstance(a, ResumeJob)] == [
         ("TrainJob", "llm")
     ]
+
+
+def test_bad_jobset_annotations_on_a_trainjob_are_refused_at_its_creation() -> None:
+    """They would reach its JobSet, whose creation by Trainer the JobSet webhook would then refuse: the user
+    would see it only in Trainer's log. Refused where they were written, naming the field."""
+    gate = Webhooks(StaticContext()).gate_owner(TrainJobKind())
+    body = trainjob()
+    body["metadata"]["annotations"]["phalanx.dev/topology-mode"] = "sometimes"
+    try:
+        gate(body=kopf.Body(body), patch=kopf.Patch())
+    except kopf.AdmissionError as e:
+        assert "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of" in str(e)
+    else:
+        raise AssertionError("a bad topology mode on a TrainJob was let through")

@@ -445,6 +445,7 @@ def test_the_json_shape_is_stable_and_complete() -> None:
         "pods",
         "unassignedPods",
         "kueue",
+        "otherGangs",
         "placement",
     }
     assert (body["kind"], body["version"], body["state"]) == ("Explanation", 1, "waiting")
@@ -502,6 +503,12 @@ def test_amounts_read_as_written(resource: str, amount: int, text: str) -> None:
         ("podgroups.scheduling.phalanx.dev/pg-1", "podgroup", "pg-1"),
         ("cpg/c-1", "compositepodgroup", "c-1"),
         ("compositepodgroups.scheduling.phalanx.dev/c-1", "compositepodgroup", "c-1"),
+        ("jobset/train", "jobset", "train"),
+        ("jobsets.jobset.x-k8s.io/train", "jobset", "train"),
+        ("trainjob/llm", "trainjob", "llm"),
+        ("trainjobs.trainer.kubeflow.org/llm", "trainjob", "llm"),
+        ("lws/serve", "leaderworkerset", "serve"),
+        ("leaderworkerset.leaderworkerset.x-k8s.io/serve", "leaderworkerset", "serve"),
     ],
 )
 def test_targets(text: str, kind: str, name: str) -> None:
@@ -512,7 +519,10 @@ def test_targets(text: str, kind: str, name: str) -> None:
 
 @pytest.mark.parametrize("text", ["gang-4", "job/", "pod/x", "job/a/b", "podgroups.scheduling.k8s.io/x"])
 def test_bad_targets_say_what_to_write(text: str) -> None:
-    with pytest.raises(ValueError, match="job/NAME, podgroup/NAME or compositepodgroup/NAME"):
+    forms = (
+        "job/NAME, jobset/NAME, trainjob/NAME, leaderworkerset/NAME, podgroup/NAME or compositepodgroup/NAME"
+    )
+    with pytest.raises(ValueError, match=forms):
         parse_target(text)
 
 

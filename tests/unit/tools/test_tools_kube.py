@@ -127,6 +127,9 @@ def test_the_commands_say_why_they_cannot_read(
     assert main(["explain", "job/x", "--kubeconfig", path]) == 1
     assert capsys.readouterr().err.startswith(f"phalanx explain: cannot reach the cluster at {server}")
     assert main(["explain", "deployment/x", "--kubeconfig", path]) == 2
-    assert "say job/NAME, podgroup/NAME or compositepodgroup/NAME" in capsys.readouterr().err
+    assert (
+        "say job/NAME, jobset/NAME, trainjob/NAME, leaderworkerset/NAME, podgroup/NAME or "
+        "compositepodgroup/NAME" in capsys.readouterr().err
+    )
     assert main(["topology", "check", "--kubeconfig", path]) == 2
     assert capsys.readouterr().err.startswith(f"phalanx topology check: cannot reach the cluster at {server}")

@@ -4,6 +4,8 @@ tests/integration/test_walkthrough.py."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +14,10 @@ from hypothesis import strategies as st
 from tools_testkit import LB, NB, fillers, job_pod, seed_nodes
 
 from phalanx.api.job_policy import parse_job_policy
-from phalanx.tools.walkthrough.demo import StepError
+from phalanx.devcluster.http import ApiError
+from phalanx.tools.walkthrough.demo import Demo, StepError
 from phalanx.tools.walkthrough.facts import brief, domains, job_manifest, partial_gangs, requests_gpus
-from phalanx.tools.walkthrough.runner import Step, play, select, summary
+from phalanx.tools.walkthrough.runner import Result, Step, play, select, summary
 from phalanx.tools.walkthrough.steps import STEPS
 
 
@@ -236,3 +239,40 @@ def test_brief_cuts_long_values() -> None:
     assert brief("short") == "'short'"
     long = brief("x" * 1000, limit=50)
     assert len(long) == 50 and long.endswith("...")
+
+
+def test_a_step_whose_kind_is_not_served_is_skipped_saying_what_to_start_and_the_walk_goes_on() -> None:
+    """Demo.require raises NotPlayableError on a cluster without the addon's CRDs (the stock dev cluster)."""
+
+    class NoJobSets:
+        def get(self, path: str) -> dict[str, object]:
+            raise ApiError(404, "the server could not find the requested resource")
+
+    api: Any = NoJobSets()
+    demo = Demo(api=api, kubectl=Path("kubectl"), kubeconfig=Path("kc"), out=io.StringIO())
+
+    def needs_jobsets(_: object) -> None:
+        demo.require("jobset.x-k8s.io/v1alpha2", "JobSet", "jobset")
+
+    ctx = Recorder()
+    steps = [Step("jobset", "a JobSet", needs_jobsets, addon="jobset"), Step("after", "next", passes)]
+    results = play(steps, ctx, lambda s: s.run(ctx) if s.run else None)
+    assert [(r.step.id, r.status) for r in results] == [("jobset", "SKIP"), ("after", "OK")]
+    assert ctx.resets == 2  # the cleanup runs after a skipped step too (it found nothing to delete)
+    assert (
+        "SKIP jobset: JobSet is not served by this cluster (jobset.x-k8s.io/v1alpha2): its controller is not "
+        "running; phalanx dev-cluster up --addons jobset" in ctx.lines
+    )
+    assert [s.addon for s in STEPS if s.addon] == ["jobset", "trainer", "lws"]
+
+
+def test_the_summary_names_the_steps_skipped_for_an_addon_once_with_what_to_start() -> None:
+    steps = [Step(i, i, passes, addon=a) for i, a in (("jobset", "jobset"), ("trainjob", "trainer"))]
+    results = [Result(s, "SKIP", why=f"{s.id} is not served ... --addons {s.addon}") for s in steps]
+    later = Step("later", "later", None, skip="comes with issue 11")
+    results.append(Result(later, "SKIP", why="comes with it"))
+    line = summary(results, 3.0)
+    assert line == (
+        "walk-through: 0 OK, 3 skipped, 0 failed in 3.0 s (skipped later: comes with it; jobset, trainjob: "
+        "their kinds are not served by this cluster (phalanx dev-cluster up --addons jobset,trainer))"
+    )

@@ -96,7 +96,9 @@ class Leaf:
     """A PodGroup (existing, or planned in this pass) and the pods that belong to it, in rank order.
 
     For a staged unit: `ranks` (each pod's rank, as `pods`), the ranks the owner will make (`slots`,
-    default 0 .. expected-1) and the `template` those not made yet will have."""
+    default 0 .. expected-1) and the `template` those not made yet will have. `done`: its pods ran to
+    completion (a JobSet's child Job that succeeded, e.g. the stage a `dependsOn: Complete` waits for): it
+    counts as placed for its parent's min count, and nothing is placed or held for it any more."""
 
     group: PodGroupRecord
     pods: tuple[PodRecord, ...]
@@ -104,6 +106,7 @@ class Leaf:
     expected: int = 0
     template: PodTemplate | None = None
     slots: tuple[int, ...] = ()
+    done: bool = False
 
     @property
     def ranked_slots(self) -> tuple[int, ...]:

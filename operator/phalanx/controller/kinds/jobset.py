@@ -31,6 +31,7 @@ from phalanx.api.owned import Leaf as LeafShape
 from phalanx.api.owned import Owner as OwnerIdentity
 from phalanx.api.owned import build_tree
 from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.api.trainjob import KIND as TRAINJOB
 from phalanx.controller.kinds.base import (
     ClusterView,
     Leaf,
@@ -69,7 +70,7 @@ from phalanx.controller.model.records import (
 from phalanx.controller.model.refs import ObjectRef
 
 RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
-TRAINJOB_KIND = "TrainJob"
+TRAINJOB_KIND = TRAINJOB
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
@@ -229,14 +230,15 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     owner = kueue_owner(owner_of(jobset, view), kueue)
     policy = jobset.policy
     if policy is None:
-        notes = announce_once(view.announced, jobset.ref, "policy", "InvalidPolicy", jobset.policy_error)
+        notes = announce_once(view.announced, owner.ref, "policy", "InvalidPolicy", jobset.policy_error)
         return Unit(jobset.unit_key, owner, None, tuple(notes), created=jobset.created)
     chosen = priority_class_of(policy.priority_class_name, view.priority_classes)
     priority = chosen.value if chosen is not None else None
     preemption = preemption_policy_of(policy.preemption_policy, chosen)
     children = policy.child_jobs(jobset.name)
+    shown = f"{owner.kind}/{owner.ref.name}"  # the TrainJob that made it, else the JobSet
     workload, composite, groups = build_tree(
-        OwnerIdentity(API_VERSION, KIND, jobset.namespace, jobset.name, jobset.uid),
+        OwnerIdentity(API_VERSION, KIND, jobset.namespace, jobset.name, jobset.uid, shown),
         [LeafShape(f"{c.replicated_job}-{c.index}", c.parallelism, c.replicated_job) for c in children],
         topology_key=policy.topology_key,
         leaf_topology_key=policy.slice_topology_key,
@@ -268,7 +270,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     if created:
         made.append(f"{created} PodGroup(s) (one per child Job)")
     if made:
-        setup.append(PostEvent(jobset.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+        setup.append(PostEvent(owner.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
     if kueue is not None:
         setup.extend(kueue_notes(kueue, view.announced, jobset.ref))
     elif owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
@@ -315,6 +317,7 @@ def _leaves(
                 owner_kind=KIND,
             )
         pods = tuple(sorted(by_child.get(child.name, ()), key=_rank))
+        live = sum(1 for p in pods if not p.terminal and not p.deleting)
         leaves.append(
             Leaf(
                 record,
@@ -322,6 +325,7 @@ def _leaves(
                 ranks=tuple(_rank(p)[0] for p in pods),
                 expected=child.parallelism,
                 template=templates[child.replicated_job],
+                done=child.done(sum(1 for p in pods if p.succeeded), live),
             )
         )
     return leaves

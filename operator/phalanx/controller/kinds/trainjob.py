@@ -1,8 +1,8 @@
 """Kubeflow Trainer's TrainJob (trainer.kubeflow.org/v1alpha1): opted in with the managed label (and the
 JobSet annotations) on the TrainJob. Trainer always materialises a TrainJob as a JobSet, but copies only its
 runtime's labels to it, so at the TrainJob's creation Phalanx adds a `runtimePatches` entry of its own
-(manager `phalanx.dev`) carrying the label and annotations into the JobSet's template: the JobSet is then
-gated and placed as any managed JobSet (kinds/jobset.py), and its unit names the TrainJob as its owner —
+(api/trainjob.py) carrying the label and annotations into the JobSet's template: the JobSet is then gated
+and placed as any managed JobSet (kinds/jobset.py), and its unit names the TrainJob as its owner —
 events go to it, and it is requeued by suspending the TrainJob (Trainer keeps the JobSet's suspend in step
 with the TrainJob's, so suspending the JobSet alone would be undone).
 
@@ -14,20 +14,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from phalanx.api import keys as names
 from phalanx.api.job_policy import JobPolicyError, key_problems
-from phalanx.api.jobset import JOBSET_ANNOTATIONS
-from phalanx.bodies import items, mapping
+from phalanx.api.jobset import JOBSET_ANNOTATIONS, annotation_problems
+from phalanx.api.trainjob import API_VERSION, KIND, finished_how, runtime_patches
+from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Resource, Unit
 from phalanx.controller.model.records import PodRecord, meta_of, parse_time
 from phalanx.controller.model.refs import ObjectRef
 
-KIND: Final = "TrainJob"
-API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 RESOURCE = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs")
-PATCH_MANAGER: Final = "phalanx.dev"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +48,7 @@ class TrainJobRecord:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> TrainJobRecord:
         meta, spec, status = meta_of(body), body.get("spec") or {}, body.get("status") or {}
-        how = ""
-        for condition in status.get("conditions") or []:
-            if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
-                why = ": ".join(str(x) for x in (condition.get("reason"), condition.get("message")) if x)
-                how = (
-                    "succeeded" if condition["type"] == "Complete" else f"failed ({why})" if why else "failed"
-                )
+        how = finished_how(status)
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
@@ -71,34 +63,13 @@ class TrainJobRecord:
         )
 
 
-def runtime_patches(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The TrainJob's `spec.runtimePatches` with Phalanx's own entry (the managed label and the Phalanx
-    annotations for its JobSet) in place of any earlier one of ours; None when it is there already."""
-    meta = mapping(body.get("metadata"))
-    annotations = {k: str(v) for k, v in mapping(meta.get("annotations")).items() if k in JOBSET_ANNOTATIONS}
-    ours = {
-        "manager": PATCH_MANAGER,
-        "trainingRuntimeSpec": {
-            "template": {
-                "metadata": {"labels": {names.MANAGED_LABEL: names.MANAGED_VALUE}, "annotations": annotations}
-            }
-        },
-    }
-    existing = [dict(mapping(p)) for p in items(mapping(body.get("spec")).get("runtimePatches"))]
-    others = [p for p in existing if p.get("manager") != PATCH_MANAGER]
-    current = next((p for p in existing if p.get("manager") == PATCH_MANAGER), None)
-    if current is not None and current.get("trainingRuntimeSpec") == ours["trainingRuntimeSpec"]:
-        return None
-    return [*others, ours]
-
-
 class TrainJobKind:
     """TrainJobs labelled `phalanx.dev/managed=true` (implements kinds.base.AdmittingKind)."""
 
     name = KIND
     resource = RESOURCE
     suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
-    owns_groups = False  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+    owns_groups = False  # its groups are its JobSet's (owned by the JobSet, which Trainer owns)
 
     def parse(self, body: Mapping[str, Any]) -> TrainJobRecord:
         return TrainJobRecord.from_body(body)
@@ -114,6 +85,7 @@ class TrainJobKind:
 
     def admit_create(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         problems = key_problems(body, annotations=JOBSET_ANNOTATIONS)
+        problems += annotation_problems(mapping(mapping(body.get("metadata")).get("annotations")))
         if problems:
             raise JobPolicyError.of(problems)
         patches = runtime_patches(body)

@@ -91,7 +91,7 @@ class PodRecord:
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
-    succeeded: bool = False  # phase Succeeded: a member that completed counts toward its gang
+    succeeded: bool = False  # phase Succeeded: it ran its part (counts toward its gang; a finished stage)
     resource_version: str = field(default="", compare=False)
 
     @property

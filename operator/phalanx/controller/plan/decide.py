@@ -97,7 +97,8 @@ def admitted_message(count: int, key: str | None, decision: Admit) -> str:
             f"admitted {count} pod(s) on {nodes}: no domain of {key} had room for the group, so it was "
             f"placed in {wider} (topology mode preferred)"
         )
-    where = f" in {key}={decision.domain}" if decision.domain else ""
+    where = f" in {key}={decision.domain}" if decision.domain and key else ""
+    where = where or (f" in {decision.domain}" if decision.domain else "")  # a leaf in its parent's domain
     return f"admitted {count} pod(s){where} on {nodes}"
 
 
@@ -196,12 +197,15 @@ def _composite_request(
     work: UnitWork, g: CompositePodGroupRecord, levels: tuple[str, ...]
 ) -> CompositeRequest:
     composites, leaves = work.children(g.name)
-    children: list[GroupRequest | CompositeRequest] = [request_of(leaf, levels) for leaf in leaves]
+    children: list[GroupRequest | CompositeRequest] = [
+        request_of(leaf, levels) for leaf in leaves if not leaf.done
+    ]
     children.extend(_composite_request(work, child, ()) for child in composites)
+    done = sum(1 for leaf in leaves if leaf.done)  # ran to completion: they count as placed
     return CompositeRequest(
         name=g.name,
         children=tuple(children),
-        min_count=g.min_group_count or 1,
+        min_count=max(1, (g.min_group_count or 1) - done),
         topology_key=g.topology_key,
         levels=levels,
     )

@@ -138,7 +138,9 @@ def _missing_priority_class(work: UnitWork, ctx: Pass) -> st.Outcome | None:
     if owner is None or not owner.priority_class or owner.priority_class in ctx.priority_classes:
         return None
     name = owner.priority_class
-    if all(len(leaf.waiting) + len(leaf.placed) >= leaf.min_count for leaf in work.leaves.values()):
+    if all(
+        leaf.done or len(leaf.waiting) + len(leaf.placed) >= leaf.min_count for leaf in work.leaves.values()
+    ):
         return None  # its pods exist (made before the class was deleted): nothing is missing yet
     return st.Outcome(
         c.REASON_PRIORITY_CLASS_NOT_FOUND,

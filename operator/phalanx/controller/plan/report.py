@@ -58,12 +58,13 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         waiting=len(leaf.waiting) - leaf.released_now - leaf.ungated,
         domain=leaf.domain,
         suspended=owner.suspended if owner else False,
-        finished=owner.finished if owner else False,
+        finished=(owner.finished if owner else False) or leaf.done,
         held=owner is None or owner.gated_template or not leaf.gang,
-        finished_how=owner.finished_how if owner else "",
+        finished_how=owner.finished_how if owner and owner.finished else "succeeded" if leaf.done else "",
         requeued=owner.requeued if owner else "",
         note=st.climbed_note(leaf.admission, leaf.group.topology_key),
-        owner_kind=owner.kind if owner else "Job",
+        # A leaf done before its owner (a JobSet's child Job that succeeded) says so of itself.
+        owner_kind=owner.kind if owner and (owner.finished or not leaf.done) else "child Job",
         held_by=owner.held_by if owner else "",
     )
 
@@ -91,7 +92,10 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
 
 
 def _placed(leaf: LeafWork) -> tuple[bool, bool]:
-    """(placed: its minCount holds a node or was released now, running: its minCount is bound)."""
+    """(placed: its minCount holds a node or was released now, running: its minCount is bound); a leaf
+    whose pods ran to completion counts as both."""
+    if leaf.done:
+        return True, True
     bound = sum(1 for p in leaf.placed if p.bound)
     return len(leaf.placed) + leaf.released_now >= leaf.min_count, bound >= leaf.min_count
 

@@ -34,8 +34,10 @@ def slot_of(leaf: LeafWork, pod: PodRecord) -> str:
 
 
 def _present(leaf: Leaf) -> set[int]:
+    """The ranks that have their pod: live, or Succeeded (it ran its part; its owner makes no other)."""
     ranks = _ranks(leaf)
-    return {ranks[p.key] for p in leaf.pods if not p.terminal and not p.deleting and p.key in ranks}
+    kept = (p for p in leaf.pods if (p.succeeded or not p.terminal) and not p.deleting)
+    return {ranks[p.key] for p in kept if p.key in ranks}
 
 
 def held_slots(leaf: LeafWork, recorded: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -54,7 +56,7 @@ def placeholders(work: UnitWork) -> None:
         return
     for leaf in work.leaves.values():
         template = leaf.leaf.template
-        if template is None:
+        if template is None or leaf.done:
             continue
         present = _present(leaf.leaf)
         label = pod_group_label_value(leaf.group.name)
@@ -90,7 +92,7 @@ def hold(units: Iterable[Unit], ctx: Pass) -> None:
             continue
         recorded = {a.pod: a.node for a in tree.holder.status.admission.assignments}
         for leaf in tree.leaves:
-            if leaf.template is None:
+            if leaf.template is None or leaf.done:
                 continue
             present = _present(leaf)
             for rank in leaf.ranked_slots:

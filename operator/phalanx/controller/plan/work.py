@@ -74,14 +74,19 @@ class LeafWork:
         return (*self.ready, *self.virtual)
 
     @property
+    def done(self) -> bool:
+        """Its pods ran to completion (kinds.base.Leaf.done): it counts as placed; nothing is placed."""
+        return self.leaf.done
+
+    @property
     def enough(self) -> bool:
         """Its pods (ready to place, placeholders of a staged unit, or placed) reach its minCount."""
-        return len(self.to_place) + len(self.placed) >= self.min_count
+        return self.done or len(self.to_place) + len(self.placed) >= self.min_count
 
     @property
     def whole(self) -> bool:
         """The pods placed now alone reach its minCount."""
-        return len(self.placed) >= self.min_count
+        return self.done or len(self.placed) >= self.min_count
 
 
 @dataclass

@@ -39,6 +39,12 @@ NAMESPACE = "phalanx-demo"
 PODGROUPS = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/podgroups"
 WORKLOADS = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/workloads"
 COMPOSITES = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/compositepodgroups"
+OWNER_COLLECTIONS = (
+    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs",
+    "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets",
+    "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
+)
+"""The kind steps' owners (kind_steps.py), deleted with their pods between steps."""
 
 
 class StepError(RuntimeError):
@@ -135,6 +141,18 @@ class Demo:
             if e["involvedObject"].get("kind") == kind
             and (name is None or e["involvedObject"]["name"] == name)
         ]
+
+    def require(self, api_version: str, kind: str, addon: str) -> None:
+        """Skip the step unless the cluster serves `api_version` (the addon's CRDs are installed)."""
+        try:
+            self.api.get(f"/apis/{api_version}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            raise NotPlayableError(
+                f"{kind} is not served by this cluster ({api_version}): its controller is not running; "
+                f"phalanx dev-cluster up --addons {addon}"
+            ) from e
 
     # -- waiting
     def wait(
@@ -326,10 +344,17 @@ class Demo:
 
     # -- cleaning
     def reset(self) -> None:
-        """Delete every Job and pod of the namespace, heal failed nodes; wait until all are gone."""
+        """Delete every Job, pod and kind step owner (JobSet, TrainJob, LWS) of the namespace, heal failed
+        nodes; wait until all are gone."""
         for node in self.failed_nodes:
             heal_node(self.api, node)
         healed, self.failed_nodes = self.failed_nodes, []
+        for owners in OWNER_COLLECTIONS:  # a kind step's objects (not served: nothing to delete)
+            try:  # Foreground: gone only once their Jobs/StatefulSets are, which could recreate pods
+                self.api.request("DELETE", self.path(owners), {"propagationPolicy": "Foreground"})
+            except ApiError as e:
+                if e.status != 404:
+                    raise
         base = self.path("/apis/batch/v1/namespaces/{ns}/jobs")
         for job in self.api.get(base)["items"]:
             name = job["metadata"]["name"]
@@ -350,11 +375,27 @@ class Demo:
         self.wait(
             "the namespace's Jobs, pods and PodGroups gone",
             lambda: (
-                not self.pods() and not self.groups() and not self.api.get(self.path(COMPOSITES))["items"]
+                not self.owners()
+                and not self.pods()
+                and not self.groups()
+                and not self.api.get(self.path(COMPOSITES))["items"]
             ),
         )
         if healed:
             self.wait(f"{', '.join(healed)} healed (no failure taint)", lambda: not self.tainted(healed))
+
+    def owners(self) -> list[str]:
+        """The kind steps' JobSets, TrainJobs and LeaderWorkerSets still in the namespace (Kind/name)."""
+        left: list[str] = []
+        for owners in OWNER_COLLECTIONS:
+            try:
+                items = self.api.get(self.path(owners))["items"]
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                continue
+            left += [f"{o.get('kind')}/{o['metadata']['name']}" for o in items]
+        return left
 
     def tainted(self, nodes: Iterable[str]) -> list[str]:
         return [

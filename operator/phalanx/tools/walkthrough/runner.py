@@ -37,6 +37,8 @@ class Step:
     skip: str = ""
     full_only: bool = False
     """Left out of the short run (CI)."""
+    addon: str = ""
+    """The dev-cluster addon whose controller it needs (`--addons`): skipped where its kind is not served."""
 
 
 @dataclass
@@ -120,7 +122,16 @@ def _diagnose(ctx: Context) -> None:
 
 def summary(results: Sequence[Result], took: float) -> str:
     counts = Counter(r.status for r in results)
-    skipped = "; ".join(f"{r.step.id}: {r.why}" for r in results if r.status == "SKIP")
+    skips = [r for r in results if r.status == "SKIP"]
+    unserved = [r for r in skips if r.step.run is not None and r.step.addon]  # their SKIP lines said why
+    reasons = [f"{r.step.id}: {r.why}" for r in skips if r not in unserved]
+    if unserved:
+        addons = ",".join(dict.fromkeys(r.step.addon for r in unserved))
+        reasons.append(
+            f"{', '.join(r.step.id for r in unserved)}: their kinds are not served by this cluster "
+            f"(phalanx dev-cluster up --addons {addons})"
+        )
+    skipped = "; ".join(reasons)
     line = (
         f"walk-through: {counts['OK']} OK, {counts['SKIP']} skipped, {counts['FAILED']} failed "
         f"in {seconds(took)}"

@@ -16,6 +16,7 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.topology import LOCAL_BLOCK_KEY, NETWORK_BLOCK_KEY
 from phalanx.tools.walkthrough.demo import Demo, StepError
 from phalanx.tools.walkthrough.facts import GPU, PAUSE_IMAGE, bound, condition, gated, job_manifest, phases
+from phalanx.tools.walkthrough.kind_steps import KIND_STEPS
 from phalanx.tools.walkthrough.kueue_step import kueue
 from phalanx.tools.walkthrough.runner import Step
 
@@ -507,4 +508,5 @@ STEPS: list[Step] = [
         kueue,
         full_only=True,
     ),
+    *KIND_STEPS,  # JobSet, TrainJob, LeaderWorkerSet: skipped where their controllers do not run
 ]

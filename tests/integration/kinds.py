@@ -1,0 +1,327 @@
+"""Test-side helpers for the JobSet, TrainJob and LeaderWorkerSet kinds on the dev cluster with the real
+controllers (the `addons_cluster`): their manifests in the article's shape (pods of 8 GPUs, a whole node
+each), reading their pods and Phalanx's groups, and a watch of every pod that fails the test if a gang is
+ever bound in part (bench/scale_watch.py's Recorder, keyed by the kind's gang instead of a Job's name).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from phalanx.devcluster.http import ApiError
+
+from .kube import GPU_KEY, Namespace, bound, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from scale_watch import PodWatch, Recorder
+
+PAUSE = "registry.k8s.io/pause:3.10"
+MANAGED = {"phalanx.dev/managed": "true"}
+PHALANX_API = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+LWSS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
+TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
+RUNTIMES = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+GATE = "phalanx.dev/admission"
+SETTLE = 5.0
+"""Seconds a gang may be bound in part while kube-scheduler binds its released pods one by one."""
+
+
+# ---------------------------------------------------------------------- manifests
+def gpu_pod_spec(priority_class: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "w", "image": PAUSE, "resources": {"limits": {GPU_KEY: "8"}}}],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return spec
+
+
+def replicated_job(
+    name: str,
+    replicas: int,
+    parallelism: int,
+    *,
+    priority_class: str | None = None,
+    depends_on: str | None = None,
+    complete_after: str | None = None,
+) -> dict[str, Any]:
+    """`replicas` child Jobs of `parallelism` pods (Indexed); `complete_after` makes kwok end its pods."""
+    template: dict[str, Any] = {"spec": gpu_pod_spec(priority_class)}
+    if complete_after:
+        template["metadata"] = {"annotations": {"sim.phalanx.dev/complete-after": complete_after}}
+    entry: dict[str, Any] = {
+        "name": name,
+        "replicas": replicas,
+        "template": {
+            "spec": {
+                "parallelism": parallelism,
+                "completions": parallelism,
+                "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": template,
+            }
+        },
+    }
+    if depends_on:
+        entry["dependsOn"] = [{"name": depends_on, "status": "Complete"}]
+    return entry
+
+
+def jobset(
+    name: str,
+    *rjobs: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+    in_order: bool = False,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicatedJobs": list(rjobs)}
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": dict(MANAGED), "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+def lws(
+    name: str,
+    size: int,
+    *,
+    replicas: int = 1,
+    annotations: dict[str, str] | None = None,
+    leader_ready: bool = False,
+    subgroup_size: int | None = None,
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "size": size,
+        "workerTemplate": {"spec": gpu_pod_spec() | {"restartPolicy": "Always"}},
+    }
+    if subgroup_size is not None:
+        template["subGroupPolicy"] = {"subGroupSize": subgroup_size}
+    if restart_policy:
+        template["restartPolicy"] = restart_policy
+    spec: dict[str, Any] = {"replicas": replicas, "leaderWorkerTemplate": template}
+    if leader_ready:
+        spec["startupPolicy"] = "LeaderReady"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": dict(MANAGED), "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+def torch_runtime(name: str, nodes: int) -> dict[str, Any]:
+    """A ClusterTrainingRuntime of the shape of Trainer's torch-distributed (manifests/base/runtimes):
+    one replicated Job `node`, `numNodes` of them, the trainer container asking for 8 GPUs a node."""
+    container = {"name": "node", "image": PAUSE, "resources": {"limits": {GPU_KEY: "8"}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": nodes, "torch": {}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {
+                                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                                },
+                                "spec": {"template": {"spec": {"containers": [container]}}},
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def trainjob(name: str, runtime: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": dict(MANAGED), "annotations": dict(annotations or {})},
+        "spec": {"runtimeRef": {"name": runtime}},
+    }
+
+
+def ensure(ns: Namespace, path: str, obj: dict[str, Any]) -> None:
+    """Create a cluster-scoped object unless it exists (PriorityClasses, runtimes: shared by tests)."""
+    try:
+        ns.api.request("POST", path, obj)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+
+
+def priority_classes(ns: Namespace) -> None:
+    """The article's classes, low (100) and high (1000)."""
+    for name, value in (("low", 100), ("high", 1000)):
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+        ensure(ns, "/apis/scheduling.k8s.io/v1/priorityclasses", body | {"value": value})
+
+
+# ---------------------------------------------------------------------- reading
+def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in live(pods) if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+def gated(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if any(g.get("name") == GATE for g in p["spec"].get("schedulingGates") or [])]
+
+
+def jobset_pods(ns: Namespace, name: str) -> list[dict[str, Any]]:
+    return running(ns.pods(f"{JOBSET_NAME}={name}"))
+
+
+def lws_pods(ns: Namespace, name: str) -> list[dict[str, Any]]:
+    return running(ns.pods(f"{LWS_NAME}={name}"))
+
+
+def wait_bound(ns: Namespace, what: str, pods: Any, count: int, timeout: float = 90) -> list[dict[str, Any]]:
+    """`count` live pods, all bound (`pods()` reads them)."""
+    return wait_for(
+        f"{count} {what} pods bound",
+        lambda: ps if len(ps := pods()) == count and len(bound(ps)) == count else None,
+        timeout=timeout,
+    )
+
+
+def groups(ns: Namespace, plural: str = "podgroups") -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = ns.get(f"{PHALANX_API}/{plural}")["items"]
+    return items
+
+
+def owned(ns: Namespace, owner: str, plural: str = "podgroups") -> list[dict[str, Any]]:
+    """Phalanx's groups that name `owner` (`Kind/name`) as whose gang they are."""
+    return [
+        g
+        for g in groups(ns, plural)
+        if g["metadata"].get("annotations", {}).get("phalanx.dev/owner") == owner
+    ]
+
+
+def condition(obj: dict[str, Any] | None, kind: str = "Admitted") -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def wait_unschedulable(ns: Namespace, owner: str, plural: str = "compositepodgroups") -> dict[str, Any]:
+    """The root group of `owner` tried whole and refused (Admitted=False Unschedulable)."""
+    return wait_for(
+        f"{owner}: Admitted=False Unschedulable",
+        lambda: next(
+            (g for g in owned(ns, owner, plural) if condition(g).get("reason") == "Unschedulable"), None
+        ),
+        timeout=60,
+    )
+
+
+def label_of(node: str, key: str, labels: dict[str, dict[str, str]]) -> str:
+    return labels[node].get(key, "-")
+
+
+def events_of(ns: Namespace, kind: str, name: str) -> list[dict[str, Any]]:
+    return [e for e in ns.events(f"involvedObject.name={name}") if e["involvedObject"]["kind"] == kind]
+
+
+def reasons_of(ns: Namespace, kind: str, name: str) -> set[str]:
+    """The reasons of the events on an object (posted after the write they tell of: wait for them)."""
+    return {str(e["reason"]) for e in events_of(ns, kind, name)}
+
+
+def kubectl(ns: Namespace, *args: str) -> str:
+    """The real kubectl of the dev cluster (its table is what a user reads)."""
+    result = subprocess.run(
+        [str(ns.cluster.kubectl), "--kubeconfig", str(ns.cluster.kubeconfig), "-n", ns.name, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def explain(ns: Namespace, target: str) -> str:
+    """`phalanx explain TARGET` as a user runs it (the console entry point, this checkout's code)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "phalanx.cli",
+            "explain",
+            target,
+            "-n",
+            ns.name,
+            "--kubeconfig",
+            str(ns.cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# ---------------------------------------------------------------------- no partial gang, ever
+def jobset_gang(pod: dict[str, Any]) -> str:
+    return str((pod["metadata"].get("labels") or {}).get(JOBSET_NAME, ""))
+
+
+def lws_gang(pod: dict[str, Any]) -> str:
+    labels = pod["metadata"].get("labels") or {}
+    return f"{labels.get(LWS_NAME, '')}/{labels.get(LWS_GROUP, '')}" if labels.get(LWS_NAME) else ""
+
+
+def _settled(recorder: Recorder) -> bool:
+    """No gang bound in part as the watch sees it (or already reported as partial)."""
+    recorder.check_all(time.monotonic())
+    with recorder.lock:
+        return all(g.partial or not 0 < len(g.bound_live()) < g.size for g in recorder.gangs.values())
+
+
+@contextmanager
+def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[Recorder]:
+    """Watch every pod of the namespace for the block: a gang (`gang_of(pod)`, `sizes[gang]` pods) bound in
+    part for more than SETTLE seconds, or when the block ends, fails the test."""
+    recorder = Recorder(sizes, SETTLE, gang_of=gang_of)
+    watch = PodWatch(ns.cluster, ns.name, recorder.on_pod)
+    watch.start()
+    try:
+        yield recorder
+        # What the block saw through the API, the watch may see a moment later: let it catch up (a gang
+        # that stays bound in part is still reported, after SETTLE).
+        wait_for("the pod watch to see no gang bound in part", lambda: _settled(recorder), timeout=3 * SETTLE)
+        assert watch.thread.is_alive(), f"the pod watch stopped before the block ended: {watch.errors}"
+    finally:
+        watch.stop()
+    recorder.check_all(time.monotonic(), final=True)
+    assert not recorder.partial_gangs(), recorder.partial_gangs()
+    assert recorder.events > 0, "the pod watch saw nothing"

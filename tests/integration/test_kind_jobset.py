@@ -1,0 +1,258 @@
+"""JobSet (issue 17) against the real JobSet v0.11.1 controller, with Phalanx on the same cluster: the
+article's gang case, child Jobs in local blocks, a whole JobSet preempted by a higher-priority Job, staged
+startup (InOrder, dependsOn Complete) without deadlock, a restart of the operator mid-admission, and bad
+input refused at the webhook. Every test watches the namespace's pods: no JobSet is ever bound in part."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.controller.apply.faults import AFTER_RELEASES
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .kinds import (
+    JOBSETS,
+    condition,
+    explain,
+    gated,
+    jobset,
+    jobset_gang,
+    jobset_pods,
+    label_of,
+    owned,
+    priority_classes,
+    reasons_of,
+    replicated_job,
+    wait_bound,
+    wait_unschedulable,
+    whole_gangs,
+)
+from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
+
+pytestmark = pytest.mark.integration
+
+FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
+
+
+def root_of(ns: Namespace, name: str) -> dict[str, Any]:
+    (root,) = owned(ns, f"JobSet/{name}", "compositepodgroups")
+    return root
+
+
+def test_a_jobset_waits_whole_on_three_free_nodes_and_starts_whole_when_a_fourth_frees(
+    kinds_ns: Namespace,
+) -> None:
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    with whole_gangs(ns, {"train": 4}, jobset_gang):
+        ns.create(jobset("train", replicated_job("workers", 2, 2)))
+        root = wait_unschedulable(ns, "JobSet/train")
+        print(condition(root)["message"])
+        hold("no train pod bound", lambda: not bound(jobset_pods(ns, "train")), seconds=2)
+        assert len(gated(jobset_pods(ns, "train"))) == 4  # both child Jobs made their pods: all gated
+        waiting = explain(ns, "jobset/train")
+        print(waiting)
+        assert waiting.startswith(f"jobset/train in namespace {ns.name}: waiting: composite group")
+        ns.unfill("was-worker")
+        pods = wait_bound(ns, "train", lambda: jobset_pods(ns, "train"), 4)
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=train"))
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    groups = owned(ns, "JobSet/train")
+    assert sorted(g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups) == [
+        2,
+        2,
+    ]  # per child Job
+    wait_for("event Admitted on the JobSet", lambda: "Admitted" in reasons_of(ns, "JobSet", "train") or None)
+    assert explain(ns, "JobSet/train").startswith(f"jobset/train in namespace {ns.name}: admitted")
+
+
+def test_a_jobset_in_one_network_block_keeps_each_child_job_in_one_local_block(kinds_ns: Namespace) -> None:
+    """was-worker (lb-a1) and was-worker3 (lb-a2) busy: nb-a has two free nodes, in two local blocks, so the
+    JobSet (two child Jobs of two pods) goes to nb-b, each child Job in a local block of its own."""
+    ns = kinds_ns
+    ns.fill("was-worker", "was-worker3")
+    keys = {"phalanx.dev/topology-key": NB_KEY, "phalanx.dev/slice-topology-key": LB_KEY}
+    with whole_gangs(ns, {"sliced": 4}, jobset_gang):
+        ns.create(jobset("sliced", replicated_job("workers", 2, 2), annotations=keys))
+        pods = wait_bound(ns, "sliced", lambda: jobset_pods(ns, "sliced"), 4)
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=sliced"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
+    by_child: dict[str, set[str]] = {}
+    for pod in pods:
+        child = pod["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]
+        by_child.setdefault(child, set()).add(label_of(pod["spec"]["nodeName"], LB_KEY, labels))
+    assert sorted(by_child) == ["0", "1"]
+    assert all(len(blocks) == 1 for blocks in by_child.values()), by_child
+    assert by_child["0"] != by_child["1"]
+    # The root's status says its domain once Phalanx has seen the pods bound (a pass after the release).
+    root = wait_for(
+        "the CompositePodGroup's status.domain nb-b",
+        lambda: r if ((r := root_of(ns, "sliced")).get("status") or {}).get("domain") == "nb-b" else None,
+        timeout=120,
+    )
+    assert root["spec"]["schedulingConstraints"]["topology"][0]["key"] == NB_KEY
+
+
+def test_a_whole_jobset_is_preempted_by_a_higher_priority_job_and_comes_back_gated(
+    kinds_ns: Namespace,
+) -> None:
+    """A low-priority JobSet holds all 8 nodes; a high-priority gang Job of 2 needs two of them. The JobSet
+    is one victim: suspended through spec.suspend (the JobSet controller suspends its child Jobs, their
+    pods go, no failure is counted), resumed at once, its new pods gated until it fits whole again."""
+    ns = kinds_ns
+    priority_classes(ns)
+    with whole_gangs(ns, {"low": 8}, jobset_gang):
+        ns.create(jobset("low", replicated_job("workers", 2, 4, priority_class="low")))
+        wait_bound(ns, "low", lambda: jobset_pods(ns, "low"), 8)
+    ns.create(gpu_job("high-2", 2, labels={"phalanx.dev/managed": "true"}, priority_class="high"))
+    wait_for("high-2 bound", lambda: len(bound(ns.job_pods("high-2"))) == 2 or None, timeout=90)
+    # Resumed once its pods were gone: 8 new pods, all gated (the 6 free nodes cannot take 8).
+    pods = wait_for(
+        "the JobSet resumed with 8 gated pods",
+        lambda: ps if len(gated(ps := jobset_pods(ns, "low"))) == 8 else None,
+        timeout=90,
+    )
+    assert not bound(pods)
+    body = ns.get(f"{JOBSETS}/low")
+    assert not body["spec"].get("suspend")
+    assert int(body.get("status", {}).get("restarts") or 0) == 0  # no failure policy restart
+    for child in ("low-workers-0", "low-workers-1"):
+        job = ns.get(f"/apis/batch/v1/namespaces/{{ns}}/jobs/{child}")
+        assert int(job.get("status", {}).get("failed") or 0) == 0, job.get("status")
+    wait_for(
+        "events Preempted and Requeued on the JobSet",
+        lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "JobSet", "low") or None,
+    )
+    with whole_gangs(ns, {"low": 8}, jobset_gang):
+        ns.api.request(
+            "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/high-2", {"propagationPolicy": "Background"}
+        )
+        wait_bound(ns, "low", lambda: jobset_pods(ns, "low"), 8)  # whole again once there is room
+
+
+def test_an_in_order_jobset_is_decided_whole_with_its_first_stage_and_never_deadlocks(
+    kinds_ns: Namespace,
+) -> None:
+    """startupPolicyOrder InOrder: the workers' child Job is made only once the driver is Ready. With 3 free
+    nodes of nb-a not even the driver starts (the whole JobSet is decided with it); with 4 the driver goes
+    and the workers follow into the room held for them: one decision, never a second."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    staged = jobset(
+        "ordered",
+        replicated_job("driver", 1, 1),
+        replicated_job("workers", 1, 3),
+        annotations={"phalanx.dev/topology-key": NB_KEY},
+        in_order=True,
+    )
+    ns.create(staged)
+    wait_unschedulable(ns, "JobSet/ordered")
+    hold("the driver waits", lambda: len(gated(jobset_pods(ns, "ordered"))) == 1, seconds=2)
+    assert len(jobset_pods(ns, "ordered")) == 1  # the workers' Job is not made before the driver is Ready
+    ns.unfill("was-worker")
+    pods = wait_bound(ns, "ordered", lambda: jobset_pods(ns, "ordered"), 4)
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=ordered"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    admission = root_of(ns, "ordered")["status"]["admission"]
+    assert admission.get("attempt", 0) == 0  # the decision made with the driver, not a second one
+    slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+    workers = sorted(p["spec"]["nodeName"] for p in pods if "workers" in p["metadata"]["name"])
+    assert slots == workers  # each worker went to the node held for it
+
+
+def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_ends(
+    kinds_ns: Namespace,
+) -> None:
+    """dependsOn Complete: the workers' child Job is made only after the driver's has succeeded. The driver's
+    group then says its child Job succeeded, the root keeps the recorded decision (the workers' room stays
+    held) and the workers go where it put them."""
+    ns = kinds_ns
+    staged = jobset(
+        "after",
+        replicated_job("driver", 1, 1, complete_after="2s"),
+        replicated_job("workers", 1, 3, depends_on="driver"),
+        annotations={"phalanx.dev/topology-key": NB_KEY},
+    )
+    ns.create(staged)
+    pods = wait_bound(
+        ns, "after", lambda: [p for p in jobset_pods(ns, "after") if "workers" in p["metadata"]["name"]], 3
+    )
+    admission = root_of(ns, "after")["status"]["admission"]
+    assert admission.get("attempt", 0) == 0
+    slots = sorted(a["node"] for a in admission["assignments"] if "workers-0-slot-" in a["pod"])
+    assert slots == sorted(p["spec"]["nodeName"] for p in pods)
+    (driver,) = [g for g in owned(ns, "JobSet/after") if g["metadata"]["name"].endswith("-driver-0")]
+    assert condition(driver)["message"] == "the child Job succeeded", condition(driver)
+    wait_for(
+        "the root Running",
+        lambda: root_of(ns, "after")["status"].get("phase") == "Running" or None,
+        timeout=30,
+    )
+
+
+# ---------------------------------------------------------------------- a restart mid-admission
+@pytest.fixture
+def killable(
+    addons_cluster: ClusterState, phalanx_addons: OperatorProcess, kinds_ns: Namespace, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """An operator that SIGKILLs itself right after its first pod release, instead of the session's."""
+    phalanx_addons.stop()
+    operator = OperatorProcess(addons_cluster, tmp_path, name="jobset-restart", env={AFTER_RELEASES: "1"})
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+        phalanx_addons.start()
+
+
+def test_a_jobset_cut_mid_release_is_finished_where_recorded_after_a_restart(
+    kinds_ns: Namespace, killable: OperatorProcess
+) -> None:
+    ns = kinds_ns
+    killable.start()
+    ns.create(jobset("cut", replicated_job("workers", 2, 2)))
+    proc = killable.proc
+    assert proc is not None
+    wait_for("the operator killed after its first release", lambda: proc.poll() is not None, timeout=90)
+    root = root_of(ns, "cut")
+    recorded = root["status"]["admission"]
+    where = {a["pod"]: a["node"] for a in recorded["assignments"]}
+    assert len(where) == 4  # the whole JobSet's decision was written before any release
+    pods = jobset_pods(ns, "cut")
+    assert len(gated(pods)) == 3, ns.where("jobset.sigs.k8s.io/jobset-name=cut")  # cut after one release
+    killable.env.pop(AFTER_RELEASES)
+    killable.start()
+    pods = wait_bound(ns, "cut", lambda: jobset_pods(ns, "cut"), 4)
+    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods} == where
+    after = root_of(ns, "cut")["status"]["admission"]
+    assert (after["admittedAt"], after.get("attempt")) == (recorded["admittedAt"], recorded.get("attempt"))
+
+
+# ---------------------------------------------------------------------- bad input
+def test_exclusive_topology_with_phalanxs_key_is_refused_at_the_webhook_naming_the_field(
+    kinds_ns: Namespace,
+) -> None:
+    bad = jobset(
+        "both",
+        replicated_job("workers", 1, 2),
+        annotations={
+            "phalanx.dev/topology-key": NB_KEY,
+            "alpha.jobset.sigs.k8s.io/exclusive-topology": NB_KEY,
+        },
+    )
+    with pytest.raises(ApiError) as refused:
+        kinds_ns.create(bad)
+    message = json.loads(refused.value.body)["message"]
+    print(message)
+    assert message.startswith('admission webhook "gate-jobset.phalanx.dev" denied the request: ')
+    assert "metadata.annotations[alpha.jobset.sigs.k8s.io/exclusive-topology]" in message

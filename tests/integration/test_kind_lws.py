@@ -1,0 +1,195 @@
+"""LeaderWorkerSet (issue 17) against the real LWS v0.8.0 controller, with Phalanx on the same cluster: each
+group (a leader and size - 1 workers) is one gang — the article's gang case, subgroups as slices in local
+blocks, startupPolicy LeaderReady without deadlock, a node failure under a group (a replacement in its
+domain while there is room, else the group requeued whole by deleting its pods), and bad input refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.tools import fail_node, heal_node
+
+from .kinds import (
+    LWS_WORKER,
+    condition,
+    events_of,
+    explain,
+    gated,
+    label_of,
+    lws,
+    lws_gang,
+    lws_pods,
+    owned,
+    reasons_of,
+    wait_bound,
+    wait_unschedulable,
+    whole_gangs,
+)
+from .kube import LB_KEY, NB_KEY, Namespace, bound, hold, node_labels, wait_for
+
+pytestmark = pytest.mark.integration
+
+FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
+NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
+
+
+def test_an_lws_group_waits_whole_on_three_free_nodes_and_starts_whole_when_a_fourth_frees(
+    kinds_ns: Namespace,
+) -> None:
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    with whole_gangs(ns, {"serve/0": 4}, lws_gang):
+        ns.create(lws("serve", 4))
+        group = wait_unschedulable(ns, "LeaderWorkerSet/serve", "podgroups")
+        print(condition(group)["message"])
+        hold("no serve pod bound", lambda: not bound(lws_pods(ns, "serve")), seconds=2)
+        assert len(gated(lws_pods(ns, "serve"))) == 4
+        print(explain(ns, "lws/serve"))
+        ns.unfill("was-worker")
+        wait_bound(ns, "serve", lambda: lws_pods(ns, "serve"), 4)
+    print(ns.where("leaderworkerset.sigs.k8s.io/name=serve"))
+    (group,) = owned(ns, "LeaderWorkerSet/serve")
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+    wait_for(
+        "event Admitted on the LWS", lambda: "Admitted" in reasons_of(ns, "LeaderWorkerSet", "serve") or None
+    )
+
+
+def test_lws_subgroups_are_slices_each_in_one_local_block_of_one_network_block(kinds_ns: Namespace) -> None:
+    """subGroupSize 2: a group of 4 is two subgroups (the leader with worker 1, workers 2 and 3). nb-a has
+    two free nodes in two local blocks (was-worker and was-worker3 busy), so the group goes to nb-b, each
+    subgroup in a local block of its own."""
+    ns = kinds_ns
+    ns.fill("was-worker", "was-worker3")
+    keys = {"phalanx.dev/topology-key": NB_KEY, "phalanx.dev/slice-topology-key": LB_KEY}
+    with whole_gangs(ns, {"sub/0": 4}, lws_gang):
+        ns.create(lws("sub", 4, subgroup_size=2, annotations=keys))
+        pods = wait_bound(ns, "sub", lambda: lws_pods(ns, "sub"), 4)
+    print(ns.where("leaderworkerset.sigs.k8s.io/name=sub"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
+    by_sub: dict[int, set[str]] = {}
+    for pod in pods:
+        worker = int(pod["metadata"]["labels"][LWS_WORKER])
+        by_sub.setdefault(worker // 2, set()).add(label_of(pod["spec"]["nodeName"], LB_KEY, labels))
+    assert all(len(blocks) == 1 for blocks in by_sub.values()) and by_sub[0] != by_sub[1], by_sub
+    wait_for(  # written once Phalanx has seen the pods bound (a pass after the release)
+        "the CompositePodGroup's status.domain nb-b",
+        lambda: [
+            r
+            for r in owned(ns, "LeaderWorkerSet/sub", "compositepodgroups")
+            if (r.get("status") or {}).get("domain") == "nb-b"
+        ],
+        timeout=120,
+    )
+    assert len(owned(ns, "LeaderWorkerSet/sub")) == 2  # one PodGroup per subgroup
+
+
+def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlocks(
+    kinds_ns: Namespace,
+) -> None:
+    """startupPolicy LeaderReady: LWS makes the workers only once the leader is Ready. With 3 free nodes the
+    leader does not start either (its whole group is decided with it); with 4 the leader goes, becomes
+    Ready (kwok), and its workers go into the room held for them: one decision."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    ns.create(lws("ready", 4, leader_ready=True, annotations={"phalanx.dev/topology-key": NB_KEY}))
+    wait_unschedulable(ns, "LeaderWorkerSet/ready", "podgroups")
+    hold("the leader waits", lambda: len(gated(lws_pods(ns, "ready"))) == 1, seconds=2)
+    assert len(lws_pods(ns, "ready")) == 1  # no worker before the leader is Ready
+    ns.unfill("was-worker")
+    pods = wait_bound(ns, "ready", lambda: lws_pods(ns, "ready"), 4)
+    print(ns.where("leaderworkerset.sigs.k8s.io/name=ready"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    (group,) = owned(ns, "LeaderWorkerSet/ready")
+    admission = group["status"]["admission"]
+    assert admission.get("attempt", 0) == 0
+    slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+    workers = sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0")
+    assert slots == workers
+
+
+def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is_requeued_whole(
+    kinds_ns: Namespace,
+) -> None:
+    """restartPolicy None (LWS recreates only the failed pod). A group of 3 in nb-a (nb-b busy at first);
+    was-worker4 stays free. The first failure: the new pod goes to nb-a's free node. The second: nb-a has no
+    room, so Phalanx deletes the group's pods (LWS has no suspend), LWS makes them again, gated, and the
+    group is placed whole in nb-b."""
+    ns = kinds_ns
+    ns.fill(*NB_B)
+    key = {"phalanx.dev/topology-key": NB_KEY}
+    ns.create(lws("infer", 3, restart_policy="None", annotations=key))
+    pods = wait_bound(ns, "infer", lambda: lws_pods(ns, "infer"), 3)
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    for node in NB_B:
+        ns.unfill(node)
+    failed: list[str] = []
+    try:
+        first = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        fail_node(ns.api, first, how="taint")
+        failed.append(first)
+        pods = wait_for(
+            "3 bound again in nb-a, off the failed node",
+            lambda: (
+                ps
+                if len(bound(ps := lws_pods(ns, "infer"))) == 3
+                and first not in {p["spec"]["nodeName"] for p in ps}
+                else None
+            ),
+            timeout=240,
+        )
+        assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+        assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "infer")
+        second = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        fail_node(ns.api, second, how="taint")
+        failed.append(second)
+        pods = wait_for(
+            "3 bound in nb-b",
+            lambda: (
+                ps
+                if len(bound(ps := lws_pods(ns, "infer"))) == 3
+                and {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in ps} == {"nb-b"}
+                else None
+            ),
+            timeout=240,
+        )
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
+        requeued = wait_for(
+            "event Requeued on the LWS",
+            lambda: [
+                e["message"] for e in events_of(ns, "LeaderWorkerSet", "infer") if e["reason"] == "Requeued"
+            ],
+        )
+        assert "below its minCount" in requeued[0], requeued
+        hold("it stays whole in nb-b", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
+    except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
+        for e in ns.events():
+            obj = e["involvedObject"]
+            print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
+        for group in owned(ns, "LeaderWorkerSet/infer"):
+            print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+        raise
+    finally:
+        for node in failed:
+            heal_node(ns.api, node)
+
+
+def test_a_slice_key_without_subgroups_is_refused_at_the_webhook_naming_the_field(
+    kinds_ns: Namespace,
+) -> None:
+    with pytest.raises(ApiError) as refused:
+        kinds_ns.create(lws("flat", 4, annotations={"phalanx.dev/slice-topology-key": LB_KEY}))
+    message = json.loads(refused.value.body)["message"]
+    print(message)
+    assert message.startswith('admission webhook "gate-leaderworkerset.phalanx.dev" denied the request: ')
+    assert (
+        "metadata.annotations[phalanx.dev/slice-topology-key]: needs spec.leaderWorkerTemplate.subGroupPolicy"
+        in message
+    )

@@ -1,0 +1,117 @@
+"""TrainJob (issue 17) against the real Kubeflow Trainer v2.2.0 and JobSet v0.11.1 controllers, with Phalanx
+on the same cluster. A ClusterTrainingRuntime of the torch-distributed shape (one replicated Job `node`,
+numNodes 4, 8 GPUs a node) and a TrainJob labelled for Phalanx with a network-block key: Phalanx's runtime
+patch carries the label to the JobSet Trainer makes, which is then gated and placed all or nothing in one
+network block; `kubectl get podgroups`, events and `phalanx explain trainjob/NAME` name the TrainJob."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from phalanx.devcluster.http import ApiError
+
+from .kinds import (
+    JOBSETS,
+    RUNTIMES,
+    TRAINJOBS,
+    ensure,
+    explain,
+    gated,
+    jobset_gang,
+    jobset_pods,
+    kubectl,
+    label_of,
+    owned,
+    reasons_of,
+    torch_runtime,
+    trainjob,
+    wait_bound,
+    wait_unschedulable,
+    whole_gangs,
+)
+from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
+
+pytestmark = pytest.mark.integration
+
+RUNTIME = "torch-distributed-4x8"
+KEY = {"phalanx.dev/topology-key": NB_KEY}
+
+
+def test_a_torch_trainjob_runs_all_four_nodes_in_one_network_block_or_nothing(kinds_ns: Namespace) -> None:
+    """was-worker and was-worker5 busy: six nodes are free, three in each network block, so the four nodes
+    of the TrainJob fit nowhere whole: nothing starts. Freeing was-worker makes nb-a whole: all four start
+    there together."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    ns.fill("was-worker", "was-worker5")
+    with whole_gangs(ns, {"llm": 4}, jobset_gang):
+        ns.create(trainjob("llm", RUNTIME, KEY))
+        patches = ns.get(f"{TRAINJOBS}/llm")["spec"]["runtimePatches"]
+        assert [p["manager"] for p in patches] == ["phalanx.dev/manager"]
+        made = wait_for("its JobSet", lambda: _get(ns, f"{JOBSETS}/llm"), timeout=60)
+        assert made["metadata"]["labels"]["phalanx.dev/managed"] == "true"  # through the runtime patch
+        assert made["metadata"]["annotations"]["phalanx.dev/topology-key"] == NB_KEY
+        wait_unschedulable(ns, "TrainJob/llm")
+        hold("no llm pod bound", lambda: not bound(jobset_pods(ns, "llm")), seconds=2)
+        assert len(gated(jobset_pods(ns, "llm"))) == 4
+        waiting = explain(ns, "trainjob/llm")
+        print(waiting)
+        assert waiting.startswith(
+            f"trainjob/llm in namespace {ns.name}: waiting: composite group is unschedulable"
+        )
+        ns.unfill("was-worker")
+        pods = wait_bound(ns, "llm", lambda: jobset_pods(ns, "llm"), 4)
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=llm"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+
+    table = kubectl(ns, "get", "podgroups.scheduling.phalanx.dev")
+    print(table)
+    header, row = table.splitlines()[:2]
+    assert header.split()[:2] == ["NAME", "OWNER"] and row.split()[1] == "TrainJob/llm"
+    wait_for(  # written once Phalanx has seen the pods bound (a pass after the release)
+        "the CompositePodGroup's status.domain nb-a",
+        lambda: [
+            r
+            for r in owned(ns, "TrainJob/llm", "compositepodgroups")
+            if (r.get("status") or {}).get("domain") == "nb-a"
+        ],
+        timeout=120,
+    )
+    wait_for(
+        "events PodGroupCreated and Admitted on the TrainJob",
+        lambda: {"PodGroupCreated", "Admitted"} <= reasons_of(ns, "TrainJob", "llm") or None,
+    )
+    assert not reasons_of(ns, "JobSet", "llm") & {"Admitted", "PodGroupCreated"}
+    admitted = explain(ns, "TrainJob/llm")  # as the OWNER column spells it
+    print(admitted)
+    assert admitted.startswith(
+        f"trainjob/llm in namespace {ns.name}: admitted in {NB_KEY}=nb-a: 4 of 4 pods bound"
+    )
+
+
+def _get(ns: Namespace, path: str) -> dict[str, object] | None:
+    try:
+        body: dict[str, object] = ns.get(path)
+        return body
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def test_a_trainjob_with_a_bad_phalanx_annotation_is_refused_naming_the_field(kinds_ns: Namespace) -> None:
+    ensure(kinds_ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    bad = trainjob("typo", RUNTIME, {"phalanx.dev/topology-mode": "sometimes", **KEY})
+    with pytest.raises(ApiError) as refused:
+        kinds_ns.create(bad)
+    message = json.loads(refused.value.body)["message"]
+    print(message)
+    assert message.startswith('admission webhook "gate-trainjob.phalanx.dev" denied the request: ')
+    assert (
+        "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of required, preferred"
+        in message
+    )
