@@ -29,6 +29,7 @@ from phalanx.controller.cache.expectations import Expectations, Reflects, same_u
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
+from phalanx.controller.model.quota import QuotaRecord
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -47,6 +48,7 @@ NODE, POD, PRIORITY_CLASS = "Node", "Pod", "PriorityClass"
 POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Workload", "Topology"
 CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
+QUOTA = "ResourceQuota"
 GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
 
 
@@ -111,6 +113,8 @@ class ClusterCache:
         self.composite_pod_groups = Owned()
         self.workloads = Owned()
         self.priority_classes: dict[str, PriorityClassRecord] = {}
+        # ResourceQuotas by namespace, then name: why an owner cannot create a gang's pods (model/quota.py).
+        self.quotas: dict[str, dict[str, QuotaRecord]] = defaultdict(dict)
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -141,6 +145,8 @@ class ClusterCache:
             self._upsert_node(body)
         elif kind == PRIORITY_CLASS:
             self._upsert_priority_class(body)
+        elif kind == QUOTA:
+            self._upsert_quota(body)
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -167,6 +173,10 @@ class ClusterCache:
         elif kind == PRIORITY_CLASS:
             if self.priority_classes.pop(key, None) is not None:
                 self._touch()
+        elif kind == QUOTA:
+            namespace, _, name = key.partition("/")
+            if self.quotas.get(namespace, {}).pop(name, None) is not None:
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -188,6 +198,8 @@ class ClusterCache:
             return {(name, "") for name in self.nodes}
         if kind == PRIORITY_CLASS:
             return {(name, "") for name in self.priority_classes}
+        if kind == QUOTA:
+            return {(q.key, "") for quotas in self.quotas.values() for q in quotas.values()}
         return {(key, "") for key in self.volumes.keys(kind)}
 
     # ------------------------------------------------------------------ passes
@@ -241,6 +253,17 @@ class ClusterCache:
         if self.priority_classes.get(record.name) != record:
             self.priority_classes[record.name] = record
             self._touch()
+
+    def _upsert_quota(self, body: Mapping[str, Any]) -> None:
+        record = QuotaRecord.from_body(body)
+        quotas = self.quotas[record.namespace]
+        if quotas.get(record.name) != record:
+            quotas[record.name] = record
+            self._touch()
+
+    def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
+        """The ResourceQuotas of a namespace (ClusterView)."""
+        return tuple(self.quotas.get(namespace, {}).values())
 
     # ------------------------------------------------------------------ pods
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.controller.model.actions import Action
+from phalanx.controller.model.quota import PodsRefused, QuotaRecord
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -71,6 +72,8 @@ class Owner:
     remaining: int | None = None  # pods still to run (a Job with more completions than parallelism)
     requeue: RequeueHow = "suspend"  # how it is taken back whole: suspended and resumed, or pods deleted
     pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
+    # A ResourceQuota refuses the pods its gang still lacks (None: nothing known stops their creation).
+    pods_refused: PodsRefused | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,9 @@ class ClusterView(Protocol):
 
     def unowned_groups(self) -> tuple[Iterable[CompositePodGroupRecord], Iterable[PodGroupRecord]]: ...
     def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...
+    def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
+        """The ResourceQuotas of a namespace (gated pods count against them)."""
+        ...
 
 
 class WorkloadKind(Protocol):

@@ -23,6 +23,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import (
     KIND,
     RESOURCE,
@@ -96,7 +97,8 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
             )
     group, made = _ensure_objects(state, group, view)
     setup.extend(made)
-    setup.extend(resume_if_requeued(job, state.pods))
+    if not held_for_quota(job, view):
+        setup.extend(resume_if_requeued(job, state.pods))
     tree = None
     if group is not None:
         pods = tuple(sorted(state.pods, key=lambda p: p.name))
@@ -104,7 +106,7 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     default = group.spec.priority if group is not None else None
     return Unit(
         key=job.unit_key,
-        owner=owner_of(job, group),
+        owner=with_quota(owner_of(job, group), job, state.pods, view),
         tree=tree,
         setup=tuple(setup),
         priority=unit_priority(state.pods, default),

@@ -21,6 +21,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
 from phalanx.controller.model.actions import (
     Action,
@@ -161,10 +162,11 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
     if made:
         setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
-    setup.extend(resume_if_requeued(job, state.pods))
+    if not held_for_quota(job, view, sliced=True):
+        setup.extend(resume_if_requeued(job, state.pods))
     return Unit(
         key=job.unit_key,
-        owner=owner,
+        owner=with_quota(owner, job, state.pods, view, sliced=True),
         tree=Tree(root, (root,), tuple(leaves)),
         setup=tuple(setup),
         priority=unit_priority(state.pods, root.spec.priority),

@@ -4,7 +4,8 @@ the same named steps, each rule written once. Pure.
 For one unit, in this order (the first step that concludes ends placement for this pass):
 
 1. *Held back*: its owner is suspended or finished — nothing is placed, nothing is held for it.
-2. *Cannot have its pods*: its PriorityClass does not exist, so its owner cannot create them.
+2. *Cannot have its pods*: its PriorityClass does not exist, or a ResourceQuota refuses them (and a
+   deadlock of gangs on one quota is broken: quota.py), so its owner cannot create them.
 3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
 4. *Not held by us*: the owner was labelled after its creation, its pods were born ungated.
 5. *Stranded*: released pods kube-scheduler refuses to bind — the unit is requeued whole.
@@ -28,6 +29,7 @@ from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
 from phalanx.controller.plan.preempt import wait_or_preempt
+from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
 from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
 from phalanx.controller.plan.staging import placeholders
@@ -84,6 +86,8 @@ def place(work: UnitWork, ctx: Pass) -> None:
         return
     if (missing := _missing_priority_class(work, ctx)) is not None:
         _conclude(work, missing)
+        return
+    if quota_refused(work, ctx):
         return
     if single is not None and not single.gang:
         work.actions.extend(UngatePod(p.ref) for p in single.waiting)

@@ -13,7 +13,8 @@ from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
-WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND)  # reasons said as Warning events
+# reasons said as Warning events
+WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOTA_EXCEEDED)
 
 
 def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:

@@ -27,6 +27,7 @@ from phalanx.api.status import (
     Phase,
     Reservation,
 )
+from phalanx.controller.model.quota import QUOTA_DEADLOCK
 
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
 
@@ -95,11 +96,13 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
     if facts.finished:
         return Outcome(c.REASON_FINISHED, f"the {facts.owner_kind} {facts.finished_how or 'finished'}")
     if facts.suspended and facts.requeued:
-        return Outcome(
-            c.REASON_REQUEUED,
-            f"requeued by Phalanx: {facts.requeued}; the {facts.owner_kind} resumes once its pods are gone "
-            "and its new pods wait for a whole placement",
+        tail = (
+            f"; the {facts.owner_kind} resumes once its pods are gone and its new pods wait for a whole "
+            "placement"
         )
+        if facts.requeued.startswith(QUOTA_DEADLOCK):
+            tail = ""  # it says when it resumes
+        return Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {facts.requeued}{tail}")
     if facts.suspended:
         return Outcome(
             c.REASON_SUSPENDED,

@@ -40,6 +40,8 @@ class Pass:
     waiting: Counter[str] = field(default_factory=Counter)
     # Slots of staged units whose room the pass assumed at its start (staging.py): "<namespace>/<slot>"
     reserved_slots: set[str] = field(default_factory=set)
+    # Unit key -> why: gangs requeued to break a deadlock on a ResourceQuota (quota.py)
+    quota_deadlocks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass

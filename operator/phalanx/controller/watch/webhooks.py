@@ -13,13 +13,14 @@ import kopf
 from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import TOPOLOGIES
-from phalanx.api.job_layout import parse_job_layout
-from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.job_layout import JobLayout, parse_job_layout
+from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
+from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.model.topology import label_conflicts
 
@@ -93,9 +94,10 @@ class Webhooks:
             return  # opted out in so many words: left alone
         try:
             policy = parse_job_policy(body)
-            parse_job_layout(body, policy)  # topology mode and slices
+            layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
+        self._refuse_what_would_wait_forever(body, policy, layout)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
         if policy.is_gang and pod_spec.get("nodeName"):
             # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
@@ -117,6 +119,16 @@ class Webhooks:
             if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
                 gates.append({"name": names.ADMISSION_GATE})
             patch.spec["template"] = {"spec": {"schedulingGates": gates}}
+
+    def _refuse_what_would_wait_forever(self, body: kopf.Body, policy: JobPolicy, layout: JobLayout) -> None:
+        """What the cache shows a gang could never get: a namespace quota too small for the whole gang."""
+        if not policy.is_gang or not self.ctx.cache_primed:
+            return
+        namespace = str(mapping(body.get("metadata")).get("namespace") or "")
+        size = policy.parallelism if layout.sliced else (policy.min_count or 1)
+        refusal = creation_refusal(body, size, self.ctx.cache.resource_quotas(namespace))
+        if refusal:
+            raise kopf.AdmissionError(refusal, code=422)
 
     def _priority_class_warnings(self, name: str | None) -> list[str]:
         """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
