@@ -72,6 +72,9 @@ class Owner:
     remaining: int | None = None  # pods still to run (a Job with more completions than parallelism)
     requeue: RequeueHow = "suspend"  # how it is taken back whole: suspended and resumed, or pods deleted
     pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
+    # How many of its running pods it may lose to evictions without failing (None: any number); a
+    # `single` victim beyond it is requeued whole (kinds/job_budget.py).
+    failure_budget: int | None = None
     # A ResourceQuota refuses the pods its gang still lacks (None: nothing known stops their creation).
     pods_refused: PodsRefused | None = None
 

@@ -23,6 +23,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.job_budget import with_budget
 from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import (
     KIND,
@@ -106,7 +107,7 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     default = group.spec.priority if group is not None else None
     return Unit(
         key=job.unit_key,
-        owner=with_quota(owner_of(job, group), job, state.pods, view),
+        owner=with_quota(with_budget(owner_of(job, group), job, state.pods), job, state.pods, view),
         tree=tree,
         setup=tuple(setup),
         priority=unit_priority(state.pods, default),

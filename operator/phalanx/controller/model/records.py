@@ -38,6 +38,7 @@ from phalanx.placement import (
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+INDEX_FAILURES_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"
 JOB_API_VERSION = "batch/v1"
 
 
@@ -91,6 +92,8 @@ class PodRecord:
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
+    # The Job controller's count of its index's failures (backoffLimitPerIndex): its failure budget.
+    index_failures: int = 0
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -184,13 +187,14 @@ class PodRecord:
             traits=pod_traits(meta, spec),
             unschedulable=_unschedulable(spec, status),
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
+            index_failures=_index((meta.get("annotations") or {}).get(INDEX_FAILURES_ANNOTATION)) or 0,
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
 
 def _index(value: Any) -> int | None:
     text = str(value or "")
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
