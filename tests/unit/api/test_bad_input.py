@@ -32,6 +32,7 @@ class _Context:
     cache = ClusterCache()
     kube: Kube | None = None
     cache_primed = False
+    scheduler_names = ("default-scheduler",)
 
     def watches(self, namespace: str) -> bool:
         return True

@@ -264,6 +264,7 @@ class StaticContext:
     cache_primed: bool = False
     namespaces: tuple[str, ...] = ()
     relisted: list[str] = dataclasses.field(default_factory=list)
+    scheduler_names: tuple[str, ...] = ("default-scheduler",)
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

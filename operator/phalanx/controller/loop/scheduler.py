@@ -30,6 +30,7 @@ log = logging.getLogger("phalanx.scheduler")
 RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety net
 DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
+BIND_TIMEOUT_SECONDS = 120.0  # released pods no scheduler bound for this long are rolled back
 
 
 def plan_input(
@@ -37,6 +38,7 @@ def plan_input(
     backing_off: frozenset[str] = frozenset(),
     node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
     kinds: Iterable[WorkloadKind] = KINDS,
+    bind_timeout: float = BIND_TIMEOUT_SECONDS,
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
@@ -51,6 +53,7 @@ def plan_input(
         unevictable=cache.unevictable(),
         node_failure_grace=node_failure_grace,
         backing_off=backing_off,
+        bind_timeout=bind_timeout,
     )
 
 
@@ -66,8 +69,10 @@ class Scheduler:
         debounce: float = DEBOUNCE_SECONDS,
         backoff: Backoff | None = None,
         node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
+        bind_timeout: float = BIND_TIMEOUT_SECONDS,
     ) -> None:
         self.node_failure_grace = node_failure_grace
+        self.bind_timeout = bind_timeout
         self.cache = cache
         self.applier = Applier(cache, kube, events, backoff)
         self.on_pass = on_pass
@@ -105,7 +110,9 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
-        state = plan_input(self.cache, backoff.waiting(), self.node_failure_grace)
+        state = plan_input(
+            self.cache, backoff.waiting(), self.node_failure_grace, bind_timeout=self.bind_timeout
+        )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
         )

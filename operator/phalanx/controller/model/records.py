@@ -94,6 +94,7 @@ class PodRecord:
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
     # The Job controller's count of its index's failures (backoffLimitPerIndex): its failure budget.
     index_failures: int = 0
+    scheduler_name: str = ""  # spec.schedulerName when it is not kube-scheduler's default-scheduler
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -188,6 +189,7 @@ class PodRecord:
             unschedulable=_unschedulable(spec, status),
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
             index_failures=_index((meta.get("annotations") or {}).get(INDEX_FAILURES_ANNOTATION)) or 0,
+            scheduler_name=_scheduler_name(spec.get("schedulerName")),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -195,6 +197,11 @@ class PodRecord:
 def _index(value: Any) -> int | None:
     text = str(value or "")
     return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _scheduler_name(value: Any) -> str:
+    name = str(value or "")
+    return "" if name == "default-scheduler" else name
 
 
 def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:

@@ -43,6 +43,7 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         now=now,
         victims=victims,
         node_failure_grace=state.node_failure_grace,
+        bind_timeout=state.bind_timeout,
         levels=state.levels,
         priority_classes=state.priority_classes,
     )

@@ -24,6 +24,7 @@ class PlanInput:
     pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
+    bind_timeout: float = 120.0  # seconds released pods may stay unbound before they are rolled back
     # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 

@@ -8,7 +8,8 @@ For one unit, in this order (the first step that concludes ends placement for th
    deadlock of gangs on one quota is broken: quota.py), so its owner cannot create them.
 3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
 4. *Not held by us*: the owner was labelled after its creation, its pods were born ungated.
-5. *Stranded*: released pods kube-scheduler refuses to bind — the unit is requeued whole.
+5. *Stranded*: released pods kube-scheduler refuses to bind, or no scheduler binds in time — the unit
+   is requeued whole.
 6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
 7. *Finish a recorded decision*: gated pods a recorded decision names go where it says, if they still fit.
 8. *Short of pods*: fewer pods exist than the min counts need — wait for them.
@@ -96,7 +97,7 @@ def place(work: UnitWork, ctx: Pass) -> None:
     if owner is not None and not owner.gated_template:
         _conclude(work, _not_gated(owner.kind))
         return
-    if (why := stranded(work)) is not None:
+    if (why := stranded(work, ctx)) is not None:
         requeue(work, why, "unbindable")
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):

@@ -15,19 +15,41 @@ REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang th
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 
 
-def stranded(work: UnitWork) -> str | None:
+def stranded(work: UnitWork, ctx: Pass) -> str | None:
     """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or went
-    away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
+    away between the decision and the binding), or that no scheduler bound within `ctx.bind_timeout` of
+    the decision (another scheduler's pods, a scheduler that is down): never leave them Pending behind a
+    stale nodeSelector."""
     owner = work.owner
     if owner is None or owner.requeued:
         return None
     refused = [p for leaf in work.leaves.values() for p in leaf.placed if p.released and p.unschedulable]
-    if not refused:
+    if refused:
+        first = refused[0]
+        return (
+            f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed "
+            f"them ({first.name} on {first.node_selector_host}: {first.unschedulable})"
+        )
+    return _unbound_too_long(work, ctx)
+
+
+def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:
+    assert work.unit.tree is not None
+    decided = work.unit.tree.holder.status.admission
+    if decided is None:
         return None
-    first = refused[0]
+    waited = (ctx.now - decided.admitted_at).total_seconds()
+    if waited < ctx.bind_timeout:
+        return None
+    unbound = [p for leaf in work.leaves.values() for p in leaf.placed if p.released]
+    if not unbound:
+        return None
+    first = unbound[0]
+    by = f"schedulerName {first.scheduler_name!r}" if first.scheduler_name else "kube-scheduler"
     return (
-        f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
-        f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
+        f"{REQUEUED_UNBINDABLE}: {len(unbound)} released pod(s) were not bound within "
+        f"{ctx.bind_timeout:.0f} s of the decision ({first.name} on {first.node_selector_host}, to be "
+        f"bound by {by})"
     )
 
 

@@ -34,6 +34,7 @@ class Pass:
     now: dt.datetime
     victims: Victims
     node_failure_grace: float = 30.0
+    bind_timeout: float = 120.0  # released pods no scheduler bound for this long are rolled back
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)

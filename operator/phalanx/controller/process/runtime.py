@@ -26,6 +26,7 @@ from phalanx.controller.process.httpserver import HttpServer
 from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
+from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER
 from phalanx.controller.watch.registry import build_registry
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.watched import WATCHED, Watched
@@ -240,6 +241,7 @@ class Runtime:
             resync=self.settings.resync_seconds,
             debounce=self.settings.debounce_seconds,
             node_failure_grace=self.settings.node_failure_grace,
+            bind_timeout=self.settings.bind_timeout,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
@@ -338,6 +340,10 @@ class Runtime:
 
     def watches(self, namespace: str) -> bool:
         return self.settings.watches(namespace)
+
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        return (DEFAULT_SCHEDULER, *(n for n in self.settings.scheduler_names if n != DEFAULT_SCHEDULER))
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""

@@ -23,6 +23,7 @@ from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.model.topology import label_conflicts
+from phalanx.controller.watch.admission_checks import scheduler_problems, template_key_problems
 
 
 class WatchContext(Protocol):
@@ -34,6 +35,11 @@ class WatchContext(Protocol):
     def kube(self) -> Kube | None: ...
     @property
     def cache_primed(self) -> bool: ...
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        """The schedulers that bind Phalanx's released pods (--scheduler-names)."""
+        ...
+
     def watches(self, namespace: str) -> bool:
         """Whether Phalanx manages owners in `namespace` (--namespaces)."""
         ...
@@ -64,6 +70,9 @@ class Webhooks:
             except JobPolicyError as e:
                 raise kopf.AdmissionError(str(e), code=422) from e
             if spec is not None:
+                problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+                if problems:
+                    raise kopf.AdmissionError("; ".join(problems), code=422)
                 patch.spec.update(spec)
 
         return gate
@@ -97,6 +106,11 @@ class Webhooks:
             layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
+        problems = template_key_problems(body.get("spec"))
+        if policy.is_gang:
+            problems += scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
         self._refuse_what_would_wait_forever(body, policy, layout)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
         if policy.is_gang and pod_spec.get("nodeName"):
@@ -247,6 +261,9 @@ class Webhooks:
                 code=422,
             )
         spec = body.get("spec", {}) or {}
+        problems = scheduler_problems(spec, self.ctx.scheduler_names)
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
         if spec.get("nodeName"):
             # A bound pod bypasses scheduling and cannot carry a scheduling gate.
             raise kopf.AdmissionError(
