@@ -40,6 +40,9 @@ class _Context:
     def listed(self, kind: str) -> None:
         pass
 
+    async def outside(self, kind: str, body: Any) -> None:
+        pass
+
 
 _HOOKS = Webhooks(_Context())
 gate_job = _HOOKS.gate_job

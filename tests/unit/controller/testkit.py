@@ -272,6 +272,9 @@ class StaticContext:
     def listed(self, kind: str) -> None:
         self.relisted.append(kind)
 
+    async def outside(self, kind: str, body: Any) -> None:
+        self.relisted.append(f"outside:{kind}")
+
 
 # ---------------------------------------------------------------------- JobSets
 def jobset_body(

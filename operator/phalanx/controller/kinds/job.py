@@ -35,6 +35,7 @@ from phalanx.controller.kinds.job_record import (
     root_group,
 )
 from phalanx.controller.kinds.job_slices import is_sliced, sliced_unit
+from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import Action, CreatePodGroup, CreateWorkload, PatchMinCount, PostEvent
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 
@@ -98,6 +99,8 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
             )
     group, made = _ensure_objects(state, group, view)
     setup.extend(made)
+    if job.gated_template and job.policy is not None and job.policy.is_gang:
+        setup.extend(lost_gate(state, job.ref, KIND, view.announced))
     if not held_for_quota(job, view):
         setup.extend(resume_if_requeued(job, state.pods))
     tree = None

@@ -23,6 +23,7 @@ from phalanx.controller.kinds.common import (
 )
 from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
+from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -162,6 +163,8 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
     if made:
         setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    if job.gated_template:
+        setup.extend(lost_gate(state, job.ref, "Job", view.announced))
     if not held_for_quota(job, view, sliced=True):
         setup.extend(resume_if_requeued(job, state.pods))
     return Unit(

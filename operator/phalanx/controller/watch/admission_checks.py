@@ -7,6 +7,10 @@ otherwise let through and never keep its promise for.
   scheduler that may not exist, holding its nodes. It is refused, naming the field, with what to do.
 - **Phalanx keys on a pod template.** Phalanx reads its annotations from the owner's metadata (where
   Kueue's TAS annotations go on the pod template): a `phalanx.dev/` key on a template would be ignored.
+- **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
+  nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
+  --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
+  (refused; none anywhere yet: said).
 
 Pod specs are found wherever the kind keeps them (a Job's `spec.template.spec`, a JobSet's replicated
 Jobs, a LeaderWorkerSet's leader and worker templates, a pod's own `spec`): any object with a
@@ -15,11 +19,12 @@ Jobs, a LeaderWorkerSet's leader and worker templates, a pod's own `spec`): any 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from phalanx.api import keys
 from phalanx.bodies import mapping
+from phalanx.placement import NodeInfo
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -82,3 +87,107 @@ def template_key_problems(spec: Any, owner: str = "Job", *, root: str = "spec") 
                         f"metadata.{place} of the {owner}"
                     )
     return problems
+
+
+def slice_key_problem(
+    job_key: str | None, slice_key: str | None, levels: tuple[str, ...] | None
+) -> str | None:
+    """A slice key a Topology lists at the Job's key's level or above: slices would be no smaller than the
+    whole Job's domain (Kueue refuses the same). `levels`: the Topology listing the Job's key."""
+    if not job_key or not slice_key or not levels or job_key not in levels or slice_key not in levels:
+        return None
+    if levels.index(slice_key) > levels.index(job_key):
+        return None
+    return (
+        f"metadata.annotations[{keys.SLICE_TOPOLOGY_KEY_ANNOTATION}]: {slice_key!r} is not finer than "
+        f"{keys.TOPOLOGY_KEY_ANNOTATION} {job_key!r}: their Topology lists it at level "
+        f"{levels.index(slice_key)}, the Job's key at level {levels.index(job_key)} (coarse to fine), so a "
+        "slice would be no smaller than the whole Job's domain; use a level below the Job's key"
+    )
+
+
+def slice_key_warning(job_key: str | None, slice_key: str | None, nodes: Iterable[NodeInfo]) -> str | None:
+    """Without a Topology ordering the two keys: on the nodes now, every domain of the Job's key lies inside
+    one domain of the slice key (slices no smaller than the Job's domain). Said, not refused: a small or
+    growing cluster may show that by chance."""
+    if not job_key or not slice_key:
+        return None
+    inside: dict[str, set[str]] = {}
+    for node in nodes:
+        if job_key in node.labels and slice_key in node.labels:
+            inside.setdefault(node.labels[job_key], set()).add(node.labels[slice_key])
+    if not inside or any(len(values) > 1 for values in inside.values()):
+        return None
+    return (
+        f"metadata.annotations[{keys.SLICE_TOPOLOGY_KEY_ANNOTATION}]: on the nodes now, each domain of "
+        f"{job_key!r} lies inside one domain of {slice_key!r}, so a slice is no smaller than the Job's "
+        "domain; "
+        "a slice key should be a finer level (list both in a Topology to have this checked)"
+    )
+
+
+def preferred_affinity_warnings(spec: Any, *, root: str = "spec") -> list[str]:
+    """Preferred (scoring-only) terms Phalanx does not model: it chooses the nodes itself and pins them, so
+    kube-scheduler's scores never apply to a gang's pods. Said at creation, not refused."""
+    out = []
+    for path, pod_spec in pod_specs(spec, root):
+        affinity = mapping(pod_spec.get("affinity"))
+        for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+            if mapping(affinity.get(kind)).get("preferredDuringSchedulingIgnoredDuringExecution"):
+                out.append(
+                    f"{path}.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution: ignored for a "
+                    "gang (Phalanx chooses and pins its nodes; it models kube-scheduler's filters, none of "
+                    "its scores); use a required term, or phalanx.dev/topology-key to keep the pods together"
+                )
+        if any(
+            mapping(c).get("whenUnsatisfiable") == "ScheduleAnyway"
+            for c in pod_spec.get("topologySpreadConstraints") or []
+        ):
+            out.append(
+                f"{path}.topologySpreadConstraints: ScheduleAnyway constraints are ignored for a gang "
+                "(a score; Phalanx models DoNotSchedule ones)"
+            )
+    return out
+
+
+def unmanaged_here(body: Mapping[str, Any], namespace: str, namespaces: tuple[str, ...]) -> str | None:
+    """A Job (or other owner) labelled phalanx.dev/managed=true in a namespace outside --namespaces that no
+    Phalanx gated (no pod template carries the gate: another instance managing that namespace would have
+    put it there): nothing will ever hold or admit its pods as a gang. The message of the Warning."""
+    labels = mapping(mapping(body.get("metadata")).get("labels"))
+    if labels.get(keys.MANAGED_LABEL) != keys.MANAGED_VALUE:
+        return None
+    for _, pod_spec in pod_specs(body.get("spec")):
+        if any(mapping(g).get("name") == keys.ADMISSION_GATE for g in pod_spec.get("schedulingGates") or []):
+            return None
+    return (
+        f"labelled {keys.MANAGED_LABEL}=true in namespace {namespace}, which is not among this Phalanx's "
+        f"--namespaces ({', '.join(namespaces)}): its pods are not held as a gang (kube-scheduler places "
+        "them "
+        "one by one); create it in one of those namespaces, or add this one to --namespaces"
+    )
+
+
+def pod_group_namespace_problem(
+    group: str, namespace: str, groups: Iterable[tuple[str, str]]
+) -> tuple[str | None, str | None]:
+    """(refusal, warning) for a pod joining PodGroup `group` (its label value) in `namespace`, given every
+    (namespace, label value) of the groups the cache knows: a group of that name only in other namespaces is
+    refused (a pod joins a group of its own namespace: it would stay gated for ever); none anywhere yet is
+    said (the group may be created next)."""
+    elsewhere = sorted({ns for ns, value in groups if value == group and ns != namespace})
+    if any(ns == namespace and value == group for ns, value in groups):
+        return None, None
+    if elsewhere:
+        return (
+            f"label {keys.POD_GROUP_LABEL}: PodGroup {group!r} is in namespace {', '.join(elsewhere)}, not "
+            f"{namespace}: a pod joins a PodGroup of its own namespace; create the pod there, or the "
+            "PodGroup "
+            "here",
+            None,
+        )
+    return None, (
+        f"label {keys.POD_GROUP_LABEL}: no PodGroup {group!r} exists in namespace {namespace} yet; the pod "
+        "stays "
+        "gated until one does"
+    )

@@ -15,6 +15,7 @@ from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.naming import pod_group_label_value
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
@@ -23,7 +24,14 @@ from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.model.topology import label_conflicts
-from phalanx.controller.watch.admission_checks import scheduler_problems, template_key_problems
+from phalanx.controller.watch.admission_checks import (
+    pod_group_namespace_problem,
+    preferred_affinity_warnings,
+    scheduler_problems,
+    slice_key_problem,
+    slice_key_warning,
+    template_key_problems,
+)
 
 
 class WatchContext(Protocol):
@@ -46,6 +54,11 @@ class WatchContext(Protocol):
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions."""
+        ...
+
+    async def outside(self, kind: str, body: Mapping[str, Any]) -> None:
+        """An owner in a namespace this Phalanx does not manage (--namespaces) was seen: one Warning if it
+        asks for Phalanx and nothing gated it (admission_checks.unmanaged_here)."""
         ...
 
 
@@ -122,6 +135,13 @@ class Webhooks:
             )
         if warnings is not None:
             warnings.extend(self._priority_class_warnings(policy.priority_class_name))
+            if policy.is_gang:
+                warnings.extend(preferred_affinity_warnings(body.get("spec")))
+            if self.ctx.cache_primed:
+                said = slice_key_warning(
+                    policy.topology_key, layout.slice_topology_key, self.ctx.cache.nodes.values()
+                )
+                warnings.extend([said] if said else [])
         # The managed label is not copied into the pod template: a Job whose only label it is would get
         # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
         if policy.is_gang:
@@ -135,7 +155,14 @@ class Webhooks:
             patch.spec["template"] = {"spec": {"schedulingGates": gates}}
 
     def _refuse_what_would_wait_forever(self, body: kopf.Body, policy: JobPolicy, layout: JobLayout) -> None:
-        """What the cache shows a gang could never get: a namespace quota too small for the whole gang."""
+        """What the cache shows a gang could never get: slices no smaller than the whole Job's domain (by the
+        Topology listing its key), a namespace quota too small for the whole gang."""
+        cache = self.ctx.cache
+        key = policy.topology_key
+        levels = cache.topology_index.levels_for(key) if key else None
+        problem = slice_key_problem(key, layout.slice_topology_key, levels)
+        if problem:
+            raise kopf.AdmissionError(problem, code=422)
         if not policy.is_gang or not self.ctx.cache_primed:
             return
         namespace = str(mapping(body.get("metadata")).get("namespace") or "")
@@ -245,7 +272,9 @@ class Webhooks:
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
 
-    def gate_pod(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    def gate_pod(
+        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+    ) -> None:
         """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
         meta = body.get("metadata", {}) or {}
         namespace = str(meta.get("namespace") or "")
@@ -264,6 +293,15 @@ class Webhooks:
         problems = scheduler_problems(spec, self.ctx.scheduler_names)
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
+        if self.ctx.cache_primed:
+            groups = self.ctx.cache.pod_groups.items.values()
+            refusal, said = pod_group_namespace_problem(
+                group, namespace, [(g.namespace, pod_group_label_value(g.name)) for g in groups]
+            )
+            if refusal:
+                raise kopf.AdmissionError(refusal, code=422)
+            if said and warnings is not None:
+                warnings.append(said)
         if spec.get("nodeName"):
             # A bound pod bypasses scheduling and cannot carry a scheduling gate.
             raise kopf.AdmissionError(
