@@ -20,8 +20,8 @@ WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOT
 def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:
     """An event whenever the reason or message of Admitted changes (an admission has its own)."""
     old, new = before.condition(c.ADMITTED), after.condition(c.ADMITTED)
-    if new is None or new.reason == c.REASON_ADMITTED:
-        return []
+    if new is None or new.reason in (c.REASON_ADMITTED, c.REASON_REQUEUED):
+        return []  # an admission, and a requeue (its Warning says why, once: requeue.py), have their own
     if old is not None and (old.reason, old.message) == (new.reason, new.message):
         return []
     type_: EventType = "Warning" if new.reason in WARN else "Normal"
