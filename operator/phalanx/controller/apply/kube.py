@@ -40,7 +40,8 @@ def _code(error: BaseException) -> str:
 
 
 async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb: str = "unknown") -> T:
-    """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total."""
+    """Call, retrying transient failures; every failed attempt counts in phalanx_api_errors_total but a
+    404 (the object is gone: an answer every caller expects, not an error)."""
     async for attempt in AsyncRetrying(
         retry=retry_if_exception(_transient),
         # Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
@@ -52,7 +53,8 @@ async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 6, *, verb:
             try:
                 return await call()
             except Exception as e:
-                metrics.API_ERRORS.labels(verb, _code(e)).inc()
+                if _code(e) != "404":
+                    metrics.API_ERRORS.labels(verb, _code(e)).inc()
                 raise
     raise AssertionError("unreachable")
 
