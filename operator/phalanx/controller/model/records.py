@@ -95,6 +95,7 @@ class PodRecord:
     # The Job controller's count of its index's failures (backoffLimitPerIndex): its failure budget.
     index_failures: int = 0
     scheduler_name: str = ""  # spec.schedulerName when it is not kube-scheduler's default-scheduler
+    succeeded: bool = False  # phase Succeeded: a member that ran to its end (counted in the status)
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -190,6 +191,7 @@ class PodRecord:
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
             index_failures=_index((meta.get("annotations") or {}).get(INDEX_FAILURES_ANNOTATION)) or 0,
             scheduler_name=_scheduler_name(spec.get("schedulerName")),
+            succeeded=status.get("phase") == "Succeeded",
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 

@@ -55,6 +55,7 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         requeued=owner.requeued if owner else "",
         note=st.climbed_note(leaf.admission, leaf.group.topology_key),
         owner_kind=owner.kind if owner else "Job",
+        succeeded=sum(1 for p in leaf.leaf.pods if p.succeeded),
     )
 
 

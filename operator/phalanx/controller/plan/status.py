@@ -61,6 +61,7 @@ class GroupFacts:
     members: str = "pod(s)"  # what the counters count ("child group(s)" on a CompositePodGroup)
     note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
     owner_kind: str = "Job"  # what the messages call the owner
+    succeeded: int = 0  # members that ran to their end (not counted as placed: they hold no node)
 
 
 def _condition(
@@ -119,6 +120,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
     if placed >= need and placed > 0:
         where = f" in {facts.domain}" if facts.domain else ""
         message = f"{placed} {facts.members} admitted{where}{facts.note}"
+        if facts.succeeded:
+            message += f"; {facts.succeeded} more succeeded"
         if facts.waiting:
             message += f"; {facts.waiting} more waiting for room{where}"
         return Outcome(c.REASON_ADMITTED, message)
@@ -196,7 +199,8 @@ def desired_status(
         conditions=conditions,
         phase=phase_of(facts, present),
         policy=GANG if facts.gang else BASIC,
-        domain=facts.domain,
+        # A finished group keeps the domain it ran in (its pods are gone, the record of where stays).
+        domain=current.domain if facts.finished and facts.domain is None else facts.domain,
         admission=admission,
         reservation=reservation,
         admissions=_admissions(current, admission),
