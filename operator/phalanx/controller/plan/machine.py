@@ -29,6 +29,7 @@ from phalanx.controller.kinds.base import Unit
 from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
+from phalanx.controller.plan.domains import present_domain
 from phalanx.controller.plan.preempt import wait_or_preempt
 from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
@@ -60,15 +61,8 @@ def _domains(work: UnitWork, ctx: Pass) -> None:
     owner = work.owner
     for leaf in work.leaves.values():
         key = leaf.group.topology_key
-        admission = leaf.admission
-        if key and admission is not None and admission.domain and leaf.placed:
-            leaf.domain = admission.domain  # a path with levels, or the wider preferred domain
-        elif key:
-            for pod in leaf.placed:
-                node = ctx.nodes.get(pod.usage_node)
-                if node is not None and key in node.labels:
-                    leaf.domain = node.labels[key]
-                    break
+        if key:
+            leaf.domain = present_domain(leaf, ctx.nodes, key)  # the decision's, or where the pods are
         if leaf.domain is None and owner is not None and owner.finished:
             leaf.domain = leaf.group.status.domain  # where it ran: its pods are gone, the answer stays
 
