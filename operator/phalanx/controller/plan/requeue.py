@@ -1,7 +1,8 @@
 """Taking a unit back whole (pure): released pods kube-scheduler refuses to bind, and a running unit left
 short of its min counts whose missing pods no longer fit in its domains. Either way the owner is requeued
 the way its kind says (a Job is suspended, then resumed once its pods are gone, and its new pods wait for a
-whole placement again); a unit without an owner (hand-made groups) is never requeued: nothing would
+whole placement again); a gang short only because its owner was scaled up is not broken (its new pods
+wait beside the running ones); a unit without an owner (hand-made groups) is never requeued: nothing would
 recreate its pods."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from phalanx.api import conditions as c
 from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
 from phalanx.controller.plan import status as st
-from phalanx.controller.plan.work import Pass, UnitWork
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
@@ -69,6 +70,17 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
         leaf.outcome = outcome
 
 
+def grown(leaf: LeafWork) -> bool:
+    """Short of its minCount only because its owner was scaled up: the pods placed are exactly those of
+    its recorded decision (none was lost; a replacement placed since is recorded alone, so after a loss
+    the two differ) and more pods came. The new pods join the domain when they fit, else wait; the
+    running ones are never taken back for it (docs/reliability.md)."""
+    admission = leaf.admission
+    if admission is None or not admission.assignments or not leaf.waiting:
+        return False
+    return {a.pod for a in admission.assignments} == {p.name for p in leaf.placed}
+
+
 def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     """A running unit left short of its min counts (a node failed, its pods went) whose other pods no longer
     fit in its domains holds nodes for nothing: after the grace period (at once for disruptionMode all),
@@ -78,6 +90,8 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     placed = work.placed
     if owner is None or not placed or owner.requeued or work.whole():
         return
+    if work.single is not None and grown(work.single):
+        return  # scaled up: the new pods wait for room beside the running ones, which keep running
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
     if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
