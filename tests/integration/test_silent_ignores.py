@@ -67,6 +67,18 @@ def test_a_gang_naming_another_scheduler_is_refused_and_a_basic_job_is_not(ns: N
     ns.create(body)  # left to that scheduler
 
 
+def test_a_gang_with_dra_resource_claims_is_refused_and_a_basic_job_is_not(ns: Namespace) -> None:
+    """Issue 16 item 7, in part: device claims are not modelled; refused while policy basic can be chosen."""
+    body = managed_job("claims", 2)
+    claims = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    body["spec"]["template"]["spec"]["resourceClaims"] = claims
+    message = refused(ns, body)
+    assert "spec.template.spec.resourceClaims: Phalanx does not model DRA device claims" in message
+    assert "create the Job with phalanx.dev/policy: basic" in message
+    body["metadata"]["annotations"]["phalanx.dev/policy"] = "basic"
+    ns.create(body)  # kube-scheduler allocates its devices pod by pod
+
+
 def test_phalanx_keys_on_the_pod_template_are_refused_pointing_at_the_jobs_metadata(ns: Namespace) -> None:
     body = managed_job("tas-style", 2)
     body["spec"]["template"]["metadata"]["annotations"]["phalanx.dev/topology-key"] = NB_KEY

@@ -7,6 +7,8 @@ otherwise let through and never keep its promise for.
   scheduler that may not exist, holding its nodes. It is refused, naming the field, with what to do.
 - **Phalanx keys on a pod template.** Phalanx reads its annotations from the owner's metadata (where
   Kueue's TAS annotations go on the pod template): a `phalanx.dev/` key on a template would be ignored.
+- **DRA ResourceClaims on a gang's pods.** Device allocation is not modelled: such pods would never be
+  released. Refused at creation, when `policy: basic` can still be chosen (issue 16 item 7, in part).
 - **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
   nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
   --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
@@ -71,6 +73,22 @@ def scheduler_problems(spec: Any, allowed: tuple[str, ...], *, root: str = "spec
             "nodeSelector"
         )
     return problems
+
+
+def claim_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:
+    """Pod specs of a gang with DRA ResourceClaims: Phalanx does not model device allocation, so it would
+    hold the gang for ever (placement/requests.py releases none of such pods); refused at creation, when
+    the advice can still be followed (policy is immutable afterwards)."""
+    # Only a Job has a policy annotation; other owners are gangs or not managed.
+    basic = f"with {keys.POLICY_ANNOTATION}: basic to leave its pods to kube-scheduler one by one, or "
+    advice = f"create the {owner} {basic if owner == 'Job' else ''}without the {keys.MANAGED_LABEL} label"
+    return [
+        f"{path}.resourceClaims: Phalanx does not model DRA device claims (DeviceClasses, ResourceSlices, "
+        "allocated ResourceClaims), so it cannot know where kube-scheduler can allocate a gang's devices "
+        f"and would release none of its pods; {advice}"
+        for path, pod_spec in pod_specs(spec, root)
+        if isinstance(pod_spec.get("resourceClaims"), list) and pod_spec.get("resourceClaims")
+    ]
 
 
 def template_key_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:

@@ -25,6 +25,7 @@ from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.model.topology import label_conflicts
 from phalanx.controller.watch.admission_checks import (
+    claim_problems,
     pod_group_namespace_problem,
     preferred_affinity_warnings,
     scheduler_problems,
@@ -84,6 +85,7 @@ class Webhooks:
                 raise kopf.AdmissionError(str(e), code=422) from e
             if spec is not None:
                 problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+                problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
                 if problems:
                     raise kopf.AdmissionError("; ".join(problems), code=422)
                 patch.spec.update(spec)
@@ -122,6 +124,7 @@ class Webhooks:
         problems = template_key_problems(body.get("spec"))
         if policy.is_gang:
             problems += scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+            problems += claim_problems(body.get("spec"))
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
         self._refuse_what_would_wait_forever(body, policy, layout)
