@@ -8,7 +8,8 @@ otherwise let through and never keep its promise for.
 - **Phalanx keys on a pod template.** Phalanx reads its annotations from the owner's metadata (where
   Kueue's TAS annotations go on the pod template): a `phalanx.dev/` key on a template would be ignored.
 - **DRA ResourceClaims on a gang's pods.** Device allocation is not modelled: such pods would never be
-  released. Refused at creation, when `policy: basic` can still be chosen (issue 16 item 7, in part).
+  released. Refused at creation, when `policy: basic` can still be chosen (issue 16 item 7, in part); an
+  extended resource no node lists (one DRA serves, say) is said at creation.
 - **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
   nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
   --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
@@ -26,7 +27,7 @@ from typing import Any
 
 from phalanx.api import keys
 from phalanx.bodies import mapping
-from phalanx.placement import NodeInfo
+from phalanx.placement import NodeInfo, pod_requests
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -142,6 +143,27 @@ def slice_key_warning(job_key: str | None, slice_key: str | None, nodes: Iterabl
         "domain; "
         "a slice key should be a finer level (list both in a Topology to have this checked)"
     )
+
+
+def unlisted_resource_warnings(spec: Any, nodes: Iterable[NodeInfo], *, root: str = "spec") -> list[str]:
+    """Extended resources a gang's pods request that no node lists in its allocatable now: Phalanx places
+    by the nodes' allocatable only, so such a gang waits until a node lists it. One DRA serves through a
+    DeviceClass's `extendedResourceName` is never listed there (not modelled): said at creation, while the
+    Job can still be made `basic` (issue 16 item 7). Said, not refused: a node may come that lists it."""
+    listed = {name for node in nodes for name in node.allocatable}
+    out = []
+    for path, pod_spec in pod_specs(spec, root):
+        missing = sorted(
+            r for r, n in pod_requests(pod_spec).items() if "/" in r and n > 0 and r not in listed
+        )
+        if missing:
+            out.append(
+                f"{path}: requests {', '.join(missing)}, which no node lists in its allocatable now; Phalanx "
+                "places a gang by the nodes' allocatable only (a DRA DeviceClass serving it as its "
+                "extendedResourceName is not modelled), so the gang waits until a node lists it; if DRA "
+                f"serves it, create the Job with {keys.POLICY_ANNOTATION}: basic"
+            )
+    return out
 
 
 def preferred_affinity_warnings(spec: Any, *, root: str = "spec") -> list[str]:

@@ -32,6 +32,7 @@ from phalanx.controller.watch.admission_checks import (
     slice_key_problem,
     slice_key_warning,
     template_key_problems,
+    unlisted_resource_warnings,
 )
 
 
@@ -141,6 +142,9 @@ class Webhooks:
             if policy.is_gang:
                 warnings.extend(preferred_affinity_warnings(body.get("spec")))
             if self.ctx.cache_primed:
+                if policy.is_gang:
+                    nodes = self.ctx.cache.nodes.values()
+                    warnings.extend(unlisted_resource_warnings(body.get("spec"), nodes))
                 said = slice_key_warning(
                     policy.topology_key, layout.slice_topology_key, self.ctx.cache.nodes.values()
                 )
