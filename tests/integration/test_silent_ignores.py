@@ -18,20 +18,12 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import LB_KEY, NB_KEY, Namespace, delete_namespace, gpu_job, new_namespace, wait_for
+from .test_bad_input import refusal as refused
 from .test_phalanx_admission import MANAGED, managed_job
 
 pytestmark = pytest.mark.integration
 
 TOPOLOGIES = "/apis/scheduling.phalanx.dev/v1beta1/topologies"
-
-
-def refused(ns: Namespace, body: dict[str, Any]) -> str:
-    with pytest.raises(ApiError) as error:
-        ns.create(body)
-    assert error.value.status in (400, 422), error.value
-    message = str(json.loads(error.value.body)["message"])
-    print(message)
-    return message
 
 
 def eventually_refused(ns: Namespace, make: Callable[[], dict[str, Any]], plural: str) -> str:
