@@ -38,6 +38,8 @@ REASON_REQUEUED = "Requeued"
 REASON_FINISHED = "Finished"
 # The Job's pod template names a PriorityClass that does not exist: the Job controller cannot create its pods.
 REASON_PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+# A ResourceQuota of the namespace refuses the pods the gang still lacks (gated pods count against quotas).
+REASON_QUOTA_EXCEEDED = "QuotaExceeded"
 # REASON_UNSCHEDULABLE is also an Admitted reason.
 
 # Upstream's condition: the group is about to be terminated by a disruption.

@@ -10,7 +10,8 @@
   all slices inside one domain of ``phalanx.dev/topology-key`` (when given). Completion index i belongs
   to slice i // N, so ranks that talk most share the tightest domain. Slices need an Indexed Job (a
   NonIndexed Job's pods have no rank to assign them by), policy gang, a size that divides parallelism,
-  and the whole Job as the gang (min-count unset or equal to parallelism).
+  the whole Job as the gang (min-count unset or equal to parallelism), and completions equal to
+  parallelism (one wave: the tree is placed once; waves are refused, not placed one by one).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
     raw_size = value(SLICE_SIZE_ANNOTATION)
     slice_key = value(SLICE_TOPOLOGY_KEY_ANNOTATION)
     if raw_size is not None:
-        if not raw_size.isdigit() or int(raw_size) < 1:
+        if not (raw_size.isascii() and raw_size.isdigit()) or int(raw_size) < 1:  # "١" is a digit to isdigit
             problem(SLICE_SIZE_ANNOTATION, f'"{raw_size}" is not a positive integer')
         else:
             size = int(raw_size)
@@ -118,6 +119,16 @@ def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
             )
         if size is not None and parallelism % size:
             problem(SLICE_SIZE_ANNOTATION, f"{size} does not divide parallelism {parallelism}")
+        completions = spec.get("completions")
+        if isinstance(completions, int) and not isinstance(completions, bool) and completions != parallelism:
+            # The tree is made once, for parallelism / slice-size slices: a later wave's indices (>=
+            # parallelism) would join no slice and stay gated; fewer completions never fill the slices.
+            problem(
+                "spec.completions",
+                f"{completions} differs from parallelism {parallelism}: a sliced Job is placed as one tree "
+                "of its parallelism's slices, once, so the indices of later waves would belong to no slice; "
+                "run each wave as its own Job (completions = parallelism), or leave slice-size unset",
+            )
         if spec.get("completionMode") != "Indexed":
             problem(
                 "spec.completionMode",

@@ -32,11 +32,15 @@ class _Context:
     cache = ClusterCache()
     kube: Kube | None = None
     cache_primed = False
+    scheduler_names = ("default-scheduler",)
 
     def watches(self, namespace: str) -> bool:
         return True
 
     def listed(self, kind: str) -> None:
+        pass
+
+    async def outside(self, kind: str, body: Any) -> None:
         pass
 
 

@@ -28,6 +28,31 @@ def test_a_taken_webhook_port_fails_fast_with_a_clear_message(capsys: object) ->
     assert not webhook_port_taken("127.0.0.1", port)
 
 
+def test_connections_left_in_time_wait_by_a_stopped_instance_do_not_count_as_taken() -> None:
+    """A stopped instance's accepted connections linger in TIME-WAIT after it closed them (the apiserver's
+    webhook calls); a restart must not take them for a second instance (issue 16)."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kopf's server binds
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: its end goes to TIME-WAIT
+        client.recv(1)
+        client.close()
+    assert time_wait_on(port), "the test needs a connection in TIME-WAIT on the port"
+    assert not webhook_port_taken("127.0.0.1", port)
+
+
+def time_wait_on(port: int) -> bool:
+    """Whether /proc/net/tcp shows a socket on 127.0.0.1:<port> in TIME-WAIT (state 06)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(row[1] == f"0100007F:{port:04X}" and row[3] == "06" for row in rows)
+
+
 def test_when_kopf_stops_on_its_own_the_process_is_made_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher that failed for good stops Kopf without a signal: whatever threads are left, a hard exit is
     armed so no live-looking husk remains (the kubelet or the supervisor starts a fresh process)."""

@@ -97,7 +97,8 @@ SLICED = {
 
 def indexed(annotations: dict[str, str], parallelism: int = 4) -> dict[str, Any]:
     body = dict(job(annotations))
-    body["spec"] = {**body["spec"], "parallelism": parallelism, "completions": 4, "completionMode": "Indexed"}
+    spec = {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed"}
+    body["spec"] = {**body["spec"], **spec}
     return body
 
 
@@ -175,3 +176,24 @@ def test_a_sliced_jobs_parallelism_is_fixed_but_a_plain_gangs_may_change() -> No
     assert message is not None and message.startswith("spec.parallelism: cannot change from 4 to 8"), message
     plain = {"phalanx.dev/topology-key": NB}
     assert edit(indexed(plain), indexed(plain, parallelism=2)) is None
+
+
+def test_a_sliced_job_with_waves_is_refused_at_creation() -> None:
+    """Issue 16: completions beyond parallelism left the later waves' indices outside every slice."""
+    waves = indexed(SLICED)
+    waves["spec"] = {**waves["spec"], "completions": 8}
+    with pytest.raises(kopf.AdmissionError) as refused:
+        gate_job(body=kopf.Body(waves), patch=kopf.Patch())
+    assert str(refused.value).startswith(
+        "spec.completions: 8 differs from parallelism 4: a sliced Job is placed as one tree of its "
+        "parallelism's slices, once, so the indices of later waves would belong to no slice"
+    )
+    gate_job(body=kopf.Body(indexed(SLICED)), patch=kopf.Patch())  # one wave: fine
+
+
+def test_numeric_annotations_take_ascii_digits_only() -> None:
+    for annotation in ("phalanx.dev/slice-size", "phalanx.dev/min-count"):
+        body = indexed({**SLICED, annotation: "\u0662"})  # ARABIC-INDIC DIGIT TWO: isdigit() says yes
+        with pytest.raises(kopf.AdmissionError) as refused:
+            gate_job(body=kopf.Body(body), patch=kopf.Patch())
+        assert str(refused.value).startswith(f"metadata.annotations[{annotation}]: "), refused.value

@@ -209,13 +209,17 @@ def cluster(
     node_failure_grace: float = 30.0,
     owners: Sequence[tuple[str, dict[str, Any]]] = (),
     starvation_age: float = 60.0,
+    objects: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> PlanInput:
     """A cache filled with these objects, and what a pass would plan from it.
 
     `jobs`: (Job body, the groups Phalanx made for it — a PodGroup, or a CompositePodGroup and its slices —
     or None, its pods). `groups` and `pods`: hand-made groups and the pods that join them; `others`: more
-    pods (fillers, victims); `busy`: nodes a filler takes whole."""
+    pods (fillers, victims); `busy`: nodes a filler takes whole; `objects`: any other watched kind, as
+    (kind, body), put in first (ResourceQuotas, DeviceClasses)."""
     cache = ClusterCache()
+    for kind, body in objects:
+        cache.upsert(kind, body)
     for body in nodes if nodes is not None else (node_body(n) for n in NODES):
         cache.upsert("Node", body)
     for body in priority_classes:
@@ -293,12 +297,16 @@ class StaticContext:
     cache_primed: bool = False
     namespaces: tuple[str, ...] = ()
     relisted: list[str] = dataclasses.field(default_factory=list)
+    scheduler_names: tuple[str, ...] = ("default-scheduler",)
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces
 
     def listed(self, kind: str) -> None:
         self.relisted.append(kind)
+
+    async def outside(self, kind: str, body: Any) -> None:
+        self.relisted.append(f"outside:{kind}")
 
 
 # ---------------------------------------------------------------------- JobSets

@@ -208,6 +208,22 @@ def _api_message(body: str) -> str:
     return str(data.get("message") or "") if isinstance(data, dict) else ""
 
 
+def _gone(error: BaseException) -> bool:
+    """A 404: the object written, or its namespace, no longer exists (writes of pods and owners answer
+    None for that already)."""
+    return isinstance(error, ApiException) and error.status == 404
+
+
+def _written(action: Action) -> ObjectRef | None:
+    """The existing object of Phalanx's own an action writes (None: it creates one, or writes no group)."""
+    match action:
+        case PatchStatus(group=ref) | RecordAdmission(group=ref) | PatchMinCount(pod_group=ref):
+            return ref
+        case PatchTopologyStatus(topology=ref):
+            return ref
+    return None
+
+
 def _plural(ref: ObjectRef) -> str:
     """PodGroups and CompositePodGroups take the same status writes."""
     return COMPOSITE_POD_GROUPS if ref.kind == COMPOSITE_POD_GROUP_KIND else POD_GROUPS
@@ -256,6 +272,8 @@ class Applier:
                     if isinstance(outcome, asyncio.CancelledError):
                         raise outcome
                     if isinstance(outcome, BaseException):
+                        if _gone(outcome):
+                            return self._gone(group, action)
                         if let_through:  # released all the same: a later write (its status) failed
                             self._released(group)
                         return await self._failed(group, action, outcome)
@@ -300,6 +318,17 @@ class Applier:
                 metrics.PREEMPTIONS.labels("whole").inc()
             if any(isinstance(a, EvictPod) for a in group.actions):
                 metrics.PREEMPTIONS.labels("partial").inc()
+
+    def _gone(self, group: UnitPlan, action: Action) -> GroupResult:
+        """What the action writes (or its namespace) was deleted meanwhile: its Job was deleted (also by a
+        TTL) and the garbage collector took its groups. Not a failure (no warning, event, failure metric
+        or backoff): the cache forgets the object, the watch confirms, the next pass plans without it."""
+        target = _written(action)
+        if target is not None:
+            self.cache.delete(target.kind, {"metadata": {"namespace": target.namespace, "name": target.name}})
+        log.debug("%s: %s: gone meanwhile (404); nothing left to do", group.key, describe(action))
+        self.backoff.succeeded(group.key)
+        return GroupResult(group.key, True)
 
     async def _failed(self, group: UnitPlan, action: Action, error: BaseException) -> GroupResult:
         name = type(action).__name__

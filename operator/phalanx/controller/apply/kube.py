@@ -169,7 +169,8 @@ async def retrying(
             try:
                 return await call()
             except Exception as e:
-                metrics.API_ERRORS.labels(verb, _code(e)).inc()
+                if _code(e) != "404":
+                    metrics.API_ERRORS.labels(verb, _code(e)).inc()
                 raise
     raise AssertionError("unreachable")
 

@@ -37,6 +37,7 @@ from phalanx.controller.model.kueue import (
     KueueWorkloadRecord,
     TopologyFlavors,
 )
+from phalanx.controller.model.quota import QuotaRecord
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -55,6 +56,7 @@ NODE, POD, PRIORITY_CLASS = "Node", "Pod", "PriorityClass"
 POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Workload", "Topology"
 CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
+QUOTA = "ResourceQuota"
 GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
 
 
@@ -119,6 +121,8 @@ class ClusterCache:
         self.composite_pod_groups = Owned()
         self.workloads = Owned()
         self.priority_classes: dict[str, PriorityClassRecord] = {}
+        # ResourceQuotas by namespace, then name: why an owner cannot create a gang's pods (model/quota.py).
+        self.quotas: dict[str, dict[str, QuotaRecord]] = defaultdict(dict)
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -157,6 +161,8 @@ class ClusterCache:
         elif kind in KUEUE_QUEUE_KINDS:
             if self.kueue_queues.upsert(kind, body):
                 self._touch()
+        elif kind == QUOTA:
+            self._upsert_quota(body)
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -189,6 +195,10 @@ class ClusterCache:
         elif kind in KUEUE_QUEUE_KINDS:
             if self.kueue_queues.delete(kind, key):
                 self._touch()
+        elif kind == QUOTA:
+            namespace, _, name = key.partition("/")
+            if self.quotas.get(namespace, {}).pop(name, None) is not None:
+                self._touch()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -212,6 +222,8 @@ class ClusterCache:
             return {(name, "") for name in self.nodes}
         if kind == PRIORITY_CLASS:
             return {(name, "") for name in self.priority_classes}
+        if kind == QUOTA:
+            return {(q.key, "") for quotas in self.quotas.values() for q in quotas.values()}
         return {(key, "") for key in self.volumes.keys(kind)}
 
     # ------------------------------------------------------------------ passes
@@ -265,6 +277,17 @@ class ClusterCache:
         if self.priority_classes.get(record.name) != record:
             self.priority_classes[record.name] = record
             self._touch()
+
+    def _upsert_quota(self, body: Mapping[str, Any]) -> None:
+        record = QuotaRecord.from_body(body)
+        quotas = self.quotas[record.namespace]
+        if quotas.get(record.name) != record:
+            quotas[record.name] = record
+            self._touch()
+
+    def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
+        """The ResourceQuotas of a namespace (ClusterView)."""
+        return tuple(self.quotas.get(namespace, {}).values())
 
     # ------------------------------------------------------------------ pods
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.controller.model.actions import Action
 from phalanx.controller.model.kueue import KueueWorkloadRecord, TopologyFlavors
+from phalanx.controller.model.quota import PodsRefused, QuotaRecord
 from phalanx.controller.model.records import (
     CompositePodGroupRecord,
     PodGroupRecord,
@@ -74,6 +75,11 @@ class Owner:
     pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
     held_by: str = ""  # why another system holds it while it is suspended (Kueue: kinds/kueue.py)
     kueue_queue: str | None = None  # Kueue-managed: its ClusterQueue ("" none yet); None: not managed
+    # How many of its running pods it may lose to evictions without failing (None: any number); a
+    # `single` victim beyond it is requeued whole (kinds/job_budget.py).
+    failure_budget: int | None = None
+    # A ResourceQuota refuses the pods its gang still lacks (None: nothing known stops their creation).
+    pods_refused: PodsRefused | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +206,9 @@ class ClusterView(Protocol):
         ...
 
     def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...
+    def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
+        """The ResourceQuotas of a namespace (gated pods count against them)."""
+        ...
 
 
 class WorkloadKind(Protocol):

@@ -23,6 +23,8 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.job_budget import with_budget
+from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import (
     KIND,
     RESOURCE,
@@ -34,6 +36,7 @@ from phalanx.controller.kinds.job_record import (
 )
 from phalanx.controller.kinds.job_slices import is_sliced, sliced_unit
 from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import Action, CreatePodGroup, CreateWorkload, PatchMinCount, PostEvent
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
 
@@ -98,10 +101,12 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     kueue = owner_view(job, view)  # Kueue manages it: no suspend or resume of ours (kinds/kueue.py)
     group, made = _ensure_objects(state, group, view, follow=kueue is None or not kueue.holds)
     setup.extend(made)
-    if kueue is None:
-        setup.extend(resume_if_requeued(job, state.pods))
-    else:
+    if job.gated_template and job.policy is not None and job.policy.is_gang:
+        setup.extend(lost_gate(state, job.ref, KIND, view.announced))
+    if kueue is not None:
         setup.extend(kueue_notes(kueue, view.announced, job.ref))
+    elif not held_for_quota(job, view):
+        setup.extend(resume_if_requeued(job, state.pods))
     tree = None
     if group is not None:
         pods = tuple(sorted(state.pods, key=lambda p: p.name))
@@ -109,7 +114,9 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     default = group.spec.priority if group is not None else None
     return Unit(
         key=job.unit_key,
-        owner=kueue_owner(owner_of(job, group), kueue),
+        owner=kueue_owner(
+            with_quota(with_budget(owner_of(job, group), job, state.pods), job, state.pods, view), kueue
+        ),
         tree=tree,
         setup=tuple(setup),
         priority=unit_priority(state.pods, default),

@@ -48,6 +48,7 @@ class JobRecord:
     body_digest: tuple[Any, ...] = ()  # what of `body` the builders read, for comparison
     resource_version: str = field(default="", compare=False)
     controlled_by: str = ""  # the kind of its controller owner (a JobSet's child Job: "JobSet")
+    failed: int = 0  # status.failed: what its backoffLimit has already spent (job_budget.py)
 
     @property
     def key(self) -> str:
@@ -101,6 +102,7 @@ class JobRecord:
             remaining=_remaining(spec, status),
             layout=layout,
             controlled_by=controller_of(meta)[0],
+            failed=int(status.get("failed") or 0),
             body=slim,
             body_digest=(
                 tuple(sorted((meta.get("labels") or {}).items())),

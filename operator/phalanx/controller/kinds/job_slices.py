@@ -9,6 +9,8 @@ are read from what Phalanx made (`kept_slices`), and an annotation changed after
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from phalanx.api import keys
 from phalanx.api.builders import build_sliced_objects
@@ -21,8 +23,10 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
+from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
 from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -130,6 +134,38 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
             spec=composite.spec,
             status=CompositePodGroupStatus(),
         )
+    leaves, created = _leaves(state, job, workload_name, groups, slices, layout.slice_size, setup)
+    if created:
+        made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
+    if made:
+        setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
+    if job.gated_template:
+        setup.extend(lost_gate(state, job.ref, "Job", view.announced))
+    if kueue is not None:
+        setup.extend(kueue_notes(kueue, view.announced, job.ref))
+    elif not held_for_quota(job, view, sliced=True):
+        setup.extend(resume_if_requeued(job, state.pods))
+    return Unit(
+        key=job.unit_key,
+        owner=with_quota(owner, job, state.pods, view, sliced=True),
+        tree=Tree(root, (root,), tuple(leaves)),
+        setup=tuple(setup),
+        priority=unit_priority(state.pods, root.spec.priority),
+        created=job.created,
+    )
+
+
+def _leaves(
+    state: OwnerState,
+    job: JobRecord,
+    workload_name: str,
+    groups: Sequence[Any],
+    slices: Sequence[PodGroupRecord],
+    size: int,
+    setup: list[Action],
+) -> tuple[list[Leaf], int]:
+    """One leaf per slice, its pods by completion index (`size` per slice); the PodGroups still missing
+    are created (their actions go to `setup`); returns the leaves and how many were created."""
     existing = {g.name: g for g in slices}
     leaves = []
     created = 0
@@ -150,31 +186,12 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
             )
         pods = tuple(
             sorted(
-                (
-                    p
-                    for p in state.pods
-                    if p.completion_index is not None and p.completion_index // layout.slice_size == i
-                ),
+                (p for p in state.pods if p.completion_index is not None and p.completion_index // size == i),
                 key=_rank,
             )
         )
         leaves.append(Leaf(record, pods))
-    if created:
-        made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
-    if made:
-        setup.append(PostEvent(job.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
-    if kueue is None:
-        setup.extend(resume_if_requeued(job, state.pods))
-    else:
-        setup.extend(kueue_notes(kueue, view.announced, job.ref))
-    return Unit(
-        key=job.unit_key,
-        owner=owner,
-        tree=Tree(root, (root,), tuple(leaves)),
-        setup=tuple(setup),
-        priority=unit_priority(state.pods, root.spec.priority),
-        created=job.created,
-    )
+    return leaves, created
 
 
 def _rank(pod: PodRecord) -> tuple[int, str]:

@@ -31,6 +31,7 @@ RESYNC_SECONDS = 10.0  # a pass also runs this often with no event, as a safety 
 DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
 STARVATION_AGE_SECONDS = 60.0
+BIND_TIMEOUT_SECONDS = 120.0  # released pods no scheduler bound for this long are rolled back
 
 
 def plan_input(
@@ -39,6 +40,7 @@ def plan_input(
     node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
     kinds: Iterable[WorkloadKind] = KINDS,
     starvation_age: float = STARVATION_AGE_SECONDS,
+    bind_timeout: float = BIND_TIMEOUT_SECONDS,
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
@@ -55,6 +57,7 @@ def plan_input(
         starvation_age=starvation_age,
         backing_off=backing_off,
         kueue=cache.kueue,
+        bind_timeout=bind_timeout,
     )
 
 
@@ -71,9 +74,11 @@ class Scheduler:
         backoff: Backoff | None = None,
         node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
         starvation_age: float = STARVATION_AGE_SECONDS,
+        bind_timeout: float = BIND_TIMEOUT_SECONDS,
     ) -> None:
         self.node_failure_grace = node_failure_grace
         self.starvation_age = starvation_age
+        self.bind_timeout = bind_timeout
         self.cache = cache
         self.applier = Applier(cache, kube, events, backoff)
         self.on_pass = on_pass
@@ -112,7 +117,11 @@ class Scheduler:
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
         state = plan_input(
-            self.cache, backoff.waiting(), self.node_failure_grace, starvation_age=self.starvation_age
+            self.cache,
+            backoff.waiting(),
+            self.node_failure_grace,
+            starvation_age=self.starvation_age,
+            bind_timeout=self.bind_timeout,
         )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}

@@ -38,6 +38,7 @@ from phalanx.placement import (
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+INDEX_FAILURES_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"
 JOB_API_VERSION = "batch/v1"
 
 
@@ -91,6 +92,9 @@ class PodRecord:
     # released that the scheduler cannot bind says why here.
     unschedulable: str = ""
     completion_index: int | None = None  # an Indexed Job's pod: its rank (it picks the pod's slice)
+    # The Job controller's count of its index's failures (backoffLimitPerIndex): its failure budget.
+    index_failures: int = 0
+    scheduler_name: str = ""  # spec.schedulerName when it is not kube-scheduler's default-scheduler
     succeeded: bool = False  # phase Succeeded: it ran its part (counts toward its gang; a finished stage)
     resource_version: str = field(default="", compare=False)
 
@@ -185,6 +189,8 @@ class PodRecord:
             traits=pod_traits(meta, spec),
             unschedulable=_unschedulable(spec, status),
             completion_index=_index(labels.get(COMPLETION_INDEX_LABEL)),
+            index_failures=_index((meta.get("annotations") or {}).get(INDEX_FAILURES_ANNOTATION)) or 0,
+            scheduler_name=_scheduler_name(spec.get("schedulerName")),
             succeeded=status.get("phase") == "Succeeded",
             resource_version=str(meta.get("resourceVersion") or ""),
         )
@@ -192,7 +198,12 @@ class PodRecord:
 
 def _index(value: Any) -> int | None:
     text = str(value or "")
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _scheduler_name(value: Any) -> str:
+    name = str(value or "")
+    return "" if name == "default-scheduler" else name
 
 
 def _unschedulable(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ no aiohttp, no asyncio: the same input and time give the same actions).
     victims.py     who may be a victim, what a preemption turns into, the reservation
     starvation.py  bounded waiting: room held for a gang that waited too long behind later ones
     requeue.py     taking a unit back whole (unbindable releases, a broken running gang)
+    quota.py       gangs whose pods a ResourceQuota refuses: said, and deadlocks on a quota broken
     staging.py     staged units (JobSet InOrder, LWS LeaderReady): decided whole, later pods into slots
     report.py      statuses, events (said on the owner too) and pod labels
     status.py      what a group's status should say (conditions, counters)
@@ -25,6 +26,7 @@ import datetime as dt
 
 from phalanx.controller.plan.input import Plan, PlanInput
 from phalanx.controller.plan.machine import schedule
+from phalanx.controller.plan.quota import deadlocked
 from phalanx.controller.plan.staging import hold
 from phalanx.controller.plan.victims import Victims, victim_units
 from phalanx.controller.plan.work import Pass
@@ -43,9 +45,11 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         victims=victims,
         node_failure_grace=state.node_failure_grace,
         starvation_age=state.starvation_age,
+        bind_timeout=state.bind_timeout,
         levels=state.levels,
         priority_classes=state.priority_classes,
     )
+    ctx.quota_deadlocks = deadlocked(units)  # gangs whose gated pods hold a quota others need
     hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
     plans = [p for unit in sorted(units, key=lambda u: u.order) if (p := schedule(unit, ctx)) is not None]
     return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds), ctx.longest_wait)

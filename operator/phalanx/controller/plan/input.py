@@ -26,6 +26,7 @@ class PlanInput:
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue
     starvation_age: float = 60.0  # seconds a gang waits before the room it needs is held for it
+    bind_timeout: float = 120.0  # seconds released pods may stay unbound before they are rolled back
     # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     kueue: KueueIndex | None = None  # Kueue's Workloads, read in the same pass (plan/kueue.py)

@@ -4,10 +4,12 @@ the same named steps, each rule written once. Pure.
 For one unit, in this order (the first step that concludes ends placement for this pass):
 
 1. *Held back*: its owner is suspended or finished — nothing is placed, nothing is held for it.
-2. *Cannot have its pods*: its PriorityClass does not exist, so its owner cannot create them.
+2. *Cannot have its pods*: its PriorityClass does not exist, or a ResourceQuota refuses them (and a
+   deadlock of gangs on one quota is broken: quota.py), so its owner cannot create them.
 3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
 4. *Not held by us*: the owner was labelled after its creation, its pods were born ungated.
-5. *Stranded*: released pods kube-scheduler refuses to bind — the unit is requeued whole.
+5. *Stranded*: released pods kube-scheduler refuses to bind, or no scheduler binds in time — the unit
+   is requeued whole.
 6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
 7. *Finish a recorded decision*: gated pods a recorded decision names go where it says, if they still fit.
 8. *Short of pods*: fewer pods exist than the min counts need — wait for them.
@@ -30,8 +32,10 @@ from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.admitted import admitted_policy, waiting_since
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
+from phalanx.controller.plan.domains import present_domain
 from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
+from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
 from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
 from phalanx.controller.plan.staging import placeholders
@@ -66,15 +70,8 @@ def _domains(work: UnitWork, ctx: Pass) -> None:
     owner = work.owner
     for leaf in work.leaves.values():
         key = leaf.group.topology_key
-        admission = leaf.admission
-        if key and admission is not None and admission.domain and leaf.placed:
-            leaf.domain = admission.domain  # a path with levels, or the wider preferred domain
-        elif key:
-            for pod in leaf.placed:
-                node = ctx.nodes.get(pod.usage_node)
-                if node is not None and key in node.labels:
-                    leaf.domain = node.labels[key]
-                    break
+        if key:
+            leaf.domain = present_domain(leaf, ctx.nodes, key)  # the decision's, or where the pods are
         if leaf.domain is None and owner is not None and owner.finished:
             leaf.domain = leaf.group.status.domain  # where it ran: its pods are gone, the answer stays
 
@@ -94,6 +91,8 @@ def place(work: UnitWork, ctx: Pass) -> None:
     if (missing := _missing_priority_class(work, ctx)) is not None:
         _conclude(work, missing)
         return
+    if quota_refused(work, ctx):
+        return
     if single is not None and not single.gang:
         work.actions.extend(UngatePod(p.ref) for p in single.waiting)
         single.ungated = len(single.waiting)
@@ -101,7 +100,7 @@ def place(work: UnitWork, ctx: Pass) -> None:
     if owner is not None and not owner.gated_template:
         _conclude(work, _not_gated(owner.kind))
         return
-    if (why := stranded(work)) is not None:
+    if (why := stranded(work, ctx)) is not None:
         requeue(work, why, "unbindable")
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):

@@ -23,14 +23,15 @@ from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
-WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND)  # reasons said as Warning events
+# reasons said as Warning events
+WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOTA_EXCEEDED)
 
 
 def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:
     """An event whenever the reason or message of Admitted changes (an admission has its own)."""
     old, new = before.condition(c.ADMITTED), after.condition(c.ADMITTED)
-    if new is None or new.reason == c.REASON_ADMITTED:
-        return []
+    if new is None or new.reason in (c.REASON_ADMITTED, c.REASON_REQUEUED):
+        return []  # an admission, and a requeue (its Warning says why, once: requeue.py), have their own
     if old is not None and (old.reason, old.message) == (new.reason, new.message):
         return []
     type_: EventType = "Warning" if new.reason in WARN else "Normal"
@@ -66,6 +67,7 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         # A leaf done before its owner (a JobSet's child Job that succeeded) says so of itself.
         owner_kind=owner.kind if owner and (owner.finished or not leaf.done) else "child Job",
         held_by=owner.held_by if owner else "",
+        succeeded=sum(1 for p in leaf.leaf.pods if p.succeeded),
     )
 
 

@@ -1,37 +1,60 @@
 """Taking a unit back whole (pure): released pods kube-scheduler refuses to bind, and a running unit left
 short of its min counts whose missing pods no longer fit in its domains. Either way the owner is requeued
 the way its kind says (a Job is suspended, then resumed once its pods are gone, and its new pods wait for a
-whole placement again). A unit without an owner (hand-made groups) is requeued by deleting its pods: those
-another controller made come back (gated, if their template says so) and are placed whole again; pods made
-by hand are gone — but a gang that lost a member for good, or whose released pods can never bind, only
-held nodes for nothing. Whatever deletes the pods also drops the recorded decision, so pods made again
-under the same names (a StatefulSet's, a LeaderWorkerSet's) are decided afresh, not released where it
-said."""
+whole placement again); a gang short only because its owner was scaled up is not broken (its new pods
+wait beside the running ones). A unit without an owner (hand-made groups) is requeued by deleting its pods
+that hold nodes: those another controller made come back (gated, if their template says so) and are placed
+whole again; pods made by hand are gone — but a gang that lost a member for good, or whose released pods
+can never bind, only held nodes for nothing. Whatever deletes the pods also drops the recorded decision, so
+pods made again under the same names (a StatefulSet's, a LeaderWorkerSet's) are decided afresh, not
+released where it said."""
 
 from __future__ import annotations
 
 from phalanx.api import conditions as c
 from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
 from phalanx.controller.plan import status as st
-from phalanx.controller.plan.work import Pass, UnitWork
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
 
 
-def stranded(work: UnitWork) -> str | None:
+def stranded(work: UnitWork, ctx: Pass) -> str | None:
     """Pods Phalanx released that kube-scheduler refuses to bind (their node filled up, was tainted or went
-    away between the decision and the binding): never leave them Pending behind a stale nodeSelector."""
+    away between the decision and the binding), or that no scheduler bound within `ctx.bind_timeout` of
+    the decision (another scheduler's pods, a scheduler that is down): never leave them Pending behind a
+    stale nodeSelector."""
     owner = work.owner
     if owner is not None and owner.requeued:
         return None
     refused = [p for leaf in work.leaves.values() for p in leaf.placed if p.released and p.unschedulable]
-    if not refused:
+    if refused:
+        first = refused[0]
+        return (
+            f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed "
+            f"them ({first.name} on {first.node_selector_host}: {first.unschedulable})"
+        )
+    return _unbound_too_long(work, ctx)
+
+
+def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:
+    assert work.unit.tree is not None
+    decided = work.unit.tree.holder.status.admission
+    if decided is None:
         return None
-    first = refused[0]
+    waited = (ctx.now - decided.admitted_at).total_seconds()
+    if waited < ctx.bind_timeout:
+        return None
+    unbound = [p for leaf in work.leaves.values() for p in leaf.placed if p.released]
+    if not unbound:
+        return None
+    first = unbound[0]
+    by = f"schedulerName {first.scheduler_name!r}" if first.scheduler_name else "kube-scheduler"
     return (
-        f"{REQUEUED_UNBINDABLE}: {len(refused)} released pod(s) cannot be bound where Phalanx placed them "
-        f"({first.name} on {first.node_selector_host}: {first.unschedulable})"
+        f"{REQUEUED_UNBINDABLE}: {len(unbound)} released pod(s) were not bound within "
+        f"{ctx.bind_timeout:.0f} s of the decision ({first.name} on {first.node_selector_host}, to be "
+        f"bound by {by})"
     )
 
 
@@ -59,6 +82,17 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
         leaf.outcome = outcome
 
 
+def grown(leaf: LeafWork) -> bool:
+    """Short of its minCount only because its owner was scaled up: the pods placed are exactly those of
+    its recorded decision (none was lost; a replacement placed since is recorded alone, so after a loss
+    the two differ) and more pods came. The new pods join the domain when they fit, else wait; the
+    running ones are never taken back for it (docs/reliability.md)."""
+    admission = leaf.admission
+    if admission is None or not admission.assignments or not leaf.waiting:
+        return False
+    return {a.pod for a in admission.assignments} == {p.name for p in leaf.placed}
+
+
 def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     """A running unit left short of its min counts (a node failed, its pods went) whose other pods no longer
     fit in its domains holds nodes for nothing: after the grace period (at once for disruptionMode all),
@@ -68,6 +102,8 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     placed = work.placed
     if not placed or (owner is not None and owner.requeued) or work.whole():
         return
+    if work.single is not None and grown(work.single):
+        return  # scaled up: the new pods wait for room beside the running ones, which keep running
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
     if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:

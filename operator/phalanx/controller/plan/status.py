@@ -27,6 +27,7 @@ from phalanx.api.status import (
     Phase,
     Reservation,
 )
+from phalanx.controller.model.quota import QUOTA_DEADLOCK
 
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
 
@@ -61,6 +62,7 @@ class GroupFacts:
     note: str = ""  # added to the Admitted message while admitted (e.g. a preferred group that climbed)
     owner_kind: str = "Job"  # what the messages call the owner
     held_by: str = ""  # while suspended: why another system (Kueue) holds the owner
+    succeeded: int = 0  # members that ran to their end (not counted as placed: they hold no node)
 
 
 def _condition(
@@ -99,11 +101,13 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
     if facts.finished:
         return Outcome(c.REASON_FINISHED, f"the {facts.owner_kind} {facts.finished_how or 'finished'}")
     if facts.suspended and facts.requeued:
-        return Outcome(
-            c.REASON_REQUEUED,
-            f"requeued by Phalanx: {facts.requeued}; the {facts.owner_kind} resumes once its pods are gone "
-            "and its new pods wait for a whole placement",
+        tail = (
+            f"; the {facts.owner_kind} resumes once its pods are gone and its new pods wait for a whole "
+            "placement"
         )
+        if facts.requeued.startswith(QUOTA_DEADLOCK):
+            tail = ""  # it says when it resumes
+        return Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {facts.requeued}{tail}")
     if facts.suspended and facts.held_by:
         return Outcome(c.REASON_HELD_BY_KUEUE, facts.held_by)
     if facts.suspended:
@@ -122,6 +126,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
     if placed >= need and placed > 0:
         where = f" in {facts.domain}" if facts.domain else ""
         message = f"{placed} {facts.members} admitted{where}{facts.note}"
+        if facts.succeeded:
+            message += f"; {facts.succeeded} more succeeded"
         if facts.waiting:
             message += f"; {facts.waiting} more waiting for room{where}"
         return Outcome(c.REASON_ADMITTED, message)
@@ -199,7 +205,8 @@ def desired_status(
         conditions=conditions,
         phase=phase_of(facts, present),
         policy=GANG if facts.gang else BASIC,
-        domain=facts.domain,
+        # A finished group keeps the domain it ran in (its pods are gone, the record of where stays).
+        domain=current.domain if facts.finished and facts.domain is None else facts.domain,
         admission=admission,
         reservation=reservation,
         admissions=_admissions(current, admission),

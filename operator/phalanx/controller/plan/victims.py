@@ -37,6 +37,9 @@ class VictimUnit:
     group: ObjectRef  # the group that holds the unit's decision (its PodGroup, or its CompositePodGroup)
     min_count: int
     whole_only: bool  # a tree, or disruptionMode all
+    # May lose pods one by one (within its minCount): losing them cannot fail its owner (kinds/job_budget.py);
+    # else it is taken whole or not at all, and priced so.
+    partial: bool = True
 
 
 def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
@@ -47,11 +50,13 @@ def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
             continue
         holder = unit.tree.holder
         if isinstance(holder, PodGroupRecord):
+            min_count = holder.gang_min_count or 1
             victim = VictimUnit(
                 unit.owner,
                 holder.ref,
-                holder.gang_min_count or 1,
+                min_count,
                 holder.spec.disruption_mode.all is not None,
+                partial=_within_budget(unit, min_count),
             )
         else:
             victim = VictimUnit(unit.owner, holder.ref, 1, True)
@@ -59,6 +64,17 @@ def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
             for pod in leaf.pods:
                 out[pod.key] = victim
     return out
+
+
+def _within_budget(unit: Unit, min_count: int) -> bool:
+    """Whether the most pods a `single` victim may lose (its running pods beyond minCount) stay within its
+    owner's failure budget."""
+    assert unit.owner is not None and unit.tree is not None
+    budget = unit.owner.failure_budget
+    if budget is None:
+        return True
+    running = sum(1 for leaf in unit.tree.leaves for p in leaf.pods if p.usage_node and not p.deleting)
+    return budget >= running - min_count
 
 
 @dataclass
@@ -103,7 +119,12 @@ class Victims:
         for unit in self.units_by_pod.values():
             self._by_group[unit.group.key] = unit
         return tuple(
-            VictimGroup(key=key, min_count=u.min_count, disruption="all" if u.whole_only else "single")
+            VictimGroup(
+                key=key,
+                min_count=u.min_count,
+                disruption="all" if u.whole_only else "single",
+                partial=u.partial,
+            )
             for key, u in sorted(self._by_group.items())
         )
 

@@ -35,6 +35,7 @@ class Pass:
     victims: Victims
     node_failure_grace: float = 30.0
     starvation_age: float = 60.0  # seconds a gang waits before the room it needs is held (starvation.py)
+    bind_timeout: float = 120.0  # released pods no scheduler bound for this long are rolled back
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
@@ -42,6 +43,8 @@ class Pass:
     longest_wait: float = 0.0  # seconds, of the gang that has waited longest (report.py)
     # Slots of staged units whose room the pass assumed at its start (staging.py): "<namespace>/<slot>"
     reserved_slots: set[str] = field(default_factory=set)
+    # Unit key -> why: gangs requeued to break a deadlock on a ResourceQuota (quota.py)
+    quota_deadlocks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Logging for `phalanx run`: Kopf's plain format, or one JSON object per line."""
+"""Logging for `phalanx run`: Kopf's plain format, or one JSON object per line. A webhook's denial is bad
+input refused at the boundary, as designed: said at INFO, not as Kopf's ERROR for a failed handler."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
+class DenialsAtInfo(logging.Filter):
+    """Kopf logs every AdmissionError a webhook raises as `Webhook 'id' failed permanently: ...` at ERROR;
+    for Phalanx that is a denial (the request was refused with its message), not a failure."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and not record.exc_info:
+            message = record.getMessage()
+            if message.startswith("Webhook ") and " failed permanently: " in message:
+                record.msg, record.args = message.replace(" failed permanently: ", " denied: ", 1), ()
+                record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def configure(log_format: str, verbose: bool) -> None:
     """Kopf's handler on the root logger, with our JSON formatter when asked (Kopf's records too)."""
     if log_format == "json":
@@ -46,5 +60,8 @@ def configure(log_format: str, verbose: bool) -> None:
     if not verbose:
         # Kopf reports every watch event it handled; our own loggers say what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, DenialsAtInfo) for f in objects.filters):
+        objects.addFilter(DenialsAtInfo())
     # aiohttp's access log of /metrics and /healthz scrapes would drown everything else.
     logging.getLogger("aiohttp.access").setLevel(logging.DEBUG if verbose else logging.WARNING)

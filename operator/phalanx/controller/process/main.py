@@ -33,8 +33,11 @@ STOPPING_CONNECT_TIMEOUT = 1.0
 
 def webhook_port_taken(host: str, port: int) -> bool:
     """Whether something already listens on the webhook's address (bound without SO_REUSEPORT, a test
-    bind fails then, also against a socket that was bound with it)."""
+    bind fails then, also against a socket that was bound with it). With SO_REUSEADDR, as Kopf's server
+    binds: connections of a stopped instance left in TIME-WAIT (the apiserver's webhook calls) do not
+    count, only a live listener does, so a restart right after a stop serves at once."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

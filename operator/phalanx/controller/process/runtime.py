@@ -7,7 +7,7 @@ import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,13 @@ from phalanx.controller.apply.events import EventRecorder
 from phalanx.controller.apply.kube import BoundedApiClient, Kube, raise_for_status, retrying
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import Scheduler
+from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.process.health import Health
 from phalanx.controller.process.httpserver import HttpServer
 from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
+from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
 from phalanx.controller.watch.registry import build_registry
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.watched import WATCHED, Watched
@@ -132,6 +134,7 @@ class Runtime:
         self.api: client.ApiClient | None = None
         self.kube: Kube | None = None
         self.recorder: EventRecorder | None = None
+        self._warned_outside: set[str] = set()  # owners outside --namespaces already warned about
         self.scheduler: Scheduler | None = None
         self._task: asyncio.Task[None] | None = None
         self._election: asyncio.Task[None] | None = None
@@ -241,6 +244,7 @@ class Runtime:
             debounce=self.settings.debounce_seconds,
             node_failure_grace=self.settings.node_failure_grace,
             starvation_age=self.settings.starvation_age,
+            bind_timeout=self.settings.bind_timeout,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
@@ -341,6 +345,23 @@ class Runtime:
 
     def watches(self, namespace: str) -> bool:
         return self.settings.watches(namespace)
+
+    async def outside(self, kind: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        uid, namespace = str(meta.get("uid") or ""), str(meta.get("namespace") or "")
+        if not uid or uid in self._warned_outside or self.recorder is None:
+            return
+        message = unmanaged_here(body, namespace, self.settings.namespaces)
+        if message is None:
+            return
+        self._warned_outside.add(uid)
+        api_version = str(body.get("apiVersion") or "")
+        ref = ObjectRef(api_version, kind, namespace, str(meta.get("name") or ""), uid)
+        await self.recorder.post(ref, "Warning", "NotManagedHere", message)
+
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        return (DEFAULT_SCHEDULER, *(n for n in self.settings.scheduler_names if n != DEFAULT_SCHEDULER))
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions (relist.py)."""

@@ -62,6 +62,8 @@ class Settings:
     verbose: bool = False
     namespaces: tuple[str, ...] = ()
     install_crds: bool = True
+    scheduler_names: tuple[str, ...] = ()
+    bind_timeout: float = 120.0
 
     @property
     def metrics_enabled(self) -> bool:
@@ -480,6 +482,22 @@ OPTIONS: tuple[Option, ...] = (
         metavar="NS[,NS…]",
     ),
     Option("install_crds", "server-side apply the CRDs at start", kind="bool"),
+    Option(
+        "scheduler_names",
+        "schedulers besides default-scheduler (kube-scheduler) that bind the pods Phalanx releases pinned "
+        "to their nodes; a gang whose pods name any other schedulerName is refused at creation",
+        _dns_subdomain,
+        kind="list",
+        metavar="NAME[,NAME…]",
+        show_default="none: default-scheduler only",
+    ),
+    Option(
+        "bind_timeout",
+        "released pods that no scheduler binds within this long are rolled back: their gang is requeued "
+        "whole, as when kube-scheduler refuses them",
+        _seconds(0, False),
+        metavar="SECONDS",
+    ),
 )
 
 assert [o.name for o in OPTIONS] == [f.name for f in dataclasses.fields(Settings)], "one option per field"

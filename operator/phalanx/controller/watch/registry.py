@@ -48,6 +48,8 @@ def _register_watch(
             ctx.listed(row.kind)
         body = event["object"]
         if row.owner and not ctx.watches(str((body.get("metadata") or {}).get("namespace") or "")):
+            if event["type"] != "DELETED":
+                await ctx.outside(row.kind, body)
             return
         if event["type"] == "DELETED":
             ctx.cache.delete(row.kind, body)

@@ -62,6 +62,9 @@ WATCHED: tuple[Watched, ...] = (
     Watched(names.NODE, _r(_CORE, "nodes"), False, 2),
     Watched(names.POD, _r(_CORE, "pods"), True, 2),
     Watched(names.PRIORITY_CLASS, Resource("scheduling.k8s.io", "v1", "priorityclasses"), False, 2),
+    # Gated pods count against their namespace's quotas: why a gang's pods cannot all be created, and two
+    # gangs deadlocked on one quota (model/quota.py).
+    Watched(names.QUOTA, _r(_CORE, "resourcequotas"), True, 2),
     Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
     Watched(names.POD_GROUP, _r(_OURS, "podgroups"), True, 2),
     # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would take a

@@ -13,16 +13,28 @@ import kopf
 from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import TOPOLOGIES
-from phalanx.api.job_layout import parse_job_layout
-from phalanx.api.job_policy import JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.job_layout import JobLayout, parse_job_layout
+from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.naming import pod_group_label_value
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
+from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
 from phalanx.controller.kinds.kueue import partial_admission_problems, tas_problems
 from phalanx.controller.model.topology import label_conflicts
+from phalanx.controller.watch.admission_checks import (
+    claim_problems,
+    pod_group_namespace_problem,
+    preferred_affinity_warnings,
+    scheduler_problems,
+    slice_key_problem,
+    slice_key_warning,
+    template_key_problems,
+    unlisted_resource_warnings,
+)
 
 
 class WatchContext(Protocol):
@@ -34,12 +46,22 @@ class WatchContext(Protocol):
     def kube(self) -> Kube | None: ...
     @property
     def cache_primed(self) -> bool: ...
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        """The schedulers that bind Phalanx's released pods (--scheduler-names)."""
+        ...
+
     def watches(self, namespace: str) -> bool:
         """Whether Phalanx manages owners in `namespace` (--namespaces)."""
         ...
 
     def listed(self, kind: str) -> None:
         """A handler got an object of `kind` from one of Kopf's listings, which miss deletions."""
+        ...
+
+    async def outside(self, kind: str, body: Mapping[str, Any]) -> None:
+        """An owner in a namespace this Phalanx does not manage (--namespaces) was seen: one Warning if it
+        asks for Phalanx and nothing gated it (admission_checks.unmanaged_here)."""
         ...
 
 
@@ -67,6 +89,10 @@ class Webhooks:
             except JobPolicyError as e:
                 raise kopf.AdmissionError(str(e), code=422) from e
             if spec is not None:
+                problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+                problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
+                if problems:
+                    raise kopf.AdmissionError("; ".join(problems), code=422)
                 patch.spec.update(spec)
 
         return gate
@@ -100,9 +126,15 @@ class Webhooks:
             layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
-        kueue = tas_problems(JOB_KIND, body) + partial_admission_problems(body, layout.sliced)
-        if kueue:  # Kueue's TAS or partial admission against the gang (kinds/kueue.py)
-            raise kopf.AdmissionError("; ".join(kueue), code=422)
+        # Kueue TAS or partial admission against the gang (kinds/kueue.py), template keys, schedulers, claims.
+        problems = tas_problems(JOB_KIND, body) + partial_admission_problems(body, layout.sliced)
+        problems += template_key_problems(body.get("spec"))
+        if policy.is_gang:
+            problems += scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+            problems += claim_problems(body.get("spec"))
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
+        self._refuse_what_would_wait_forever(body, policy, layout)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
         if policy.is_gang and pod_spec.get("nodeName"):
             # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
@@ -113,6 +145,16 @@ class Webhooks:
             )
         if warnings is not None:
             warnings.extend(self._priority_class_warnings(policy.priority_class_name))
+            if policy.is_gang:
+                warnings.extend(preferred_affinity_warnings(body.get("spec")))
+            if self.ctx.cache_primed:
+                if policy.is_gang:
+                    nodes = self.ctx.cache.nodes.values()
+                    warnings.extend(unlisted_resource_warnings(body.get("spec"), nodes))
+                said = slice_key_warning(
+                    policy.topology_key, layout.slice_topology_key, self.ctx.cache.nodes.values()
+                )
+                warnings.extend([said] if said else [])
         # The managed label is not copied into the pod template: a Job whose only label it is would get
         # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
         if policy.is_gang:
@@ -124,6 +166,23 @@ class Webhooks:
             if not any(g.get("name") == names.ADMISSION_GATE for g in gates):
                 gates.append({"name": names.ADMISSION_GATE})
             patch.spec["template"] = {"spec": {"schedulingGates": gates}}
+
+    def _refuse_what_would_wait_forever(self, body: kopf.Body, policy: JobPolicy, layout: JobLayout) -> None:
+        """What the cache shows a gang could never get: slices no smaller than the whole Job's domain (by the
+        Topology listing its key), a namespace quota too small for the whole gang."""
+        cache = self.ctx.cache
+        key = policy.topology_key
+        levels = cache.topology_index.levels_for(key) if key else None
+        problem = slice_key_problem(key, layout.slice_topology_key, levels)
+        if problem:
+            raise kopf.AdmissionError(problem, code=422)
+        if not policy.is_gang or not self.ctx.cache_primed:
+            return
+        namespace = str(mapping(body.get("metadata")).get("namespace") or "")
+        size = policy.parallelism if layout.sliced else (policy.min_count or 1)
+        refusal = creation_refusal(body, size, self.ctx.cache.resource_quotas(namespace))
+        if refusal:
+            raise kopf.AdmissionError(refusal, code=422)
 
     def _priority_class_warnings(self, name: str | None) -> list[str]:
         """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
@@ -226,7 +285,9 @@ class Webhooks:
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
 
-    def gate_pod(self, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    def gate_pod(
+        self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+    ) -> None:
         """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
         meta = body.get("metadata", {}) or {}
         namespace = str(meta.get("namespace") or "")
@@ -242,6 +303,18 @@ class Webhooks:
                 code=422,
             )
         spec = body.get("spec", {}) or {}
+        problems = scheduler_problems(spec, self.ctx.scheduler_names)
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
+        if self.ctx.cache_primed:
+            groups = self.ctx.cache.pod_groups.items.values()
+            refusal, said = pod_group_namespace_problem(
+                group, namespace, [(g.namespace, pod_group_label_value(g.name)) for g in groups]
+            )
+            if refusal:
+                raise kopf.AdmissionError(refusal, code=422)
+            if said and warnings is not None:
+                warnings.append(said)
         if spec.get("nodeName"):
             # A bound pod bypasses scheduling and cannot carry a scheduling gate.
             raise kopf.AdmissionError(

@@ -1,0 +1,233 @@
+"""Checks at creation that the webhooks share across kinds (pure functions of the body): what Phalanx would
+otherwise let through and never keep its promise for.
+
+- **Another scheduler.** Phalanx releases a gang's pods pinned to their nodes and a scheduler binds them.
+  Only the names listed in `--scheduler-names` (default `default-scheduler`: kube-scheduler) are known to
+  bind such pods; a gang whose pods name another `schedulerName` would be admitted and then wait for a
+  scheduler that may not exist, holding its nodes. It is refused, naming the field, with what to do.
+- **Phalanx keys on a pod template.** Phalanx reads its annotations from the owner's metadata (where
+  Kueue's TAS annotations go on the pod template): a `phalanx.dev/` key on a template would be ignored.
+- **DRA ResourceClaims on a gang's pods.** Device allocation is not modelled: such pods would never be
+  released. Refused at creation, when `policy: basic` can still be chosen (issue 16 item 7, in part); an
+  extended resource no node lists (one DRA serves, say) is said at creation.
+- **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
+  nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
+  --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
+  (refused; none anywhere yet: said).
+
+Pod specs are found wherever the kind keeps them (a Job's `spec.template.spec`, a JobSet's replicated
+Jobs, a LeaderWorkerSet's leader and worker templates, a pod's own `spec`): any object with a
+`containers` list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from phalanx.api import keys
+from phalanx.bodies import mapping
+from phalanx.placement import NodeInfo, pod_requests
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def pod_specs(value: Any, path: str = "spec") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, pod spec) of every pod spec inside `value` (the body's spec)."""
+    if isinstance(value, Mapping):
+        if isinstance(value.get("containers"), list):
+            yield path, value
+            return
+        for key, item in value.items():
+            yield from pod_specs(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from pod_specs(item, f"{path}[{i}]")
+
+
+def pod_templates(value: Any, path: str = "spec") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, template) of every pod template (an object whose `spec` is a pod spec)."""
+    if isinstance(value, Mapping):
+        if isinstance(mapping(value.get("spec")).get("containers"), list):
+            yield path, value
+            return
+        for key, item in value.items():
+            yield from pod_templates(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from pod_templates(item, f"{path}[{i}]")
+
+
+def scheduler_problems(spec: Any, allowed: tuple[str, ...], *, root: str = "spec") -> list[str]:
+    """Pod specs naming a scheduler that is not known to bind Phalanx's released pods."""
+    problems = []
+    for path, pod_spec in pod_specs(spec, root):
+        name = pod_spec.get("schedulerName")
+        if name is None or name == "" or name in allowed:
+            continue
+        problems.append(
+            f"{path}.schedulerName: {str(name)!r} is not a scheduler Phalanx releases gangs to (it pins a "
+            f"gang's pods to their nodes and {', '.join(allowed)} binds them; another scheduler would never "
+            f"see them and the gang would hold its nodes for nothing); remove schedulerName, set "
+            f"{keys.POLICY_ANNOTATION}: basic to leave the pods to that scheduler, or run Phalanx with "
+            f"--scheduler-names={','.join((*allowed, str(name)))} if that scheduler binds pods pinned by "
+            "nodeSelector"
+        )
+    return problems
+
+
+def claim_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:
+    """Pod specs of a gang with DRA ResourceClaims: Phalanx does not model device allocation, so it would
+    hold the gang for ever (placement/requests.py releases none of such pods); refused at creation, when
+    the advice can still be followed (policy is immutable afterwards)."""
+    # Only a Job has a policy annotation; other owners are gangs or not managed.
+    basic = f"with {keys.POLICY_ANNOTATION}: basic to leave its pods to kube-scheduler one by one, or "
+    advice = f"create the {owner} {basic if owner == 'Job' else ''}without the {keys.MANAGED_LABEL} label"
+    return [
+        f"{path}.resourceClaims: Phalanx does not model DRA device claims (DeviceClasses, ResourceSlices, "
+        "allocated ResourceClaims), so it cannot know where kube-scheduler can allocate a gang's devices "
+        f"and would release none of its pods; {advice}"
+        for path, pod_spec in pod_specs(spec, root)
+        if isinstance(pod_spec.get("resourceClaims"), list) and pod_spec.get("resourceClaims")
+    ]
+
+
+def template_key_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:
+    """`phalanx.dev/` keys on pod templates: Phalanx reads them on the owner's own metadata only."""
+    problems = []
+    for path, template in pod_templates(spec, root):
+        meta = mapping(template.get("metadata"))
+        for place in ("annotations", "labels"):
+            for key in mapping(meta.get(place)):
+                if str(key).startswith(f"{keys.PREFIX}/"):
+                    problems.append(
+                        f"{path}.metadata.{place}[{key}]: Phalanx reads its keys from the {owner}'s own "
+                        f"metadata, not from its pod template, where it would be ignored; move it to "
+                        f"metadata.{place} of the {owner}"
+                    )
+    return problems
+
+
+def slice_key_problem(
+    job_key: str | None, slice_key: str | None, levels: tuple[str, ...] | None
+) -> str | None:
+    """A slice key a Topology lists at the Job's key's level or above: slices would be no smaller than the
+    whole Job's domain (Kueue refuses the same). `levels`: the Topology listing the Job's key."""
+    if not job_key or not slice_key or not levels or job_key not in levels or slice_key not in levels:
+        return None
+    if levels.index(slice_key) > levels.index(job_key):
+        return None
+    return (
+        f"metadata.annotations[{keys.SLICE_TOPOLOGY_KEY_ANNOTATION}]: {slice_key!r} is not finer than "
+        f"{keys.TOPOLOGY_KEY_ANNOTATION} {job_key!r}: their Topology lists it at level "
+        f"{levels.index(slice_key)}, the Job's key at level {levels.index(job_key)} (coarse to fine), so a "
+        "slice would be no smaller than the whole Job's domain; use a level below the Job's key"
+    )
+
+
+def slice_key_warning(job_key: str | None, slice_key: str | None, nodes: Iterable[NodeInfo]) -> str | None:
+    """Without a Topology ordering the two keys: on the nodes now, every domain of the Job's key lies inside
+    one domain of the slice key (slices no smaller than the Job's domain). Said, not refused: a small or
+    growing cluster may show that by chance."""
+    if not job_key or not slice_key:
+        return None
+    inside: dict[str, set[str]] = {}
+    for node in nodes:
+        if job_key in node.labels and slice_key in node.labels:
+            inside.setdefault(node.labels[job_key], set()).add(node.labels[slice_key])
+    if not inside or any(len(values) > 1 for values in inside.values()):
+        return None
+    return (
+        f"metadata.annotations[{keys.SLICE_TOPOLOGY_KEY_ANNOTATION}]: on the nodes now, each domain of "
+        f"{job_key!r} lies inside one domain of {slice_key!r}, so a slice is no smaller than the Job's "
+        "domain; "
+        "a slice key should be a finer level (list both in a Topology to have this checked)"
+    )
+
+
+def unlisted_resource_warnings(spec: Any, nodes: Iterable[NodeInfo], *, root: str = "spec") -> list[str]:
+    """Extended resources a gang's pods request that no node lists in its allocatable now: Phalanx places
+    by the nodes' allocatable only, so such a gang waits until a node lists it. One DRA serves through a
+    DeviceClass's `extendedResourceName` is never listed there (not modelled): said at creation, while the
+    Job can still be made `basic` (issue 16 item 7). Said, not refused: a node may come that lists it."""
+    listed = {name for node in nodes for name in node.allocatable}
+    out = []
+    for path, pod_spec in pod_specs(spec, root):
+        missing = sorted(
+            r for r, n in pod_requests(pod_spec).items() if "/" in r and n > 0 and r not in listed
+        )
+        if missing:
+            out.append(
+                f"{path}: requests {', '.join(missing)}, which no node lists in its allocatable now; Phalanx "
+                "places a gang by the nodes' allocatable only (a DRA DeviceClass serving it as its "
+                "extendedResourceName is not modelled), so the gang waits until a node lists it; if DRA "
+                f"serves it, create the Job with {keys.POLICY_ANNOTATION}: basic"
+            )
+    return out
+
+
+def preferred_affinity_warnings(spec: Any, *, root: str = "spec") -> list[str]:
+    """Preferred (scoring-only) terms Phalanx does not model: it chooses the nodes itself and pins them, so
+    kube-scheduler's scores never apply to a gang's pods. Said at creation, not refused."""
+    out = []
+    for path, pod_spec in pod_specs(spec, root):
+        affinity = mapping(pod_spec.get("affinity"))
+        for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+            if mapping(affinity.get(kind)).get("preferredDuringSchedulingIgnoredDuringExecution"):
+                out.append(
+                    f"{path}.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution: ignored for a "
+                    "gang (Phalanx chooses and pins its nodes; it models kube-scheduler's filters, none of "
+                    "its scores); use a required term, or phalanx.dev/topology-key to keep the pods together"
+                )
+        if any(
+            mapping(c).get("whenUnsatisfiable") == "ScheduleAnyway"
+            for c in pod_spec.get("topologySpreadConstraints") or []
+        ):
+            out.append(
+                f"{path}.topologySpreadConstraints: ScheduleAnyway constraints are ignored for a gang "
+                "(a score; Phalanx models DoNotSchedule ones)"
+            )
+    return out
+
+
+def unmanaged_here(body: Mapping[str, Any], namespace: str, namespaces: tuple[str, ...]) -> str | None:
+    """A Job (or other owner) labelled phalanx.dev/managed=true in a namespace outside --namespaces that no
+    Phalanx gated (no pod template carries the gate: another instance managing that namespace would have
+    put it there): nothing will ever hold or admit its pods as a gang. The message of the Warning."""
+    labels = mapping(mapping(body.get("metadata")).get("labels"))
+    if labels.get(keys.MANAGED_LABEL) != keys.MANAGED_VALUE:
+        return None
+    for _, pod_spec in pod_specs(body.get("spec")):
+        if any(mapping(g).get("name") == keys.ADMISSION_GATE for g in pod_spec.get("schedulingGates") or []):
+            return None
+    return (
+        f"labelled {keys.MANAGED_LABEL}=true in namespace {namespace}, which is not among this Phalanx's "
+        f"--namespaces ({', '.join(namespaces)}): its pods are not held as a gang (kube-scheduler places "
+        "them "
+        "one by one); create it in one of those namespaces, or add this one to --namespaces"
+    )
+
+
+def pod_group_namespace_problem(
+    group: str, namespace: str, groups: Iterable[tuple[str, str]]
+) -> tuple[str | None, str | None]:
+    """(refusal, warning) for a pod joining PodGroup `group` (its label value) in `namespace`, given every
+    (namespace, label value) of the groups the cache knows: a group of that name only in other namespaces is
+    refused (a pod joins a group of its own namespace: it would stay gated for ever); none anywhere yet is
+    said (the group may be created next)."""
+    elsewhere = sorted({ns for ns, value in groups if value == group and ns != namespace})
+    if any(ns == namespace and value == group for ns, value in groups):
+        return None, None
+    if elsewhere:
+        return (
+            f"label {keys.POD_GROUP_LABEL}: PodGroup {group!r} is in namespace {', '.join(elsewhere)}, not "
+            f"{namespace}: a pod joins a PodGroup of its own namespace; create the pod there, or the "
+            "PodGroup "
+            "here",
+            None,
+        )
+    return None, (
+        f"label {keys.POD_GROUP_LABEL}: no PodGroup {group!r} exists in namespace {namespace} yet; the pod "
+        "stays "
+        "gated until one does"
+    )

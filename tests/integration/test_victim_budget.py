@@ -1,0 +1,71 @@
+"""Victims' failure budget on the dev cluster (issue 16, item 2): a `single` victim whose Job would fail
+from losing pods (backoffLimit 0, no podFailurePolicy) is requeued whole, not evicted pod by pod; with a
+podFailurePolicy that ignores DisruptionTarget it still loses only the pods the preemptor needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .kube import LB_KEY, NB_KEY, Namespace, bound, wait_for
+from .test_phalanx_admission import wait_bound
+from .test_preemption import HIGH, LOW, job, preempted_jobs, priority_classes, read_job  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+
+
+def failed(body: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Failed" and c["status"] == "True" for c in body.get("status", {}).get("conditions", [])
+    )
+
+
+@pytest.mark.parametrize("ignores_disruptions", [False, True], ids=["backoff-0", "ignores-disruptions"])
+def test_a_single_victim_is_taken_pod_by_pod_only_when_that_cannot_fail_its_job(
+    ns: Namespace, ignores_disruptions: bool
+) -> None:
+    """keeper (high priority, never a victim) runs in nb-b, low (4 pods, min-count 2, backoffLimit 0) in
+    nb-a; high-2 needs one local block. Evicting 2 pods of low is the cheapest set, and would fail low's
+    Job unless its podFailurePolicy ignores disruptions: then Phalanx requeues low whole instead."""
+    ns.create(job("keeper", 4, HIGH, NB_KEY))
+    wait_bound(ns, "keeper", 4)
+    low = job("low", 4, LOW, NB_KEY, **{"phalanx.dev/min-count": "2"})
+    low["spec"]["backoffLimit"] = 0
+    if ignores_disruptions:
+        low["spec"]["podFailurePolicy"] = IGNORE_DISRUPTIONS
+    ns.create(low)
+    before = {p["metadata"]["name"] for p in wait_bound(ns, "low", 4)}
+    ns.create(job("high-2", 2, HIGH, LB_KEY))
+    wait_bound(ns, "high-2", 2, timeout=90)
+    assert wait_for("low preempted", lambda: preempted_jobs(ns) == {"low"} or None)
+
+    if ignores_disruptions:
+        # Two pods went, two run on: the Job counted nothing against its backoffLimit.
+        kept = wait_for(
+            "2 of low's pods left running",
+            lambda: (
+                k
+                if len(k := {p["metadata"]["name"] for p in bound(ns.job_pods("low"))} & before) == 2
+                else None
+            ),
+            timeout=60,
+        )
+        print(f"low kept {sorted(kept)} running")
+        body = read_job(ns, "low")
+        assert not body["spec"].get("suspend")
+    else:
+        # Requeued whole: suspended (no failure counted), its pods gone, then resumed with new gated pods.
+        def requeued_and_back() -> dict[str, Any] | None:
+            current = ns.job_pods("low")
+            names = {p["metadata"]["name"] for p in current}
+            body = read_job(ns, "low")
+            return body if current and not names & before and not body["spec"].get("suspend") else None
+
+        body = wait_for("low requeued whole and resumed", requeued_and_back, timeout=90)
+        events = [e["message"] for e in ns.events("involvedObject.name=low") if e["reason"] == "Preempted"]
+        print("\n".join(events))
+        assert int(body.get("status", {}).get("failed") or 0) == 0
+    assert not failed(body), f"low's Job failed: {body.get('status')}"

@@ -1,0 +1,83 @@
+"""Scaling a running gang up (issue 16 item 8), through `plan()`: train ran 2 pods in nb-a (n1, n2); its
+parallelism went to 4 (minCount follows: 4) and the Job controller made 2 more pods, gated. With room in
+nb-a the new pods join it there; with none they wait; the running pods are never requeued for it. A gang
+that lost a pod of its decision is still requeued after the grace period (test_controller_node_failure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from test_controller_plan import admitted_reason
+from testkit import NOW, TOPOLOGY, cluster, filler, group_of, job_body, only, pod_body
+
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.controller.model.actions import PatchStatus, ReleasePod, SuspendJob
+from phalanx.controller.plan import Plan, plan
+
+
+def scaled(others: list[dict[str, Any]], after: float) -> Plan:
+    job = job_body("train", 4, annotations=TOPOLOGY)
+    decision = Admission(
+        domain="nb-a",
+        assignments=[Assignment(pod="train-0", node="n1"), Assignment(pod="train-1", node="n2")],
+        admitted_at=NOW - dt.timedelta(minutes=10),
+        attempt=0,
+    )
+    group = group_of(job, PodGroupStatus(admission=decision, domain="nb-a"))
+    pods = [
+        pod_body("train", 0, gated=False, node="n1", released_to="n1", phase="Running", group=group.name),
+        pod_body("train", 1, gated=False, node="n2", released_to="n2", phase="Running", group=group.name),
+        pod_body("train", 2, group=group.name),
+        pod_body("train", 3, group=group.name),
+    ]
+    first = plan(cluster([(job, group, pods)], others=others), NOW)
+    patches = only(first.actions, PatchStatus)
+    if not patches or after == 0:
+        return first
+    later = group_of(job, patches[0].status)
+    return plan(cluster([(job, later, pods)], others=others), NOW + dt.timedelta(seconds=after))
+
+
+def test_the_new_pods_join_the_running_gang_in_its_domain_when_they_fit() -> None:
+    result = scaled([], 0)
+    assert sorted((r.pod.name, r.node) for r in only(result.actions, ReleasePod)) == [
+        ("train-2", "n3"),
+        ("train-3", "n4"),
+    ]
+    assert not only(result.actions, SuspendJob)
+
+
+def test_with_no_room_the_new_pods_wait_and_the_running_ones_are_never_requeued() -> None:
+    busy = [filler("n3"), filler("n4")]
+    now = scaled(busy, 0)
+    (patch,) = only(now.actions, PatchStatus)
+    _, reason, message = admitted_reason(patch.status)
+    assert reason == "Unschedulable" and "nb-a: 0 of 2 pods fit" in message, message
+    later = scaled(busy, 3600)  # long past the node-failure grace period
+    assert not only(later.actions, SuspendJob) and not only(later.actions, ReleasePod)
+
+
+def test_a_gang_that_lost_a_replacement_pod_is_still_requeued() -> None:
+    """n3 failed once: its pod's replacement went to n4 (recorded alone); now n2 failed too and nb-a has
+    no room: the pods placed (train-0, train-3) are not the decision's (train-3): requeued after the
+    grace period, as before."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    decision = Admission(
+        domain="nb-a",
+        assignments=[Assignment(pod="train-3", node="n4")],
+        admitted_at=NOW - dt.timedelta(minutes=10),
+        attempt=1,
+    )
+    group = group_of(job, PodGroupStatus(admission=decision, domain="nb-a"))
+    pods = [
+        pod_body("train", 0, gated=False, node="n1", released_to="n1", phase="Running", group=group.name),
+        pod_body("train", 3, gated=False, node="n4", released_to="n4", phase="Running", group=group.name),
+        pod_body("train", 4, group=group.name),  # n2's pod's replacement, gated
+    ]
+    busy = [filler("n2"), filler("n3")]
+    first = plan(cluster([(job, group, pods)], others=busy), NOW)
+    later = group_of(job, only(first.actions, PatchStatus)[0].status)
+    result = plan(cluster([(job, later, pods)], others=busy), NOW + dt.timedelta(seconds=3600))
+    (suspend,) = only(result.actions, SuspendJob)
+    assert suspend.why.startswith("below its minCount")

@@ -1,0 +1,102 @@
+"""Status that stays true (issue 16 item 9), through `plan()` and `desired_status`: a finished Job's groups
+(also a CompositePodGroup root) keep the domain they ran in (docs/api.md says so), and the admitted message
+counts the members that already succeeded; DOMAIN says where the pods are (every domain of a preferred gang
+spread without a common one, a node relabelled into another domain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_controller_plan import admitted_reason
+from testkit import LB, NB, NODES, NOW, TOPOLOGY, cluster, group_of, job_body, node_body, only, pod_body
+
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.controller.model.actions import PatchStatus
+from phalanx.controller.plan import plan
+from phalanx.controller.plan.status import GroupFacts, desired_status
+
+
+def ran(index: int, node: str, phase: str, group: str) -> dict[str, Any]:
+    return pod_body("train", index, gated=False, node=node, released_to=node, phase=phase, group=group)
+
+
+def status_after(job: dict[str, Any], status: PodGroupStatus | None, pods: list[dict[str, Any]]) -> Any:
+    group = group_of(job, status)
+    patches = only(plan(cluster([(job, group, pods)]), NOW).actions, PatchStatus)
+    return patches[0].status if patches else group.status
+
+
+def test_a_finished_group_keeps_its_domain_and_succeeded_members_are_counted() -> None:
+    job = job_body("train", 4, annotations=TOPOLOGY, succeeded=2)
+    base = group_of(job).name
+    pods = [
+        ran(0, "n1", "Succeeded", base),
+        ran(1, "n2", "Succeeded", base),
+        ran(2, "n3", "Running", base),
+        ran(3, "n4", "Running", base),
+    ]
+    running = status_after(job, None, pods)
+    _, reason, message = admitted_reason(running)
+    assert reason == "Admitted" and running.domain == "nb-a", (reason, message)
+    assert "2 pod(s) admitted in nb-a" in message and "2 more succeeded" in message, message
+
+    done = job_body("train", 4, annotations=TOPOLOGY, succeeded=4, finished=True)
+    pods = [ran(i, f"n{i + 1}", "Succeeded", base) for i in range(4)]
+    finished = status_after(done, running, pods)
+    _, reason, _ = admitted_reason(finished)
+    assert reason == "Finished" and finished.domain == "nb-a"
+
+
+def test_a_finished_composite_root_keeps_its_domain_too() -> None:
+    """A CompositePodGroup's root is given no domain once nothing of its tree is placed (report.py): when
+    its Job finished, the status still says where the tree ran; before that, no domain means none."""
+    ran_in = status_facts(domain="nb-a", scheduled=2, waiting=0)
+    running = desired_status(PodGroupStatus(), ran_in, None, NOW, 1, None)
+    assert running.domain == "nb-a"
+    finished = desired_status(running, status_facts(finished=True, waiting=0), None, NOW, 1, None)
+    assert finished.domain == "nb-a" and finished.phase == "Finished"
+    requeued = desired_status(running, status_facts(waiting=2), None, NOW, 1, None)
+    assert requeued.domain is None  # not finished: nothing placed now, no domain
+
+
+def status_facts(**overrides: Any) -> GroupFacts:
+    base: dict[str, Any] = dict(gang=True, min_count=2, scheduled=0, released=0, waiting=2, domain=None)
+    base.update(overrides)
+    return GroupFacts(**base)
+
+
+def _admitted_on(job: dict[str, Any], nodes: list[str], domain: str | None, level: str | None) -> Any:
+    admission = Admission(
+        domain=domain,
+        assignments=[Assignment(pod=f"train-{i}", node=n) for i, n in enumerate(nodes)],
+        admitted_at=NOW,
+        attempt=0,
+        level=level,
+    )
+    return group_of(job, PodGroupStatus(admission=admission))
+
+
+def _domain(job: dict[str, Any], group: Any, nodes: list[str], bodies: list[dict[str, Any]]) -> str | None:
+    pods = [ran(i, n, "Running", group.name) for i, n in enumerate(nodes)]
+    patches = only(plan(cluster([(job, group, pods)], nodes=bodies), NOW).actions, PatchStatus)
+    domain: str | None = patches[0].status.domain
+    return domain
+
+
+def test_domain_says_every_domain_a_preferred_gang_without_a_topology_spread_over() -> None:
+    job = job_body(
+        "train", 3, annotations={"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "preferred"}
+    )
+    where = ["n1", "n3", "n5"]
+    group = _admitted_on(job, where, None, "")  # no common domain: it went anywhere
+    assert _domain(job, group, where, [node_body(n) for n in NODES]) == "lb-a1,lb-a2,lb-b1"
+
+
+def test_domain_follows_a_node_relabelled_into_another_domain() -> None:
+    job = job_body("train", 4, annotations=TOPOLOGY)
+    where = ["n1", "n2", "n3", "n4"]
+    group = _admitted_on(job, where, "nb-a", None)
+    bodies = [node_body(n) for n in NODES]
+    assert _domain(job, group, where, bodies) == "nb-a"
+    bodies[3]["metadata"]["labels"][NB] = "nb-b"  # n4 moved to nb-b
+    assert _domain(job, group, where, bodies) == "nb-a,nb-b"
