@@ -5,7 +5,8 @@
 #
 # Without arguments (CI), what only some tests need — the addon controllers (JobSet, LWS, Trainer, Kueue)
 # and the oldest promised Kubernetes version's control plane — is built while the other tests run (they
-# mostly wait on the control plane), and the tests that need it (marker needs_builds) run last.
+# mostly wait on the control plane), and the tests that need it (marker needs_builds) run last; both runs
+# on two pytest-xdist workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,16 +45,20 @@ if (($#)); then
   exit $?
 fi
 
+# Two workers (PHALANX_TEST_WORKERS): the integration tests mostly wait on their control planes. A file's
+# tests stay on one worker, the addon tests share one (tests/integration/conftest.py's xdist groups).
+workers=(-n "${PHALANX_TEST_WORKERS:-2}" --dist loadgroup)
+
 mkdir -p .cache
 build_the_rest > .cache/builds.log 2>&1 &
 builds=$!
 checks
 rc=0
-run_pytest -m "not needs_builds" || rc=$?
+run_pytest "${workers[@]}" -m "not needs_builds" || rc=$?
 if ! wait "$builds"; then
   echo "building the addons or the oldest control plane failed:" >&2
   tail -n 50 .cache/builds.log >&2
   exit 1
 fi
-run_pytest -m needs_builds || rc=$?
+run_pytest "${workers[@]}" -m needs_builds || rc=$?
 exit $rc
