@@ -5,8 +5,8 @@
 #
 # Without arguments (CI), what only some tests need — the addon controllers (JobSet, LWS, Trainer, Kueue)
 # and the oldest promised Kubernetes version's control plane — is built while the other tests run (they
-# mostly wait on the control plane), and the tests that need it (marker needs_builds) run last; both runs
-# on two pytest-xdist workers.
+# mostly wait on the control plane, on two pytest-xdist workers), and the tests that need it (marker
+# needs_builds) run last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,9 +45,11 @@ if (($#)); then
   exit $?
 fi
 
-# Two workers (PHALANX_TEST_WORKERS): the integration tests mostly wait on their control planes. A file's
-# tests stay on one worker, the addon tests share one (tests/integration/conftest.py's xdist groups).
-workers=(-n "${PHALANX_TEST_WORKERS:-2}" --dist loadgroup)
+# Two workers (PHALANX_TEST_WORKERS) for what does not need the later builds: the integration tests mostly
+# wait on their control planes; a file's tests stay on one worker (--dist loadfile: its module's cluster
+# starts once, and the real node's host network is never set up twice at a time). The addon tests run on
+# one worker: they share the session's one cluster with the addon controllers.
+workers=(-n "${PHALANX_TEST_WORKERS:-2}" --dist loadfile)
 
 mkdir -p .cache
 build_the_rest > .cache/builds.log 2>&1 &
@@ -60,5 +62,5 @@ if ! wait "$builds"; then
   tail -n 50 .cache/builds.log >&2
   exit 1
 fi
-run_pytest "${workers[@]}" -m needs_builds || rc=$?
+run_pytest -m needs_builds || rc=$?
 exit $rc

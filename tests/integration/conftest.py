@@ -23,23 +23,12 @@ BUILT_LATER = {"addons_cluster", "addons_ns", "oldest_cluster"}
 BUILT_LATER_FILES = {"test_addons.py", "test_dev_cluster_versions.py"}
 
 
-# Tests on the one session cluster with the addon controllers: one xdist group, so that cluster is started
-# once (hack/test.sh runs the suite on two workers with --dist loadgroup).
-ADDON_FIXTURES = {"addons_cluster", "addons_ns"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-            fixtures = set(getattr(item, "fixturenames", ()))
-            if BUILT_LATER & fixtures or item.path.name in BUILT_LATER_FILES:
+            if BUILT_LATER & set(getattr(item, "fixturenames", ())) or item.path.name in BUILT_LATER_FILES:
                 item.add_marker(pytest.mark.needs_builds)
-            # A file's tests stay on one worker (its module-scoped cluster starts once); the addon tests
-            # share one worker and its one addons cluster.
-            group = "addons" if ADDON_FIXTURES & fixtures else item.path.name
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[ClusterState]:
