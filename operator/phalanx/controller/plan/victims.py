@@ -169,6 +169,10 @@ def actuate(
             actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
         actions.append(PostEvent(unit.owner.ref, "Warning", "Preempted", said))
         actions.append(PostEvent(unit.group, "Warning", "Preempted", said))
+        # The requeue's one Warning (its Requeued condition posts none: report.announce), as requeue.py says
+        # it on a unit it takes back itself.
+        actions.append(PostEvent(unit.owner.ref, "Warning", "Requeued", why))
+        actions.append(PostEvent(unit.group, "Warning", "Requeued", why))
         requeued.append(key)
     whole = set(preemption.whole_groups)
     message = f"phalanx: preempting to make room for {kind} {preemptor.key}"
