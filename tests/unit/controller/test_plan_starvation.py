@@ -22,11 +22,12 @@ from testkit import (
     pod_body,
     running,
     waiting_status,
+    written_statuses,
 )
 
 from phalanx.api import conditions as c
 from phalanx.api.status import BOUNDED_WAITING, PodGroupStatus
-from phalanx.controller.model.actions import PatchStatus, RecordAdmission, ReleasePod
+from phalanx.controller.model.actions import PatchStatus, ReleasePod
 from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
 
@@ -74,15 +75,8 @@ def _released(result: Plan, job: str) -> list[str]:
 
 
 def _status(result: Plan, prefix: str) -> PodGroupStatus:
-    # A status patch, or the whole status a decision's record carries (one write per admission).
-    (status,) = [
-        a.status
-        for a in result.actions
-        if isinstance(a, (PatchStatus, RecordAdmission))
-        and a.status is not None
-        and a.group.name.startswith(prefix)
-    ]
-    return status  # type: ignore[return-value]
+    (status,) = [s for name, s in written_statuses(result).items() if name.startswith(prefix)]
+    return status  # type: ignore[no-any-return]
 
 
 def test_before_the_age_a_younger_small_gang_takes_the_room_the_big_one_waits_for() -> None:

@@ -35,6 +35,7 @@ from phalanx.controller.model.actions import (
     RecordAdmission,
     ReleasePod,
     SuspendJob,
+    status_write,
 )
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, plan
@@ -78,12 +79,8 @@ def _sliced(
 
 
 def _status(result: Plan, kind: str) -> GroupStatus:
-    # A status patch, or the whole status a decision's record carries (one write per admission).
-    (status,) = [
-        a.status
-        for a in result.actions
-        if isinstance(a, (PatchStatus, RecordAdmission)) and a.status is not None and a.group.kind == kind
-    ]
+    writes = (status_write(a) for a in result.actions)
+    (status,) = [s for ref, s in (w for w in writes if w is not None) if ref.kind == kind]
     return status
 
 

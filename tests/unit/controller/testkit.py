@@ -17,7 +17,7 @@ from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import plan_input
-from phalanx.controller.model.actions import Action, PatchStatus
+from phalanx.controller.model.actions import Action, PatchStatus, status_write
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, WorkloadRecord
 from phalanx.controller.plan import Plan, PlanInput
 
@@ -267,13 +267,8 @@ def only(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
 def written_statuses(result: Plan) -> dict[str, Any]:
     """Group name -> the status the plan writes for it: a PatchStatus, or the whole status a RecordAdmission
     carries (an admission's status goes with its decision, in one write)."""
-    from phalanx.controller.model.actions import RecordAdmission
-
-    out: dict[str, Any] = {}
-    for a in result.actions:
-        if isinstance(a, PatchStatus) or (isinstance(a, RecordAdmission) and a.status is not None):
-            out[a.group.name] = a.status
-    return out
+    writes = (status_write(a) for a in result.actions)
+    return {ref.name: status for ref, status in (w for w in writes if w is not None)}
 
 
 def status_of(result: Plan) -> PodGroupStatus:

@@ -198,3 +198,13 @@ class UnitPlan:
     preempted_pods: int = 0  # pods this plan preempts (for metrics)
     admitted: str | None = None  # "Gang" or "Basic" when this plan admits the unit (plan/admitted.py)
     waiting_since: dt.datetime | None = None  # then: when its wait began (its creation or last requeue)
+
+
+def status_write(action: object) -> tuple[ObjectRef, GroupStatus] | None:
+    """The group status an action writes, if it writes one: a status patch, or the whole status a
+    decision's record carries (one write per admission)."""
+    if isinstance(action, PatchStatus):
+        return action.group, action.status
+    if isinstance(action, RecordAdmission) and action.status is not None:
+        return action.group, action.status
+    return None

@@ -18,7 +18,7 @@ import datetime as dt
 
 from phalanx.api import conditions as c
 from phalanx.api.status import BASIC, GANG
-from phalanx.controller.model.actions import PatchStatus, RecordAdmission
+from phalanx.controller.model.actions import status_write
 from phalanx.controller.plan.decide import never_admitted
 from phalanx.controller.plan.work import UnitWork
 
@@ -34,11 +34,9 @@ def admitted_policy(work: UnitWork) -> str | None:
         return None  # admitted already
     target = (holder.ref.kind, holder.ref.key)
     for action in work.actions:
-        # The status the pass writes: a status patch, or the whole status a decision's record carries.
-        if not isinstance(action, (PatchStatus, RecordAdmission)) or action.status is None:
-            continue
-        if (action.group.kind, action.group.key) == target:
-            after = action.status.condition(c.ADMITTED)
+        written = status_write(action)
+        if written is not None and (written[0].kind, written[0].key) == target:
+            after = written[1].condition(c.ADMITTED)
             if after is None or after.status != c.TRUE:
                 return None
             single = work.single
