@@ -7,7 +7,9 @@ Read straight from the API, independently of Phalanx's code (own quantity parsin
 - settled, once the operator had time: every gang fully admitted (all pods bound, where its PodGroup's
   recorded decision put them) or fully gated (no pod released or bound, so below minCount it holds no
   node), nothing in flight (released but unbound, requeued, terminating), and no gated gang that would fit
-  in the room left (nothing lost: Phalanx admits whatever fits).
+  in the room left (nothing lost: Phalanx admits whatever fits). The room left excludes the nodes another
+  waiting gang's PodGroup records as held for it (`status.reservation`: bounded waiting holds them for a
+  gang that waited longer than --starvation-age, so a smaller gang that fits only there waits by rule).
 """
 
 from __future__ import annotations
@@ -120,6 +122,12 @@ class Gang:
         return len(live) == self.size and all(gated(p) and not usage_node(p) for p in live)
 
     @property
+    def holding(self) -> bool:
+        """Its PodGroup records room held for it because it waited too long (bounded waiting)."""
+        reservation = ((self.group or {}).get("status") or {}).get("reservation") or {}
+        return reservation.get("cause") == "BoundedWaiting"
+
+    @property
     def requeued(self) -> bool:
         return bool(self.job["metadata"].get("annotations", {}).get(REQUEUED_ANNOTATION))
 
@@ -180,6 +188,21 @@ class World:
             name: {r: amount - used[name].get(r, 0) for r, amount in node.allocatable.items()}
             for name, node in self.nodes.items()
         }
+
+    def held_for_others(self, gang: Gang) -> set[str]:
+        """Nodes the PodGroups of the other waiting gangs record as held for them (their reservations)."""
+        held: set[str] = set()
+        for other in self.gangs.values():
+            if other is gang or not other.waiting:
+                continue
+            reservation = ((other.group or {}).get("status") or {}).get("reservation") or {}
+            held.update(reservation.get("nodes") or [])
+        return held
+
+    def room_for(self, gang: Gang, free: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """The free room the gang may take: none on nodes held for another waiting gang."""
+        held = self.held_for_others(gang)
+        return {name: ({r: 0 for r in room} if name in held else room) for name, room in free.items()}
 
     def fits(self, gang: Gang, free: dict[str, dict[str, int]] | None = None) -> bool:
         """Would the whole gang fit in one domain of its key (anywhere without one) in this room?"""
@@ -248,7 +271,7 @@ class World:
                 reasons.append(
                     f"{gang.name}: {placed} of {live} pods placed (size {gang.size}), partly admitted"
                 )
-            elif self.fits(gang, free):
+            elif self.fits(gang, self.room_for(gang, free)):
                 reasons.append(f"{gang.name}: waits although it fits the room left")
         return reasons
 

@@ -86,6 +86,7 @@ class Stats:
     kills: Counter[str] = field(default_factory=Counter)
     restarts: int = 0
     polls: int = 0  # safety checks made
+    held: set[str] = field(default_factory=set)  # gangs seen waiting with room held (bounded waiting)
     settle_seconds: list[float] = field(default_factory=list)
     proxy: Mapping[str, int] = field(default_factory=dict)
 
@@ -98,6 +99,7 @@ class Stats:
             f"admissions (gangs fully admitted): {self.admissions}",
             f"safety checks (no node over capacity, one domain per gang): {self.polls}, all passed",
             f"settled after each round: mean {mean:.1f} s, worst {worst:.1f} s",
+            f"gangs that had room held for them after waiting too long: {len(self.held)}",
         ]
         if self.kills:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.kills.items()))
@@ -137,6 +139,8 @@ class Soak:
         for gang in world.gangs.values():
             if gang.requeued:
                 self.requeued.add(gang.name)
+            if gang.waiting and gang.holding:
+                self.stats.held.add(gang.name)
             if gang.admitted and gang.name not in self.admitted:
                 self.admitted.add(gang.name)
                 self.stats.admissions += 1

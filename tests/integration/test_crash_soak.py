@@ -3,7 +3,9 @@ random points of their admissions — a random delay, right after a recorded dec
 release, before the Nth status write (the test-only switches of controller/faults.py), sometimes again
 during the recovery — and restarted. After every round every gang is fully admitted where its decision
 says or fully gated, no node is over capacity, no gang spans two domains, nothing that fits waits; at the
-end every gang that can ever fit was admitted. The full form: `python3 bench/soak.py crash --rounds 60`."""
+end every gang that can ever fit was admitted. A gang waits by rule where the room it fits is held for an
+older gang that waited longer than --starvation-age (its PodGroup's status.reservation). The full form:
+`python3 bench/soak.py crash --rounds 60`."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from .soak import SWITCHES, Soak
 pytestmark = pytest.mark.integration
 ROUNDS = 10  # every kill point twice (they cycle in fives)
 SEED = 20261130
+STARVATION_AGE = 20  # seconds (the default 60 is reached only on a slow machine in the short form)
 
 
 @pytest.fixture
@@ -29,7 +32,11 @@ def own_operator(
 ) -> Iterator[OperatorProcess]:
     """An operator this test may kill and restart with switches armed, instead of the session's."""
     phalanx.stop()
-    operator = OperatorProcess(stock_cluster, tmp_path, name="crash-soak")
+    # Gangs left waiting across rounds get room held for them (bounded waiting) within the short form too:
+    # crashes must not break a hold either, and the settled check must tell a hold from a lost gang.
+    operator = OperatorProcess(
+        stock_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak"
+    )
     try:
         operator.start()
         yield operator
