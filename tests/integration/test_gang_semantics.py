@@ -17,13 +17,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
@@ -32,7 +29,6 @@ from .kube import (
     LB_KEY,
     NB_KEY,
     Namespace,
-    active_topology,
     bound,
     domains_of,
     gpu_job,
@@ -40,6 +36,7 @@ from .kube import (
     node_labels,
     wait_for,
 )
+from .priority_fixtures import block_topology_fixture, module_priority_classes
 from .scenarios import PHALANX
 from .semantics_scenarios import tree_preemption
 from .slice_scenarios import PHALANX_SLICES, SLICES, composite, pod_group, workload
@@ -52,26 +49,8 @@ PHALANX_API = "scheduling.phalanx.dev/v1beta1"
 GRACE = 30.0  # phalanx run's default --node-failure-grace
 
 
-@pytest.fixture(scope="module", autouse=True)
-def priority_classes(stock_cluster: ClusterState) -> Iterator[None]:
-    api = stock_cluster.client()
-    for name, value in ((LOW, 10), (HIGH, 1000)):
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
-        try:
-            api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {**body, "value": value})
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    yield
-    for name in (LOW, HIGH):
-        api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
-
-
-@pytest.fixture
-def block_topology(ns: Namespace) -> Iterator[str]:
-    """A Topology of (network block, local block), active."""
-    with active_topology(ns.api, f"gs-{ns.name}"[:60], NB_KEY, LB_KEY) as name:
-        yield name
+priority_classes = module_priority_classes({LOW: 10, HIGH: 1000})
+block_topology = block_topology_fixture("gs")
 
 
 def auto_job(name: str, count: int) -> dict[str, Any]:
@@ -155,11 +134,7 @@ def test_a_high_priority_sliced_job_preempts_a_low_priority_gang_whole(ns: Names
         ns.create(gpu_job(name, 4, labels=MANAGED, annotations=notes, priority_class=LOW))
         wait_bound(ns, name, 4)
     ns.create(sliced_job("sliced", HIGH))
-    pods = wait_for(
-        "the sliced Job bound",
-        lambda: ps if len(bound(ps := ns.job_pods("sliced"))) == 4 else None,
-        timeout=120,
-    )
+    pods = wait_bound(ns, "sliced", 4, timeout=120)
     print(ns.where())
     assert len(domains_of(ns.api, pods, NB_KEY)) == 1
     labels = node_labels(ns.api)
