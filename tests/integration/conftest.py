@@ -14,6 +14,7 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from .addons_fixtures import addons_cluster, addons_ns  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue)
 from .kinds_fixtures import kinds_ns, phalanx_addons  # noqa: F401  (Phalanx on that cluster)
 from .kube import Namespace, delete_namespace, new_namespace
+from .operator_fixtures import namespace_with, running_operator
 
 pytestmark = pytest.mark.integration
 
@@ -65,13 +66,7 @@ def phalanx(
     stock_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """The Phalanx operator, running against the stock cluster for the whole session."""
-    operator = OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator")))
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
+    yield from running_operator(OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator"))))
 
 
 @pytest.fixture
@@ -79,8 +74,4 @@ def ns(
     stock_cluster: ClusterState, phalanx: OperatorProcess, request: pytest.FixtureRequest
 ) -> Iterator[Namespace]:
     """A fresh namespace on the stock cluster, with the operator running (restarted if a test stopped it)."""
-    if phalanx.proc is None or phalanx.proc.poll() is not None:
-        phalanx.start()
-    namespace = new_namespace(stock_cluster, request.node.name)
-    yield namespace
-    delete_namespace(namespace)
+    yield from namespace_with(stock_cluster, phalanx, request)

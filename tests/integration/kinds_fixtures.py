@@ -16,7 +16,8 @@ import pytest
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
-from .kube import Namespace, delete_namespace, new_namespace
+from .kube import Namespace
+from .operator_fixtures import namespace_with, running_operator
 
 NODE_FAILURE_GRACE = "2"
 
@@ -31,20 +32,11 @@ def phalanx_addons(
         ["--node-failure-grace", NODE_FAILURE_GRACE],
         name="phalanx-addons",
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
+    yield from running_operator(operator)
 
 
 @pytest.fixture
 def kinds_ns(
     addons_cluster: ClusterState, phalanx_addons: OperatorProcess, request: pytest.FixtureRequest
 ) -> Iterator[Namespace]:
-    if phalanx_addons.proc is None or phalanx_addons.proc.poll() is not None:
-        phalanx_addons.start()
-    namespace = new_namespace(addons_cluster, request.node.name)
-    yield namespace
-    delete_namespace(namespace, timeout=180)
+    yield from namespace_with(addons_cluster, phalanx_addons, request, delete_timeout=180)

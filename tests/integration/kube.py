@@ -208,3 +208,18 @@ def active_topology(api: RestClient, name: str, *labels: str) -> Iterator[str]:
         yield name
     finally:
         api.request("DELETE", f"{TOPOLOGIES}/{name}")
+
+
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+def ensure_priority_class(api: RestClient, name: str, value: int) -> None:
+    """Create the PriorityClass unless it exists; one of that name with another value is an error."""
+    body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+    try:
+        api.request("POST", PRIORITY_CLASSES, {**body, "value": value})
+    except ApiError as e:
+        if e.status != 409:
+            raise
+        found = api.get(f"{PRIORITY_CLASSES}/{name}")["value"]
+        assert found == value, f"PriorityClass {name} exists with value {found}, not {value}"

@@ -23,7 +23,6 @@ from typing import Any
 
 from phalanx.api.job_policy import DisruptionModeKind, JobPolicy, annotations_for, upstream_scheduling
 from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
 
 from .kube import (
     LB_KEY,
@@ -32,6 +31,7 @@ from .kube import (
     bound,
     delete_namespace,
     domains_of,
+    ensure_priority_class,
     gpu_job,
     hold,
     new_namespace,
@@ -169,19 +169,7 @@ def why_waiting(flavor: Flavor, ns: Namespace, job: str) -> str | None:
 def ensure_priority_classes(ns: Namespace) -> None:
     """Create PRIORITY_CLASSES where absent; one of the same name with another value is an error."""
     for name, value in PRIORITY_CLASSES.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        try:
-            ns.api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            found = ns.api.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")["value"]
-            assert found == value, f"PriorityClass {name} exists with value {found}, not {value}"
+        ensure_priority_class(ns.api, name, value)
 
 
 def names(pods: list[dict[str, Any]]) -> set[str]:

@@ -9,17 +9,18 @@
 - A hand-made PodGroup whose StatefulSet pods lost a member with its node, with no room left in its
   domain, is requeued whole by deleting its pods after --node-failure-grace; the StatefulSet makes them
   again (gated) and they are placed whole in the other block.
+- The same for a hand-made tree (the article's CompositePodGroup over two slice PodGroups, each slice's
+  pods made by a StatefulSet): a node under one slice fails, and after the grace every pod of the tree,
+  the intact slice's too, is deleted and made again, and the tree is placed whole in the other network
+  block; at no moment are its pods in two blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
@@ -28,7 +29,6 @@ from .kube import (
     LB_KEY,
     NB_KEY,
     Namespace,
-    active_topology,
     bound,
     domains_of,
     gpu_job,
@@ -36,8 +36,10 @@ from .kube import (
     node_labels,
     wait_for,
 )
+from .priority_fixtures import block_topology_fixture, module_priority_classes
 from .scenarios import PHALANX
 from .semantics_scenarios import tree_preemption
+from .slice_scenarios import PHALANX_SLICES, SLICES, composite, pod_group, workload
 from .test_phalanx_admission import MANAGED, group_of, wait_bound, wait_condition
 
 pytestmark = pytest.mark.integration
@@ -47,26 +49,8 @@ PHALANX_API = "scheduling.phalanx.dev/v1beta1"
 GRACE = 30.0  # phalanx run's default --node-failure-grace
 
 
-@pytest.fixture(scope="module", autouse=True)
-def priority_classes(stock_cluster: ClusterState) -> Iterator[None]:
-    api = stock_cluster.client()
-    for name, value in ((LOW, 10), (HIGH, 1000)):
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
-        try:
-            api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {**body, "value": value})
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    yield
-    for name in (LOW, HIGH):
-        api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
-
-
-@pytest.fixture
-def block_topology(ns: Namespace) -> Iterator[str]:
-    """A Topology of (network block, local block), active."""
-    with active_topology(ns.api, f"gs-{ns.name}"[:60], NB_KEY, LB_KEY) as name:
-        yield name
+priority_classes = module_priority_classes({LOW: 10, HIGH: 1000})
+block_topology = block_topology_fixture("gs")
 
 
 def auto_job(name: str, count: int) -> dict[str, Any]:
@@ -150,11 +134,7 @@ def test_a_high_priority_sliced_job_preempts_a_low_priority_gang_whole(ns: Names
         ns.create(gpu_job(name, 4, labels=MANAGED, annotations=notes, priority_class=LOW))
         wait_bound(ns, name, 4)
     ns.create(sliced_job("sliced", HIGH))
-    pods = wait_for(
-        "the sliced Job bound",
-        lambda: ps if len(bound(ps := ns.job_pods("sliced"))) == 4 else None,
-        timeout=120,
-    )
+    pods = wait_bound(ns, "sliced", 4, timeout=120)
     print(ns.where())
     assert len(domains_of(ns.api, pods, NB_KEY)) == 1
     labels = node_labels(ns.api)
@@ -200,8 +180,8 @@ def test_a_high_priority_hand_made_tree_preempts_a_low_priority_gang_whole(ns: N
 
 
 # ---------------------------------------------------------------------- a hand-made group requeued whole
-def statefulset(name: str, group: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": name, "phalanx.dev/pod-group": group}
+def statefulset(name: str, group: str, replicas: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = {"app": name, "phalanx.dev/pod-group": group, **(extra or {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -260,5 +240,67 @@ def test_a_hand_made_group_that_lost_a_member_with_its_node_is_requeued_whole_in
         assert said and "below its minCount" in said[0]["message"], said
         record = ns.get(f"/apis/{PHALANX_API}/namespaces/{{ns}}/podgroups/pair")["status"]
         assert record["domain"] == "nb-b" and record["admission"]["domain"] == "nb-b"
+    finally:
+        heal_node(ns.api, failed)
+
+
+def test_a_hand_made_tree_that_lost_a_member_with_its_node_is_requeued_whole_into_the_other_block(
+    ns: Namespace,
+) -> None:
+    """The article's slices (one network block, a local block per slice) with each slice's two pods made
+    by a StatefulSet, so that pods deleted by the requeue come back (gated) and can be placed again."""
+    api = PHALANX_SLICES.workload_api
+    ns.create(workload(api))
+    ns.create(composite(api))
+    for g in SLICES:
+        ns.create(pod_group(g, api))
+    path = f"/apis/apps/v1/namespaces/{ns.name}/statefulsets"
+    for g in SLICES:
+        ns.create(statefulset(g, g, 2, {"tree": "slices"}), path=path)
+
+    def live() -> list[dict[str, Any]]:
+        pods = [p for p in ns.pods("tree=slices") if not p["metadata"].get("deletionTimestamp")]
+        blocks = domains_of(ns.api, pods, NB_KEY)
+        assert len(blocks) <= 1, f"the tree's pods in two network blocks at once: {ns.where('tree=slices')}"
+        return pods
+
+    def whole() -> list[dict[str, Any]] | None:
+        pods = live()
+        return pods if len(bound(pods)) == 4 else None
+
+    first = wait_for("the tree bound", whole, timeout=120)
+    print(ns.where("tree=slices"))
+    (block,) = domains_of(ns.api, first, NB_KEY)
+    other = "nb-b" if block == "nb-a" else "nb-a"
+    labels = node_labels(ns.api)
+    index = {p["metadata"]["name"]: labels[p["spec"]["nodeName"]][LB_KEY] for p in first}
+    assert index["slices-0-0"] == index["slices-0-1"] != index["slices-1-0"] == index["slices-1-1"], index
+    original = {p["metadata"]["uid"] for p in first}
+    failed = next(p["spec"]["nodeName"] for p in first if p["metadata"]["name"] == "slices-1-0")
+
+    def placed_again() -> list[dict[str, Any]] | None:
+        pods = whole()
+        if pods is None or domains_of(ns.api, pods, NB_KEY) != {other}:
+            return None
+        return pods
+
+    try:
+        fail_node(ns.api, failed, how="taint")  # slices-1-0 is evicted; its StatefulSet makes it again, gated
+        placed = wait_for("the tree requeued whole into the other block", placed_again, timeout=GRACE + 180)
+        print(ns.where("tree=slices"))
+        assert not original & {p["metadata"]["uid"] for p in placed}, "every pod of the tree was made again"
+        assert failed not in {p["spec"]["nodeName"] for p in placed}
+        labels = node_labels(ns.api)
+        index = {p["metadata"]["name"]: labels[p["spec"]["nodeName"]][LB_KEY] for p in placed}
+        assert index["slices-0-0"] == index["slices-0-1"] != index["slices-1-0"] == index["slices-1-1"], index
+        said = [
+            e
+            for e in ns.events()
+            if e["reason"] == "Requeued" and e["involvedObject"]["kind"] == "CompositePodGroup"
+        ]
+        assert said and "below its minCount" in said[0]["message"], said
+        record = ns.get(f"/apis/{api}/namespaces/{{ns}}/compositepodgroups/slices")["status"]
+        assert record["domain"] == other and record["admission"]["domain"] == other, record
+        hold("the tree stays whole in the other block", lambda: placed_again() is not None, seconds=3)
     finally:
         heal_node(ns.api, failed)

@@ -11,28 +11,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
 
 from .kube import (
     GPU_KEY,
     LB_KEY,
     NB_KEY,
     Namespace,
-    active_topology,
-    bound,
     domains_of,
     gpu_job,
     hold,
     node_labels,
     wait_for,
 )
-from .test_phalanx_admission import MANAGED
+from .priority_fixtures import block_topology_fixture, module_priority_classes
+from .test_phalanx_admission import MANAGED, wait_bound
 
 pytestmark = pytest.mark.integration
 
@@ -42,24 +37,8 @@ NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def priority_classes(stock_cluster: ClusterState) -> Iterator[None]:
-    api = stock_cluster.client()
-    for name, value in VALUES.items():
-        body = {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name},
-            "value": value,
-        }
-        try:
-            api.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    yield
-    for name in VALUES:
-        api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+priority_classes = module_priority_classes(VALUES)
+block_topology = block_topology_fixture("tv")
 
 
 def occupant(name: str, node: str, priority_class: str) -> dict[str, Any]:
@@ -98,22 +77,13 @@ def test_a_block_gang_preempts_inside_a_fully_packed_block(ns: Namespace) -> Non
         ns.create(occupant(name, node, GUARD))
     wait_for("the cluster packed", lambda: running(ns, set(lows) | set(guards)), timeout=60)
     ns.create(high_job("block-4", 4, NB_KEY))
-    pods = wait_for(
-        "block-4 bound", lambda: ps if len(bound(ps := ns.job_pods("block-4"))) == 4 else None, timeout=120
-    )
+    pods = wait_bound(ns, "block-4", 4, timeout=120)
     print(ns.where())
     assert domains_of(ns.api, pods, NB_KEY) == {"nb-a"}
     left = {
         p["metadata"]["name"] for p in ns.pods("app=occupant") if not p["metadata"].get("deletionTimestamp")
     }
     assert left == set(guards)  # the four in nb-a went, the higher-priority ones stayed
-
-
-@pytest.fixture
-def block_topology(ns: Namespace) -> Iterator[str]:
-    """A Topology of (network block, local block), active."""
-    with active_topology(ns.api, f"tv-{ns.name}"[:60], NB_KEY, LB_KEY) as name:
-        yield name
 
 
 # nb-a's occupants, named so that the scattered pair (one in each local block) sorts first.
@@ -158,9 +128,7 @@ def test_victims_that_empty_one_local_block_beat_victims_scattered_over_two(
     wait_for("the cluster packed", lambda: running(ns, set(SCATTERED_FIRST) | set(guards)), timeout=60)
     # Two pods in one network block: any two of nb-a's four victims make room, at the same cost.
     ns.create(high_job("block-2", 2, NB_KEY))
-    pods = wait_for(
-        "block-2 bound", lambda: ps if len(bound(ps := ns.job_pods("block-2"))) == 2 else None, timeout=120
-    )
+    pods = wait_bound(ns, "block-2", 2, timeout=120)
     print(ns.where())
     labels = node_labels(ns.api)
     assert {labels[p["spec"]["nodeName"]][LB_KEY] for p in pods} == {"lb-a1"}

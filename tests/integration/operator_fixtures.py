@@ -1,0 +1,45 @@
+"""The one way a fixture runs a Phalanx operator for its tests, and gives each test a fresh namespace.
+
+conftest.py's `phalanx` and `ns` (the stock cluster) and kinds_fixtures.py's `phalanx_addons` and
+`kinds_ns` (the cluster with the real JobSet, LWS, Trainer and Kueue controllers) differ only in the
+cluster, the operator's flags and name, and how long a namespace may take to go: what they share is here,
+so that a change to how an operator is started, stopped or restarted holds for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
+
+from .kube import Namespace, delete_namespace, new_namespace
+
+
+def running_operator(operator: OperatorProcess) -> Iterator[OperatorProcess]:
+    """Start `operator`, yield it, and stop it afterwards (also when it failed to start); the log's path
+    is printed, for the failure report."""
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+
+
+def namespace_with(
+    cluster: ClusterState,
+    operator: OperatorProcess,
+    request: pytest.FixtureRequest,
+    *,
+    delete_timeout: float = 90.0,
+) -> Iterator[Namespace]:
+    """A fresh namespace on `cluster` named after the test, with `operator` running (restarted if a test
+    stopped it); deleted after the test."""
+    if operator.proc is None or operator.proc.poll() is not None:
+        operator.start()
+    namespace = new_namespace(cluster, request.node.name)
+    yield namespace
+    delete_namespace(namespace, timeout=delete_timeout)
