@@ -119,3 +119,15 @@ def test_a_gang_whose_member_completed_counts_it_and_a_composite_counts_child_gr
         PodGroupStatus(), tree, None, NOW, 1, None, initial_type="CompositePodGroupInitiallyScheduled"
     )
     assert composite.succeeded is None and composite.scheduled == 2
+
+
+def test_a_member_seen_succeeded_before_the_jobs_status_counts_it_is_counted_at_once() -> None:
+    """The Job controller counts a completion (status.succeeded) a moment after the pod ends: a pass in
+    between must not ask for 4 and call the gang short ("waiting for the Job's pods")."""
+    job = job_body("train", 4, annotations=TOPOLOGY, succeeded=0)
+    base = group_of(job).name
+    pods = [ran(0, "n1", "Succeeded", base), *(ran(i, f"n{i + 1}", "Running", base) for i in (1, 2, 3))]
+    status = status_after(job, None, pods)
+    _, reason, message = admitted_reason(status)
+    assert reason == "Admitted" and message == "3 pod(s) admitted in nb-a; 1 more succeeded", message
+    assert (status.scheduled, status.succeeded, status.phase) == (3, 1, "Running")
