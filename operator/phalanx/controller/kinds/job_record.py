@@ -11,7 +11,7 @@ from typing import Any
 
 from phalanx.api import keys as names
 from phalanx.api.job_layout import NO_LAYOUT, JobLayout, parse_job_layout
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
+from phalanx.api.job_policy import SCALE_UP_REQUEUE, JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.scheduling import PREEMPT_NEVER
 from phalanx.controller.kinds.base import Owner, OwnerState, Resource
 from phalanx.controller.model.actions import (
@@ -180,6 +180,7 @@ def owner_of(
         # Near the end of a Job with more completions than parallelism, fewer pods than minCount are left
         # to run; asking for minCount then would hold the last ones forever (plain gangs; slices: issue 16).
         remaining=None if sliced else remaining_now(job, pods),
+        requeue_on_scale_up=policy is not None and policy.on_scale_up == SCALE_UP_REQUEUE,
     )
 
 
