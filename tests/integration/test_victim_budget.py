@@ -1,6 +1,8 @@
 """Victims' failure budget on the dev cluster (issue 16, item 2): a `single` victim whose Job would fail
 from losing pods (backoffLimit 0, no podFailurePolicy) is requeued whole, not evicted pod by pod; with a
-podFailurePolicy that ignores DisruptionTarget it still loses only the pods the preemptor needs."""
+podFailurePolicy that ignores DisruptionTarget it still loses only the pods the preemptor needs. With
+`backoffLimitPerIndex` the budget is counted per index: taken pod by pod while every running index has a
+failure left (limit 1), requeued whole when none has (limit 0)."""
 
 from __future__ import annotations
 
@@ -68,4 +70,53 @@ def test_a_single_victim_is_taken_pod_by_pod_only_when_that_cannot_fail_its_job(
         events = [e["message"] for e in ns.events("involvedObject.name=low") if e["reason"] == "Preempted"]
         print("\n".join(events))
         assert int(body.get("status", {}).get("failed") or 0) == 0
+    assert not failed(body), f"low's Job failed: {body.get('status')}"
+
+
+@pytest.mark.parametrize("per_index", [1, 0], ids=["per-index-budget-left", "per-index-spent"])
+def test_a_single_victim_with_backoff_limit_per_index_is_taken_partially_only_with_budget_left(
+    ns: Namespace, per_index: int
+) -> None:
+    """As above, with low's budget per index (`backoffLimitPerIndex`, no podFailurePolicy; the apiserver
+    then sets backoffLimit to its maximum): with a limit of 1, each index losing its pod has a failure
+    left, so 2 of low's pods go and 2 run on; with 0, losing any pod would fail its index, so low is
+    requeued whole (suspended: no failure counted) and its Job never fails."""
+    ns.create(job("keeper", 4, HIGH, NB_KEY))
+    wait_bound(ns, "keeper", 4)
+    low = job("low", 4, LOW, NB_KEY, **{"phalanx.dev/min-count": "2"})
+    low["spec"].pop("backoffLimit", None)
+    low["spec"]["backoffLimitPerIndex"] = per_index
+    ns.create(low)
+    before = {p["metadata"]["name"] for p in wait_bound(ns, "low", 4)}
+    ns.create(job("high-2", 2, HIGH, LB_KEY))
+    wait_bound(ns, "high-2", 2, timeout=90)
+    assert wait_for("low preempted", lambda: preempted_jobs(ns) == {"low"} or None)
+
+    if per_index:
+        kept = wait_for(
+            "2 of low's pods left running",
+            lambda: (
+                k
+                if len(k := {p["metadata"]["name"] for p in bound(ns.job_pods("low"))} & before) == 2
+                else None
+            ),
+            timeout=60,
+        )
+        print(f"low kept {sorted(kept)} running")
+        body = read_job(ns, "low")
+        assert not body["spec"].get("suspend")
+        assert not body.get("status", {}).get("failedIndexes"), body.get("status")
+    else:
+
+        def requeued_and_back() -> dict[str, Any] | None:
+            current = ns.job_pods("low")
+            names = {p["metadata"]["name"] for p in current}
+            body = read_job(ns, "low")
+            return body if current and not names & before and not body["spec"].get("suspend") else None
+
+        body = wait_for("low requeued whole and resumed", requeued_and_back, timeout=90)
+        events = [e["message"] for e in ns.events("involvedObject.name=low") if e["reason"] == "Preempted"]
+        print("\n".join(events))
+        assert int(body.get("status", {}).get("failed") or 0) == 0
+        assert not body.get("status", {}).get("failedIndexes"), body.get("status")
     assert not failed(body), f"low's Job failed: {body.get('status')}"
