@@ -7,6 +7,7 @@ its 4 pods are admitted whole in the other network block."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
@@ -27,15 +28,29 @@ def min_count(ns: Namespace) -> int | None:
     return found
 
 
-def test_new_pods_of_a_scaled_up_gang_wait_beside_the_running_ones_then_join_them(ns: Namespace) -> None:
-    ns.create(managed_job("train", 2, NB_KEY))
+@dataclass(frozen=True)
+class FullBlock:
+    labels: dict[str, dict[str, str]]  # every node's labels
+    home: str  # the network block train runs in
+    uids: set[str]  # its running pods'
+    others: list[str]  # the block's other nodes, filled
+
+
+def running_in_a_full_block(ns: Namespace, **annotations: str) -> FullBlock:
+    """train (2 pods) running in one network block whose other nodes others then take."""
+    ns.create(managed_job("train", 2, NB_KEY, **annotations))
     first = wait_for("train's 2 pods bound", lambda: running(ns, 2), timeout=120)
     labels = node_labels(ns.api)
     nodes = {p["spec"]["nodeName"] for p in first}
     (home,) = {labels[n][NB_KEY] for n in nodes}
     others = sorted(n for n, lb in labels.items() if lb.get(NB_KEY) == home and n not in nodes)
     ns.fill(*others)
-    uids = {p["metadata"]["uid"] for p in first}
+    return FullBlock(labels, home, {p["metadata"]["uid"] for p in first}, others)
+
+
+def test_new_pods_of_a_scaled_up_gang_wait_beside_the_running_ones_then_join_them(ns: Namespace) -> None:
+    block = running_in_a_full_block(ns)
+    labels, home, uids = block.labels, block.home, block.uids
 
     ns.patch_job("train", {"spec": {"parallelism": 4, "completions": 4}})
     wait_for("the PodGroup's minCount 4", lambda: min_count(ns) == 4 or None)
@@ -48,7 +63,7 @@ def test_new_pods_of_a_scaled_up_gang_wait_beside_the_running_ones_then_join_the
 
     hold("the running pods kept, the Job not suspended", untouched, seconds=GRACE + 15)
 
-    for node in others:
+    for node in block.others:
         ns.unfill(node)
     now = wait_for("train's 4 pods bound", lambda: running(ns, 4), timeout=120)
     assert uids <= {p["metadata"]["uid"] for p in now}
@@ -56,14 +71,8 @@ def test_new_pods_of_a_scaled_up_gang_wait_beside_the_running_ones_then_join_the
 
 
 def test_with_on_scale_up_requeue_a_scale_up_that_does_not_fit_is_placed_again_whole(ns: Namespace) -> None:
-    ns.create(managed_job("train", 2, NB_KEY, **{ON_SCALE_UP: "requeue"}))
-    first = wait_for("train's 2 pods bound", lambda: running(ns, 2), timeout=120)
-    labels = node_labels(ns.api)
-    nodes = {p["spec"]["nodeName"] for p in first}
-    (home,) = {labels[n][NB_KEY] for n in nodes}
-    others = sorted(n for n, lb in labels.items() if lb.get(NB_KEY) == home and n not in nodes)
-    ns.fill(*others)
-    uids = {p["metadata"]["uid"] for p in first}
+    block = running_in_a_full_block(ns, **{ON_SCALE_UP: "requeue"})
+    labels, home, uids = block.labels, block.home, block.uids
 
     ns.patch_job("train", {"spec": {"parallelism": 4, "completions": 4}})
 
