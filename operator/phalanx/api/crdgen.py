@@ -93,6 +93,7 @@ KINDS = (
             _column("Policy", ".status.policy", description="Gang or Basic"),
             _column("Min", ".spec.schedulingPolicy.gang.minCount", "integer", description="Gang size"),
             _column("Scheduled", ".status.scheduled", "integer", description="Members bound to nodes"),
+            _column("Succeeded", ".status.succeeded", "integer", description="Members that ran to their end"),
             _column(
                 "Waiting", ".status.waiting", "integer", description="Members held by the admission gate"
             ),

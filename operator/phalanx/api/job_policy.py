@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar, get_args
 
@@ -21,6 +21,7 @@ from phalanx.api.keys import (
     MANAGED_LABEL,
     MANAGED_VALUE,
     MIN_COUNT_ANNOTATION,
+    ON_SCALE_UP_ANNOTATION,
     POLICY_ANNOTATION,
     PREEMPTION_POLICY_ANNOTATION,
     PREFIX,
@@ -34,12 +35,15 @@ from phalanx.bodies import mapping
 PolicyKind = Literal["gang", "basic"]
 DisruptionModeKind = Literal["single", "all"]
 PreemptionPolicyKind = Literal["PreemptLowerPriority", "Never"]
+ScaleUpKind = Literal["wait", "requeue"]
 POLICY_GANG: Final = "gang"
 POLICY_BASIC: Final = "basic"
 MODE_SINGLE: Final = "single"
 MODE_ALL: Final = "all"
 DEFAULT_POLICY: PolicyKind = POLICY_GANG
 DEFAULT_DISRUPTION_MODE: DisruptionModeKind = MODE_SINGLE
+SCALE_UP_WAIT: Final = "wait"
+SCALE_UP_REQUEUE: Final = "requeue"
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _T = TypeVar("_T", bound=str)
@@ -125,6 +129,9 @@ class JobPolicy:
     """From the annotation; None: the PriorityClass's (PreemptLowerPriority without one)."""
     parallelism: int = 1
     """The Job's parallelism (1 when unset)."""
+    on_scale_up: ScaleUpKind = SCALE_UP_WAIT
+    """A running gang scaled up whose new pods do not fit beside the running ones: they wait (`wait`), or
+    the whole gang is requeued to be placed again whole at its new size (`requeue`)."""
 
     def __post_init__(self) -> None:
         # A JobPolicy is always a valid one, however it was made.
@@ -137,6 +144,8 @@ class JobPolicy:
             raise ValueError("disruption mode all needs policy gang")
         if self.policy == POLICY_BASIC and self.topology_key is not None:
             raise ValueError("a topology key needs policy gang")
+        if self.policy == POLICY_BASIC and self.on_scale_up != SCALE_UP_WAIT:
+            raise ValueError("on-scale-up requeue needs policy gang")
         if self.topology_key is not None and label_key_problems(self.topology_key):
             raise ValueError(f"{self.topology_key!r} is not a valid label key")
 
@@ -357,6 +366,7 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
                 f"group's pods one by one, with their PriorityClass's preemptionPolicy), but {policy_text}",
             )
 
+    on_scale_up = _scale_up(annotations, policy, policy_text, problem)
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
@@ -370,7 +380,33 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         priority_class_name=priority_class if isinstance(priority_class, str) and priority_class else None,
         preemption_policy=preemption,
         parallelism=parallelism,
+        on_scale_up=on_scale_up,
     )
+
+
+def _scale_up(
+    annotations: Mapping[str, Any],
+    policy: PolicyKind | None,
+    policy_text: str,
+    problem: Callable[[str, str], None],
+) -> ScaleUpKind:
+    """`phalanx.dev/on-scale-up`: one of its values, and `requeue` only for a gang (a basic group's pods
+    are placed one by one: there is no whole to requeue)."""
+    raw = _value(annotations, ON_SCALE_UP_ANNOTATION)
+    if raw is None:
+        return SCALE_UP_WAIT
+    chosen: ScaleUpKind | None = _choice(raw, get_args(ScaleUpKind))
+    if chosen is None:
+        problem(ON_SCALE_UP_ANNOTATION, f"{_quote(raw)} is not one of {_listing(ScaleUpKind)}")
+        return SCALE_UP_WAIT
+    if chosen == SCALE_UP_REQUEUE and policy == POLICY_BASIC:
+        problem(
+            ON_SCALE_UP_ANNOTATION,
+            f"{_quote(raw)} needs policy gang (a basic group's pods are placed one by one, so there is no "
+            f"whole gang to requeue), but {policy_text}",
+        )
+        return SCALE_UP_WAIT
+    return chosen
 
 
 def _value(annotations: Mapping[str, Any], name: str) -> str | None:
@@ -404,6 +440,8 @@ def annotations_for(policy: JobPolicy) -> dict[str, str]:
         annotations[TOPOLOGY_KEY_ANNOTATION] = policy.topology_key
     if policy.preemption_policy is not None:
         annotations[PREEMPTION_POLICY_ANNOTATION] = policy.preemption_policy
+    if policy.on_scale_up != SCALE_UP_WAIT:
+        annotations[ON_SCALE_UP_ANNOTATION] = policy.on_scale_up
     return annotations
 
 

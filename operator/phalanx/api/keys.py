@@ -27,13 +27,18 @@ SLICE_SIZE_ANNOTATION = f"{PREFIX}/slice-size"
 SLICE_TOPOLOGY_KEY_ANNOTATION = f"{PREFIX}/slice-topology-key"
 LAYOUT_ANNOTATIONS = (TOPOLOGY_MODE_ANNOTATION, SLICE_SIZE_ANNOTATION, SLICE_TOPOLOGY_KEY_ANNOTATION)
 
+# On a Job: what a scale-up of its running gang does when the new pods do not fit beside the running ones
+# (`wait`, the default: they wait there; `requeue`: the whole gang is requeued and placed again whole at its
+# new size). Editable while the Job runs.
+ON_SCALE_UP_ANNOTATION = f"{PREFIX}/on-scale-up"
+
 # On a Job that Phalanx suspended to requeue it whole (preempted, or its domain failed): why. Phalanx resumes
 # the Job once its pods are gone and removes the annotation; its new pods wait for a whole placement.
 REQUEUED_ANNOTATION = f"{PREFIX}/requeued"
 
 # Every phalanx.dev/ key a Job may carry: any other is refused at creation with a did-you-mean, so a
 # misspelt key is not silently ignored. A new Job key is known once it is listed here.
-JOB_ANNOTATIONS = (*POLICY_ANNOTATIONS, *LAYOUT_ANNOTATIONS, REQUEUED_ANNOTATION)
+JOB_ANNOTATIONS = (*POLICY_ANNOTATIONS, *LAYOUT_ANNOTATIONS, ON_SCALE_UP_ANNOTATION, REQUEUED_ANNOTATION)
 JOB_LABELS = (MANAGED_LABEL,)
 WRITTEN_BY_PHALANX = (REQUEUED_ANNOTATION,)  # refused when a user sets it at creation
 

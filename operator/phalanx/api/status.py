@@ -117,7 +117,11 @@ class GroupStatus(ApiModel):
     admissions: int | None = Field(default=None, ge=0)
     """How many placement decisions were made for this group so far (the next one's attempt number)."""
     scheduled: int | None = Field(default=None, ge=0)
-    """How many members are bound to nodes."""
+    """How many members are bound to nodes (running, or about to)."""
+    succeeded: int | None = Field(default=None, ge=0)
+    """How many members ran to their end: they count toward the gang (with `scheduled`, a gang whose
+    members partly completed is whole) but hold no node. Not set on a CompositePodGroup (a child group
+    whose members all completed counts as scheduled there)."""
     waiting: int | None = Field(default=None, ge=0)
     """How many members exist but are held back by the admission gate."""
 

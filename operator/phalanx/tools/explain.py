@@ -616,6 +616,8 @@ def _summary(
         text = f"admitted{where}: {counts.bound} of {counts.live} pods bound"
         if counts.released:
             text += f", {counts.released} released to their nodes for kube-scheduler to bind"
+        if counts.succeeded:
+            text += f", {counts.succeeded} more succeeded (they count toward the gang)"
         if len(groups) > 1:
             text += f" ({_plural(len(groups), 'group')})"
         return "admitted", text

@@ -364,3 +364,29 @@ def test_the_preemption_policy_annotation() -> None:
     assert annotations_for(policy)[PREEMPTION_POLICY_ANNOTATION] == "Never"
     with pytest.raises(JobPolicyError, match=r'phalanx\.dev/preemption-policy\]: "never" is not one of'):
         parse_job_policy(job({PREEMPTION_POLICY_ANNOTATION: "never"}))
+
+
+def test_the_on_scale_up_annotation() -> None:
+    from phalanx.api.keys import ON_SCALE_UP_ANNOTATION
+
+    assert parse_job_policy(job({})).on_scale_up == "wait"
+    assert parse_job_policy(job({ON_SCALE_UP_ANNOTATION: " wait "})).on_scale_up == "wait"
+    policy = parse_job_policy(job({ON_SCALE_UP_ANNOTATION: "requeue"}))
+    assert policy.on_scale_up == "requeue"
+    assert annotations_for(policy)[ON_SCALE_UP_ANNOTATION] == "requeue"
+    assert ON_SCALE_UP_ANNOTATION not in annotations_for(parse_job_policy(job({})))
+    wrong = rejection({ON_SCALE_UP_ANNOTATION: "Requeue"})
+    assert str(wrong) == (
+        'metadata.annotations[phalanx.dev/on-scale-up]: "Requeue" is not one of wait, requeue'
+    )
+    basic = rejection({POLICY_ANNOTATION: "basic", ON_SCALE_UP_ANNOTATION: "requeue"})
+    assert str(basic) == (
+        'metadata.annotations[phalanx.dev/on-scale-up]: "requeue" needs policy gang (a basic group\'s pods '
+        "are placed one by one, so there is no whole gang to requeue), but phalanx.dev/policy is basic"
+    )
+    assert (
+        parse_job_policy(job({POLICY_ANNOTATION: "basic", ON_SCALE_UP_ANNOTATION: "wait"})).on_scale_up
+        == "wait"
+    )
+    with pytest.raises(ValueError, match="on-scale-up requeue needs policy gang"):
+        JobPolicy(policy="basic", min_count=None, on_scale_up="requeue")

@@ -167,6 +167,18 @@ JOB_CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "only applies to policy gang",
     ),
     (
+        "on-scale-up other than wait/requeue",
+        job({keys.ON_SCALE_UP_ANNOTATION: "restart"}),
+        "metadata.annotations[phalanx.dev/on-scale-up]",
+        '"restart" is not one of wait, requeue',
+    ),
+    (
+        "on-scale-up requeue with policy basic",
+        job({keys.POLICY_ANNOTATION: "basic", keys.ON_SCALE_UP_ANNOTATION: "requeue"}),
+        "metadata.annotations[phalanx.dev/on-scale-up]",
+        '"requeue" needs policy gang',
+    ),
+    (
         "unknown phalanx.dev/ annotation, close to a known one",
         job({"phalanx.dev/topolgy-key": "topology.kubernetes.io/zone"}),
         "metadata.annotations[phalanx.dev/topolgy-key]",

@@ -185,6 +185,7 @@ def test_podgroup_columns_are_the_documented_ones() -> None:
         ("Policy", ".status.policy"),
         ("Min", ".spec.schedulingPolicy.gang.minCount"),
         ("Scheduled", ".status.scheduled"),
+        ("Succeeded", ".status.succeeded"),
         ("Waiting", ".status.waiting"),
         ("Status", ".status.phase"),
         ("Domain", ".status.domain"),

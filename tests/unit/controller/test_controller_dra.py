@@ -51,3 +51,46 @@ def test_an_extended_resource_no_node_lists_is_said_at_creation() -> None:
     listed = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
     hooks.gate_job(body=job(**listed), patch=kopf.Patch(), warnings=(fine := []))
     assert fine == []
+
+
+def device_class(name: str, extended: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_an_extended_resource_a_device_class_serves_is_refused_on_a_gang_with_advice() -> None:
+    """kube-scheduler v1.37 (DRAExtendedResource, GA) allocates it from ResourceSlices, which Phalanx does
+    not model: the gang would never be admitted. Refused (explicit and implicit names), a basic Job passes,
+    and a class deleted again leaves the warning only."""
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    cache.upsert("DeviceClass", device_class("gpu.example.com", "example.com/dra-gpu"))
+    hooks = Webhooks(StaticContext(cache=cache, cache_primed=True))
+    for resource in ("example.com/dra-gpu", "deviceclass.resource.kubernetes.io/gpu.example.com"):
+        dra = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {resource: "1"}}}]}
+        body = job(**dra)
+        message = refusal(lambda: hooks.gate_job(body=body, patch=kopf.Patch()))  # noqa: B023
+        assert message == (
+            f"spec.template.spec: requests {resource}, which no node lists in its allocatable and "
+            "DeviceClass 'gpu.example.com' serves through DRA (kube-scheduler allocates it from "
+            "ResourceSlices); Phalanx does not model DRA device allocation, so it would never admit the "
+            "gang; create the Job with "
+            "phalanx.dev/policy: basic (kube-scheduler allocates the devices pod by pod), or without the "
+            "phalanx.dev/managed label"
+        ), message
+        patch = kopf.Patch()
+        hooks.gate_job(body=job({"phalanx.dev/policy": "basic"}, **dra), patch=patch, warnings=[])
+        assert "template" not in patch.spec  # basic: no gate, kube-scheduler places its pods
+
+    cache.delete("DeviceClass", device_class("gpu.example.com"))
+    dra = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"example.com/dra-gpu": "1"}}}]}
+    hooks.gate_job(body=job(**dra), patch=kopf.Patch(), warnings=(said := []))
+    assert len(said) == 1 and said[0].startswith("spec.template.spec: requests example.com/dra-gpu")

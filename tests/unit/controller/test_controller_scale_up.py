@@ -1,7 +1,9 @@
 """Scaling a running gang up (issue 16 item 8), through `plan()`: train ran 2 pods in nb-a (n1, n2); its
 parallelism went to 4 (minCount follows: 4) and the Job controller made 2 more pods, gated. With room in
 nb-a the new pods join it there; with none they wait; the running pods are never requeued for it. A gang
-that lost a pod of its decision is still requeued after the grace period (test_controller_node_failure)."""
+that lost a pod of its decision is still requeued after the grace period (test_controller_node_failure).
+With `phalanx.dev/on-scale-up: requeue` a scale-up that does not fit is requeued whole at once, to be placed
+again whole at its new size; one that fits joins the domain the same."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from phalanx.api.status import Admission, Assignment, PodGroupStatus
 from phalanx.controller.model.actions import PatchStatus, ReleasePod, SuspendJob
 from phalanx.controller.plan import Plan, plan
 
+REQUEUE = {**TOPOLOGY, "phalanx.dev/on-scale-up": "requeue"}
 
-def scaled(others: list[dict[str, Any]], after: float) -> Plan:
-    job = job_body("train", 4, annotations=TOPOLOGY)
+
+def scaled(others: list[dict[str, Any]], after: float, annotations: dict[str, str] = TOPOLOGY) -> Plan:
+    job = job_body("train", 4, annotations=annotations)
     decision = Admission(
         domain="nb-a",
         assignments=[Assignment(pod="train-0", node="n1"), Assignment(pod="train-1", node="n2")],
@@ -81,3 +85,42 @@ def test_a_gang_that_lost_a_replacement_pod_is_still_requeued() -> None:
     result = plan(cluster([(job, later, pods)], others=busy), NOW + dt.timedelta(seconds=3600))
     (suspend,) = only(result.actions, SuspendJob)
     assert suspend.why.startswith("below its minCount")
+
+
+def test_with_on_scale_up_requeue_a_scale_up_that_fits_still_joins_the_domain() -> None:
+    result = scaled([], 0, REQUEUE)
+    assert sorted(r.node for r in only(result.actions, ReleasePod)) == ["n3", "n4"]
+    assert not only(result.actions, SuspendJob)
+
+
+def test_with_on_scale_up_requeue_a_scale_up_that_does_not_fit_is_requeued_whole_at_once() -> None:
+    result = scaled([filler("n3"), filler("n4")], 0, REQUEUE)
+    (suspend,) = only(result.actions, SuspendJob)
+    assert suspend.cause == "scale-up"
+    assert suspend.why == (
+        "scaled up to 4 pods: the 2 new pod(s) do not fit beside its 2 running pod(s) in nb-a, and "
+        "phalanx.dev/on-scale-up: requeue asks to place it again whole"
+    )
+    assert not only(result.actions, ReleasePod)  # nothing placed beside them: it goes whole
+    (patch,) = only(result.actions, PatchStatus)
+    assert admitted_reason(patch.status)[1] == "Requeued"
+
+
+def test_with_on_scale_up_requeue_a_gang_that_lost_a_pod_keeps_its_grace_period() -> None:
+    """Its decision placed 3 pods (train-9 is gone): short, not grown; the annotation changes nothing."""
+    job = job_body("train", 4, annotations=REQUEUE)
+    decision = Admission(
+        domain="nb-a",
+        assignments=[Assignment(pod=f"train-{i}", node=f"n{n}") for i, n in ((0, 1), (1, 2), (9, 3))],
+        admitted_at=NOW - dt.timedelta(minutes=10),
+        attempt=0,
+    )
+    group = group_of(job, PodGroupStatus(admission=decision, domain="nb-a"))
+    pods = [
+        pod_body("train", 0, gated=False, node="n1", released_to="n1", phase="Running", group=group.name),
+        pod_body("train", 1, gated=False, node="n2", released_to="n2", phase="Running", group=group.name),
+        pod_body("train", 2, group=group.name),
+        pod_body("train", 3, group=group.name),
+    ]
+    result = plan(cluster([(job, group, pods)], others=[filler("n3"), filler("n4")]), NOW)
+    assert not only(result.actions, SuspendJob)

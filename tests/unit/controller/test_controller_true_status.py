@@ -39,12 +39,16 @@ def test_a_finished_group_keeps_its_domain_and_succeeded_members_are_counted() -
     _, reason, message = admitted_reason(running)
     assert reason == "Admitted" and running.domain == "nb-a", (reason, message)
     assert "2 pod(s) admitted in nb-a" in message and "2 more succeeded" in message, message
+    # The counters say the whole gang: 2 scheduled + 2 succeeded of minCount 4, and it runs.
+    assert (running.scheduled, running.succeeded, running.waiting) == (2, 2, 0)
+    assert running.phase == "Running"
 
     done = job_body("train", 4, annotations=TOPOLOGY, succeeded=4, finished=True)
     pods = [ran(i, f"n{i + 1}", "Succeeded", base) for i in range(4)]
     finished = status_after(done, running, pods)
     _, reason, _ = admitted_reason(finished)
     assert reason == "Finished" and finished.domain == "nb-a"
+    assert (finished.scheduled, finished.succeeded) == (0, 4)
 
 
 def test_a_finished_composite_root_keeps_its_domain_too() -> None:
@@ -100,3 +104,30 @@ def test_domain_follows_a_node_relabelled_into_another_domain() -> None:
     assert _domain(job, group, where, bodies) == "nb-a"
     bodies[3]["metadata"]["labels"][NB] = "nb-b"  # n4 moved to nb-b
     assert _domain(job, group, where, bodies) == "nb-a,nb-b"
+
+
+def test_a_gang_whose_member_completed_counts_it_and_a_composite_counts_child_groups_only() -> None:
+    """A gang of 4 (minCount 4, less the member that completed: 3) with 3 bound and 1 succeeded is whole:
+    Running, `succeeded` 1; a CompositePodGroup's counters count child groups and say no `succeeded`."""
+    whole = status_facts(min_count=3, scheduled=3, waiting=0, succeeded=1, domain="nb-a")
+    status = desired_status(PodGroupStatus(), whole, None, NOW, 1, None)
+    assert (status.scheduled, status.succeeded, status.phase) == (3, 1, "Running")
+    _, reason, message = admitted_reason(status)
+    assert reason == "Admitted" and message == "3 pod(s) admitted in nb-a; 1 more succeeded", message
+    tree = status_facts(scheduled=2, waiting=0, succeeded=0, members="child group(s)")
+    composite = desired_status(
+        PodGroupStatus(), tree, None, NOW, 1, None, initial_type="CompositePodGroupInitiallyScheduled"
+    )
+    assert composite.succeeded is None and composite.scheduled == 2
+
+
+def test_a_member_seen_succeeded_before_the_jobs_status_counts_it_is_counted_at_once() -> None:
+    """The Job controller counts a completion (status.succeeded) a moment after the pod ends: a pass in
+    between must not ask for 4 and call the gang short ("waiting for the Job's pods")."""
+    job = job_body("train", 4, annotations=TOPOLOGY, succeeded=0)
+    base = group_of(job).name
+    pods = [ran(0, "n1", "Succeeded", base), *(ran(i, f"n{i + 1}", "Running", base) for i in (1, 2, 3))]
+    status = status_after(job, None, pods)
+    _, reason, message = admitted_reason(status)
+    assert reason == "Admitted" and message == "3 pod(s) admitted in nb-a; 1 more succeeded", message
+    assert (status.scheduled, status.succeeded, status.phase) == (3, 1, "Running")

@@ -162,6 +162,19 @@ def test_an_admitted_gang_says_admitted_with_its_domain_and_no_placement_section
     assert result.state == "admitted" and result.placement is None
 
 
+def test_an_admitted_gang_with_a_member_that_completed_counts_it() -> None:
+    """Index 0 succeeded, 3 run: the gang of 4 is whole, and the summary says so (not "3 of 3")."""
+    pods = [job_pod("gang-4", i, gated=False, node=f"was-worker{i + 1}", phase="Running") for i in range(4)]
+    pods[0]["status"]["phase"] = "Succeeded"
+    group = pod_group(phase="Running", domain="nb-a", conditions=[condition("Admitted", "True", "Admitted")])
+    text = render(explain(facts(job=managed_job(), group=group, group_pods=pods, busy=())))
+    assert text.splitlines()[0] == (
+        f"job/gang-4 in namespace {NS}: admitted in {NB}=nb-a: 3 of 3 pods bound, 1 more succeeded (they "
+        "count toward the gang)"
+    )
+    assert "  Pods: 3 (3 bound, 0 released, 0 held by phalanx.dev/admission, 1 succeeded)" in text
+
+
 def test_released_pods_not_yet_bound_are_counted_as_released() -> None:
     pods = [job_pod("gang-4", i, gated=False) for i in range(2)]
     for pod, node in zip(pods, ("was-worker", "was-worker2"), strict=True):

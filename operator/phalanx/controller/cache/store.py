@@ -29,6 +29,7 @@ from phalanx.controller.cache.expectations import Expectations, Reflects, same_u
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
+from phalanx.controller.model.dra import served_resources
 from phalanx.controller.model.kueue import (
     KUEUE_QUEUE_KINDS,
     KUEUE_WORKLOAD,
@@ -57,6 +58,7 @@ POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Wor
 CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
 QUOTA = "ResourceQuota"
+DEVICE_CLASS = "DeviceClass"
 GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
 
 
@@ -123,6 +125,9 @@ class ClusterCache:
         self.priority_classes: dict[str, PriorityClassRecord] = {}
         # ResourceQuotas by namespace, then name: why an owner cannot create a gang's pods (model/quota.py).
         self.quotas: dict[str, dict[str, QuotaRecord]] = defaultdict(dict)
+        # DRA DeviceClasses by name -> the extended resources each serves (model/dra.py): what the webhooks
+        # refuse a gang to request, as Phalanx does not model device allocation. No decision reads them.
+        self.device_classes: dict[str, frozenset[str]] = {}
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -163,6 +168,8 @@ class ClusterCache:
                 self._touch()
         elif kind == QUOTA:
             self._upsert_quota(body)
+        elif kind == DEVICE_CLASS:
+            self.device_classes[key_of(body)] = served_resources(body)
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -199,6 +206,8 @@ class ClusterCache:
             namespace, _, name = key.partition("/")
             if self.quotas.get(namespace, {}).pop(name, None) is not None:
                 self._touch()
+        elif kind == DEVICE_CLASS:
+            self.device_classes.pop(key, None)
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -224,6 +233,8 @@ class ClusterCache:
             return {(name, "") for name in self.priority_classes}
         if kind == QUOTA:
             return {(q.key, "") for quotas in self.quotas.values() for q in quotas.values()}
+        if kind == DEVICE_CLASS:
+            return {(name, "") for name in self.device_classes}
         return {(key, "") for key in self.volumes.keys(kind)}
 
     # ------------------------------------------------------------------ passes

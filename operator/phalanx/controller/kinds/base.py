@@ -80,6 +80,9 @@ class Owner:
     failure_budget: int | None = None
     # A ResourceQuota refuses the pods its gang still lacks (None: nothing known stops their creation).
     pods_refused: PodsRefused | None = None
+    # Scaled up and the new pods do not fit beside the running ones: requeue the gang whole (a Job's
+    # phalanx.dev/on-scale-up: requeue) instead of letting the new pods wait.
+    requeue_on_scale_up: bool = False
 
 
 @dataclass(frozen=True)

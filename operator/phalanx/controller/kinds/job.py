@@ -115,7 +115,10 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     return Unit(
         key=job.unit_key,
         owner=kueue_owner(
-            with_quota(with_budget(owner_of(job, group), job, state.pods), job, state.pods, view), kueue
+            with_quota(
+                with_budget(owner_of(job, group, pods=state.pods), job, state.pods), job, state.pods, view
+            ),
+            kueue,
         ),
         tree=tree,
         setup=tuple(setup),

@@ -11,7 +11,7 @@ from typing import Any
 
 from phalanx.api import keys as names
 from phalanx.api.job_layout import NO_LAYOUT, JobLayout, parse_job_layout
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, parse_job_policy
+from phalanx.api.job_policy import SCALE_UP_REQUEUE, JobPolicy, JobPolicyError, parse_job_policy
 from phalanx.api.scheduling import PREEMPT_NEVER
 from phalanx.controller.kinds.base import Owner, OwnerState, Resource
 from phalanx.controller.model.actions import (
@@ -49,6 +49,7 @@ class JobRecord:
     resource_version: str = field(default="", compare=False)
     controlled_by: str = ""  # the kind of its controller owner (a JobSet's child Job: "JobSet")
     failed: int = 0  # status.failed: what its backoffLimit has already spent (job_budget.py)
+    succeeded: int = 0  # status.succeeded (the Job controller counts a pod's completion a moment later)
 
     @property
     def key(self) -> str:
@@ -103,6 +104,7 @@ class JobRecord:
             layout=layout,
             controlled_by=controller_of(meta)[0],
             failed=int(status.get("failed") or 0),
+            succeeded=int(status.get("succeeded") or 0),
             body=slim,
             body_digest=(
                 tuple(sorted((meta.get("labels") or {}).items())),
@@ -139,8 +141,22 @@ def _remaining(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int | None
     return max(0, completions - succeeded)
 
 
-def owner_of(job: JobRecord, group: PodGroupRecord | None, *, sliced: bool = False) -> Owner:
-    """The Job as the state machine sees it."""
+def remaining_now(job: JobRecord, pods: tuple[PodRecord, ...]) -> int | None:
+    """Completions still to make, counting the pods seen Succeeded that the Job's status does not count yet
+    (the Job controller counts a completion after it sees the pod end): a pass between the two would ask
+    the gang for the member that just completed and call it short of pods."""
+    if job.remaining is None:
+        return None
+    done = [p for p in pods if p.succeeded]
+    indexed = {p.completion_index for p in done if p.completion_index is not None}
+    seen = len(indexed) + sum(1 for p in done if p.completion_index is None)
+    return max(0, job.remaining - max(0, seen - job.succeeded))
+
+
+def owner_of(
+    job: JobRecord, group: PodGroupRecord | None, *, sliced: bool = False, pods: tuple[PodRecord, ...] = ()
+) -> Owner:
+    """The Job as the state machine sees it (`pods`: its pods, for the completions they show)."""
     policy = job.policy
     never = policy is not None and policy.preemption_policy == PREEMPT_NEVER
     if group is not None and group.spec.preemption_policy == PREEMPT_NEVER:
@@ -163,7 +179,8 @@ def owner_of(job: JobRecord, group: PodGroupRecord | None, *, sliced: bool = Fal
         priority_class=policy.priority_class_name if policy is not None else None,
         # Near the end of a Job with more completions than parallelism, fewer pods than minCount are left
         # to run; asking for minCount then would hold the last ones forever (plain gangs; slices: issue 16).
-        remaining=None if sliced else job.remaining,
+        remaining=None if sliced else remaining_now(job, pods),
+        requeue_on_scale_up=policy is not None and policy.on_scale_up == SCALE_UP_REQUEUE,
     )
 
 

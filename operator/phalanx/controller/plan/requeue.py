@@ -12,12 +12,15 @@ released where it said."""
 from __future__ import annotations
 
 from phalanx.api import conditions as c
+from phalanx.api.keys import ON_SCALE_UP_ANNOTATION
 from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
+ON_SCALE_UP = f"{ON_SCALE_UP_ANNOTATION}: requeue"
+REQUEUED_SCALED_UP = "scaled up"  # the requeue note of a scale-up the owner asked to be placed whole
 
 
 def stranded(work: UnitWork, ctx: Pass) -> str | None:
@@ -93,6 +96,18 @@ def grown(leaf: LeafWork) -> bool:
     return {a.pod for a in admission.assignments} == {p.name for p in leaf.placed}
 
 
+def _requeue_scaled_up(work: UnitWork, leaf: LeafWork) -> None:
+    """The owner asked (phalanx.dev/on-scale-up: requeue) that a scale-up which does not fit beside its
+    running pods be placed again whole at the new size: at once, not after a grace period (nothing was
+    lost, and waiting would not make the running pods' domain any larger)."""
+    where = f" in {leaf.domain}" if leaf.domain else ""
+    why = (
+        f"{REQUEUED_SCALED_UP} to {leaf.min_count} pods: the {len(leaf.waiting)} new pod(s) do not fit "
+        f"beside its {len(leaf.placed)} running pod(s){where}, and {ON_SCALE_UP} asks to place it again whole"
+    )
+    requeue(work, why, "scale-up")
+
+
 def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     """A running unit left short of its min counts (a node failed, its pods went) whose other pods no longer
     fit in its domains holds nodes for nothing: after the grace period (at once for disruptionMode all),
@@ -103,6 +118,8 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
     if not placed or (owner is not None and owner.requeued) or work.whole():
         return
     if work.single is not None and grown(work.single):
+        if owner is not None and owner.requeue_on_scale_up:
+            _requeue_scaled_up(work, work.single)
         return  # scaled up: the new pods wait for room beside the running ones, which keep running
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now

@@ -211,6 +211,8 @@ def desired_status(
         reservation=reservation,
         admissions=_admissions(current, admission),
         scheduled=facts.scheduled,
+        # A composite's counters count child groups; one whose members completed counts as scheduled.
+        succeeded=facts.succeeded if initial_type == c.POD_GROUP_INITIALLY_SCHEDULED else None,
         waiting=facts.waiting,
     )
 
@@ -274,6 +276,7 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         decision,
         status.admissions,
         status.scheduled,
+        status.succeeded,
         status.waiting,
         reservation,
     )

@@ -145,6 +145,36 @@ def slice_key_warning(job_key: str | None, slice_key: str | None, nodes: Iterabl
     )
 
 
+def dra_resource_problems(
+    spec: Any,
+    nodes: Iterable[NodeInfo],
+    classes: Mapping[str, frozenset[str]],
+    owner: str = "Job",
+    *,
+    root: str = "spec",
+) -> list[str]:
+    """Extended resources a gang's pods request that no node lists in its allocatable and a DRA DeviceClass
+    serves (model/dra.py): kube-scheduler would allocate them from ResourceSlices, which Phalanx does not
+    model, so the gang would wait for ever. Refused at creation, while the advice can still be followed."""
+    listed = {name for node in nodes for name in node.allocatable}
+    by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
+    basic = f"with {keys.POLICY_ANNOTATION}: basic (kube-scheduler allocates the devices pod by pod), or "
+    advice = f"create the {owner} {basic if owner == 'Job' else ''}without the {keys.MANAGED_LABEL} label"
+    out = []
+    for path, pod_spec in pod_specs(spec, root):
+        served = sorted(
+            r for r, n in pod_requests(pod_spec).items() if n > 0 and r not in listed and r in by_resource
+        )
+        for r in served:
+            out.append(
+                f"{path}: requests {r}, which no node lists in its allocatable and DeviceClass "
+                f"{by_resource[r]!r} serves through DRA (kube-scheduler allocates it from ResourceSlices); "
+                "Phalanx does not model DRA device allocation, so it would never admit the gang; "
+                f"{advice}"
+            )
+    return out
+
+
 def unlisted_resource_warnings(spec: Any, nodes: Iterable[NodeInfo], *, root: str = "spec") -> list[str]:
     """Extended resources a gang's pods request that no node lists in its allocatable now: Phalanx places
     by the nodes' allocatable only, so such a gang waits until a node lists it. One DRA serves through a

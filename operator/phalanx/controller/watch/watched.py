@@ -65,6 +65,8 @@ WATCHED: tuple[Watched, ...] = (
     # Gated pods count against their namespace's quotas: why a gang's pods cannot all be created, and two
     # gangs deadlocked on one quota (model/quota.py).
     Watched(names.QUOTA, _r(_CORE, "resourcequotas"), True, 2),
+    # DRA DeviceClasses: the extended resources they serve (model/dra.py), refused on a gang at creation.
+    Watched(names.DEVICE_CLASS, Resource("resource.k8s.io", "v1", "deviceclasses"), False, 2, optional=True),
     Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
     Watched(names.POD_GROUP, _r(_OURS, "podgroups"), True, 2),
     # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would take a

@@ -27,6 +27,7 @@ from phalanx.controller.kinds.kueue import partial_admission_problems, tas_probl
 from phalanx.controller.model.topology import label_conflicts
 from phalanx.controller.watch.admission_checks import (
     claim_problems,
+    dra_resource_problems,
     pod_group_namespace_problem,
     preferred_affinity_warnings,
     scheduler_problems,
@@ -91,6 +92,7 @@ class Webhooks:
             if spec is not None:
                 problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
                 problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
+                problems += self._dra_problems(body, str(body.get("kind") or "object"))
                 if problems:
                     raise kopf.AdmissionError("; ".join(problems), code=422)
                 patch.spec.update(spec)
@@ -132,6 +134,7 @@ class Webhooks:
         if policy.is_gang:
             problems += scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
             problems += claim_problems(body.get("spec"))
+            problems += self._dra_problems(body)
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
         self._refuse_what_would_wait_forever(body, policy, layout)
@@ -183,6 +186,13 @@ class Webhooks:
         refusal = creation_refusal(body, size, self.ctx.cache.resource_quotas(namespace))
         if refusal:
             raise kopf.AdmissionError(refusal, code=422)
+
+    def _dra_problems(self, body: kopf.Body, owner: str = "Job") -> list[str]:
+        """A gang's requests of extended resources a DRA DeviceClass serves (admission_checks.py)."""
+        if not self.ctx.cache_primed:
+            return []
+        cache = self.ctx.cache
+        return dra_resource_problems(body.get("spec"), cache.nodes.values(), cache.device_classes, owner)
 
     def _priority_class_warnings(self, name: str | None) -> list[str]:
         """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
