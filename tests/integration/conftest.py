@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 # Fixtures whose clusters need binaries hack/test.sh builds while the other tests run (needs_builds).
-BUILT_LATER = {"addons_cluster", "addons_ns", "oldest_cluster"}
+BUILT_LATER = {"addons_cluster", "addons_ns", "version_cluster"}
 BUILT_LATER_FILES = {"test_addons.py", "test_dev_cluster_versions.py"}
 
 

@@ -66,7 +66,8 @@ def upstream_gates(version: str) -> tuple[str, ...]:
     if minor(version) == UPSTREAM_SINCE:
         return UPSTREAM_GATES
     # v1.38 removed PodGroupPreemptionPolicy (the field is no longer gated): read in v1.38.0-beta.0's
-    # pkg/features/kube_features.go, not run (that version does not build from the proxy here).
+    # pkg/features/kube_features.go; `up --mode upstream --kubernetes-version v1.38.0-beta.0` runs with the
+    # other four (docs/versions.md).
     return tuple(g for g in UPSTREAM_GATES if g != "PodGroupPreemptionPolicy")
 
 
