@@ -64,11 +64,11 @@ class GangSpec:
         return body
 
 
-def random_gang(rng: random.Random, name: str) -> GangSpec:
+def random_gang(rng: random.Random, name: str, never: bool = False) -> GangSpec:
     """Mostly gangs that fit an empty cluster (8 nodes x 8 GPUs, 2 network blocks of 4, 4 local blocks of
-    2), about one in eight that never can (more nodes than its domain has)."""
+    2), about one in eight that never can (more nodes than its domain has); `never`: one that never can."""
     key = rng.choice([None, NB_KEY, NB_KEY, LB_KEY])
-    if rng.random() < 0.12:
+    if rng.random() < 0.12 or never:
         size = {None: 9, NB_KEY: 5, LB_KEY: 3}[key]
         return GangSpec(name, size, 8, key)
     gpus = rng.choice([8, 8, 4, 2])
@@ -192,8 +192,11 @@ class Soak:
     # ------------------------------------------------------------------ actions
     def submit(self, count: int, suspend: bool) -> list[GangSpec]:
         specs = []
-        for _ in range(count):
-            spec = random_gang(self.rng, f"r{self.stats.rounds:03d}-g{len(specs)}")
+        for i in range(count):
+            # The first gang of every fifth round never fits, so each run has some whatever the draws
+            # (the draws depend on timing: which gangs a round's deletions pick).
+            never = i == 0 and self.stats.rounds % 5 == 1
+            spec = random_gang(self.rng, f"r{self.stats.rounds:03d}-g{len(specs)}", never)
             self.ns.create(spec.job(suspend))
             specs.append(spec)
         self.stats.gangs += len(specs)
