@@ -69,6 +69,7 @@ log = logging.getLogger("phalanx.apply")
 BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
 MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
+MAX_SETUP_IN_FLIGHT = 16  # bounds the setup plans applied beside the passes (loop/scheduler.py)
 
 
 class EvictionBlockedError(RuntimeError):
@@ -253,6 +254,7 @@ class Applier:
         self.events = events
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
+        self._setup_limit = asyncio.Semaphore(MAX_SETUP_IN_FLIGHT)  # its own: setup never queues a decision
         self.requeues = Requeues()
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
@@ -261,8 +263,15 @@ class Applier:
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return list(results)
 
-    async def _group(self, group: UnitPlan) -> GroupResult:
-        async with self._limit:
+    async def apply_setup(self, group: UnitPlan) -> GroupResult:
+        """One setup-only plan (model/actions.places_nothing), applied beside the passes under a bound of
+        its own, so that a burst of creates never holds back the releases of a pass."""
+        result = await self._group(group, self._setup_limit)
+        metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
+        return result
+
+    async def _group(self, group: UnitPlan, limit: asyncio.Semaphore | None = None) -> GroupResult:
+        async with limit or self._limit:
             let_through = False  # its releases went through
             for run in _runs(group.actions):
                 if isinstance(run[0], ReleasePod):

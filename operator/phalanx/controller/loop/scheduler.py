@@ -3,6 +3,14 @@
 A pass runs when something that can change a decision changed (the cache says so), when a
 backing-off group may try again, and every `resync` seconds as a safety net. A short debounce lets a
 burst of pod creations land in one pass.
+
+A pass waits for the writes of its decisions (records, releases, requeues, status) before the next pass
+plans on what they did. A unit's *setup* (creating its Workload and groups, its gang size, events: nothing
+that places, frees or holds room, model/actions.places_nothing) is applied beside the passes instead
+(`pipeline`): in a burst, the first pass creates the groups of every new Job, and each gang whose group
+exists is decided by the next pass at once rather than after the last create. A unit with a plan in
+flight is still planned (what it decides counts for the units after it) but its new plan is dropped: one
+plan per unit at a time; the end of the one in flight asks for a pass.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds import KINDS
 from phalanx.controller.kinds.base import WorkloadKind
+from phalanx.controller.model.actions import UnitPlan, places_nothing
 from phalanx.controller.model.keys import unit_key
 from phalanx.controller.plan import Plan, PlanInput, plan
 from phalanx.controller.plan.topologies import NodeCounts, plan_status
@@ -75,6 +84,7 @@ class Scheduler:
         node_failure_grace: float = NODE_FAILURE_GRACE_SECONDS,
         starvation_age: float = STARVATION_AGE_SECONDS,
         bind_timeout: float = BIND_TIMEOUT_SECONDS,
+        pipeline: bool = False,
     ) -> None:
         self.node_failure_grace = node_failure_grace
         self.starvation_age = starvation_age
@@ -85,10 +95,28 @@ class Scheduler:
         self.resync = resync
         self.debounce = debounce
         self.passes = 0
+        self.pipeline = pipeline
+        self.in_flight: dict[str, asyncio.Task[GroupResult]] = {}  # unit key -> its setup being applied
         self._reasons: set[str] = set()
         self._node_counts = NodeCounts()
 
     async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            await self.stop_setup()
+
+    async def stop_setup(self) -> None:
+        """Cancel the setup plans in flight and wait for them (a create cut short is made again by the
+        next pass: the cache did not get it)."""
+        tasks = list(self.in_flight.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self.in_flight.clear()
+
+    async def _loop(self) -> None:
         while True:
             timeout = self.resync
             retry = self.applier.backoff.next_retry_in()
@@ -133,11 +161,30 @@ class Scheduler:
         statuses = plan_status(topologies, self.cache.topology_index, counts, now, backoff.waiting())
         metrics.PLAN_DURATION.observe(time.perf_counter() - started)
         self._observe(decided)
-        results = await self.applier.apply((*decided.units, *statuses))
+        now_units = []
+        for unit in decided.units:
+            if unit.key in self.in_flight:
+                continue  # one plan per unit at a time: the end of the one in flight asks for a pass
+            if self.pipeline and places_nothing(unit):
+                self._start_setup(unit)
+            else:
+                now_units.append(unit)
+        results = await self.applier.apply((*now_units, *statuses))
         metrics.PASS_DURATION.observe(time.perf_counter() - started)
         if self.on_pass is not None:
             self.on_pass()
         return results
+
+    def _start_setup(self, unit: UnitPlan) -> None:
+        task = asyncio.create_task(self.applier.apply_setup(unit), name=f"phalanx-setup-{unit.key}")
+        self.in_flight[unit.key] = task
+
+        def done(_: asyncio.Task[GroupResult]) -> None:
+            if self.in_flight.get(unit.key) is task:
+                del self.in_flight[unit.key]
+            self.cache.changed.set()  # what it created (or why it failed) is for the next pass to see
+
+        task.add_done_callback(done)
 
     def _observe(self, decided: Plan) -> None:
         for seconds in decided.decision_seconds:

@@ -185,6 +185,21 @@ Action = (
 # the applier runs such a run of them concurrently (a gang's releases go out together).
 CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob, DeletePod)
 
+# Actions that neither place, free nor hold room, nor record anything a decision reads: a unit's objects
+# being created, its gang size, events, and a status that holds no room (a group's first "waiting for
+# pods", a message). A plan of only these is applied while the next passes run (loop/scheduler.py): a
+# burst's hundreds of creates do not hold back the decisions of the gangs whose groups already exist, and
+# no later decision depends on a write still in flight. A status with a reservation is not setup: later
+# units must see the room held (preemption, bounded waiting) before they are planned.
+SETUP_ONLY = (
+    CreateWorkload,
+    CreatePodGroup,
+    CreateCompositePodGroup,
+    PatchMinCount,
+    PostEvent,
+    RememberAnnounced,
+)
+
 
 @dataclass(frozen=True)
 class UnitPlan:
@@ -198,6 +213,16 @@ class UnitPlan:
     preempted_pods: int = 0  # pods this plan preempts (for metrics)
     admitted: str | None = None  # "Gang" or "Basic" when this plan admits the unit (plan/admitted.py)
     waiting_since: dt.datetime | None = None  # then: when its wait began (its creation or last requeue)
+
+
+def places_nothing(plan: UnitPlan) -> bool:
+    """Whether the plan is only setup (SETUP_ONLY, and status writes holding no room): safe to apply
+    beside later passes."""
+    return all(
+        isinstance(action, SETUP_ONLY)
+        or (isinstance(action, PatchStatus) and action.status.reservation is None)
+        for action in plan.actions
+    )
 
 
 def status_write(action: object) -> tuple[ObjectRef, GroupStatus] | None:

@@ -245,6 +245,7 @@ class Runtime:
             node_failure_grace=self.settings.node_failure_grace,
             starvation_age=self.settings.starvation_age,
             bind_timeout=self.settings.bind_timeout,
+            pipeline=True,  # setup applied beside the passes (loop/scheduler.py)
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")
