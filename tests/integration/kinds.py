@@ -85,10 +85,13 @@ def jobset(
     *rjobs: dict[str, Any],
     annotations: dict[str, str] | None = None,
     in_order: bool = False,
+    max_restarts: int | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"replicatedJobs": list(rjobs)}
     if in_order:
         spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    if max_restarts is not None:
+        spec["failurePolicy"] = {"maxRestarts": max_restarts}  # a failed child Job restarts the JobSet
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",

@@ -116,6 +116,10 @@ class GroupStatus(ApiModel):
     """Room being freed for the group by preemption, if any."""
     admissions: int | None = Field(default=None, ge=0)
     """How many placement decisions were made for this group so far (the next one's attempt number)."""
+    last_domain: str | None = None
+    """The domain of the latest placement decision, kept after its pods are gone (a JobSet's failurePolicy
+    restart, a LeaderWorkerSet group recreated): the next decision goes there again when the whole group
+    fits there. Cleared when Phalanx requeues the group's owner whole (it was preempted or broken there)."""
     scheduled: int | None = Field(default=None, ge=0)
     """How many members are bound to nodes."""
     waiting: int | None = Field(default=None, ge=0)

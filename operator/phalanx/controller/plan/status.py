@@ -210,6 +210,7 @@ def desired_status(
         admission=admission,
         reservation=reservation,
         admissions=_admissions(current, admission),
+        last_domain=last_domain(current, facts, admission),
         scheduled=facts.scheduled,
         waiting=facts.waiting,
     )
@@ -235,6 +236,16 @@ def _disruption(
             generation,
         )
     return current
+
+
+def last_domain(current: GroupStatus, facts: GroupFacts, admission: Admission | None) -> str | None:
+    """The domain a restart's new pods prefer: the present decision's, else the one remembered; none once
+    Phalanx requeued the owner whole (a Job requeue places it afresh)."""
+    if facts.requeued:
+        return None
+    if admission is not None:
+        return admission.domain
+    return current.last_domain
 
 
 def next_attempt(current: GroupStatus) -> int:
@@ -273,6 +284,7 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         status.domain,
         decision,
         status.admissions,
+        status.last_domain,
         status.scheduled,
         status.waiting,
         reservation,
