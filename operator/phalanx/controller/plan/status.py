@@ -210,7 +210,7 @@ def desired_status(
         admission=admission,
         reservation=reservation,
         admissions=_admissions(current, admission),
-        last_domain=last_domain(current, facts, admission),
+        last_domain=None if present.reason == c.REASON_REQUEUED else last_domain(current, facts, admission),
         scheduled=facts.scheduled,
         waiting=facts.waiting,
     )
@@ -240,7 +240,8 @@ def _disruption(
 
 def last_domain(current: GroupStatus, facts: GroupFacts, admission: Admission | None) -> str | None:
     """The domain a restart's new pods prefer: the present decision's, else the one remembered; none once
-    Phalanx requeued the owner whole (a Job requeue places it afresh)."""
+    Phalanx requeued the owner whole (a Job requeue places it afresh; so does a requeue by deleting the
+    pods, whose pass says Requeued: the caller)."""
     if facts.requeued:
         return None
     if admission is not None:
