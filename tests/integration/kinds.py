@@ -109,10 +109,11 @@ def lws(
     leader_ready: bool = False,
     subgroup_size: int | None = None,
     restart_policy: str | None = None,
+    priority_class: str | None = None,
 ) -> dict[str, Any]:
     template: dict[str, Any] = {
         "size": size,
-        "workerTemplate": {"spec": gpu_pod_spec() | {"restartPolicy": "Always"}},
+        "workerTemplate": {"spec": gpu_pod_spec(priority_class) | {"restartPolicy": "Always"}},
     }
     if subgroup_size is not None:
         template["subGroupPolicy"] = {"subGroupSize": subgroup_size}
