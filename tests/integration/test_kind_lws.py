@@ -20,6 +20,7 @@ from .kinds import (
     events_of,
     explain,
     gated,
+    groups,
     label_of,
     lws,
     lws_gang,
@@ -116,6 +117,17 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     assert slots == workers
 
 
+def diagnose(ns: Namespace, name: str) -> None:
+    """What the cluster looked like when a wait timed out: the pods, the events, Phalanx's groups."""
+    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+    print(ns.where())
+    for e in ns.events():
+        obj = e["involvedObject"]
+        print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
+    for group in groups(ns):
+        print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+
+
 def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is_requeued_whole(
     kinds_ns: Namespace,
 ) -> None:
@@ -172,12 +184,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         assert "below its minCount" in requeued[0], requeued
         hold("it stays whole in nb-b", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
     except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
-        print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
-        for e in ns.events():
-            obj = e["involvedObject"]
-            print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
-        for group in owned(ns, "LeaderWorkerSet/infer"):
-            print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+        diagnose(ns, "infer")
         raise
     finally:
         for node in failed:
@@ -188,9 +195,10 @@ def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_
     kinds_ns: Namespace,
 ) -> None:
     """Two low-priority groups of 4 hold all 8 nodes; a high-priority gang Job of 2 needs two of them. One
-    group is one victim, taken whole: its pods deleted (LWS has no suspend), the other group untouched. LWS
-    makes the group again; its new pods wait gated, all 4 (2 free nodes cannot take them), until the Job is
-    gone, then the group is placed whole again."""
+    group is one victim, taken whole: its leader deleted (LWS has no suspend; the garbage collector takes
+    the workers with their StatefulSet, the leader's), the other group untouched. LWS makes the group again;
+    its new pods wait gated, all 4 (2 free nodes cannot take them), until the Job is gone, then the group is
+    placed whole again."""
     ns = kinds_ns
     priority_classes(ns)
     sizes = {"low/0": 4, "low/1": 4}
@@ -198,58 +206,70 @@ def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_
         ns.create(lws("low", 4, replicas=2, priority_class="low"))
         first = wait_bound(ns, "low", lambda: lws_pods(ns, "low"), 8)
     names = {p["metadata"]["name"]: p["metadata"]["uid"] for p in first}
-    ns.create(gpu_job("high-2", 2, labels={"phalanx.dev/managed": "true"}, priority_class="high"))
-    high = wait_for("high-2 bound", lambda: ps if len(bound(ps := ns.job_pods("high-2"))) == 2 else None, 120)
-    freed = {p["spec"]["nodeName"] for p in high}
-
-    def group_of(pod: dict[str, Any]) -> str:
-        return str(pod["metadata"]["labels"][LWS_GROUP])
-
-    def settled() -> tuple[str, list[dict[str, Any]]] | None:
-        """One group running whole on its old pods, the other made again: 4 new pods, all gated."""
-        pods = lws_pods(ns, "low")
-        by_group: dict[str, list[dict[str, Any]]] = {}
-        for pod in pods:
-            by_group.setdefault(group_of(pod), []).append(pod)
-        made_again = [
-            g
-            for g, ps in by_group.items()
-            if all(names.get(p["metadata"]["name"]) != p["metadata"]["uid"] for p in ps)
-        ]
-        if len(made_again) != 1 or len(by_group.get(made_again[0], [])) != 4:
-            return None
-        (victim,) = made_again
-        kept = [p for g, ps in by_group.items() if g != victim for p in ps]
-        if len(gated(by_group[victim])) != 4 or len(bound(kept)) != 4:
-            return None
-        return victim, kept
-
-    found = wait_for("one group made again and gated whole, the other running", settled, timeout=120)
-    victim, kept = found
-    print(ns.where("leaderworkerset.sigs.k8s.io/name=low"))
-    assert all(names.get(p["metadata"]["name"]) == p["metadata"]["uid"] for p in kept)  # never touched
-    assert not freed & {p["spec"]["nodeName"] for p in kept}
-    hold(
-        "the recreated group stays gated whole while the Job runs",
-        lambda: (
-            len(gated([p for p in lws_pods(ns, "low") if group_of(p) == victim])) == 4
-            and len(bound(ns.job_pods("high-2"))) == 2
-        ),
-        seconds=2,
-    )
-    wait_for(
-        "events Preempted and Requeued on the LWS",
-        lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", "low") or None,
-    )
-    (group,) = [g for g in owned(ns, "LeaderWorkerSet/low") if g["metadata"]["name"].split("-")[2] == victim]
-    print(group["metadata"]["name"], condition(group))
-    assert condition(group).get("reason") != "Admitted"  # the recreated group waits, whole
-    # (its PodGroup is low-<hash of the LWS's uid>-<group index>-<template revision>)
-    with whole_gangs(ns, sizes, lws_gang):
-        ns.api.request(
-            "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/high-2", {"propagationPolicy": "Background"}
+    try:
+        ns.create(gpu_job("high-2", 2, labels={"phalanx.dev/managed": "true"}, priority_class="high"))
+        high = wait_for(
+            "high-2 bound", lambda: ps if len(bound(ps := ns.job_pods("high-2"))) == 2 else None, 120
         )
-        wait_bound(ns, "low", lambda: lws_pods(ns, "low"), 8, timeout=120)  # whole again once there is room
+        freed = {p["spec"]["nodeName"] for p in high}
+
+        def group_of(pod: dict[str, Any]) -> str:
+            return str(pod["metadata"]["labels"][LWS_GROUP])
+
+        def settled() -> tuple[str, list[dict[str, Any]]] | None:
+            """One group running whole on its old pods, the other made again: 4 new pods, all gated."""
+            pods = lws_pods(ns, "low")
+            by_group: dict[str, list[dict[str, Any]]] = {}
+            for pod in pods:
+                by_group.setdefault(group_of(pod), []).append(pod)
+            made_again = [
+                g
+                for g, ps in by_group.items()
+                if all(names.get(p["metadata"]["name"]) != p["metadata"]["uid"] for p in ps)
+            ]
+            if len(made_again) != 1 or len(by_group.get(made_again[0], [])) != 4:
+                return None
+            (victim,) = made_again
+            kept = [p for g, ps in by_group.items() if g != victim for p in ps]
+            if len(gated(by_group[victim])) != 4 or len(bound(kept)) != 4:
+                return None
+            return victim, kept
+
+        found = wait_for("one group made again and gated whole, the other running", settled, timeout=120)
+        victim, kept = found
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=low"))
+        assert all(names.get(p["metadata"]["name"]) == p["metadata"]["uid"] for p in kept)  # never touched
+        assert not freed & {p["spec"]["nodeName"] for p in kept}
+        hold(
+            "the recreated group stays gated whole while the Job runs",
+            lambda: (
+                len(gated([p for p in lws_pods(ns, "low") if group_of(p) == victim])) == 4
+                and len(bound(ns.job_pods("high-2"))) == 2
+            ),
+            seconds=2,
+        )
+        wait_for(
+            "events Preempted and Requeued on the LWS",
+            lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", "low") or None,
+        )
+        (group,) = [
+            g for g in owned(ns, "LeaderWorkerSet/low") if g["metadata"]["name"].split("-")[2] == victim
+        ]
+        print(group["metadata"]["name"], condition(group))
+        assert condition(group).get("reason") != "Admitted"  # the recreated group waits, whole
+        # (its PodGroup is low-<hash of the LWS's uid>-<group index>-<template revision>)
+        with whole_gangs(ns, sizes, lws_gang):
+            ns.api.request(
+                "DELETE",
+                f"/apis/batch/v1/namespaces/{ns.name}/jobs/high-2",
+                {"propagationPolicy": "Background"},
+            )
+            wait_bound(
+                ns, "low", lambda: lws_pods(ns, "low"), 8, timeout=120
+            )  # whole again once there is room
+    except AssertionError:
+        diagnose(ns, "low")
+        raise
 
 
 def test_a_slice_key_without_subgroups_is_refused_at_the_webhook_naming_the_field(
