@@ -128,13 +128,20 @@ def diagnose(ns: Namespace, name: str) -> None:
         print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
 
 
+def worker_node(pods: list[dict[str, Any]]) -> str:
+    """The node of a worker (not the leader: losing the leader, LWS makes the whole group again itself, its
+    workers' StatefulSet being the leader pod's)."""
+    return sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get(LWS_WORKER) != "0")[0]
+
+
 def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is_requeued_whole(
     kinds_ns: Namespace,
 ) -> None:
-    """restartPolicy None (LWS recreates only the failed pod). A group of 3 in nb-a (nb-b busy at first);
-    was-worker4 stays free. The first failure: the new pod goes to nb-a's free node. The second: nb-a has no
-    room, so Phalanx deletes the group's pods (LWS has no suspend), LWS makes them again, gated, and the
-    group is placed whole in nb-b."""
+    """restartPolicy None (LWS recreates only the failed worker). A group of 3 in nb-a (nb-b busy at first);
+    was-worker4 stays free. The first failure, under a worker: the new worker goes to nb-a's free node. The
+    second, under another worker: nb-a has no room, so Phalanx requeues the group through its leader (LWS has
+    no suspend), LWS makes it again, gated, and it is placed whole in nb-b. The third, under the leader: LWS
+    makes the whole group again itself, and it is placed whole again."""
     ns = kinds_ns
     ns.fill(*NB_B)
     key = {"phalanx.dev/topology-key": NB_KEY}
@@ -146,7 +153,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         ns.unfill(node)
     failed: list[str] = []
     try:
-        first = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        first = worker_node(pods)
         fail_node(ns.api, first, how="taint")
         failed.append(first)
         pods = wait_for(
@@ -161,7 +168,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         )
         assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
         assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "infer")
-        second = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        second = worker_node(pods)
         fail_node(ns.api, second, how="taint")
         failed.append(second)
         pods = wait_for(
@@ -183,6 +190,26 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         )
         assert "below its minCount" in requeued[0], requeued
         hold("it stays whole in nb-b", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
+        # The leader's node fails: LWS makes the whole group again itself (the workers' StatefulSet is the
+        # leader pod's); the old workers are no members of the new leader, the group goes whole to nb-b's
+        # three nodes left, every pod new.
+        before = {p["metadata"]["uid"] for p in pods}
+        (leader,) = [p for p in pods if p["metadata"]["labels"].get(LWS_WORKER) == "0"]
+        fail_node(ns.api, leader["spec"]["nodeName"], how="taint")
+        failed.append(leader["spec"]["nodeName"])
+        pods = wait_for(
+            "3 new pods bound in nb-b",
+            lambda: (
+                ps
+                if len(bound(ps := lws_pods(ns, "infer"))) == 3
+                and not before & {p["metadata"]["uid"] for p in ps}
+                else None
+            ),
+            timeout=240,
+        )
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
+        assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
+        hold("it stays whole", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
     except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
         diagnose(ns, "infer")
         raise
