@@ -119,7 +119,8 @@ class GroupStatus(ApiModel):
     last_domain: str | None = None
     """The domain of the latest placement decision, kept after its pods are gone (a JobSet's failurePolicy
     restart, a LeaderWorkerSet group recreated): the next decision goes there again when the whole group
-    fits there. Cleared when Phalanx requeues the group's owner whole (it was preempted or broken there)."""
+    fits there. Cleared when Phalanx requeues the group whole (suspended, or broken and its pods deleted); a
+    LeaderWorkerSet group taken as a preemption victim keeps it (it goes back only if it fits there whole)."""
     scheduled: int | None = Field(default=None, ge=0)
     """How many members are bound to nodes."""
     waiting: int | None = Field(default=None, ge=0)
