@@ -295,8 +295,11 @@ class ClusterCache:
     # ------------------------------------------------------------------ pods
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
         record = PodRecord.from_body(body)
-        if own_write and _stale_answer(record, self.pods.get(record.key), self.gone_pods):
+        held = self.pods.get(record.key)
+        if own_write and _stale_answer(record, held, self.gone_pods):
             return
+        if not own_write and _superseded(record, held, self.gone_pods):
+            return  # a late event of the pod its name had before (the watch orders events per object only)
         if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
             self._put_pod(record, wake=not own_write)
 
@@ -522,6 +525,20 @@ def _stale_answer(written: PodRecord, held: PodRecord | None, gone: Mapping[str,
     if held is not None:
         return held.uid != written.uid
     return written.uid in gone
+
+
+def _superseded(seen: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
+    """A watch event of a pod older than the one the cache holds under its name, or of one deleted already.
+    Events of one object come in order, not those of two objects under one name (a StatefulSet's pod made
+    anew): a late event of the old pod must not replace its successor (its DELETED event would then drop the
+    name, and a gated successor that changes no more would never be seen again)."""
+    if seen.uid and seen.uid in gone:
+        return True
+    if held is None or held.uid == seen.uid:
+        return False
+    if seen.created is not None and held.created is not None and seen.created != held.created:
+        return seen.created < held.created
+    return seen.deleting and not held.deleting
 
 
 def _pod_reflects(written: PodRecord) -> Reflects:
