@@ -85,10 +85,13 @@ def jobset(
     *rjobs: dict[str, Any],
     annotations: dict[str, str] | None = None,
     in_order: bool = False,
+    max_restarts: int | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"replicatedJobs": list(rjobs)}
     if in_order:
         spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    if max_restarts is not None:
+        spec["failurePolicy"] = {"maxRestarts": max_restarts}  # a failed child Job restarts the JobSet
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -106,10 +109,11 @@ def lws(
     leader_ready: bool = False,
     subgroup_size: int | None = None,
     restart_policy: str | None = None,
+    priority_class: str | None = None,
 ) -> dict[str, Any]:
     template: dict[str, Any] = {
         "size": size,
-        "workerTemplate": {"spec": gpu_pod_spec() | {"restartPolicy": "Always"}},
+        "workerTemplate": {"spec": gpu_pod_spec(priority_class) | {"restartPolicy": "Always"}},
     }
     if subgroup_size is not None:
         template["subGroupPolicy"] = {"subGroupSize": subgroup_size}

@@ -199,6 +199,96 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
     )
 
 
+# ---------------------------------------------------------------------- a failurePolicy restart
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
+    """Ask the simulated kubelet to end a running pod with exit code 1 (kwok stage pod-complete)."""
+    notes = {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "1"}
+    ns.api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": notes}},
+        "application/merge-patch+json",
+    )
+
+
+def cordon(ns: Namespace, node: str, on: bool) -> None:
+    ns.api.request(
+        "PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": on}}, "application/merge-patch+json"
+    )
+
+
+def restarted_pods(ns: Namespace, name: str) -> list[dict[str, Any]]:
+    """The JobSet's live pods of its first failurePolicy restart."""
+    return [p for p in jobset_pods(ns, name) if p["metadata"]["labels"].get(RESTART_ATTEMPT) == "1"]
+
+
+def _land_in_nb_b_then_fail(ns: Namespace, name: str) -> None:
+    """The JobSet (4 pods, one network block) goes to nb-b while a filler holds a node of nb-a; the filler
+    then goes, so both blocks are free alike (nb-a would come first by name), and one pod fails: its child
+    Job fails (backoffLimit 0) and failurePolicy restarts the JobSet (its child Jobs deleted, made anew)."""
+    ns.fill("was-worker")
+    with whole_gangs(ns, {name: 4}, jobset_gang):
+        ns.create(
+            jobset(
+                name,
+                replicated_job("workers", 2, 2),
+                annotations={"phalanx.dev/topology-key": NB_KEY},
+                max_restarts=1,
+            )
+        )
+        pods = wait_bound(ns, name, lambda: jobset_pods(ns, name), 4)
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
+    wait_for(
+        "the root remembers nb-b",
+        lambda: ((root_of(ns, name).get("status") or {}).get("lastDomain") == "nb-b") or None,
+        timeout=60,
+    )
+    ns.unfill("was-worker")
+    wait_for("the filler gone", lambda: not ns.pods("app=filler") or None, timeout=60)
+    fail_pod(ns, pods[0])
+
+
+def test_a_failure_policy_restart_places_the_new_pods_whole_in_the_block_the_jobset_had(
+    kinds_ns: Namespace,
+) -> None:
+    ns = kinds_ns
+    _land_in_nb_b_then_fail(ns, "again")
+    with whole_gangs(ns, {"again": 4}, jobset_gang):
+        pods = wait_bound(ns, "again", lambda: restarted_pods(ns, "again"), 4, timeout=180)
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=again"))
+    assert int(ns.get(f"{JOBSETS}/again").get("status", {}).get("restarts") or 0) == 1
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}  # back where it was
+    root = root_of(ns, "again")
+    assert root["status"]["admission"]["domain"] == "nb-b"
+    assert root["status"]["admission"]["attempt"] == 1  # a second decision, not the first one finished
+
+
+def test_a_failure_policy_restart_goes_whole_elsewhere_when_its_block_no_longer_fits(
+    kinds_ns: Namespace,
+) -> None:
+    ns = kinds_ns
+    _land_in_nb_b_then_fail(ns, "moved")
+    cordon(ns, "was-worker8", True)  # nb-b keeps 3 schedulable nodes: the 4 new pods no longer fit there
+    try:
+        with whole_gangs(ns, {"moved": 4}, jobset_gang):
+            pods = wait_bound(ns, "moved", lambda: restarted_pods(ns, "moved"), 4, timeout=180)
+        print(ns.where("jobset.sigs.k8s.io/jobset-name=moved"))
+        labels = node_labels(ns.api)
+        assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+        wait_for(
+            "the root remembers nb-a",
+            lambda: ((root_of(ns, "moved").get("status") or {}).get("lastDomain") == "nb-a") or None,
+            timeout=60,
+        )
+    finally:
+        cordon(ns, "was-worker8", False)
+
+
 # ---------------------------------------------------------------------- a restart mid-admission
 @pytest.fixture
 def killable(

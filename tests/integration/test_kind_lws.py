@@ -6,6 +6,7 @@ domain while there is room, else the group requeued whole by deleting its pods),
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -13,22 +14,25 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kinds import (
+    LWS_GROUP,
     LWS_WORKER,
     condition,
     events_of,
     explain,
     gated,
+    groups,
     label_of,
     lws,
     lws_gang,
     lws_pods,
     owned,
+    priority_classes,
     reasons_of,
     wait_bound,
     wait_unschedulable,
     whole_gangs,
 )
-from .kube import LB_KEY, NB_KEY, Namespace, bound, hold, node_labels, wait_for
+from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -113,13 +117,31 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     assert slots == workers
 
 
+def diagnose(ns: Namespace, name: str) -> None:
+    """What the cluster looked like when a wait timed out: the pods, the events, Phalanx's groups."""
+    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+    print(ns.where())
+    for e in ns.events():
+        obj = e["involvedObject"]
+        print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
+    for group in groups(ns):
+        print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+
+
+def worker_node(pods: list[dict[str, Any]]) -> str:
+    """The node of a worker (not the leader: losing the leader, LWS makes the whole group again itself, its
+    workers' StatefulSet being the leader pod's)."""
+    return sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get(LWS_WORKER) != "0")[0]
+
+
 def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is_requeued_whole(
     kinds_ns: Namespace,
 ) -> None:
-    """restartPolicy None (LWS recreates only the failed pod). A group of 3 in nb-a (nb-b busy at first);
-    was-worker4 stays free. The first failure: the new pod goes to nb-a's free node. The second: nb-a has no
-    room, so Phalanx deletes the group's pods (LWS has no suspend), LWS makes them again, gated, and the
-    group is placed whole in nb-b."""
+    """restartPolicy None (LWS recreates only the failed worker). A group of 3 in nb-a (nb-b busy at first);
+    was-worker4 stays free. The first failure, under a worker: the new worker goes to nb-a's free node. The
+    second, under another worker: nb-a has no room, so Phalanx requeues the group through its leader (LWS has
+    no suspend), LWS makes it again, gated, and it is placed whole in nb-b. The third, under the leader: LWS
+    makes the whole group again itself, and it is placed whole again."""
     ns = kinds_ns
     ns.fill(*NB_B)
     key = {"phalanx.dev/topology-key": NB_KEY}
@@ -131,7 +153,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         ns.unfill(node)
     failed: list[str] = []
     try:
-        first = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        first = worker_node(pods)
         fail_node(ns.api, first, how="taint")
         failed.append(first)
         pods = wait_for(
@@ -146,7 +168,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         )
         assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
         assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "infer")
-        second = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        second = worker_node(pods)
         fail_node(ns.api, second, how="taint")
         failed.append(second)
         pods = wait_for(
@@ -168,17 +190,113 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         )
         assert "below its minCount" in requeued[0], requeued
         hold("it stays whole in nb-b", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
-    except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
+        # The leader's node fails: LWS makes the whole group again itself (the workers' StatefulSet is the
+        # leader pod's); the old workers are no members of the new leader, the group goes whole to nb-b's
+        # three nodes left, every pod new.
+        before = {p["metadata"]["uid"] for p in pods}
+        (leader,) = [p for p in pods if p["metadata"]["labels"].get(LWS_WORKER) == "0"]
+        fail_node(ns.api, leader["spec"]["nodeName"], how="taint")
+        failed.append(leader["spec"]["nodeName"])
+        pods = wait_for(
+            "3 new pods bound in nb-b",
+            lambda: (
+                ps
+                if len(bound(ps := lws_pods(ns, "infer"))) == 3
+                and not before & {p["metadata"]["uid"] for p in ps}
+                else None
+            ),
+            timeout=240,
+        )
         print(ns.where("leaderworkerset.sigs.k8s.io/name=infer"))
-        for e in ns.events():
-            obj = e["involvedObject"]
-            print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
-        for group in owned(ns, "LeaderWorkerSet/infer"):
-            print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+        assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
+        hold("it stays whole", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
+    except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
+        diagnose(ns, "infer")
         raise
     finally:
         for node in failed:
             heal_node(ns.api, node)
+
+
+def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_gated_and_whole(
+    kinds_ns: Namespace,
+) -> None:
+    """Two low-priority groups of 4 hold all 8 nodes; a high-priority gang Job of 2 needs two of them. One
+    group is one victim, taken whole: its leader deleted (LWS has no suspend; the garbage collector takes
+    the workers with their StatefulSet, the leader's), the other group untouched. LWS makes the group again;
+    its new pods wait gated, all 4 (2 free nodes cannot take them), until the Job is gone, then the group is
+    placed whole again."""
+    ns = kinds_ns
+    priority_classes(ns)
+    sizes = {"low/0": 4, "low/1": 4}
+    with whole_gangs(ns, sizes, lws_gang):
+        ns.create(lws("low", 4, replicas=2, priority_class="low"))
+        first = wait_bound(ns, "low", lambda: lws_pods(ns, "low"), 8)
+    names = {p["metadata"]["name"]: p["metadata"]["uid"] for p in first}
+    try:
+        ns.create(gpu_job("high-2", 2, labels={"phalanx.dev/managed": "true"}, priority_class="high"))
+        high = wait_for(
+            "high-2 bound", lambda: ps if len(bound(ps := ns.job_pods("high-2"))) == 2 else None, 120
+        )
+        freed = {p["spec"]["nodeName"] for p in high}
+
+        def group_of(pod: dict[str, Any]) -> str:
+            return str(pod["metadata"]["labels"][LWS_GROUP])
+
+        def settled() -> tuple[str, list[dict[str, Any]]] | None:
+            """One group running whole on its old pods, the other made again: 4 new pods, all gated."""
+            pods = lws_pods(ns, "low")
+            by_group: dict[str, list[dict[str, Any]]] = {}
+            for pod in pods:
+                by_group.setdefault(group_of(pod), []).append(pod)
+            made_again = [
+                g
+                for g, ps in by_group.items()
+                if all(names.get(p["metadata"]["name"]) != p["metadata"]["uid"] for p in ps)
+            ]
+            if len(made_again) != 1 or len(by_group.get(made_again[0], [])) != 4:
+                return None
+            (victim,) = made_again
+            kept = [p for g, ps in by_group.items() if g != victim for p in ps]
+            if len(gated(by_group[victim])) != 4 or len(bound(kept)) != 4:
+                return None
+            return victim, kept
+
+        found = wait_for("one group made again and gated whole, the other running", settled, timeout=120)
+        victim, kept = found
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=low"))
+        assert all(names.get(p["metadata"]["name"]) == p["metadata"]["uid"] for p in kept)  # never touched
+        assert not freed & {p["spec"]["nodeName"] for p in kept}
+        hold(
+            "the recreated group stays gated whole while the Job runs",
+            lambda: (
+                len(gated([p for p in lws_pods(ns, "low") if group_of(p) == victim])) == 4
+                and len(bound(ns.job_pods("high-2"))) == 2
+            ),
+            seconds=2,
+        )
+        wait_for(
+            "events Preempted and Requeued on the LWS",
+            lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", "low") or None,
+        )
+        (group,) = [
+            g for g in owned(ns, "LeaderWorkerSet/low") if g["metadata"]["name"].split("-")[2] == victim
+        ]
+        print(group["metadata"]["name"], condition(group))
+        assert condition(group).get("reason") != "Admitted"  # the recreated group waits, whole
+        # (its PodGroup is low-<hash of the LWS's uid>-<group index>-<template revision>)
+        with whole_gangs(ns, sizes, lws_gang):
+            ns.api.request(
+                "DELETE",
+                f"/apis/batch/v1/namespaces/{ns.name}/jobs/high-2",
+                {"propagationPolicy": "Background"},
+            )
+            wait_bound(
+                ns, "low", lambda: lws_pods(ns, "low"), 8, timeout=120
+            )  # whole again once there is room
+    except AssertionError:
+        diagnose(ns, "low")
+        raise
 
 
 def test_a_slice_key_without_subgroups_is_refused_at_the_webhook_naming_the_field(

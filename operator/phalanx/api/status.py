@@ -116,6 +116,11 @@ class GroupStatus(ApiModel):
     """Room being freed for the group by preemption, if any."""
     admissions: int | None = Field(default=None, ge=0)
     """How many placement decisions were made for this group so far (the next one's attempt number)."""
+    last_domain: str | None = None
+    """The domain of the latest placement decision, kept after its pods are gone (a JobSet's failurePolicy
+    restart, a LeaderWorkerSet group recreated): the next decision goes there again when the whole group
+    fits there. Cleared when Phalanx requeues the group whole (suspended, or broken and its pods deleted); a
+    LeaderWorkerSet group taken as a preemption victim keeps it (it goes back only if it fits there whole)."""
     scheduled: int | None = Field(default=None, ge=0)
     """How many members are bound to nodes (running, or about to)."""
     succeeded: int | None = Field(default=None, ge=0)

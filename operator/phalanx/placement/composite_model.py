@@ -47,6 +47,9 @@ class CompositeRequest:
     min_count: int
     topology_key: str | None = None
     levels: tuple[str, ...] = ()
+    preferred_domain: str | None = None
+    """A domain of its key to try first (as `GroupRequest.preferred_domain`): the tree goes there when it
+    fits there whole, else wherever the usual order finds room."""
 
 
 @dataclass(frozen=True, slots=True)

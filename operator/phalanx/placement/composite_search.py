@@ -152,6 +152,9 @@ class TreeSearch:
                 children = self.children_bound(t, inside, starts, ends)
                 found = [d for d in found if children[d] >= t.min_count]
         ranked = sorted(found, key=lambda d: (-int(fit[d]), float(free[d]), labels[d] or ""))
+        if t.preferred is not None and (rung is None or rung.key == t.key):
+            # The domain it had before goes first; the search backtracks to the others if it fails there.
+            ranked.sort(key=lambda d: labels[d] != t.preferred)
         return [(labels[d], inside[starts[d] : ends[d]]) for d in ranked]
 
     def children_bound(

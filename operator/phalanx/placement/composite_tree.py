@@ -36,6 +36,7 @@ class TreeNode:
     need: int = 0  # pods the subtree needs at least (its cheapest way to meet every min count)
     finest: int = -1  # finest effective level among the subtree's leaves
     rungs: list[Rung] = field(default_factory=list)  # leaves: where its pods may go, in order of preference
+    preferred: str | None = None  # a domain of its key tried first (the request's preferred_domain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ def flatten_tree(snapshot: Snapshot, root: CompositeRequest) -> tuple[list[TreeN
         own = level_of(levels, t.topology_key)
         level = parent_level if own is None else max(own, parent_level)
         node = TreeNode(len(nodes), t.name, parent, t.topology_key, level, max(1, t.min_count))
+        node.preferred = t.preferred_domain
         nodes.append(node)
         if isinstance(t, GroupRequest):
             if t.levels and tuple(t.levels) != tuple(levels):

@@ -102,12 +102,7 @@ def _placements_at(
         message = messages.bound_pods_span_domains(groups.names[d] for d in pinned)
         return Reject(message, 0, 0, scheduled, remaining, "DomainConflict")
     (d,) = pinned
-    return _Placements(
-        names=(groups.names[d],),
-        order=groups.order[groups.starts[d] : groups.ends[d]],
-        starts=np.zeros(1, dtype=np.intp),
-        ends=np.full(1, groups.ends[d] - groups.starts[d], dtype=np.intp),
-    )
+    return _only(_Placements(groups.names, groups.order, groups.starts, groups.ends), d)
 
 
 def _pack_homogeneous(
@@ -397,11 +392,32 @@ def _decide_at(snapshot: Snapshot, group: GroupRequest, key: str | None, levels:
     cons = GroupConstraints.of(snapshot, group.pending, [sig.requirements for sig in ctx.signatures])
     if isinstance(cons, Refusal):
         return Reject(cons.message, 0, 0, bound, pending, cons.reason)
+    if group.preferred_domain in pl.names and len(pl.names) > 1:
+        # The domain it had before, when the group fits there (else the usual rule over all of them).
+        first = _decide_in(ctx, cons, _only(pl, pl.names.index(group.preferred_domain)), group, min_count)
+        if isinstance(first, Admit):
+            return first
+    return _decide_in(ctx, cons, pl, group, min_count)
+
+
+def _decide_in(
+    ctx: DecisionContext, cons: GroupConstraints | None, pl: _Placements, group: GroupRequest, min_count: int
+) -> Decision:
     if cons is not None:
         return _decide_constrained(ctx, cons, pl, group, min_count)
     if len(ctx.signatures) == 1:
         return _decide_homogeneous(ctx, pl, group, min_count)
     return _decide_mixed(ctx, pl, group, min_count)
+
+
+def _only(pl: _Placements, d: int) -> _Placements:
+    """The placements narrowed to domain d."""
+    return _Placements(
+        names=(pl.names[d],),
+        order=pl.order[pl.starts[d] : pl.ends[d]],
+        starts=np.zeros(1, dtype=np.intp),
+        ends=np.full(1, pl.ends[d] - pl.starts[d], dtype=np.intp),
+    )
 
 
 def admitted_usage(group: GroupRequest, admit: Admit) -> list[AssumedPod]:

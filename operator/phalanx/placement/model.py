@@ -349,6 +349,10 @@ class GroupRequest:
     """The topology levels (node labels, coarse -> fine) of the Topology listing `topology_key`; empty: none
     known, `topology_key` alone decides (see levels.py: domains become paths, BestFit inside the domain)."""
     mode: TopologyMode = "required"
+    preferred_domain: str | None = None
+    """A domain to try first (the one the group had before its pods were made anew: a JobSet's
+    failurePolicy restart, a LeaderWorkerSet group recreated): chosen when the group fits there, else the
+    usual rule (step 4 of `decide`). A name no domain has is ignored."""
 
 
 @dataclass(frozen=True, slots=True)

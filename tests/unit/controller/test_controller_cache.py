@@ -209,3 +209,47 @@ def test_a_watch_that_skips_our_version_is_taken_once_it_shows_our_write() -> No
     cache.upsert("Pod", bound_later)
     assert cache.pods["ns/a"].bound
     assert not cache.expectations.pending
+
+
+def _uid(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    body["metadata"]["uid"] = uid
+    return body
+
+
+def test_the_answer_to_our_write_of_a_pod_deleted_meanwhile_does_not_mask_its_successor() -> None:
+    """A StatefulSet's pod (an LWS worker) is deleted while our release of it is in flight and made anew under
+    its name: the late answer neither puts the old pod back nor holds back the new one's events."""
+    cache = ClusterCache()
+    cache.upsert("Pod", _uid(pod("w", 5, gated=True), "old"))
+    cache.delete("Pod", _uid(pod("w", 6, gated=True), "old"))  # its DELETED event comes first
+    cache.upsert("Pod", _uid(pod("w", 7, selector="n1", group="g"), "old"), own_write=True)  # then the answer
+    assert "ns/w" not in cache.pods
+    cache.upsert("Pod", _uid(pod("w", 8, gated=True), "new"))  # its successor, at once
+    assert cache.pods["ns/w"].uid == "new" and cache.pods["ns/w"].gated
+    cache.upsert(
+        "Pod", _uid(pod("w", 9, selector="n2", group="g"), "old"), own_write=True
+    )  # another late one
+    assert cache.pods["ns/w"].uid == "new"
+    cache.upsert("Pod", _uid(pod("w", 10, node="n3", group="g"), "new"))
+    assert cache.pods["ns/w"].bound and cache.pods["ns/w"].node_name == "n3"
+
+
+def test_a_late_event_of_the_pod_a_name_had_before_does_not_replace_its_successor() -> None:
+    """The watch orders events per object: the old pod's last MODIFIED (deleting) and DELETED may come after
+    its successor's ADDED. The successor stays (a gated pod that changes no more would never be seen
+    again)."""
+    cache = ClusterCache()
+    old = _uid(pod("w", 5, node="n1", group="g"), "old")
+    old["metadata"]["creationTimestamp"] = "2026-11-29T10:00:00Z"
+    cache.upsert("Pod", old)
+    new = _uid(pod("w", 9, gated=True), "new")
+    new["metadata"]["creationTimestamp"] = "2026-11-29T10:05:00Z"
+    cache.upsert("Pod", new)  # the successor's ADDED first
+    going = _uid(pod("w", 7, node="n1", group="g", deleting=True), "old")
+    going["metadata"]["creationTimestamp"] = "2026-11-29T10:00:00Z"
+    cache.upsert("Pod", going)  # then the old pod's late MODIFIED
+    assert cache.pods["ns/w"].uid == "new"
+    cache.delete("Pod", going)  # and its DELETED
+    assert cache.pods["ns/w"].uid == "new" and cache.pods["ns/w"].gated
+    cache.upsert("Pod", going)  # an event of a pod already deleted is never taken back
+    assert cache.pods["ns/w"].uid == "new"

@@ -3,6 +3,7 @@ child Job), made from its spec, placed all or nothing; its child Jobs are never 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import kopf
@@ -20,6 +21,7 @@ from phalanx.controller.model.actions import (
     ReleasePod,
     ResumeJob,
     UngatePod,
+    status_write,
 )
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, plan
@@ -172,3 +174,45 @@ def test_phalanx_annotations_are_fixed_once_the_jobset_exists() -> None:
     with pytest.raises(kopf.AdmissionError, match="cannot change"):
         VALIDATE(body=kopf.Body(edited), old=kopf.Body(old))
     VALIDATE(body=kopf.Body(old), old=kopf.Body(old))
+
+
+def _with(groups: list[Any], result: Plan) -> list[Any]:
+    """The groups as the cache holds them once the plan's status writes are applied."""
+    written = {ref.name: status for ref, status in (w for w in map(status_write, result.actions) if w)}
+    return [dataclasses.replace(g, status=written.get(g.name, g.status)) for g in groups]
+
+
+def test_a_failure_policy_restart_places_the_new_pods_whole_where_the_jobset_was() -> None:
+    """Placed in nb-b (n1 busy); its child Jobs deleted and made anew by the JobSet controller, with both
+    blocks free (nb-a first by the usual rule): the root remembers nb-b while no pod is there, and the new
+    pods go back there whole."""
+    jobset = jobset_body(annotations={"phalanx.dev/topology-key": NB})
+    groups = made(plan(jobset_cluster([jobset], []), NOW))
+    first = plan(jobset_cluster([jobset], all_pods(), groups=groups, busy=(1,)), NOW)
+    assert {BLOCK[a.node] for a in first.actions if isinstance(a, ReleasePod)} == {"nb-b"}
+    groups = _with(groups, first)
+    (root,) = [g for g in groups if isinstance(g, CompositePodGroupRecord)]
+    assert root.status.last_domain == "nb-b"
+    gone = plan(jobset_cluster([jobset], [], groups=groups), NOW)  # the restart: every pod deleted
+    groups = _with(groups, gone)
+    (root,) = [g for g in groups if isinstance(g, CompositePodGroupRecord)]
+    assert root.status.admission is None and root.status.last_domain == "nb-b"
+    again = plan(jobset_cluster([jobset], all_pods(), groups=groups), NOW)
+    assert {BLOCK[a.node] for a in again.actions if isinstance(a, ReleasePod)} == {"nb-b"}
+    assert len([a for a in again.actions if isinstance(a, ReleasePod)]) == 4
+
+
+def test_a_jobset_requeued_by_phalanx_forgets_its_domain() -> None:
+    """A requeue (preempted, broken) places it afresh, as a Job's: the domain it left is no reason to go
+    back there."""
+    jobset = jobset_body(annotations={"phalanx.dev/topology-key": NB})
+    groups = made(plan(jobset_cluster([jobset], []), NOW))
+    groups = _with(groups, plan(jobset_cluster([jobset], all_pods(), groups=groups, busy=(1,)), NOW))
+    requeued = jobset_body(
+        annotations={"phalanx.dev/topology-key": NB, "phalanx.dev/requeued": "preempted by podgroup x"},
+        suspend=True,
+    )
+    groups = _with(groups, plan(jobset_cluster([requeued], [], groups=groups), NOW))
+    assert all(g.status.last_domain is None for g in groups)
+    again = plan(jobset_cluster([jobset], all_pods(), groups=groups), NOW)
+    assert {BLOCK[a.node] for a in again.actions if isinstance(a, ReleasePod)} == {"nb-a"}

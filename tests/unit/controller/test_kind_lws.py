@@ -146,8 +146,37 @@ def test_a_group_is_requeued_by_deleting_its_pods_not_by_a_suspend() -> None:
     ]
     result = plan(owner_cluster([("LeaderWorkerSet", lws)], refused, groups=groups), NOW)
     deleted = sorted(a.pod.name for a in result.actions if isinstance(a, DeletePod))
-    assert deleted == ["serve-0", "serve-0-1"]
+    # The leader only: its workers' StatefulSet is the leader pod's, the garbage collector takes them with
+    # it (deleting them too would let that StatefulSet make them again before it goes).
+    assert deleted == ["serve-0"]
     assert not [a for a in result.actions if isinstance(a, SuspendJob)]
+    leaderless = plan(owner_cluster([("LeaderWorkerSet", lws)], refused[1:], groups=groups), NOW)
+    assert sorted(a.pod.name for a in leaderless.actions if isinstance(a, DeletePod)) == ["serve-0-1"]
+
+
+def _born(body: dict[str, Any], at: str) -> dict[str, Any]:
+    body["metadata"]["creationTimestamp"] = at
+    return body
+
+
+def test_workers_older_than_their_leader_are_not_its_members() -> None:
+    """The leader was made again (its predecessor failed): the worker still running is the old leader's,
+    being taken by the garbage collector with its StatefulSet. The group waits for its new workers rather
+    than placing the leader beside a worker about to go."""
+    lws = lws_body(size=2)
+    groups = made_groups(plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2)), NOW))
+    old = _born(lws_pod("serve", 0, 1, node="n1", pod_group=groups[0].name), "2026-11-30T11:00:00Z")
+    leader = _born(lws_pod("serve", 0, 0), "2026-11-30T11:59:00Z")
+    result = plan(owner_cluster([("LeaderWorkerSet", lws)], [leader, old], groups=groups), NOW)
+    assert not releases(result)
+    reasons = {
+        a.group.name: a.status.condition(c.ADMITTED) for a in result.actions if isinstance(a, PatchStatus)
+    }
+    (admitted,) = reasons.values()
+    assert admitted is not None and admitted.reason == c.REASON_WAITING_FOR_PODS, admitted
+    new = _born(lws_pod("serve", 0, 1), "2026-11-30T11:59:01Z")
+    again = plan(owner_cluster([("LeaderWorkerSet", lws)], [leader, new], groups=groups), NOW)
+    assert sorted(releases(again)) == ["serve-0", "serve-0-1"]  # its own worker came: placed whole
 
 
 def test_a_rolling_update_makes_fresh_gangs_and_drops_the_old_revisions_group() -> None:
@@ -264,3 +293,46 @@ def test_a_jobset_whose_first_stage_completes_keeps_its_decision_and_the_next_st
     assert not [
         a for a in last.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
     ]
+
+
+def test_a_running_lws_group_is_one_victim_of_a_higher_priority_job_taken_through_its_leader() -> None:
+    """Its released pods carry Phalanx's pod-group label and no Job: still an owner's pods (not a hand-made
+    group's, which are never preempted), so the group is a victim, taken whole by deleting its leader."""
+    classes = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v}
+        for n, v in (("low", 100), ("high", 1000))
+    ]
+    lws = lws_body(replicas=2, size=4)
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = "low"
+    first = plan(
+        owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 4) + group_pods("serve", 1, 4)), NOW
+    )
+    groups = made_groups(first)
+    placed = releases(first)
+    running = []
+    for g in range(2):
+        (group,) = [x.name for x in groups if x.name.endswith(f"-{g}-r1")]
+        for w in range(4):
+            name = f"serve-{g}" if w == 0 else f"serve-{g}-{w}"
+            body = lws_pod("serve", g, w, node=placed[name], gated=False, pod_group=group)
+            body["spec"]["priority"] = 100
+            running.append(body)
+    job = job_body("high", 2)
+    job["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    high = [pod_body("high", i, priority=1000) for i in range(2)]
+    result = plan(
+        cluster(
+            [(job, group_of(job), high)],
+            owners=[("LeaderWorkerSet", lws)],
+            pods=running,
+            groups=groups,
+            priority_classes=classes,
+        ),
+        NOW,
+    )
+    deleted = [a.pod.name for a in result.actions if isinstance(a, DeletePod)]
+    assert deleted in (["serve-0"], ["serve-1"]), deleted  # one group, through its leader
+    assert not [a for a in result.actions if isinstance(a, SuspendJob)]
+    statuses = {a.group.name: a.status for a in result.actions if isinstance(a, PatchStatus)}
+    preempting = [s.condition(c.ADMITTED) for n, s in statuses.items() if n.startswith("high")]
+    assert preempting and preempting[0] is not None and preempting[0].reason == c.REASON_PREEMPTING

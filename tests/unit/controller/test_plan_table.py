@@ -47,13 +47,19 @@ def pods(
     ]
 
 
-def sliced_job(name: str, *, created: str, priority: int) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
+def sliced_job(
+    name: str, *, created: str, priority: int, last_domain: str | None = None
+) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
     """A sliced Job of 4 pods in 2 slices (one local block each, both in one network block), made by
-    Phalanx already (its CompositePodGroup and slices exist), its pods gated."""
+    Phalanx already (its CompositePodGroup and slices exist), its pods gated; `last_domain`: the network
+    block its root remembers from a decision whose pods are gone."""
     job = job_body(name, 4, annotations=SLICED, created=created, indexed=True)
     policy = parse_job_policy(job)
     _, root, groups = build_sliced_objects(job, policy, parse_job_layout(job, policy), priority)
-    made: list[Any] = [CompositePodGroupRecord.from_body({**root.to_api(), "metadata": _meta(root, "r")})]
+    root_body = {**root.to_api(), "metadata": _meta(root, "r")}
+    if last_domain is not None:
+        root_body["status"] = {"lastDomain": last_domain}
+    made: list[Any] = [CompositePodGroupRecord.from_body(root_body)]
     made += [
         PodGroupRecord.from_body({**g.to_api(), "metadata": _meta(g, f"s{i}")}) for i, g in enumerate(groups)
     ]
@@ -181,6 +187,50 @@ CASES = [
             busy=(5,),
         ),
         {job_key("plain"): (4, "nb-a")},
+    ),
+]
+
+
+def _had(domain: str) -> PodGroupStatus:
+    """A group whose last decision was in `domain` and whose pods are gone (made anew by their controller)."""
+    return PodGroupStatus(last_domain=domain)
+
+
+CASES += [
+    Case(
+        "a gang whose pods were made anew goes back to the block it had, the other equally free",
+        lambda: cluster([(_gang("train"), group_of(_gang("train"), _had("nb-b")), pods("train", 4))]),
+        {job_key("train"): (4, "nb-b")},
+        {"train": c.REASON_ADMITTED},
+    ),
+    Case(
+        "a gang whose block it had no longer fits goes whole to another",
+        lambda: cluster(
+            [(_gang("train"), group_of(_gang("train"), _had("nb-b")), pods("train", 4))], busy=(6,)
+        ),
+        {job_key("train"): (4, "nb-a")},
+        {"train": c.REASON_ADMITTED},
+    ),
+    Case(
+        "a gang remembering a block no node has any more is placed by the usual rule",
+        lambda: cluster([(_gang("train"), group_of(_gang("train"), _had("nb-gone")), pods("train", 4))]),
+        {job_key("train"): (4, "nb-a")},
+    ),
+    Case(
+        "a tree whose pods were made anew goes back whole to the block its root had",
+        lambda: cluster(
+            [sliced_job("sliced", created="2026-11-30T11:30:00Z", priority=0, last_domain="nb-b")]
+        ),
+        {job_key("sliced"): (4, "nb-b")},
+        {"sliced": c.REASON_ADMITTED},
+    ),
+    Case(
+        "a tree whose block it had no longer fits goes whole to another",
+        lambda: cluster(
+            [sliced_job("sliced", created="2026-11-30T11:30:00Z", priority=0, last_domain="nb-b")], busy=(7,)
+        ),
+        {job_key("sliced"): (4, "nb-a")},
+        {"sliced": c.REASON_ADMITTED},
     ),
 ]
 

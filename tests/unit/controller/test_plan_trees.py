@@ -205,7 +205,9 @@ def _recorded_tree(nodes: dict[str, str]) -> Admission:
 def _broken_tree(waited: float) -> tuple[list[Any], list[dict[str, Any]]]:
     """slices-1 lost the pod on n4 (a replacement made by its controller waits, gated); lb-a2 has no room."""
     record = _recorded_tree({"slices-0-0": "n1", "slices-0-1": "n2", "slices-1-0": "n3", "slices-1-1": "n4"})
-    root_status = waiting_status(NOW - dt.timedelta(seconds=waited)).model_copy(update={"admission": record})
+    root_status = waiting_status(NOW - dt.timedelta(seconds=waited)).model_copy(
+        update={"admission": record, "last_domain": "nb-a"}
+    )
     groups = [_composite(status=root_status), _leaf("slices-0"), _leaf("slices-1")]
     pods = [
         _member("slices-0-0", "slices-0", node="n1"),
@@ -229,6 +231,7 @@ def test_a_broken_hand_made_tree_is_requeued_whole_by_deleting_its_pods_after_th
     root = _status(after, "CompositePodGroup")
     assert _reason(root) == c.REASON_REQUEUED
     assert root.admission is None  # pods made again under the same names are decided afresh
+    assert root.last_domain is None  # and not sent back to the domain they were requeued from
     assert not only(after.actions, ReleasePod)
 
 

@@ -135,6 +135,9 @@ class ClusterCache:
         self.topology_index = TopologyIndex()
         self.node_labels_generation = 0  # bumps when a node comes, goes or changes its labels
         self.expectations = Expectations(clock=clock)
+        self.gone_pods: dict[
+            str, None
+        ] = {}  # uids of the latest pods deleted (oldest first), for our answers
         self.live = LiveSnapshot()
         self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
         self.changed = asyncio.Event()
@@ -303,6 +306,11 @@ class ClusterCache:
     # ------------------------------------------------------------------ pods
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
         record = PodRecord.from_body(body)
+        held = self.pods.get(record.key)
+        if own_write and _stale_answer(record, held, self.gone_pods):
+            return
+        if not own_write and _superseded(record, held, self.gone_pods):
+            return  # a late event of the pod its name had before (the watch orders events per object only)
         if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
             self._put_pod(record, wake=not own_write)
 
@@ -347,6 +355,9 @@ class ClusterCache:
             return
         self.expectations.forget(POD, key)
         del self.pods[key]
+        self.gone_pods[old.uid] = None
+        while len(self.gone_pods) > GONE_PODS_KEPT:
+            del self.gone_pods[next(iter(self.gone_pods))]
         self._unindex_pod(old)
         if old.usage_node:
             self.live.remove_pod(key)
@@ -515,6 +526,32 @@ def _parse(kind: str, body: Mapping[str, Any]) -> Any:
 
 # What each kind of write of ours changes, and never changes back: an object that shows it is not older
 # than our write. (A pod's gate is only ever removed, its nodeSelector fixed once ungated.)
+GONE_PODS_KEPT = 4096
+
+
+def _stale_answer(written: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
+    """The API's answer to our write of a pod came after the pod was deleted (its DELETED event applied)
+    or made anew under its name (a StatefulSet's pod): putting it back, and expecting its version, would
+    hold back every event of its successor until the expectation lapsed."""
+    if held is not None:
+        return held.uid != written.uid
+    return written.uid in gone
+
+
+def _superseded(seen: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
+    """A watch event of a pod older than the one the cache holds under its name, or of one deleted already.
+    Events of one object come in order, not those of two objects under one name (a StatefulSet's pod made
+    anew): a late event of the old pod must not replace its successor (its DELETED event would then drop the
+    name, and a gated successor that changes no more would never be seen again)."""
+    if seen.uid and seen.uid in gone:
+        return True
+    if held is None or held.uid == seen.uid:
+        return False
+    if seen.created is not None and held.created is not None and seen.created != held.created:
+        return seen.created < held.created
+    return seen.deleting and not held.deleting
+
+
 def _pod_reflects(written: PodRecord) -> Reflects:
     def reflects(body: Mapping[str, Any]) -> bool:
         seen = PodRecord.from_body(body)

@@ -150,6 +150,9 @@ class Unit:
     # Its owner makes its pods in stages (JobSet InOrder, LWS LeaderReady): the whole unit is decided when
     # the first stage's pods are there, the room of the later ones held until they come.
     staged: bool = False
+    # Requeued by deleting pods: the pods whose deletion takes the whole unit with it (an LWS group's
+    # leader); empty: every pod that holds a node.
+    requeue_pods: tuple[str, ...] = ()
 
     @property
     def order(self) -> tuple[int, dt.datetime, str]:

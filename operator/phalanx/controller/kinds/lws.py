@@ -222,7 +222,27 @@ def _groups(pods: Iterable[PodRecord]) -> dict[tuple[int, str], list[PodRecord]]
         index = pod.label(GROUP_INDEX_LABEL)
         if index.isascii() and index.isdigit():
             out.setdefault((int(index), pod.label(REVISION_LABEL)), []).append(pod)
-    return out
+    return {key: _of_present_leader(members) for key, members in out.items()}
+
+
+def _of_present_leader(pods: list[PodRecord]) -> list[PodRecord]:
+    """The group's pods without the workers of a leader that is gone. LWS makes a group's workers through a
+    StatefulSet owned by its leader pod, after the leader exists: a worker older than the present leader
+    was its predecessor's, and the garbage collector is taking it (the group is made again). Such a worker
+    still holds its node, but it is no member: placing the new leader beside it would place a gang that
+    loses its workers a moment later."""
+    leader = next((p for p in pods if _rank(p) == 0), None)
+    if leader is None or leader.created is None:
+        return pods
+    born = leader.created
+    return [p for p in pods if p is leader or p.created is None or p.created >= born]
+
+
+def leader_of(pods: Iterable[PodRecord]) -> tuple[str, ...]:
+    """The live leader pod of a group, whose deletion takes the whole group (its workers' StatefulSet is
+    the leader's: LWS's own group restart deletes only the leader). Deleting the workers too would let that
+    StatefulSet make them again before the garbage collector takes it."""
+    return tuple(p.key for p in pods if _rank(p) == 0 and not p.terminal and not p.deleting)[:1]
 
 
 def _rank(pod: PodRecord) -> int:
@@ -293,6 +313,7 @@ def _group_unit(
         priority=unit_priority(tuple(pods), priority),
         created=min((p.created for p in pods if p.created is not None), default=lws.created),
         staged=policy.leader_ready,
+        requeue_pods=leader_of(pods),
     )
     return unit, made
 

@@ -62,6 +62,7 @@ def request_of(leaf: LeafWork, levels: tuple[str, ...], mode: TopologyMode | Non
         bound_nodes=tuple(p.usage_node for p in leaf.placed),
         levels=levels,
         mode=leaf.group.topology_mode if mode is None else mode,
+        preferred_domain=leaf.group.status.last_domain,  # where it was before its pods were made anew
     )
 
 
@@ -126,6 +127,7 @@ def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest
         bound_nodes=tuple(p.usage_node for p in leaf.placed),
         levels=levels_of([key], ctx.levels),
         mode=work.unit.tree.mode,  # as at the group's creation (a later change is not applied)
+        preferred_domain=leaf.group.status.last_domain,  # where it was before its pods were made anew
     )
     started = time.perf_counter()
     decision = decide(ctx.snapshot, request)
@@ -208,6 +210,7 @@ def _composite_request(
         min_count=max(1, (g.min_group_count or 1) - done),
         topology_key=g.topology_key,
         levels=levels,
+        preferred_domain=g.status.last_domain,  # a restart's new pods go back there when the tree fits
     )
 
 

@@ -210,6 +210,7 @@ def desired_status(
         admission=admission,
         reservation=reservation,
         admissions=_admissions(current, admission),
+        last_domain=None if present.reason == c.REASON_REQUEUED else last_domain(current, facts, admission),
         scheduled=facts.scheduled,
         # A composite's counters count child groups; one whose members completed counts as scheduled.
         succeeded=facts.succeeded if initial_type == c.POD_GROUP_INITIALLY_SCHEDULED else None,
@@ -237,6 +238,17 @@ def _disruption(
             generation,
         )
     return current
+
+
+def last_domain(current: GroupStatus, facts: GroupFacts, admission: Admission | None) -> str | None:
+    """The domain a restart's new pods prefer: the present decision's, else the one remembered; none once
+    Phalanx requeued the owner whole (a Job requeue places it afresh; so does a requeue by deleting the
+    pods, whose pass says Requeued: the caller)."""
+    if facts.requeued:
+        return None
+    if admission is not None:
+        return admission.domain
+    return current.last_domain
 
 
 def next_attempt(current: GroupStatus) -> int:
@@ -275,6 +287,7 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         status.domain,
         decision,
         status.admissions,
+        status.last_domain,
         status.scheduled,
         status.succeeded,
         status.waiting,

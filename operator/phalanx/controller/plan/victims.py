@@ -40,6 +40,7 @@ class VictimUnit:
     # May lose pods one by one (within its minCount): losing them cannot fail its owner (kinds/job_budget.py);
     # else it is taken whole or not at all, and priced so.
     partial: bool = True
+    requeue_pods: tuple[str, ...] = ()  # Unit.requeue_pods: deleting these takes the whole unit
 
 
 def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
@@ -57,9 +58,10 @@ def victim_units(units: Iterable[Unit]) -> dict[str, VictimUnit]:
                 min_count,
                 holder.spec.disruption_mode.all is not None,
                 partial=_within_budget(unit, min_count),
+                requeue_pods=unit.requeue_pods,
             )
         else:
-            victim = VictimUnit(unit.owner, holder.ref, 1, True)
+            victim = VictimUnit(unit.owner, holder.ref, 1, True, requeue_pods=unit.requeue_pods)
         for leaf in unit.tree.leaves:
             for pod in leaf.pods:
                 out[pod.key] = victim
@@ -96,11 +98,12 @@ class Victims:
             node = pod.usage_node
             if not node or pod.deleting:
                 continue  # holds no capacity, or is going already
-            if pod.joins_group:
-                # A pod made by hand into a PodGroup (no Job): nothing would recreate it, and evicting it
-                # would leave its gang partial. Such groups are never preempted (docs/design.md).
-                continue
             owner = self.units_by_pod.get(pod.key)
+            if pod.joins_group and owner is None:
+                # A pod made by hand into a PodGroup (no owner kind): nothing would recreate it, and evicting
+                # it would leave its gang partial. Such groups are never preempted (docs/design.md). (An
+                # owner's pods without a Job, an LWS group's, carry the label too: their unit is a victim.)
+                continue
             started = pod.created.timestamp() if pod.created is not None else 0.0
             out.append(
                 Candidate(
@@ -164,7 +167,10 @@ def actuate(
             continue
         if unit.owner.requeue == "delete-pods":  # no suspend (a LeaderWorkerSet group): its pods go
             members = [k for k, u in victims.units_by_pod.items() if u.group.key == key and k in victims.pods]
-            actions.extend(DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(members))
+            through = [k for k in members if k in unit.requeue_pods]  # they take the rest (an LWS leader)
+            actions.extend(
+                DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(through or members)
+            )
         else:
             actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
         actions.append(PostEvent(unit.owner.ref, "Warning", "Preempted", said))
