@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
+from phalanx.controller import metrics
 from phalanx.controller.apply.events import EventRecorder
 from phalanx.controller.apply.kube import BoundedApiClient, Kube, raise_for_status, retrying
 from phalanx.controller.cache.store import ClusterCache
@@ -132,6 +133,8 @@ class Runtime:
         self.settings = Settings()
         self.health = Health(self.settings.stale_after_seconds)
         self.cache = ClusterCache()
+        metrics.CACHE_OBJECTS.labels("Node").set_function(lambda: len(self.cache.nodes))
+        metrics.CACHE_OBJECTS.labels("Pod").set_function(lambda: len(self.cache.pods))
         self.api: client.ApiClient | None = None
         self.kube: Kube | None = None
         self.recorder: EventRecorder | None = None

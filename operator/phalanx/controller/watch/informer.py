@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from phalanx.controller import metrics
 from phalanx.controller.apply.kube import raise_for_status, retry_after, retrying
 from phalanx.controller.cache.store import ClusterCache, key_of
 from phalanx.controller.watch.relist import drop_deleted
@@ -278,7 +279,10 @@ class Informer:
             if not token:
                 break
         self.lists += 1
-        self.dropped += drop_deleted(self.cache, self.kind, before, listed)
+        metrics.WATCH_LISTS.labels(self.kind).inc()
+        dropped = drop_deleted(self.cache, self.kind, before, listed)
+        metrics.WATCH_DROPPED.labels(self.kind).inc(dropped)
+        self.dropped += dropped
         self.resource_version = version
         return len(listed)
 
@@ -321,6 +325,7 @@ class Informer:
                 started = loop.time()
                 if await self.watch_once() == 0 and loop.time() - started < SHORT_WATCH_SECONDS:
                     raise WatchError({"code": 0, "reason": "ShortWatch", "message": "ended at once, empty"})
+                metrics.WATCH_RESTARTS.labels(self.kind, "ended").inc()
                 self.resumes += 1  # the watch ended (its timeout, a cut connection): on from the last version
             except asyncio.CancelledError:
                 raise
@@ -332,6 +337,7 @@ class Informer:
                         self.resource_version,
                     )
                     self.resource_version = ""
+                    metrics.WATCH_RESTARTS.labels(self.kind, "gone").inc()
                     if not listing:
                         continue  # at once, as client-go; a list answered 410 (its continue) backs off
                 wait = self.backoff.delay(e)
@@ -340,6 +346,7 @@ class Informer:
                 )
                 await self._sleep(wait)
                 if not listing:
+                    metrics.WATCH_RESTARTS.labels(self.kind, "failed").inc()
                     self.resumes += 1
 
     def start(self) -> None:
