@@ -175,7 +175,8 @@ class Transport(Protocol):
     async def list_page(self, continue_token: str) -> Page: ...
 
     def watch(self, resource_version: str, timeout_seconds: int) -> AsyncGenerator[bytes, None]:
-        """The stream's chunks; raises ApiException for an error answer."""
+        """The stream's chunks, ending when the stream does (also when its connection breaks after the
+        answer came); raises ApiException for an error answer, another error when there was no answer."""
         ...
 
 
@@ -227,6 +228,9 @@ class ApiTransport:
         try:
             async for chunk in response.content.iter_any():
                 yield chunk
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as e:
+            # The stream was answered, then broke (a cut connection, its deadline): it ended, to be resumed.
+            log.debug("%s: watch stream ended: %r", self.path, e)
         finally:
             response.close()
 
@@ -325,6 +329,7 @@ class Informer:
                 started = loop.time()
                 if await self.watch_once() == 0 and loop.time() - started < SHORT_WATCH_SECONDS:
                     raise WatchError({"code": 0, "reason": "ShortWatch", "message": "ended at once, empty"})
+                self.backoff.reset()  # it was answered and lasted: a failure later starts the backoff over
                 metrics.WATCH_RESTARTS.labels(self.kind, "ended").inc()
                 self.resumes += 1  # the watch ended (its timeout, a cut connection): on from the last version
             except asyncio.CancelledError:
