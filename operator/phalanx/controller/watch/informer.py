@@ -63,6 +63,7 @@ class WatchError(Exception):
     def __init__(self, status: Mapping[str, Any]) -> None:
         super().__init__(f"{status.get('code')} {status.get('reason')}: {status.get('message')}")
         self.code = int(status.get("code") or 0)
+        self.reason = str(status.get("reason") or "")
 
 
 # ---------------------------------------------------------------------- pure parts
@@ -346,8 +347,14 @@ class Informer:
                     if not listing:
                         continue  # at once, as client-go; a list answered 410 (its continue) backs off
                 wait = self.backoff.delay(e)
-                log.warning(
-                    "%s %s failed (%r): again in %.1f s", self.kind, "list" if listing else "watch", e, wait
+                short = isinstance(e, WatchError) and e.reason == "ShortWatch"  # a cut at once: common
+                log.log(
+                    logging.INFO if short else logging.WARNING,
+                    "%s %s failed (%r): again in %.1f s",
+                    self.kind,
+                    "list" if listing else "watch",
+                    e,
+                    wait,
                 )
                 await self._sleep(wait)
                 if not listing:
