@@ -60,6 +60,14 @@ def wait_cache_equals_a_fresh_list(ns: Namespace, operator: OperatorProcess, wha
     )
 
 
+def blackout(proxy: FaultProxy, prefix: str) -> None:
+    """Black the watches of `prefix` out, and wait until the informer's resumption is held: a deletion made
+    before that would reach it as an event of the resumed watch, with no 410 to relist after."""
+    held = proxy.counts().get("watches held by a blackout", 0)
+    proxy.blackout(prefix)
+    wait_for(f"a watch of {prefix} held", lambda: proxy.counts().get("watches held by a blackout", 0) > held)
+
+
 def loner(name: str) -> dict[str, Any]:
     """A pod no scheduler takes (another project's gate): only the cache sees it come and go."""
     return {
@@ -108,7 +116,7 @@ def test_the_cache_equals_a_fresh_list_through_cut_watches_and_410(
         assert sample(operator, "phalanx_watch_lists_total", kind="Pod") == 1  # resumed, never listed again
 
         # 410: deletions while a watch is away are never seen as events (one blackout at a time).
-        proxy.blackout("/api/v1/pods")
+        blackout(proxy, "/api/v1/pods")
         ns.api.request(
             "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/first", {"propagationPolicy": "Background"}
         )
@@ -121,7 +129,7 @@ def test_the_cache_equals_a_fresh_list_through_cut_watches_and_410(
             lambda: sample(operator, "phalanx_watch_lists_total", kind="Pod") >= 2,
             timeout=90,
         )
-        proxy.blackout("/api/v1/nodes")
+        blackout(proxy, "/api/v1/nodes")
         ns.api.request("DELETE", f"/api/v1/nodes/{EXTRA_NODE}")
         wait_for("the extra node gone", lambda: EXTRA_NODE not in str(ns.api.get("/api/v1/nodes")))
         proxy.end_blackout()
