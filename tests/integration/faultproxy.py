@@ -320,6 +320,7 @@ class FaultProxy:
         resumed = bool(request.query.get("resourceVersion"))
         blackout = self._blackout
         if blackout is not None and request.path.startswith(blackout[0]):
+            self._count("watches held by a blackout")
             await blackout[1].wait()
             return await self._gone(request, "410 Gone after a blackout")
         if self.enabled and resumed and self.rng.random() < r.gone:

@@ -148,6 +148,33 @@ LONGEST_WAIT = Gauge(
     registry=REGISTRY,
 )
 
+# The informers (watch/informer.py): rare events only, nothing per watch event.
+WATCH_LISTS = Counter(
+    "phalanx_watch_lists_total",
+    "LISTs of a kind the informer made: its priming, and a new list after 410 Gone",
+    ["kind"],
+    registry=REGISTRY,
+)
+WATCH_RESTARTS = Counter(
+    "phalanx_watch_restarts_total",
+    "Watches of a kind the informer started again: `ended` (its timeout, a cut connection: resumed from "
+    "the last resourceVersion), `failed` (after a backoff), `gone` (410: listed again)",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+WATCH_DROPPED = Counter(
+    "phalanx_watch_dropped_total",
+    "Records dropped after a new list lacked them: objects deleted while the watch was away",
+    ["kind"],
+    registry=REGISTRY,
+)
+CACHE_OBJECTS = Gauge(
+    "phalanx_cache_objects",
+    "Records the cache holds, by kind (Node, Pod), read when scraped",
+    ["kind"],
+    registry=REGISTRY,
+)
+
 
 def set_leading(lease: str, leading: bool) -> None:
     """This replica started (True) or stopped (False) running the scheduling loop: both leader gauges."""

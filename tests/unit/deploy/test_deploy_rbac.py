@@ -108,6 +108,11 @@ def code_needs() -> dict[Need, set[str]]:
         resource = selector.plural or selector.any_name
         for verb in ("list", "watch"):
             needs.setdefault((selector.group or "", resource, verb), set()).add(f"kopf watch {handler.id}")
+    from phalanx.controller.watch.watched import INFORMER, served_by
+
+    for row in served_by(INFORMER, True):  # nodes and pods: watched by watch/informer.py, not Kopf
+        for verb in ("list", "watch"):
+            needs.setdefault((row.resource.group, row.plural, verb), set()).add(f"informer {row.kind}")
     for need in KOPF:
         needs.setdefault(need, set()).add("kopf")
     from phalanx.controller.kinds import OWNER_KINDS

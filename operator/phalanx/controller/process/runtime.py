@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
+from phalanx.controller import metrics
 from phalanx.controller.apply.events import EventRecorder
 from phalanx.controller.apply.kube import BoundedApiClient, Kube, raise_for_status, retrying
 from phalanx.controller.cache.store import ClusterCache
@@ -28,9 +29,10 @@ from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Tim
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
 from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
+from phalanx.controller.watch.informer import ApiTransport, Informer
 from phalanx.controller.watch.registry import build_registry
 from phalanx.controller.watch.relist import Lister, Relister
-from phalanx.controller.watch.watched import WATCHED, Watched
+from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default
@@ -131,6 +133,8 @@ class Runtime:
         self.settings = Settings()
         self.health = Health(self.settings.stale_after_seconds)
         self.cache = ClusterCache()
+        metrics.CACHE_OBJECTS.labels("Node").set_function(lambda: len(self.cache.nodes))
+        metrics.CACHE_OBJECTS.labels("Pod").set_function(lambda: len(self.cache.pods))
         self.api: client.ApiClient | None = None
         self.kube: Kube | None = None
         self.recorder: EventRecorder | None = None
@@ -143,6 +147,7 @@ class Runtime:
         self.tls: WebhookTLS | None = None
         self._tls_task: asyncio.Task[None] | None = None
         self.relister: Relister | None = None
+        self.informers: dict[str, Informer] = {}  # kind -> its list-then-watch (watch/informer.py)
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -152,7 +157,7 @@ class Runtime:
     def registry(self) -> kopf.OperatorRegistry:
         """Every handler of this operator on a registry of its own: the watches and webhooks over this
         runtime (watch/registry.py), and the process's login, startup and cleanup."""
-        registry = build_registry(self)
+        registry = build_registry(self, rows=served_by(KOPF, self.settings.informers))
         settings = self.settings
 
         async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -185,7 +190,15 @@ class Runtime:
         if self.settings.install_crds:
             await install_crds(self.api)
         self.health.mark_crds_installed()
+        self.informers = {
+            row.kind: Informer(
+                row, self.cache, ApiTransport(self.api, row, self.settings.api_list_timeout_seconds)
+            )
+            for row in served_by(INFORMER, self.settings.informers)
+        }
         await self._prime_cache()
+        for informer in self.informers.values():
+            informer.start()  # watching from its priming list's resourceVersion
         self.relister = Relister(self.cache, {row.kind: self._served_lister(row) for row in WATCHED})
         self.health.mark_cache_primed()
         if self.settings.leader_election:
@@ -391,7 +404,7 @@ class Runtime:
         so no pass decides on an empty view."""
         for phase in sorted({row.phase for row in WATCHED}):
             rows = [row for row in WATCHED if row.phase == phase]
-            listed = await asyncio.gather(*(self._list_served(row) for row in rows))
+            listed = await asyncio.gather(*(self._prime_list(row) for row in rows))
             for row, items in zip(rows, listed, strict=True):
                 for item in items:
                     namespace = str((item.get("metadata") or {}).get("namespace") or "")
@@ -401,6 +414,15 @@ class Runtime:
                     item.setdefault("apiVersion", r.api_version)
                     item.setdefault("kind", row.kind)
                     self.cache.upsert(row.kind, item)
+
+    async def _prime_list(self, row: Watched) -> list[dict[str, Any]]:
+        """A row's objects for the priming; an informer's row goes into the cache by its own (paged) list,
+        whose resourceVersion its watch starts from (nothing left here)."""
+        informer = self.informers.get(row.kind)
+        if informer is None:
+            return await self._list_served(row)
+        await informer.relist()
+        return []
 
     async def stop(self) -> None:
         """Bounded: the loop is cancelled, the servers closed; only the Lease's release waits on the
@@ -414,6 +436,8 @@ class Runtime:
             await asyncio.wait({self._tls_task})
         if self.relister is not None:
             await self.relister.stop()
+        for informer in self.informers.values():
+            await informer.stop()
         if self._http is not None:
             await self._http.stop()
         if self.api is not None:

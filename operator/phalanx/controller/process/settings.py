@@ -64,6 +64,7 @@ class Settings:
     install_crds: bool = True
     scheduler_names: tuple[str, ...] = ()
     bind_timeout: float = 120.0
+    informers: bool = True
 
     @property
     def metrics_enabled(self) -> bool:
@@ -497,6 +498,12 @@ OPTIONS: tuple[Option, ...] = (
         "whole, as when kube-scheduler refuses them",
         _seconds(0, False),
         metavar="SECONDS",
+    ),
+    Option(
+        "informers",
+        "watch nodes and pods with Phalanx's own list-then-watch instead of Kopf's (watch/informer.py: no "
+        "per-event copies or per-object memories); off: Kopf watches every kind",
+        kind="bool",
     ),
 )
 

@@ -1,12 +1,13 @@
 """Phalanx's Kopf handlers, registered on an explicit registry (nothing registers at import): the
-admission webhooks (webhooks.py) and one watch per row of the watched-kinds table (watched.py) feeding the
-cache. No handler writes to the objects it watches (no finalizers, no Kopf annotations on Jobs or Pods:
-only `on.event` and admission handlers are used); decisions belong to the scheduling loop."""
+admission webhooks (webhooks.py) and one watch per row of the watched-kinds table (watched.py) that Kopf
+serves, feeding the cache (nodes and pods: informer.py, unless --no-informers). No handler writes to the
+objects it watches (no finalizers, no Kopf annotations on Jobs or Pods: only `on.event` and admission
+handlers are used); decisions belong to the scheduling loop."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,12 +31,15 @@ Operation = Literal["CREATE", "UPDATE"]
 JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
-def build_registry(ctx: WatchContext, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
-    """A registry with every handler of Phalanx, over `ctx` (a test builds its own)."""
+def build_registry(
+    ctx: WatchContext, registry: kopf.OperatorRegistry | None = None, rows: Iterable[Watched] = WATCHED
+) -> kopf.OperatorRegistry:
+    """A registry with every handler of Phalanx, over `ctx` (a test builds its own): the webhooks, and the
+    watches of `rows` (the ones Kopf serves: watched.served_by; the others are informer.py's)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
     _register_webhooks(Webhooks(ctx), registry)
     plurals = Counter(row.plural for row in WATCHED)  # Kueue has Workloads too: its watch names its group
-    for row in WATCHED:
+    for row in rows:
         _register_watch(ctx, row, registry, plurals[row.plural] > 1 and row.resource.group != GROUP)
     return registry
 

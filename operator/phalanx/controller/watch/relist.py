@@ -70,13 +70,26 @@ class Relister:
         """List `kind` and drop the records of objects deleted before that list; how many were dropped."""
         before = self.cache.records(kind)
         items = await self.listers[kind]()
-        names = {key_of(i) for i in items}
-        gone = [
-            (key, uid) for key, uid in before if key not in names and (key, uid) in self.cache.records(kind)
-        ]
-        for key, uid in gone:
-            log.info("%s %s was deleted while the watch was away: dropped from the cache", kind, key)
-            namespace, _, name = key.rpartition("/")
-            self.cache.delete(kind, {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
-        self.dropped += len(gone)
-        return len(gone)
+        gone = drop_deleted(self.cache, kind, before, {key_of(i) for i in items})
+        self.dropped += gone
+        return gone
+
+
+Record = tuple[str, str]  # (key, uid), as ClusterCache.records gives them
+
+
+def deleted_meanwhile(before: set[Record], listed: set[str], now: set[Record]) -> list[Record]:
+    """The records to drop after a list: held before the list was asked for (`before`), absent from it
+    (`listed`: its keys), and still the same record now (`now`: one added or replaced meanwhile, by a watch
+    event or a write of ours, is newer than the question and stays)."""
+    return sorted(record for record in before if record[0] not in listed and record in now)
+
+
+def drop_deleted(cache: ClusterCache, kind: str, before: set[Record], listed: set[str]) -> int:
+    """Drop from the cache what `deleted_meanwhile` finds (said in the log, once each); how many."""
+    gone = deleted_meanwhile(before, listed, cache.records(kind))
+    for key, uid in gone:
+        log.info("%s %s was deleted while the watch was away: dropped from the cache", kind, key)
+        namespace, _, name = key.rpartition("/")
+        cache.delete(kind, {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+    return len(gone)

@@ -5,6 +5,11 @@ three can never disagree.
 `phase` orders the priming: volumes, classes and CSI objects first (claims resolve against them), then
 claims (before pods: their claims resolve at once), then nodes, pods and Phalanx's own objects, last the
 owners (a Job is kept while objects of ours exist for it). Owner kinds come from kinds.OWNER_KINDS.
+
+`path` says what serves a row's watch: Kopf (`on.event`, registry.py) or, for the high-volume kinds (nodes
+and pods: one event per heartbeat, bind and status change of thousands), Phalanx's own list-then-watch
+(informer.py), which feeds the cache from the decoded JSON without Kopf's per-event copies and per-object
+memories. `--no-informers` puts every row back on Kopf.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from phalanx.controller.model.kueue import (
     KUEUE_WORKLOAD,
 )
 
+KOPF, INFORMER = "kopf", "informer"  # the two watch paths (module docstring)
+
 
 @dataclass(frozen=True)
 class Watched:
@@ -33,6 +40,17 @@ class Watched:
     phase: int  # priming order (module docstring)
     owner: bool = False  # an owner kind: only its managed namespaces (--namespaces) are cached
     optional: bool = False  # another project's kind (a JobSet): its CRD may not be installed (yet)
+    path: str = KOPF  # what serves its watch: KOPF or INFORMER (module docstring)
+
+    def __post_init__(self) -> None:
+        # The informer has no NotManagedHere warning for owners outside --namespaces and no wait for a
+        # CRD to appear: it serves built-in kinds every namespace of which is cached.
+        if self.path == INFORMER and (self.owner or self.optional):
+            raise ValueError(f"{self.kind}: the informer serves only built-in kinds cached everywhere")
+
+    def served_by(self, informers: bool) -> str:
+        """The path that serves this row: its own, unless the informers are off (then Kopf)."""
+        return self.path if informers else KOPF
 
     @property
     def plural(self) -> str:
@@ -59,8 +77,8 @@ WATCHED: tuple[Watched, ...] = (
     Watched(names.CSI_NODE, _r(_STORAGE, "csinodes"), False, 0),
     Watched(names.ATTACHMENT, _r(_STORAGE, "volumeattachments"), False, 0),
     Watched(names.CLAIM, _r(_CORE, "persistentvolumeclaims"), True, 1),
-    Watched(names.NODE, _r(_CORE, "nodes"), False, 2),
-    Watched(names.POD, _r(_CORE, "pods"), True, 2),
+    Watched(names.NODE, _r(_CORE, "nodes"), False, 2, path=INFORMER),
+    Watched(names.POD, _r(_CORE, "pods"), True, 2, path=INFORMER),
     Watched(names.PRIORITY_CLASS, Resource("scheduling.k8s.io", "v1", "priorityclasses"), False, 2),
     # Gated pods count against their namespace's quotas: why a gang's pods cannot all be created, and two
     # gangs deadlocked on one quota (model/quota.py).
@@ -91,3 +109,8 @@ WATCHED: tuple[Watched, ...] = (
 
 def watched(kind: str) -> Watched:
     return next(w for w in WATCHED if w.kind == kind)
+
+
+def served_by(path: str, informers: bool) -> tuple[Watched, ...]:
+    """The rows whose watch `path` (KOPF or INFORMER) serves, with the informers on or off."""
+    return tuple(row for row in WATCHED if row.served_by(informers) == path)
