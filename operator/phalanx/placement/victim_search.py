@@ -398,7 +398,10 @@ class DomainSearch:
     # --- branch and bound --------------------------------------------------------------------------
 
     def search(self) -> None:
-        if self._deficit(self.cur) > 0:
+        # Untrusted (several pod shapes), the per-node model may count a node's room once per shape, so
+        # it can say "fits as is" where decide() says no: the search runs whenever the check refuses (the
+        # model's deficits stay lower bounds, so its pruning stays exact), not only when the model does.
+        if not self._feasible():
             self._dfs(0, 0)
 
     def _dfs(self, i: int, depth: int) -> None:

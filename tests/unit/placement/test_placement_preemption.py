@@ -856,6 +856,43 @@ def test_victims_are_the_cheapest_set_brute_force_finds(sc: Scenario, seed: int)
     against_brute_force(sc, seed)
 
 
+def test_pods_of_two_shapes_the_model_overcounts_are_still_searched_through_the_check() -> None:
+    """Found by hypothesis: a 4-GPU and an 8-GPU pod, one free 8-GPU node. The per-node model counts that
+    node once per shape ("fits as is"); decide() says no. The search must still run (with decide as the
+    check), not stop at the greedy's first set: both victims cost the same, the first by name wins."""
+
+    def node(name: str, gpus: int, pods: int, block: bool = True) -> NodeInfo:
+        labels = {"example.com/block": "d0"} if block else {}
+        return NodeInfo(name, labels, {GPU: gpus, "pods": pods}, unschedulable=not block)
+
+    def pod(name: str, gpus: int) -> PodRequest:
+        return PodRequest(name, PodRequirements(((GPU, gpus),)))
+
+    sc = Scenario(
+        [
+            node("n0", 4, 2),
+            node("n1", 8, 1),
+            node("n2", 8, 1),
+            *(node(f"n{i}", 0, 1, False) for i in (3, 4, 5)),
+        ],
+        [
+            BoundPod("loose-0", "n0", {GPU: 4}),
+            BoundPod("loose-1", "n2", {GPU: 4}),
+            BoundPod("p-running", "n0", {}),
+        ],
+        [Candidate(f"loose-{i}", node, {GPU: 4}, 10, 0.0, None) for i, node in ((0, "n0"), (1, "n2"))],
+        [],
+        GroupRequest("high", (pod("p0", 4), pod("p1", 8)), 3, "example.com/block", ("n0",)),
+        frozenset(),
+        frozenset(),
+    )
+    result = run(sc)
+    expected = brute_force(sc)
+    assert expected is not None and expected.victims == ("loose-0",)
+    assert result is not None and result.exact
+    assert (result.cost, result.victims) == (expected.cost, expected.victims)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(dense=True), st.integers(0, 2**32))
 def test_victims_are_the_cheapest_also_when_gains_do_not_add_up(sc: Scenario, seed: int) -> None:
