@@ -15,7 +15,7 @@ from typing import Final
 
 import numpy as np
 
-from .columns import IndexArray
+from .columns import IndexArray, IntArray
 from .victim_domains import PriorityLevel
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool, VictimUnit
@@ -195,9 +195,9 @@ class DomainSearch:
         self.units.sort(key=lambda du: (-du.unit.max_start, -du.ub, du.unit.key))
         self._suffix_bounds()
 
-        self.combos: list[list[list[int]]] = []
-        """Per position in `units`: the newest start total of exactly k more units with exactly p more pods
-        (`_combinations`; empty: not built)."""
+        self.combos: IntArray | None = None
+        """[j, k, p]: the newest start total of exactly k units of units[j:] with exactly p pods
+        (`_combinations`; None: not built)."""
 
         self.chosen: list[Chosen] = []
         self.taken: list[_DPod] = []
@@ -343,9 +343,10 @@ class DomainSearch:
         fill = self._fill(j, n - pods)
         if fill is None:
             return True
-        if self.combos and more < len(self.combos[j]) and n - pods < len(self.combos[j][more]):
+        combos = self.combos
+        if combos is not None and more < combos.shape[1] and n - pods < combos.shape[2]:
             # (g, n) is the best set's: a set that beats it adds exactly `more` units and `n - pods` pods.
-            exact = self.combos[j][more][n - pods]
+            exact = int(combos[j, more, n - pods])
             if exact == NO_COMBINATION:
                 return True
             fill = min(fill, exact)
@@ -438,30 +439,24 @@ class DomainSearch:
         u = len(self.units)
         if (u + 1) * (groups + 1) * (pods + 1) > MAX_TABLE:
             return
-        table = np.full((groups + 1, pods + 1), NO_COMBINATION, dtype=np.int64)
-        table[0, 0] = 0
-        rows = [table]
-        for du in reversed(self.units):
-            options: list[tuple[int, int]] = []
-            if du.whole:
-                options.append((len(du.unit.ids), du.unit.start_total))
-            if du.partial:
-                newest = sorted((dp.start for dp in du.pods), reverse=True)[: du.unit.limit]
-                total = 0
-                for q, start in enumerate(newest, 1):
-                    total += start
-                    options.append((q, total))
-            nxt = table.copy()
-            for q, start in options:
-                if q > pods or groups == 0:
+        table = np.full((u + 1, groups + 1, pods + 1), NO_COMBINATION, dtype=np.int64)
+        table[u, 0, 0] = 0
+        for j in range(u - 1, -1, -1):
+            du = self.units[j]
+            nxt, rest = table[j], table[j + 1]
+            nxt[...] = rest
+            if groups == 0:
+                continue
+            for q, start in _unit_options(du):
+                if q > pods:
                     continue
-                prev = table[:-1, : pods + 1 - q]
-                cand = np.where(prev == NO_COMBINATION, NO_COMBINATION, prev + start)
-                np.maximum(nxt[1:, q:], cand, out=nxt[1:, q:])
-            table = nxt
-            rows.append(table)
-        rows.reverse()
-        self.combos = [r.tolist() for r in rows]
+                prev = rest[:-1, : pods + 1 - q]
+                np.maximum(
+                    nxt[1:, q:],
+                    np.where(prev == NO_COMBINATION, NO_COMBINATION, prev + start),
+                    out=nxt[1:, q:],
+                )
+        self.combos = table
 
     def _dfs(self, i: int, depth: int) -> None:
         """cur does not fit; units[i:] are undecided and all counted in max."""
@@ -578,6 +573,19 @@ def victim_ids(chosen: Iterable[Chosen]) -> list[str]:
         else:
             ids.extend(dp.id for dp in c.pods)
     return ids
+
+
+def _unit_options(du: DomainUnit) -> list[tuple[int, int]]:
+    """(pods, newest start total) of each way the unit can be among the victims: whole, or 1..limit pods."""
+    options: list[tuple[int, int]] = []
+    if du.whole:
+        options.append((len(du.unit.ids), du.unit.start_total))
+    if du.partial:
+        total = 0
+        for q, start in enumerate(sorted((dp.start for dp in du.pods), reverse=True)[: du.unit.limit], 1):
+            total += start
+            options.append((q, total))
+    return options
 
 
 def _domain_pods(pool: VictimPool, pods: IndexArray, slot_of: IndexArray) -> dict[int, list[_DPod]]:

@@ -1109,7 +1109,7 @@ def test_the_combination_table_is_the_newest_choice_brute_force_finds(
 
     def record(search: victim_search.DomainSearch) -> None:
         built(search)
-        if search.combos:
+        if search.combos is not None:
             tables.append(search)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -1123,7 +1123,8 @@ def test_the_combination_table_is_the_newest_choice_brute_force_finds(
             for choice in itertools.product(*per_unit):
                 k, p, s = (sum(x[i] for x in choice) for i in range(3))
                 expected[k, p] = max(expected.get((k, p), s), s)
-            table = search.combos[j]
+            assert search.combos is not None
+            table = search.combos[j].tolist()
             for k, row in enumerate(table):
                 for p, value in enumerate(row):
                     assert value == expected.get((k, p), victim_search.NO_COMBINATION), (j, k, p)
