@@ -15,17 +15,20 @@ from typing import Final
 
 import numpy as np
 
-from .columns import IndexArray
+from .columns import IndexArray, IntArray
 from .victim_domains import PriorityLevel
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool, VictimUnit
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_TABLE",
+    "NO_COMBINATION",
     "ORACLE_STEPS",
     "BestSet",
     "Chosen",
     "DomainSearch",
+    "DomainUnit",
     "SearchContext",
     "SearchKey",
     "SearchRun",
@@ -40,6 +43,12 @@ MAX_DEPTH: Final = 250
 are not explored, and the result is then not exact."""
 
 _NEVER: Final = (1 << 62,)
+
+NO_COMBINATION: Final = -(1 << 62)
+"""In the combination table: no choice of units gives that many groups and pods."""
+
+MAX_TABLE: Final = 1 << 21
+"""The combination table (`DomainSearch._combinations`) is built only up to this many entries."""
 
 
 SearchKey = tuple[int, ...]
@@ -59,7 +68,9 @@ class _DPod:
 
 
 @dataclass(slots=True, eq=False)
-class _DUnit:
+class DomainUnit:
+    """A victim unit as the search in one domain sees it: its takeable pods there and its bounds."""
+
     unit: VictimUnit
     pods: list[_DPod]
     partial: bool
@@ -75,7 +86,7 @@ class _DUnit:
 class Chosen:
     """A unit of a victim set: whole, or these pods of it."""
 
-    unit: _DUnit
+    unit: DomainUnit
     whole: bool
     pods: list[_DPod]  # the partial pods (whole: all the unit's pods go)
 
@@ -183,6 +194,10 @@ class DomainSearch:
         # Branch and bound order: newest first (the start-time bound fills in this order).
         self.units.sort(key=lambda du: (-du.unit.max_start, -du.ub, du.unit.key))
         self._suffix_bounds()
+
+        self.combos: IntArray | None = None
+        """[j, k, p]: the newest start total of exactly k units of units[j:] with exactly p pods
+        (`_combinations`; None: not built)."""
 
         self.chosen: list[Chosen] = []
         self.taken: list[_DPod] = []
@@ -328,6 +343,13 @@ class DomainSearch:
         fill = self._fill(j, n - pods)
         if fill is None:
             return True
+        combos = self.combos
+        if combos is not None and more < combos.shape[1] and n - pods < combos.shape[2]:
+            # (g, n) is the best set's: a set that beats it adds exactly `more` units and `n - pods` pods.
+            exact = int(combos[j, more, n - pods])
+            if exact == NO_COMBINATION:
+                return True
+            fill = min(fill, exact)
         # Victims added never make the room less scattered: the spread now is a lower bound.
         return (-(starts + fill), *self.spread, self.rank) > best[2:]
 
@@ -402,7 +424,42 @@ class DomainSearch:
         # it can say "fits as is" where decide() says no: the search runs whenever the check refuses (the
         # model's deficits stay lower bounds, so its pruning stays exact), not only when the model does.
         if not self._feasible():
+            self._combinations()
             self._dfs(0, 0)
+
+    def _combinations(self) -> None:
+        """The start-time bound for sets as many groups and pods as the best one: per position j in `units`,
+        per k and p up to the best set's groups and pods, the largest start total of exactly k units of
+        units[j:] with exactly p pods (each whole, or 1..limit of its newest pods here), capacity aside.
+
+        A set that ties the best one on groups and pods adds exactly that many (their lower bounds in
+        `_beaten` are reached), so this bounds its start times as tightly as the units allow; `_fill`
+        (pods newest first, units mixed) is looser where units differ in size. Not built past MAX_TABLE."""
+        best = self.run.best
+        if best is None:
+            return
+        groups, pods = best.key[0], best.key[1]
+        u = len(self.units)
+        if (u + 1) * (groups + 1) * (pods + 1) > MAX_TABLE:
+            return
+        table = np.full((u + 1, groups + 1, pods + 1), NO_COMBINATION, dtype=np.int64)
+        table[u, 0, 0] = 0
+        for j in range(u - 1, -1, -1):
+            du = self.units[j]
+            nxt, rest = table[j], table[j + 1]
+            nxt[...] = rest
+            if groups == 0:
+                continue
+            for q, start in _unit_options(du):
+                if q > pods:
+                    continue
+                prev = rest[:-1, : pods + 1 - q]
+                np.maximum(
+                    nxt[1:, q:],
+                    np.where(prev == NO_COMBINATION, NO_COMBINATION, prev + start),
+                    out=nxt[1:, q:],
+                )
+        self.combos = table
 
     def _dfs(self, i: int, depth: int) -> None:
         """cur does not fit; units[i:] are undecided and all counted in max."""
@@ -410,7 +467,7 @@ class DomainSearch:
             self.run.truncated = True
             return
         deficit = self._deficit(self.cur)
-        skipped: list[_DUnit] = []
+        skipped: list[DomainUnit] = []
         for j in range(i, len(self.units)):
             if (
                 self.run.tick()
@@ -521,6 +578,19 @@ def victim_ids(chosen: Iterable[Chosen]) -> list[str]:
     return ids
 
 
+def _unit_options(du: DomainUnit) -> list[tuple[int, int]]:
+    """(pods, newest start total) of each way the unit can be among the victims: whole, or 1..limit pods."""
+    options: list[tuple[int, int]] = []
+    if du.whole:
+        options.append((len(du.unit.ids), du.unit.start_total))
+    if du.partial:
+        total = 0
+        for q, start in enumerate(sorted((dp.start for dp in du.pods), reverse=True)[: du.unit.limit], 1):
+            total += start
+            options.append((q, total))
+    return options
+
+
 def _domain_pods(pool: VictimPool, pods: IndexArray, slot_of: IndexArray) -> dict[int, list[_DPod]]:
     """The domain's takeable pods by unit; pods of a unit on one node that free the same share a bucket."""
     by_unit: dict[int, list[_DPod]] = {}
@@ -542,7 +612,7 @@ def _domain_pods(pool: VictimPool, pods: IndexArray, slot_of: IndexArray) -> dic
     return by_unit
 
 
-def _domain_unit(unit: VictimUnit, dpods: list[_DPod], gain: list[int]) -> _DUnit:
+def _domain_unit(unit: VictimUnit, dpods: list[_DPod], gain: list[int]) -> DomainUnit:
     """A unit as the search in one domain sees it: its pods there in the order to take them, and bounds."""
     # Most useful node first, newest first, the pods of one bucket next to each other.
     first: dict[int, tuple[int, int, str]] = {}
@@ -562,4 +632,4 @@ def _domain_unit(unit: VictimUnit, dpods: list[_DPod], gain: list[int]) -> _DUni
     ratio = (len(unit.ids), ub) if unit.whole and ub > 0 else (1, 0)
     if partial and gain[slots[0]] > 0 and (ratio[1] == 0 or gain[slots[0]] * ratio[0] > ratio[1]):
         ratio = (1, gain[slots[0]])
-    return _DUnit(unit, dpods, partial, whole, ub, ub_partial, ratio, min_pods, most)
+    return DomainUnit(unit, dpods, partial, whole, ub, ub_partial, ratio, min_pods, most)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -44,6 +45,7 @@ from phalanx.placement import (
     decide,
     decide_composite,
     resolve_mode,
+    victim_search,
 )
 
 LOW, HIGH = 100, 1000
@@ -1034,3 +1036,133 @@ def test_a_sliced_job_preempts_plain_jobs_for_its_slices() -> None:
     c.candidates = [x for x in c.candidates if not x.id.startswith("low-3")]
     lone = CompositeRequest("job", slices[:1], 1, NETWORK_BLOCK)
     assert choose_composite_victims(c.snapshot(), lone, HIGH, c.candidates, c.groups) is None
+
+
+# --- the combination bound (victim_search.DomainSearch._combinations) against the search without it ---
+
+
+_T = TypeVar("_T")
+MODES: tuple[DisruptionMode | None, ...] = ("all", "single", None)
+
+
+def without_combinations(fn: Callable[[], _T]) -> _T:
+    """`fn` with the combination table never built: the branch and bound as it was before the bound."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(victim_search, "MAX_TABLE", 0)
+        return fn()
+
+
+def same_victims(fast: Preemption | None, reference: Preemption | None) -> None:
+    """The bound only prunes sets that cannot beat the best one: an exact search chooses the same set."""
+    assert (fast is None) == (reference is None)
+    if fast is None or reference is None:
+        return
+    if reference.exact:
+        assert fast.exact
+        assert (fast.domain, fast.victims, fast.cost) == (reference.domain, reference.victims, reference.cost)
+    else:
+        assert fast.cost <= reference.cost  # the budget cut the reference short; fewer steps wasted here
+        event("reference cut short")
+
+
+@SETTINGS
+@given(scenarios())
+def test_the_combination_bound_never_changes_the_victims(sc: Scenario) -> None:
+    same_victims(run(sc), without_combinations(lambda: run(sc)))
+
+
+@st.composite
+def gang_clusters(draw: st.DrawFn) -> tuple[Snapshot, GroupRequest, list[Candidate], list[VictimGroup]]:
+    """Blocks of racks of full nodes, as in bench/preemption_bench.py at a small scale: gangs of 1 to 4
+    pods (all, single with a min count, partial or not, unmanaged pods), priorities and start times with
+    ties, nodes no one may preempt; the preemptor asks for full nodes in one rack, one block or anywhere."""
+    blocks, racks, per_rack = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(2, 8))
+    nodes = [
+        NodeInfo(f"n{b}-{r}-{i}", {"block": f"b{b}", "rack": f"b{b}-r{r}"}, {GPU: 8, "pods": 4})
+        for b in range(blocks)
+        for r in range(racks)
+        for i in range(per_rack)
+    ]
+    pods: list[BoundPod] = []
+    candidates: list[Candidate] = []
+    groups: list[VictimGroup] = []
+    i = 0
+    while i < len(nodes):
+        size = draw(st.integers(1, 4))
+        members = nodes[i : i + size]
+        i += size
+        priority = draw(st.sampled_from([10, 20, 30, PRIORITY + 10]))
+        mode = draw(st.sampled_from(MODES))
+        key = f"g{len(groups)}-{i}" if mode is not None else None
+        if key is not None:
+            partial = draw(st.booleans())
+            groups.append(VictimGroup(key, draw(st.integers(1, len(members))), mode, partial=partial))
+        started = draw(st.integers(0, 30))
+        for m, node in enumerate(members):
+            pod_id = f"p-{node.name}-{m}"
+            pods.append(BoundPod(pod_id, node.name, {GPU: 8}))
+            start = float(started + draw(st.integers(0, 3)))
+            candidates.append(Candidate(pod_id, node.name, {GPU: 8}, priority, start, key))
+    count = draw(st.integers(1, max(1, min(len(nodes) - 1, 16))))
+    key = draw(st.sampled_from(["rack", "block", None]))
+    pending = tuple(PodRequest(f"high-{n}", PodRequirements(requests=((GPU, 8),))) for n in range(count))
+    return Snapshot.build(nodes, pods), GroupRequest("high", pending, count, key), candidates, groups
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gang_clusters())
+def test_the_combination_bound_never_changes_the_victims_of_gangs(
+    cluster: tuple[Snapshot, GroupRequest, list[Candidate], list[VictimGroup]],
+) -> None:
+    snapshot, group, candidates, groups = cluster
+
+    def search() -> Preemption | None:
+        return choose_victims(snapshot, group, PRIORITY, candidates, groups)
+
+    fast = search()
+    same_victims(fast, without_combinations(search))
+    if fast is not None:
+        check_result(snapshot, group, PRIORITY, candidates, groups, fast, frozenset(), frozenset())
+
+
+def unit_options(du: victim_search.DomainUnit) -> list[tuple[int, int]]:
+    """(pods, start total) of every way one unit can be among the victims: whole, or its k newest pods."""
+    options = [(len(du.unit.ids), du.unit.start_total)] if du.whole else []
+    if du.partial:
+        starts = sorted((dp.start for dp in du.pods), reverse=True)
+        options.extend((k, sum(starts[:k])) for k in range(1, min(du.unit.limit, len(starts)) + 1))
+    return options
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gang_clusters())
+def test_the_combination_table_is_the_newest_choice_brute_force_finds(
+    cluster: tuple[Snapshot, GroupRequest, list[Candidate], list[VictimGroup]],
+) -> None:
+    """Every entry of the table over the last units of a domain (as many as brute force enumerates)."""
+    snapshot, group, candidates, groups = cluster
+    built = victim_search.DomainSearch._combinations
+    tables: list[victim_search.DomainSearch] = []
+
+    def record(search: victim_search.DomainSearch) -> None:
+        built(search)
+        if search.combos is not None:
+            tables.append(search)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(victim_search.DomainSearch, "_combinations", record)
+        choose_victims(snapshot, group, PRIORITY, candidates, groups)
+    for search in tables:
+        u = len(search.units)
+        for j in range(max(0, u - 5), u + 1):
+            expected: dict[tuple[int, int], int] = {}
+            per_unit = [[(0, 0, 0)] + [(1, q, s) for q, s in unit_options(du)] for du in search.units[j:]]
+            for choice in itertools.product(*per_unit):
+                k, p, s = (sum(x[i] for x in choice) for i in range(3))
+                expected[k, p] = max(expected.get((k, p), s), s)
+            assert search.combos is not None
+            table = search.combos[j].tolist()
+            for k, row in enumerate(table):
+                for p, value in enumerate(row):
+                    assert value == expected.get((k, p), victim_search.NO_COMBINATION), (j, k, p)
+        event(f"{len(tables)} tables")
