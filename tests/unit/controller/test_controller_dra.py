@@ -94,3 +94,49 @@ def test_an_extended_resource_a_device_class_serves_is_refused_on_a_gang_with_ad
     dra = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"example.com/dra-gpu": "1"}}}]}
     hooks.gate_job(body=job(**dra), patch=kopf.Patch(), warnings=(said := []))
     assert len(said) == 1 and said[0].startswith("spec.template.spec: requests example.com/dra-gpu")
+
+
+def hand_made_group(name: str, gang: bool) -> dict[str, Any]:
+    policy: dict[str, Any] = {"gang": {"minCount": 2}} if gang else {"basic": {}}
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "generation": 1},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def hand_made_pod(group: str, **spec: Any) -> kopf.Body:
+    pod_spec = {"containers": [{"name": "w", "image": "x"}], **spec}
+    return kopf.Body(
+        {
+            "metadata": {"name": "p", "namespace": "ml", "labels": {"phalanx.dev/pod-group": group}},
+            "spec": pod_spec,
+        }
+    )
+
+
+def test_a_hand_made_pod_with_devices_joining_a_gang_is_refused_and_joining_a_basic_group_passes() -> None:
+    """The pod webhook refuses what the Job webhook refuses (claims, DRA-served extended resources), for a
+    gang group or one not created yet; a basic group's pods are never held, so they pass."""
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    cache.upsert("DeviceClass", device_class("gpu.example.com", "example.com/dra-gpu"))
+    cache.upsert("PodGroup", hand_made_group("gang", gang=True))
+    cache.upsert("PodGroup", hand_made_group("loose", gang=False))
+    hooks = Webhooks(StaticContext(cache=cache, cache_primed=True))
+    dra = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"example.com/dra-gpu": "1"}}}]}
+    for group in ("gang", "not-yet"):
+        message = refusal(lambda: hooks.gate_pod(body=hand_made_pod(group, **CLAIMS), patch=kopf.Patch()))  # noqa: B023
+        assert message.startswith("spec.resourceClaims: Phalanx does not model DRA device claims")
+        assert f"gang PodGroup {group!r}" in message and "without the phalanx.dev/pod-group label" in message
+        message = refusal(lambda: hooks.gate_pod(body=hand_made_pod(group, **dra), patch=kopf.Patch()))  # noqa: B023
+        assert message.startswith("spec: requests example.com/dra-gpu, which no node lists")
+    for spec in (CLAIMS, dra):
+        patch = kopf.Patch()
+        hooks.gate_pod(body=hand_made_pod("loose", **spec), patch=patch)
+        assert patch.spec["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
+    patch = kopf.Patch()
+    hooks.gate_pod(body=hand_made_pod("gang"), patch=patch)  # no devices: gated as always
+    assert patch.spec["schedulingGates"] == [{"name": "phalanx.dev/admission"}]

@@ -92,6 +92,35 @@ def claim_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list
     ]
 
 
+def pod_device_problems(
+    spec: Any,
+    group: str,
+    nodes: Iterable[NodeInfo],
+    classes: Mapping[str, frozenset[str]],
+) -> list[str]:
+    """A hand-made pod joining gang PodGroup `group` with DRA ResourceClaims, or requesting an extended
+    resource a DeviceClass serves and no node lists: Phalanx does not model device allocation, so the
+    pod would stay gated and its gang held for ever. Refused at creation, with the advice for a pod."""
+    advice = (
+        f"let it join a PodGroup without a gang policy (kube-scheduler places such pods one by one, with "
+        f"their devices), or create it without the {keys.POD_GROUP_LABEL} label"
+    )
+    problems = [
+        f"spec.resourceClaims: Phalanx does not model DRA device claims (DeviceClasses, ResourceSlices, "
+        f"allocated ResourceClaims), so it would never release this pod of gang PodGroup {group!r}; {advice}"
+    ] * bool(isinstance(mapping(spec).get("resourceClaims"), list) and mapping(spec).get("resourceClaims"))
+    listed = {name for node in nodes for name in node.allocatable}
+    by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
+    for resource, amount in sorted(pod_requests(mapping(spec)).items()):
+        if amount > 0 and resource not in listed and resource in by_resource:
+            problems.append(
+                f"spec: requests {resource}, which no node lists in its allocatable and DeviceClass "
+                f"{by_resource[resource]!r} serves through DRA; Phalanx does not model DRA device "
+                f"allocation, so it would never release this pod of gang PodGroup {group!r}; {advice}"
+            )
+    return problems
+
+
 def template_key_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:
     """`phalanx.dev/` keys on pod templates: Phalanx reads them on the owner's own metadata only."""
     problems = []

@@ -28,6 +28,7 @@ from phalanx.controller.model.topology import label_conflicts
 from phalanx.controller.watch.admission_checks import (
     claim_problems,
     dra_resource_problems,
+    pod_device_problems,
     pod_group_namespace_problem,
     preferred_affinity_warnings,
     scheduler_problems,
@@ -187,6 +188,14 @@ class Webhooks:
         if refusal:
             raise kopf.AdmissionError(refusal, code=422)
 
+    def _joins_basic_group(self, namespace: str, group: str) -> bool:
+        """The pod's PodGroup is known and has no gang policy: its pods are never held (placed one by one
+        by kube-scheduler, devices included). A group not created yet counts as a gang."""
+        for record in self.ctx.cache.pod_groups.items.values():
+            if record.namespace == namespace and pod_group_label_value(record.name) == group:
+                return record.gang_min_count is None
+        return False
+
     def _dra_problems(self, body: kopf.Body, owner: str = "Job") -> list[str]:
         """A gang's requests of extended resources a DRA DeviceClass serves (admission_checks.py)."""
         if not self.ctx.cache_primed:
@@ -325,6 +334,12 @@ class Webhooks:
                 raise kopf.AdmissionError(refusal, code=422)
             if said and warnings is not None:
                 warnings.append(said)
+        if self.ctx.cache_primed and not self._joins_basic_group(namespace, group):
+            problems = pod_device_problems(
+                spec, group, self.ctx.cache.nodes.values(), self.ctx.cache.device_classes
+            )
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
         if spec.get("nodeName"):
             # A bound pod bypasses scheduling and cannot carry a scheduling gate.
             raise kopf.AdmissionError(
