@@ -101,3 +101,45 @@ def test_a_gang_requesting_a_dra_extended_resource_is_refused_and_the_advice_wor
     claims = ns.get(f"{RESOURCE_API}/namespaces/{{ns}}/resourceclaims")["items"]
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     assert len(allocated) == 2, [c.get("status") for c in claims]
+
+
+def hand_made_group(name: str, gang: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}} if gang else {"basic": {}}},
+    }
+
+
+def dra_pod(name: str, group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"phalanx.dev/pod-group": group}},
+        "spec": {
+            "containers": [{"name": "w", "image": "busybox", "resources": {"limits": {RESOURCE: "1"}}}],
+            "restartPolicy": "Never",
+        },
+    }
+
+
+def test_a_hand_made_pod_requesting_it_is_refused_in_a_gang_and_placed_in_a_basic_group(
+    ns: Namespace, published: list[str]
+) -> None:
+    ns.create(hand_made_group("gang", gang=True))
+    ns.create(hand_made_group("loose", gang=False))
+    message = eventually_refused(ns, lambda: dra_pod("in-gang", "gang"), f"/api/v1/namespaces/{ns.name}/pods")
+    assert (
+        f"spec: requests {RESOURCE}, which no node lists in its allocatable and DeviceClass '{DRIVER}' "
+        "serves through DRA; Phalanx does not model DRA device allocation, so it would never release this "
+        "pod of gang PodGroup 'gang'; let it join a PodGroup without a gang policy"
+    ) in message
+
+    ns.create(dra_pod("in-basic", "loose"))  # never held: kube-scheduler allocates and binds it
+    pod = wait_for(
+        "the basic group's pod bound",
+        lambda: p if (p := ns.get("/api/v1/namespaces/{ns}/pods/in-basic"))["spec"].get("nodeName") else None,
+        120,
+    )
+    assert pod["spec"]["nodeName"] in published
