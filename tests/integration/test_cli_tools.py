@@ -560,8 +560,9 @@ def test_kubectl_get_podgroups_shows_the_owner_and_the_pod_counts(
     print(table.stdout)
     assert table.returncode == 0, table.stderr
     header, row = (line.split() for line in table.stdout.splitlines())
-    assert header == ["NAME", "OWNER", "POLICY", "MIN", "SCHEDULED", "WAITING", "STATUS", "DOMAIN", "AGE"]
-    assert row[:8] == [name, "Job/gang-2", "Gang", "2", "2", "0", "Running", row[7]] and row[7] in (
+    columns = ["NAME", "OWNER", "POLICY", "MIN", "SCHEDULED", "SUCCEEDED", "WAITING", "STATUS", "DOMAIN"]
+    assert header == [*columns, "AGE"]
+    assert row[:9] == [name, "Job/gang-2", "Gang", "2", "2", "0", "0", "Running", row[8]] and row[8] in (
         "nb-a",
         "nb-b",
     )

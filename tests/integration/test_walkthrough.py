@@ -183,8 +183,8 @@ def test_every_podgroups_table_shows_known_phases_and_every_step_printed_both_ta
         assert section.where and section.podgroups, f"{step}: no where or podgroups table"
         assert len(section.where) == len(section.podgroups)
         for table in section.podgroups:
-            columns = ["NAME", "OWNER", "POLICY", "MIN", "SCHEDULED", "WAITING"]
-            assert table.header[:6] == columns, table.header
+            columns = ["NAME", "OWNER", "POLICY", "MIN", "SCHEDULED", "SUCCEEDED", "WAITING"]
+            assert table.header[:7] == columns, table.header
             assert {r["STATUS"] for r in table.rows} <= PHASES, (step, table.rows)
         for table in section.where:
             assert table.header == ["POD", "PHASE", "NODE", "NB", "LB"]

@@ -334,7 +334,11 @@ class LeaderElector:
         while True:
             started = self.clock()
             try:
-                if await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.timing.renew_deadline):
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as
+                # the call completes, and a stopped elector would then compete on for ever.
+                async with asyncio.timeout(self.timing.renew_deadline):
+                    acquired = await self.try_acquire_or_renew()
+                if acquired:
                     return started
             except Exception as e:
                 _log_failure(f"{self.identity}: trying {self.describe}", e)
@@ -373,7 +377,8 @@ class LeaderElector:
                     release_after = False
                     break
                 try:
-                    renewed = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=deadline - started)
+                    async with asyncio.timeout(deadline - started):
+                        renewed = await self.try_acquire_or_renew()
                 except Exception as e:
                     _log_failure(f"{self.identity}: renewing {self.describe}", e)
                     renewed = False
