@@ -268,6 +268,11 @@ def slices_placed(d: Demo) -> list[Mapping[str, Any]] | None:
     return pods
 
 
+def composite_phase(d: Demo, name: str) -> str:
+    body = d.api.get(d.path(f"/apis/{API}/namespaces/{{ns}}/compositepodgroups/{name}"))
+    return str((body.get("status") or {}).get("phase") or "")
+
+
 def admitted(d: Demo, plural: str, name: str, status: str) -> dict[str, Any] | None:
     path = f"/apis/{API}/namespaces/{{ns}}/{plural}/{name}"
     cond = condition(d.api.get(d.path(path)), "Admitted")
@@ -302,6 +307,10 @@ def slices(d: Demo) -> None:
     d.unfill("was-worker5")
     pods = d.wait("the whole job placed once lb-b1 is free", lambda: slices_placed(d))
     d.check(d.domains(pods) == {"nb-b"}, "both slices in nb-b", d.domains(pods))
+    d.wait(  # its status follows the bindings a moment later (the pass after kube-scheduler bound them)
+        "CompositePodGroup slices Running",
+        lambda: composite_phase(d, "slices") == "Running",
+    )
     d.show("was-worker5 freed: nb-b has room for both slices")
     d.notice(
         "as upstream: each slice in its own local block, both in one network block; with three local blocks "
