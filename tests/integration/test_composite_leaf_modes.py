@@ -81,19 +81,23 @@ def leaf(ns: Namespace) -> dict[str, Any]:
     return obj
 
 
-def admitted(ns: Namespace, status: str) -> dict[str, Any]:
+def admitted(ns: Namespace, status: str, reason: str | None = None) -> dict[str, Any]:
+    """The leaf's Admitted condition once it has `status` (and `reason`, if given): the pods are created
+    one by one, so the leaf first says WaitingForPods before it can say why the whole slice waits."""
+
     def probe() -> dict[str, Any] | None:
         cond = condition(leaf(ns), "Admitted")
-        return cond if cond and cond["status"] == status else None
+        if not cond or cond["status"] != status:
+            return None
+        return cond if reason is None or cond["reason"] == reason else None
 
-    return wait_for(f"the leaf Admitted={status}", probe, timeout=90)
+    return wait_for(f"the leaf Admitted={status} {reason or ''}", probe, timeout=90)
 
 
 def test_a_required_leaf_that_can_never_fit_its_local_block_waits(ns: Namespace) -> None:
     tree(ns, "required")
-    cond = admitted(ns, "False")
+    cond = admitted(ns, "False", "Unschedulable")
     print(cond)
-    assert cond["reason"] == "Unschedulable", cond
     hold("no slice pod bound", lambda: not bound(ns.pods("app=tree")), seconds=3)
 
 
