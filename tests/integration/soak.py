@@ -215,6 +215,20 @@ class Soak:
                     self.stats.never_fit += 1
                 self.delete_job(gang.name)
 
+    def clear(self) -> None:
+        """Delete every gang and wait until their pods are gone: the next round's gangs find an empty cluster,
+        so a kill point counted in admissions or pod releases is reached."""
+        world = self.settle("before clearing")
+        for gang in world.gangs.values():
+            if gang.waiting and not world.fits_empty(gang):
+                self.stats.never_fit += 1
+            self.delete_job(gang.name)
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while self.world().gangs or self.ns.api.get(f"/api/v1/namespaces/{self.ns.name}/pods")["items"]:
+            if time.monotonic() > deadline:
+                raise InvariantError(f"the gangs' pods still there {SETTLE_TIMEOUT:.0f} s after clearing")
+            time.sleep(POLL)
+
     def delete_job(self, name: str) -> None:
         try:
             self.ns.api.request(
@@ -244,18 +258,22 @@ class Soak:
         return True
 
     # ------------------------------------------------------------------ rounds
-    def crash_round(self) -> None:
-        """Gangs created suspended, then released at once while the operator dies at a random point."""
+    def crash_round(self, mode: str | None = None) -> None:
+        """Gangs created suspended, then released at once while the operator dies at a random point (`mode`:
+        a kill point chosen by the caller instead of the next of the cycle)."""
         self.stats.rounds += 1
         specs = self.submit(self.rng.randint(3, 6), suspend=True)
-        if not self.modes:  # every kill point in each cycle of 5 rounds, in a random order
-            self.modes = ["delay", "delay", *SWITCHES]
-            self.rng.shuffle(self.modes)
-        mode = self.modes.pop()
+        if mode is None:
+            if not self.modes:  # every kill point in each cycle of 5 rounds, in a random order
+                self.modes = ["delay", "delay", *SWITCHES]
+                self.rng.shuffle(self.modes)
+            mode = self.modes.pop()
         if mode in SWITCHES:
             self.kill("while creating objects")  # to restart it armed; it may be creating PodGroups
-            pods = sum(spec.size for spec in specs)
-            most = {"after-record": len(specs) // 2, "after-releases": pods // 2}.get(mode, 4)
+            # At most the releases of the smallest new gang: reached whenever one new gang is admitted
+            # (gangs left waiting from earlier rounds may hold the room of the others).
+            smallest = min(spec.size for spec in specs)
+            most = {"after-record": len(specs) // 2, "after-releases": smallest}.get(mode, 4)
             count = self.rng.randint(1, max(1, most))
             if self.start({SWITCHES[mode]: str(count)}):
                 self.unsuspend(specs)
