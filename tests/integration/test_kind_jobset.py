@@ -192,11 +192,15 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
     assert slots == sorted(p["spec"]["nodeName"] for p in pods)
     (driver,) = [g for g in owned(ns, "JobSet/after") if g["metadata"]["name"].endswith("-driver-0")]
     assert condition(driver)["message"] == "the child Job succeeded", condition(driver)
-    wait_for(
-        "the root Running",
-        lambda: root_of(ns, "after")["status"].get("phase") == "Running" or None,
-        timeout=30,
-    )
+    try:
+        wait_for(
+            "the root Running",
+            lambda: root_of(ns, "after")["status"].get("phase") == "Running" or None,
+            timeout=30,
+        )
+    except AssertionError as e:
+        groups = {g["metadata"]["name"]: g["status"] for g in owned(ns, "JobSet/after")}
+        raise AssertionError(f"{e}; root: {root_of(ns, 'after')['status']}; groups: {groups}") from None
 
 
 # ---------------------------------------------------------------------- a failurePolicy restart

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from phalanx.controller.cache.store import ClusterCache, Expectations
 from phalanx.controller.kinds.job_record import JobRecord
 from phalanx.controller.model.records import PodRecord
@@ -209,6 +211,39 @@ def test_a_watch_that_skips_our_version_is_taken_once_it_shows_our_write() -> No
     cache.upsert("Pod", bound_later)
     assert cache.pods["ns/a"].bound
     assert not cache.expectations.pending
+
+
+@pytest.mark.parametrize("answer_at", [0, 1, 2, 3])
+def test_the_answer_to_a_release_at_any_point_of_the_watch_leaves_the_pod_bound(answer_at: int) -> None:
+    """The watch shows the gated pod, our release and kube-scheduler's binding, in order; the API's answer to
+    our release (the released version) is applied at any point among them. However late it comes, the cache
+    ends with the pod bound and expects nothing: an answer the watch had already shown must not put the pod
+    back to released and then wait for an event gone by (a JobSet's workers looked released, never bound)."""
+    watch = [
+        pod("a", 5, gated=True),
+        pod("a", 7, selector="n1", group="g"),
+        pod("a", 8, node="n1", selector="n1", group="g"),
+    ]
+    cache = ClusterCache()
+    cache.upsert("Pod", pod("a", 5, gated=True))  # what the pass that released it saw
+    events: list[tuple[dict[str, Any], bool]] = [(body, False) for body in watch]
+    events.insert(answer_at, (pod("a", 7, selector="n1", group="g"), True))
+    for body, own in events:
+        cache.upsert("Pod", body, own_write=own)
+    assert cache.pods["ns/a"].bound and cache.pods["ns/a"].node_name == "n1"
+    assert not cache.expectations.pending
+
+
+def test_a_second_answer_while_the_first_is_not_shown_yet_is_still_expected() -> None:
+    """Two writes of ours the watch has not shown (the cache holds the first answer): the second answer
+    replaces it as the version to wait for, so the older watch events stay held back."""
+    cache = ClusterCache()
+    cache.upsert("Pod", pod("a", 5, gated=True))
+    cache.upsert("Pod", pod("a", 6, gated=True, group="g"), own_write=True)  # labelled
+    cache.upsert("Pod", pod("a", 7, gated=True, group="g"), own_write=True)  # the same marks, written again
+    cache.upsert("Pod", pod("a", 5, gated=True))  # the watch, behind both
+    assert cache.pods["ns/a"].pod_group == "g"
+    assert cache.expectations.waits("Pod", "ns/a")
 
 
 def _uid(body: dict[str, Any], uid: str) -> dict[str, Any]:

@@ -50,6 +50,10 @@ class Expectations:
         expected.held_back = body  # older than our write, or a re-list past it: decided on expiry
         return False
 
+    def waits(self, kind: str, key: str) -> bool:
+        """Whether a write of ours to the object is not shown by the watch yet."""
+        return (kind, key) in self.pending
+
     def forget(self, kind: str, key: str) -> None:
         self.pending.pop((kind, key), None)
 

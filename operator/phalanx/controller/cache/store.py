@@ -309,6 +309,12 @@ class ClusterCache:
         held = self.pods.get(record.key)
         if own_write and _stale_answer(record, held, self.gone_pods):
             return
+        if (
+            own_write
+            and held is not None
+            and _watch_ahead(record, held, self.expectations.waits(POD, record.key))
+        ):
+            return
         if not own_write and _superseded(record, held, self.gone_pods):
             return  # a late event of the pod its name had before (the watch orders events per object only)
         if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
@@ -552,15 +558,22 @@ def _superseded(seen: PodRecord, held: PodRecord | None, gone: Mapping[str, None
     return seen.deleting and not held.deleting
 
 
+def _watch_ahead(written: PodRecord, held: PodRecord, expecting: bool) -> bool:
+    """The answer to our write of a pod came after the watch showed that write (and maybe what followed it,
+    such as kube-scheduler's binding): it is not newer than what the cache holds, and expecting its version
+    would wait for an event gone by (the pod would look released, never bound). `held` came from the watch
+    when no write of ours is expected; else it is the answer to an earlier write the watch has not shown."""
+    return not expecting and _pod_marks(held) == _pod_marks(written)
+
+
+def _pod_marks(pod: PodRecord) -> tuple[str, bool, str, str]:
+    """What our writes of a pod set (its gate removed, its pin, its group label), with its uid."""
+    return pod.uid, pod.gated, pod.node_selector_host, pod.pod_group
+
+
 def _pod_reflects(written: PodRecord) -> Reflects:
     def reflects(body: Mapping[str, Any]) -> bool:
-        seen = PodRecord.from_body(body)
-        return (seen.uid, seen.gated, seen.node_selector_host, seen.pod_group) == (
-            written.uid,
-            written.gated,
-            written.node_selector_host,
-            written.pod_group,
-        )
+        return _pod_marks(PodRecord.from_body(body)) == _pod_marks(written)
 
     return reflects
 
