@@ -8,6 +8,7 @@ for 6 of a node's 8 GPUs (one pod a node), topology key the network block. One C
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -401,29 +402,58 @@ def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_t
 
 
 class GateWatch:
-    """Polls the pods of a selector in a thread: a pod seen released by Phalanx (its gate gone, pinned to a
-    node) while still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
+    """Watches the pods of a selector in a thread (list, then a watch from that resourceVersion, so every
+    version of every pod is seen, however briefly Kueue's gate stays on): a pod seen released by Phalanx
+    (its gate gone) while still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
 
     def __init__(self, ns: Namespace, selector: str) -> None:
         self.ns, self.selector = ns, selector
         self.early: list[str] = []
         self.kueue_gated: set[str] = set()
         self._stop = threading.Event()
+        self._listed = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        assert self._listed.wait(30), "the gate watch never listed the pods"
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+        name = pod["metadata"]["name"]
+        if gates & set(KUEUE_GATES):
+            self.kueue_gated.add(name)
+            if "phalanx.dev/admission" not in gates:
+                self.early.append(name)
 
     def _run(self) -> None:
         api = self.ns.cluster.client()
+        path = f"/api/v1/namespaces/{self.ns.name}/pods?labelSelector={self.selector}"
+        headers = {"Authorization": f"Bearer {api.token}", "Accept": "application/json"}
+        rv = ""
         while not self._stop.is_set():
-            pods = api.get(f"/api/v1/namespaces/{self.ns.name}/pods?labelSelector={self.selector}")["items"]
-            for pod in pods:
-                gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
-                name = pod["metadata"]["name"]
-                if gates & set(KUEUE_GATES):
-                    self.kueue_gated.add(name)
-                    if "phalanx.dev/admission" not in gates:
-                        self.early.append(name)
-            self._stop.wait(0.1)
+            if not rv:
+                listed = api.get(path)
+                for pod in listed["items"]:
+                    self._see(pod)
+                rv = listed["metadata"]["resourceVersion"]
+                self._listed.set()
+            conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=api.context, timeout=20)
+            try:
+                conn.request("GET", f"{path}&watch=1&resourceVersion={rv}&timeoutSeconds=2", headers=headers)
+                response = conn.getresponse()
+                if response.status != 200:  # 410 Gone (or an apiserver hiccup): list again
+                    rv = ""
+                    continue
+                while not self._stop.is_set() and (line := response.readline()):
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":  # 410 Gone inside the stream: list again
+                        rv = ""
+                        break
+                    self._see(event["object"])
+                    rv = event["object"]["metadata"]["resourceVersion"]
+            except (OSError, http.client.HTTPException):
+                continue
+            finally:
+                conn.close()
 
     def stop(self) -> None:
         self._stop.set()
