@@ -288,3 +288,63 @@ def test_a_late_event_of_the_pod_a_name_had_before_does_not_replace_its_successo
     assert cache.pods["ns/w"].uid == "new" and cache.pods["ns/w"].gated
     cache.upsert("Pod", going)  # an event of a pod already deleted is never taken back
     assert cache.pods["ns/w"].uid == "new"
+
+
+def group_body(rv: int, generation: int, min_count: int, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "pg",
+            "namespace": "ns",
+            "uid": "u",
+            "resourceVersion": str(rv),
+            "generation": generation,
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        "status": status,
+    }
+
+
+def test_the_answer_to_our_status_write_after_the_watch_showed_a_later_spec_keeps_the_later_spec() -> None:
+    """Our status write's answer comes after the watch showed it and a user's edit after it: the cache keeps
+    the edit and expects nothing (the answer's version went by)."""
+    cache = ClusterCache()
+    cache.upsert("PodGroup", group_body(5, 1, 4, {}))
+    ours = {"phase": "Pending", "waiting": 4}
+    cache.upsert("PodGroup", group_body(7, 1, 4, ours))  # the watch shows our write
+    cache.upsert("PodGroup", group_body(8, 2, 2, ours))  # then a user lowers minCount
+    cache.upsert("PodGroup", group_body(7, 1, 4, ours), own_write=True)  # the answer, late
+    held = cache.pod_groups.get("ns/pg")
+    assert held is not None and held.generation == 2 and held.resource_version == "8"
+    assert not cache.expectations.pending
+
+
+def test_an_answer_the_watch_has_not_shown_yet_is_still_taken_and_expected() -> None:
+    cache = ClusterCache()
+    cache.upsert("PodGroup", group_body(5, 1, 4, {}))
+    ours = {"phase": "Pending", "waiting": 4}
+    cache.upsert("PodGroup", group_body(7, 1, 4, ours), own_write=True)
+    cache.upsert("PodGroup", group_body(5, 1, 4, {}))  # the watch, behind: held back
+    held = cache.pod_groups.get("ns/pg")
+    assert held is not None and held.resource_version == "7"
+    assert cache.expectations.waits("PodGroup", "ns/pg")
+
+
+def managed_job(rv: int, *, suspend: bool, succeeded: int) -> dict[str, Any]:
+    body = job_body(8, succeeded)
+    body["metadata"]["resourceVersion"] = str(rv)
+    body["metadata"]["labels"] = {"phalanx.dev/managed": "true"}
+    body["spec"]["suspend"] = suspend
+    return body
+
+
+def test_the_answer_to_our_resume_after_the_watch_showed_the_job_progress_keeps_the_progress() -> None:
+    cache = ClusterCache()
+    cache.upsert("Job", managed_job(1, suspend=True, succeeded=0))
+    cache.upsert("Job", managed_job(2, suspend=False, succeeded=0))  # the watch shows our resume
+    cache.upsert("Job", managed_job(3, suspend=False, succeeded=6))  # and the Job's progress after it
+    cache.upsert("Job", managed_job(2, suspend=False, succeeded=0), own_write=True)  # the answer, late
+    (job,) = cache.owners["Job"].values()
+    assert job.remaining == 2 and not job.suspended
+    assert not cache.expectations.pending

@@ -26,6 +26,13 @@ from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
+from phalanx.controller.cache.shown import (
+    owner_marks,
+    owner_reflects,
+    pod_reflects,
+    status_shown,
+    watch_ahead,
+)
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
@@ -312,12 +319,12 @@ class ClusterCache:
         if (
             own_write
             and held is not None
-            and _watch_ahead(record, held, self.expectations.waits(POD, record.key))
+            and watch_ahead(record, held, self.expectations.waits(POD, record.key))
         ):
             return
         if not own_write and _superseded(record, held, self.gone_pods):
             return  # a late event of the pod its name had before (the watch orders events per object only)
-        if self._admitted(POD, record.key, body, own_write, _pod_reflects(record)):
+        if self._admitted(POD, record.key, body, own_write, pod_reflects(record)):
             self._put_pod(record, wake=not own_write)
 
     def _pod_owners(self, pod: PodRecord) -> list[tuple[str, str]]:
@@ -380,7 +387,11 @@ class ClusterCache:
     def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
         record = kind.parse(body)
         key = key_of(body)
-        if self._admitted(kind.name, key, body, own_write, _owner_reflects(kind, record)):
+        held = self.owners[kind.name].get(record.uid)
+        expecting = self.expectations.waits(kind.name, key)
+        if own_write and held is not None and not expecting and owner_marks(held) == owner_marks(record):
+            return  # the watch already showed our write (and maybe what followed): see shown.watch_ahead
+        if self._admitted(kind.name, key, body, own_write, owner_reflects(kind, record)):
             self._put_owner(kind, record, wake=not own_write)
 
     def _has_objects(self, uid: str) -> bool:
@@ -429,13 +440,17 @@ class ClusterCache:
     def _upsert_written(self, kind: str, body: Mapping[str, Any], own_write: bool) -> None:
         key = key_of(body)
         reflects = same_uid(body) if kind == WORKLOAD else status_reflects(body)
-        if not self._admitted(kind, key, body, own_write, reflects):
-            return
         try:
             record = _parse(kind, body)
         except ValidationError as e:
             # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
             log.warning("ignoring %s %s: %s", kind, key, e.errors()[:3])
+            return
+        if own_write and kind in (POD_GROUP, COMPOSITE) and not self.expectations.waits(kind, key):
+            held = self._store(kind).get(key)
+            if held is not None and status_shown(record, held):
+                return  # the watch already showed our write (and maybe what followed): see shown.watch_ahead
+        if not self._admitted(kind, key, body, own_write, reflects):
             return
         if kind == TOPOLOGY:
             old = self.topologies.get(record.name)
@@ -530,8 +545,6 @@ def _parse(kind: str, body: Mapping[str, Any]) -> Any:
     return TopologyRecord.from_body(body)
 
 
-# What each kind of write of ours changes, and never changes back: an object that shows it is not older
-# than our write. (A pod's gate is only ever removed, its nodeSelector fixed once ungated.)
 GONE_PODS_KEPT = 4096
 
 
@@ -556,33 +569,3 @@ def _superseded(seen: PodRecord, held: PodRecord | None, gone: Mapping[str, None
     if seen.created is not None and held.created is not None and seen.created != held.created:
         return seen.created < held.created
     return seen.deleting and not held.deleting
-
-
-def _watch_ahead(written: PodRecord, held: PodRecord, expecting: bool) -> bool:
-    """The answer to our write of a pod came after the watch showed that write (and maybe what followed it,
-    such as kube-scheduler's binding): it is not newer than what the cache holds, and expecting its version
-    would wait for an event gone by (the pod would look released, never bound). `held` came from the watch
-    when no write of ours is expected; else it is the answer to an earlier write the watch has not shown."""
-    return not expecting and _pod_marks(held) == _pod_marks(written)
-
-
-def _pod_marks(pod: PodRecord) -> tuple[str, bool, str, str]:
-    """What our writes of a pod set (its gate removed, its pin, its group label), with its uid."""
-    return pod.uid, pod.gated, pod.node_selector_host, pod.pod_group
-
-
-def _pod_reflects(written: PodRecord) -> Reflects:
-    def reflects(body: Mapping[str, Any]) -> bool:
-        return _pod_marks(PodRecord.from_body(body)) == _pod_marks(written)
-
-    return reflects
-
-
-def _owner_reflects(kind: OwnerKind, written: Any) -> Reflects:
-    """Our writes of an owner suspend or resume it with a note: an object with the same is not older."""
-
-    def reflects(body: Mapping[str, Any]) -> bool:
-        seen = kind.parse(body)
-        return (seen.uid, seen.suspended, seen.requeued) == (written.uid, written.suspended, written.requeued)
-
-    return reflects
