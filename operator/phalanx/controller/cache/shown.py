@@ -2,7 +2,7 @@
 (a pod's gate is only ever removed, its nodeSelector fixed once ungated; an owner is suspended or resumed
 with a note; we are a group's only status writer). An object that shows our write is not older than it; and
 when the answer to our write comes after the watch showed it (and maybe what followed it), the answer is
-not newer than what the cache holds."""
+not newer than what the cache holds (store.ClusterCache._admitted)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,6 @@ from typing import Any
 from phalanx.controller.cache.expectations import Reflects
 from phalanx.controller.kinds.base import OwnerKind
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
-
-
-def watch_ahead(written: PodRecord, held: PodRecord, expecting: bool) -> bool:
-    """The answer to our write of a pod came after the watch showed that write (and maybe what followed it,
-    such as kube-scheduler's binding): it is not newer than what the cache holds, and expecting its version
-    would wait for an event gone by (the pod would look released, never bound). `held` came from the watch
-    when no write of ours is expected; else it is the answer to an earlier write the watch has not shown."""
-    return not expecting and pod_marks(held) == pod_marks(written)
 
 
 def status_shown(written: PodGroupRecord | CompositePodGroupRecord, held: Any) -> bool:

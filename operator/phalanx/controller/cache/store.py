@@ -26,13 +26,7 @@ from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
-from phalanx.controller.cache.shown import (
-    owner_marks,
-    owner_reflects,
-    pod_reflects,
-    status_shown,
-    watch_ahead,
-)
+from phalanx.controller.cache.shown import owner_marks, owner_reflects, pod_marks, pod_reflects, status_shown
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
@@ -273,11 +267,22 @@ class ClusterCache:
             self.upsert(kind, held_back)
 
     def _admitted(
-        self, kind: str, key: str, body: Mapping[str, Any], own_write: bool, reflects: Reflects
+        self,
+        kind: str,
+        key: str,
+        body: Mapping[str, Any],
+        own_write: bool,
+        reflects: Reflects,
+        shown: bool = False,
     ) -> bool:
-        """Whether the object goes into the cache: our own write always (remembered as an expectation); a
-        watch event unless it is older than a write of ours."""
+        """Whether the object goes into the cache: a watch event unless it is older than a write of ours; our
+        own write (remembered as an expectation) unless the watch already showed it — `shown`: the record the
+        cache holds carries what we wrote, and no write of ours is pending, so it came from the watch. The
+        answer is then not newer than that record (which may show more, such as kube-scheduler's binding),
+        and expecting its version would wait for an event gone by."""
         if own_write:
+            if shown and not self.expectations.waits(kind, key):
+                return False
             self.expectations.wrote(kind, key, _version(body), reflects)
             return True
         return self.expectations.admit(kind, key, body)
@@ -316,15 +321,10 @@ class ClusterCache:
         held = self.pods.get(record.key)
         if own_write and _stale_answer(record, held, self.gone_pods):
             return
-        if (
-            own_write
-            and held is not None
-            and watch_ahead(record, held, self.expectations.waits(POD, record.key))
-        ):
-            return
         if not own_write and _superseded(record, held, self.gone_pods):
             return  # a late event of the pod its name had before (the watch orders events per object only)
-        if self._admitted(POD, record.key, body, own_write, pod_reflects(record)):
+        shown = own_write and held is not None and pod_marks(held) == pod_marks(record)
+        if self._admitted(POD, record.key, body, own_write, pod_reflects(record), shown):
             self._put_pod(record, wake=not own_write)
 
     def _pod_owners(self, pod: PodRecord) -> list[tuple[str, str]]:
@@ -387,11 +387,9 @@ class ClusterCache:
     def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
         record = kind.parse(body)
         key = key_of(body)
-        held = self.owners[kind.name].get(record.uid)
-        expecting = self.expectations.waits(kind.name, key)
-        if own_write and held is not None and not expecting and owner_marks(held) == owner_marks(record):
-            return  # the watch already showed our write (and maybe what followed): see shown.watch_ahead
-        if self._admitted(kind.name, key, body, own_write, owner_reflects(kind, record)):
+        held = self.owners[kind.name].get(record.uid) if own_write else None
+        shown = held is not None and owner_marks(held) == owner_marks(record)
+        if self._admitted(kind.name, key, body, own_write, owner_reflects(kind, record), shown):
             self._put_owner(kind, record, wake=not own_write)
 
     def _has_objects(self, uid: str) -> bool:
@@ -446,11 +444,9 @@ class ClusterCache:
             # Our CRD schema refuses such objects; one that got in (an older schema) is left alone.
             log.warning("ignoring %s %s: %s", kind, key, e.errors()[:3])
             return
-        if own_write and kind in (POD_GROUP, COMPOSITE) and not self.expectations.waits(kind, key):
-            held = self._store(kind).get(key)
-            if held is not None and status_shown(record, held):
-                return  # the watch already showed our write (and maybe what followed): see shown.watch_ahead
-        if not self._admitted(kind, key, body, own_write, reflects):
+        held = self._store(kind).get(key) if own_write and kind in (POD_GROUP, COMPOSITE) else None
+        shown = held is not None and status_shown(record, held)
+        if not self._admitted(kind, key, body, own_write, reflects, shown):
             return
         if kind == TOPOLOGY:
             old = self.topologies.get(record.name)
