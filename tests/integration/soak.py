@@ -224,7 +224,9 @@ class Soak:
                 self.stats.never_fit += 1
             self.delete_job(gang.name)
         deadline = time.monotonic() + SETTLE_TIMEOUT
-        while self.world().gangs or self.ns.api.get(f"/api/v1/namespaces/{self.ns.name}/pods")["items"]:
+        while (world := self.world()).gangs or any(
+            p["metadata"]["namespace"] == self.ns.name for p in world.pods
+        ):
             if time.monotonic() > deadline:
                 raise InvariantError(f"the gangs' pods still there {SETTLE_TIMEOUT:.0f} s after clearing")
             time.sleep(POLL)

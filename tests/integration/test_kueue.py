@@ -8,7 +8,6 @@ for 6 of a node's 8 GPUs (one pod a node), topology key the network block. One C
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import subprocess
@@ -28,6 +27,10 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
 
 from .kube import GPU_KEY, NB_KEY, Namespace, bound, delete_namespace, domains_of, new_namespace, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from scale_watch import PodWatch
 
 pytestmark = pytest.mark.integration
 
@@ -402,21 +405,20 @@ def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_t
 
 
 class GateWatch:
-    """Watches the pods of a selector in a thread (list, then a watch from that resourceVersion, so every
-    version of every pod is seen, however briefly Kueue's gate stays on): a pod seen released by Phalanx
-    (its gate gone) while still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
+    """Every version of the pods labelled `label=value` (bench/scale_watch.py's PodWatch lists, then watches,
+    so Kueue's gate is seen however briefly it stays on): a pod seen released by Phalanx (its gate gone) while
+    still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
 
-    def __init__(self, ns: Namespace, selector: str) -> None:
-        self.ns, self.selector = ns, selector
+    def __init__(self, ns: Namespace, label: str, value: str) -> None:
+        self.label, self.value = label, value
         self.early: list[str] = []
         self.kueue_gated: set[str] = set()
-        self._stop = threading.Event()
-        self._listed = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._listed.wait(30), "the gate watch never listed the pods"
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
 
-    def _see(self, pod: dict[str, Any]) -> None:
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        if (pod["metadata"].get("labels") or {}).get(self.label) != self.value:
+            return
         gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
         name = pod["metadata"]["name"]
         if gates & set(KUEUE_GATES):
@@ -424,40 +426,8 @@ class GateWatch:
             if "phalanx.dev/admission" not in gates:
                 self.early.append(name)
 
-    def _run(self) -> None:
-        api = self.ns.cluster.client()
-        path = f"/api/v1/namespaces/{self.ns.name}/pods?labelSelector={self.selector}"
-        headers = {"Authorization": f"Bearer {api.token}", "Accept": "application/json"}
-        rv = ""
-        while not self._stop.is_set():
-            if not rv:
-                listed = api.get(path)
-                for pod in listed["items"]:
-                    self._see(pod)
-                rv = listed["metadata"]["resourceVersion"]
-                self._listed.set()
-            conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=api.context, timeout=20)
-            try:
-                conn.request("GET", f"{path}&watch=1&resourceVersion={rv}&timeoutSeconds=2", headers=headers)
-                response = conn.getresponse()
-                if response.status != 200:  # 410 Gone (or an apiserver hiccup): list again
-                    rv = ""
-                    continue
-                while not self._stop.is_set() and (line := response.readline()):
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":  # 410 Gone inside the stream: list again
-                        rv = ""
-                        break
-                    self._see(event["object"])
-                    rv = event["object"]["metadata"]["resourceVersion"]
-            except (OSError, http.client.HTTPException):
-                continue
-            finally:
-                conn.close()
-
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self._watch.stop()
 
 
 def _both(name: str) -> dict[str, Any]:
@@ -472,7 +442,7 @@ def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kn
     """Kueue suspends the JobSet at creation, gates the LeaderWorkerSet's pods (kueue.x-k8s.io/admission);
     each runs whole in one network block once Kueue admits it, and Phalanx releases no pod while Kueue's
     gate is still on it."""
-    watch = GateWatch(kns, "leaderworkerset.sigs.k8s.io/name=serve")
+    watch = GateWatch(kns, "leaderworkerset.sigs.k8s.io/name", "serve")
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
