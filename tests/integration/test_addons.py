@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,9 @@ def wait_running(ns: Namespace, selector: str, count: int, timeout: float = 180)
 def process_start(pid: int) -> float:
     """When a process started (seconds since the epoch), from /proc."""
     ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    stat = Path("/proc/stat").read_text().splitlines()
-    boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
+    # Not /proc/stat's btime: it is whole seconds, truncated, so a start read from it is up to a second early
+    # (CI once saw KCM "start" 40 ms before a CRD it in fact followed). Boot = now - uptime, to 10 ms.
+    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
