@@ -179,13 +179,19 @@ class Recorder:
 
 
 class PodWatch:
-    """List, then watch, one namespace's pods over a raw HTTPS stream; resumes after a cut or 410 Gone."""
+    """List, then watch, one namespace's pods (or the objects of another `collection`: `apis/batch/v1/jobs`)
+    over a raw HTTPS stream; resumes after a cut or 410 Gone."""
 
     def __init__(
-        self, state: ClusterState, namespace: str, handle: Callable[[str, dict[str, Any], float], None]
+        self,
+        state: ClusterState,
+        namespace: str,
+        handle: Callable[[str, dict[str, Any], float], None],
+        collection: str = "api/v1/pods",
     ) -> None:
         self.state = state
-        self.path = f"/api/v1/namespaces/{namespace}/pods"
+        prefix, _, plural = collection.rpartition("/")
+        self.path = f"/{prefix}/namespaces/{namespace}/{plural}"
         self.handle = handle
         self.context = ssl.create_default_context(cafile=str(state.ca_file))
         self.stopping = threading.Event()
@@ -365,6 +371,19 @@ def webhook_latency(before: ApiCounters, after: ApiCounters) -> dict[str, dict[s
 _HTTP_LINE = re.compile(r'"HTTP" verb="(\w+)" URI="([^"]*)" latency="([^"]*)" userAgent="([^"]*)"')
 
 
+def resource_of(uri: str) -> str:
+    """The resource a request URI names, with its subresource: `/api/v1/namespaces/a/pods/p/status?x` ->
+    `pods/status`, `/apis/phalanx.dev/v1alpha1/namespaces/a/podgroups` -> `podgroups`."""
+    parts = [p for p in uri.split("?", 1)[0].split("/") if p]
+    # /api/<version>/... or /apis/<group>/<version>/...: the rest is [namespaces, <ns>,] plural[, name[, sub]]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        rest = rest[2:]
+    if not rest:
+        return "/".join(parts) or "/"
+    return rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+
+
 def agent_of(user_agent: str) -> str:
     """The component a user agent names: `kube-scheduler/v1.37.2 (linux/amd64) ...` -> kube-scheduler."""
     return user_agent.split("/", 1)[0].split(" ", 1)[0] or "(none)"
@@ -388,11 +407,14 @@ class RequestLog:
 
     counts: dict[str, dict[str, int]]
     write_latency: dict[str, list[float]]
+    # per component, its writes by verb and resource (`PATCH pods`, `POST events`): what each write was for
+    writes: dict[str, dict[str, int]]
 
     @classmethod
     def read(cls, log: Path, start: int, end: int) -> RequestLog:
         counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         latency: dict[str, list[float]] = defaultdict(list)
+        writes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         with open(log, "rb") as f:
             f.seek(start)
             chunk = f.read(max(0, end - start)).decode(errors="replace")
@@ -406,4 +428,7 @@ class RequestLog:
             counts[agent]["LEASE" if lease else verb] += 1
             if verb in WRITES and not lease:
                 latency[agent].append(go_duration(took))
-        return cls({a: dict(v) for a, v in counts.items()}, dict(latency))
+                writes[agent][f"{verb} {resource_of(uri)}"] += 1
+        return cls(
+            {a: dict(v) for a, v in counts.items()}, dict(latency), {a: dict(v) for a, v in writes.items()}
+        )
