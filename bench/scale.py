@@ -336,6 +336,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                     "own_writes_per_pod": round(own_writes / admitted, 3),
                     "own_write_latency_p50_ms": rounded(ms(percentile(own_latency, 50))),
                     "own_write_latency_p99_ms": rounded(ms(percentile(own_latency, 99))),
+                    "own_writes_by_resource": {a: requests.writes.get(a, {}) for a in sorted(own)},
                 }
             )
     except Exception as e:

@@ -1,0 +1,65 @@
+"""bench/scale_watch.py's reading of the apiserver's request log: which component wrote what."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+
+from scale_watch import RequestLog, go_duration, resource_of
+
+
+@pytest.mark.parametrize(
+    ("uri", "resource"),
+    [
+        ("/api/v1/namespaces/a/pods/p/status?fieldManager=x", "pods/status"),
+        ("/api/v1/namespaces/a/pods/p", "pods"),
+        ("/api/v1/namespaces/a/pods", "pods"),
+        ("/apis/phalanx.dev/v1alpha1/namespaces/a/podgroups/g/status", "podgroups/status"),
+        ("/apis/events.k8s.io/v1/namespaces/a/events", "events"),
+        ("/api/v1/nodes/n1", "nodes"),
+        ("/api/v1/namespaces/a", "namespaces"),
+        ("/api/v1/namespaces", "namespaces"),
+        ("/apis/batch/v1/jobs?watch=true", "jobs"),
+        ("/healthz", "healthz"),
+    ],
+)
+def test_resource_of_names_the_plural_and_its_subresource(uri: str, resource: str) -> None:
+    assert resource_of(uri) == resource
+
+
+def test_the_log_counts_each_components_writes_by_resource_and_leases_apart(tmp_path: Path) -> None:
+    def line(verb: str, uri: str, agent: str, latency: str = "1.5ms") -> str:
+        fields = f'verb="{verb}" URI="{uri}" latency="{latency}" userAgent="{agent}"'
+        return f'I1202 httplog.go:134] "HTTP" {fields}\n'
+
+    before = line("PATCH", "/api/v1/namespaces/a/pods/early", "OpenAPI-Generator/1.0")
+    inside = [
+        line("PATCH", "/api/v1/namespaces/a/pods/p1", "OpenAPI-Generator/1.0", "2ms"),
+        line("PATCH", "/api/v1/namespaces/a/pods/p2", "OpenAPI-Generator/1.0", "1m0.5s"),
+        line("POST", "/api/v1/namespaces/a/events", "OpenAPI-Generator/1.0"),
+        line("GET", "/api/v1/namespaces/a/pods/p1", "OpenAPI-Generator/1.0"),
+        line("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/l", "OpenAPI-Generator/1.0"),
+        line("POST", "/api/v1/namespaces/a/pods/p1/binding", "kube-scheduler/v1.37.2 (linux/amd64)"),
+        "an unrelated line\n",
+    ]
+    log = tmp_path / "apiserver.log"
+    log.write_text(before + "".join(inside) + line("POST", "/api/v1/namespaces/a/events", "kopf/1"))
+    start = len(before.encode())
+    end = start + len("".join(inside).encode())
+
+    read = RequestLog.read(log, start, end)
+
+    assert read.counts == {
+        "OpenAPI-Generator": {"PATCH": 2, "POST": 1, "GET": 1, "LEASE": 1},
+        "kube-scheduler": {"POST": 1},
+    }
+    assert read.writes == {
+        "OpenAPI-Generator": {"PATCH pods": 2, "POST events": 1},
+        "kube-scheduler": {"POST pods/binding": 1},
+    }
+    assert sorted(read.write_latency["OpenAPI-Generator"]) == [0.0015, 0.002, 60.5]
+    assert go_duration("856.448µs") == pytest.approx(0.000856448)
