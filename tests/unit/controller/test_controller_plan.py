@@ -104,6 +104,16 @@ def test_a_fitting_gang_records_its_decision_before_releasing_any_pod() -> None:
     assert events == [("Job", "Admitted"), ("PodGroup", "Admitted")]
 
 
+def test_a_gang_whose_pods_are_still_coming_says_so_in_its_status_without_an_event() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    result = plan(state([(job, group_of(job), GATED4[:2])]), NOW)
+    assert not only(result.actions, ReleasePod)
+    flag, reason, _ = admitted_reason(status_of(result))
+    assert (flag, reason) == ("False", c.REASON_WAITING_FOR_PODS)
+    # Every gang's first state: the condition says it; no event on the group or its Job.
+    assert not only(result.actions, PostEvent)
+
+
 def test_a_gang_that_does_not_fit_waits_unschedulable_with_upstreams_message() -> None:
     job = job_body()
     fillers = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]

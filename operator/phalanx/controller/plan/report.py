@@ -1,5 +1,6 @@
 """Telling the truth about a unit after it was scheduled (pure): each group's status (conditions, counters,
-the decision), one event whenever the reason or message of its `Admitted` condition changes, every event
+the decision), one event whenever the reason or message of its `Admitted` condition changes (but for
+waiting for its pods, which the condition alone says), every event
 about the unit's holder group said on its owner too, and each waiting pod labelled with its group."""
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOTA_EXCEEDED)
 
 
+# reasons said by the condition alone: waiting for the owner's pods is every gang's first state, over in
+# well under a second as its controller makes them; an event for it (on the group and on its owner) was two
+# of a gang's ~17 writes and told nothing the condition does not. Its end (admitted, or why not) is said.
+QUIET = (c.REASON_WAITING_FOR_PODS,)
+
+
 def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:
-    """An event whenever the reason or message of Admitted changes (an admission has its own)."""
+    """An event whenever the reason or message of Admitted changes (an admission has its own), but for the
+    QUIET reasons."""
     old, new = before.condition(c.ADMITTED), after.condition(c.ADMITTED)
-    if new is None or new.reason in (c.REASON_ADMITTED, c.REASON_REQUEUED):
+    if new is None or new.reason in (c.REASON_ADMITTED, c.REASON_REQUEUED, *QUIET):
         return []  # an admission, and a requeue (its Warning says why, once: requeue.py), have their own
     if old is not None and (old.reason, old.message) == (new.reason, new.message):
         return []
