@@ -20,6 +20,7 @@ WATCHED = (
     "phalanx_scheduling_pass_duration_seconds_count",
     "phalanx_placement_decision_duration_seconds_count",
     "phalanx_job_admission_latency_seconds_count",
+    "phalanx_webhook_review_duration_seconds_count",  # the Job's gate-job review
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any
 
 import kopf
@@ -197,3 +199,18 @@ def test_numeric_annotations_take_ascii_digits_only() -> None:
         with pytest.raises(kopf.AdmissionError) as refused:
             gate_job(body=kopf.Body(body), patch=kopf.Patch())
         assert str(refused.value).startswith(f"metadata.annotations[{annotation}]: "), refused.value
+
+
+def test_every_webhook_handler_runs_in_kopfs_loop_not_its_thread_pool() -> None:
+    """Kopf runs a plain function in a worker thread (a hand-off and a wait for the GIL per review): each
+    handler is registered as a coroutine function, and answers as the plain one does."""
+    from phalanx.controller.process.runtime import Runtime
+
+    handlers = {h.id: h for h in Runtime().registry()._webhooks.get_all_handlers()}
+    assert handlers and all(inspect.iscoroutinefunction(h.fn) for h in handlers.values())
+    gate = next(h for h in handlers.values() if h.id.startswith("gate-job"))
+    patch = kopf.Patch()
+    asyncio.run(gate.fn(body=job(), patch=patch, warnings=[]))
+    assert patch["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
+    with pytest.raises(kopf.AdmissionError, match=r"spec\.template\.spec\.nodeName"):
+        asyncio.run(gate.fn(body=job(nodeName="n1"), patch=kopf.Patch(), warnings=[]))

@@ -7,6 +7,7 @@ import fcntl
 import logging
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,20 @@ def ensure_webhook_certs(folder: Path, hosts: list[str]) -> None:
 
 
 class ObservedWebhookServer(kopf.WebhookServer):
-    """Kopf's webhook server, telling readiness once it listens (it yields its config after that)."""
+    """Kopf's webhook server, telling readiness once it listens (it yields its config after that), and timing
+    every review (metrics.WEBHOOK_REVIEW)."""
 
     on_listening: Callable[[], None] = staticmethod(lambda: None)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for client_config in super().__call__(fn):
+        async def timed(request: Any, *, webhook: Any = None, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await fn(request, webhook=webhook, **kwargs)
+            finally:
+                metrics.WEBHOOK_REVIEW.labels(str(webhook or "")).observe(time.perf_counter() - started)
+
+        async for client_config in super().__call__(timed):
             self.on_listening()
             yield client_config
 

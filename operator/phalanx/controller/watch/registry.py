@@ -178,6 +178,19 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
     return tuple(out)
 
 
+def _in_the_loop(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """The handler as a coroutine function. Kopf runs a plain function in its thread pool: a hand-off to a
+    worker thread and back per review, each waiting for the GIL behind the loop's watch work, which made a
+    review of a burst of Jobs wait ~40 ms for a handler that runs in 0.04 ms. The handlers are pure and quick
+    (webhooks.py: nothing on their path waits for I/O), so they run in the loop itself."""
+
+    async def review(**kwargs: Any) -> Any:
+        return handler(**kwargs)
+
+    review.__name__ = review.__qualname__ = getattr(handler, "__name__", "review")
+    return review
+
+
 def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
     for hook in (*_hooks(hooks), *_owner_hooks(hooks)):
         on = kopf.on.mutate if hook.mutating else kopf.on.validate
@@ -193,4 +206,4 @@ def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None
             ignore_failures=hook.ignore_failures,
             side_effects=False,
             registry=registry,
-        )(hook.handler)
+        )(_in_the_loop(hook.handler))
