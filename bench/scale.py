@@ -63,7 +63,9 @@ from scale_watch import (  # noqa: E402
     Recorder,
     RequestLog,
     cpu_seconds,
+    histogram_latency,
     memory_mib,
+    review_buckets,
     webhook_latency,
 )
 
@@ -262,6 +264,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         load_start = load1()
         cpu_before = cpu_of(components)
         counters_before = ApiCounters.parse(api.get("/metrics"))
+        reviews_before = review_buckets(system.own_metrics())
         watch_requests_before = watch.requests
 
         t0 = time.monotonic()
@@ -281,6 +284,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         end = time.monotonic()
 
         counters_after = ApiCounters.parse(api.get("/metrics"))
+        reviews_after = review_buckets(system.own_metrics())
         cpu_after = cpu_of(components)
         log_end = log_path.stat().st_size
         if verbose:
@@ -309,6 +313,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 "admitter_peak_rss_mib": {k: round(v, 1) for k, v in peak_rss.items()},
                 "load": {"start": load_start, "max": max(sampler.load_max, load_start), "end": load1()},
                 "webhooks": webhook_latency(counters_before, counters_after),
+                # the operator's own timing of each review, in finer buckets (Phalanx only)
+                "webhooks_in_process": histogram_latency(reviews_before, reviews_after),
             }
         )
         bench_requests = 1 + len(bodies) + (watch.requests - watch_requests_before)
@@ -487,6 +493,11 @@ COLUMNS: list[tuple[str, str, Callable[[dict[str, Any]], float | None]]] = [
         "webhook p99 ms",
         "{:.0f}",
         lambda r: max((w["p99_ms"] or 0.0 for w in r.get("webhooks", {}).values()), default=None),
+    ),
+    (
+        "in-process review p99 ms",
+        "{:.1f}",
+        lambda r: max((w["p99_ms"] or 0.0 for w in r.get("webhooks_in_process", {}).values()), default=None),
     ),
     ("load 1m start/max", "", lambda r: None),
     (

@@ -83,6 +83,10 @@ class System:
         """The processes that decide admission (name -> pid): their CPU seconds and RSS are reported."""
         return {}
 
+    def own_metrics(self) -> str:
+        """The admission component's own /metrics text ("" when it has none the bench reads)."""
+        return ""
+
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -112,6 +116,9 @@ class Phalanx(System):
         if self.operator is None or self.operator.proc is None:
             return {}
         return {"phalanx-operator": self.operator.proc.pid}
+
+    def own_metrics(self) -> str:
+        return self.operator.scrape() if self.operator is not None else ""
 
     def job(self, name: str, pods: int, key: str, run_seconds: float | None) -> dict[str, Any]:
         return gpu_job(

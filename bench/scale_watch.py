@@ -350,11 +350,31 @@ def quantile(buckets: dict[float, float], q: float) -> float | None:
     return bounds[-1]
 
 
+REVIEW_HISTOGRAM = "phalanx_webhook_review_duration_seconds_bucket"
+
+
+def review_buckets(text: str) -> dict[str, dict[float, float]]:
+    """The operator's own review-time histogram (metrics.WEBHOOK_REVIEW), by webhook: upper bound ->
+    cumulative count, in the shape of ApiCounters.webhook_buckets."""
+    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for _, labels, value in prometheus_samples(text, (REVIEW_HISTOGRAM,)):
+        buckets[labels.get("webhook", "?")][float(labels["le"])] += value
+    return {k: dict(v) for k, v in buckets.items()}
+
+
 def webhook_latency(before: ApiCounters, after: ApiCounters) -> dict[str, dict[str, float | None]]:
-    """Per webhook: reviews in the window and their p50/p99 in ms (bucket resolution)."""
+    """Per webhook, as the apiserver timed it: reviews in the window and their p50/p99 in ms."""
+    return histogram_latency(before.webhook_buckets, after.webhook_buckets)
+
+
+def histogram_latency(
+    before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
+) -> dict[str, dict[str, float | None]]:
+    """Per series of a histogram read twice: observations in the window and their p50/p99 in ms (bucket
+    resolution)."""
     out: dict[str, dict[str, float | None]] = {}
-    for name, buckets in after.webhook_buckets.items():
-        old = before.webhook_buckets.get(name, {})
+    for name, buckets in after.items():
+        old = before.get(name, {})
         diff = {le: count - old.get(le, 0.0) for le, count in buckets.items()}
         reviews = diff.get(float("inf"), 0.0)
         if reviews <= 0:

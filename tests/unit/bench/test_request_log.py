@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from scale_watch import RequestLog, go_duration, resource_of
+from scale_watch import RequestLog, go_duration, histogram_latency, resource_of, review_buckets
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,27 @@ def test_the_log_counts_each_components_writes_by_resource_and_leases_apart(tmp_
     }
     assert sorted(read.write_latency["OpenAPI-Generator"]) == [0.0015, 0.002, 60.5]
     assert go_duration("856.448µs") == pytest.approx(0.000856448)
+
+
+def test_the_operators_own_review_histogram_gives_each_webhooks_reviews_and_quantiles_in_the_window() -> None:
+    def text(counts: dict[str, int]) -> str:
+        lines = [
+            "# HELP phalanx_webhook_review_duration_seconds x",
+            "# TYPE phalanx_webhook_review_duration_seconds histogram",
+        ]
+        for le, n in counts.items():
+            lines.append(
+                f'phalanx_webhook_review_duration_seconds_bucket{{le="{le}",webhook="gate-job"}} {n}'
+            )
+        lines.append('phalanx_scheduling_pass_duration_seconds_bucket{le="+Inf"} 7')
+        return "\n".join(lines) + "\n"
+
+    before = review_buckets(text({"0.001": 2, "0.005": 2, "0.01": 2, "+Inf": 2}))
+    # 100 more reviews: 50 within 1 ms, 49 more within 5 ms, 1 more within 10 ms
+    after = review_buckets(text({"0.001": 52, "0.005": 101, "0.01": 102, "+Inf": 102}))
+    latency = histogram_latency(before, after)
+    assert list(latency) == ["gate-job"]
+    assert latency["gate-job"]["reviews"] == 100
+    assert latency["gate-job"]["p50_ms"] == pytest.approx(1.0)
+    assert latency["gate-job"]["p99_ms"] == pytest.approx(5.0)
+    assert review_buckets("") == {}
