@@ -46,6 +46,7 @@ from phalanx.controller.model.actions import (
 )
 from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
+from phalanx.controller.plan.report import LABEL_WAITING_FOR_PODS_AFTER
 
 
 def state(
@@ -112,6 +113,38 @@ def test_a_gang_whose_pods_are_still_coming_says_so_in_its_status_without_an_eve
     assert (flag, reason) == ("False", c.REASON_WAITING_FOR_PODS)
     # Every gang's first state: the condition says it; no event on the group or its Job.
     assert not only(result.actions, PostEvent)
+
+
+@pytest.mark.parametrize(
+    ("waited", "labelled"),
+    [(0.0, 0), (LABEL_WAITING_FOR_PODS_AFTER - 0.5, 0), (LABEL_WAITING_FOR_PODS_AFTER, 2), (600.0, 2)],
+)
+def test_pods_of_a_gang_still_waiting_for_its_other_pods_are_labelled_only_after_a_while(
+    waited: float, labelled: int
+) -> None:
+    """The release carries the label: a gang whose pods come in a pass or two is not labelled pod by pod
+    first; one that keeps waiting for its pods is."""
+    job = job_body(annotations=TOPOLOGY)
+    first = plan(state([(job, group_of(job), GATED4[:2])]), NOW)
+    assert not only(first.actions, LabelPod)
+    later = plan(
+        state([(job, group_of(job, status_of(first)), GATED4[:2])]), NOW + dt.timedelta(seconds=waited)
+    )
+    assert len(only(later.actions, LabelPod)) == labelled
+    assert not only(later.actions, ReleasePod)
+
+
+def test_pods_of_a_gang_waiting_for_room_are_labelled_at_once_and_a_release_labels_in_its_own_request() -> (
+    None
+):
+    job = job_body()
+    fillers = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]
+    waiting = plan(state([(job, group_of(job), GATED4)], others=fillers), NOW)
+    assert len(only(waiting.actions, LabelPod)) == 4
+    job2 = job_body(annotations=TOPOLOGY)
+    coming = plan(state([(job2, group_of(job2), GATED4[:2])]), NOW)
+    whole = plan(state([(job2, group_of(job2, status_of(coming)), GATED4)]), NOW + dt.timedelta(seconds=1))
+    assert len(only(whole.actions, ReleasePod)) == 4 and not only(whole.actions, LabelPod)
 
 
 def test_a_gang_that_does_not_fit_waits_unschedulable_with_upstreams_message() -> None:

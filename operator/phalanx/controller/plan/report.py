@@ -1,7 +1,8 @@
 """Telling the truth about a unit after it was scheduled (pure): each group's status (conditions, counters,
 the decision), one event whenever the reason or message of its `Admitted` condition changes (but for
 waiting for its pods, which the condition alone says), every event
-about the unit's holder group said on its owner too, and each waiting pod labelled with its group."""
+about the unit's holder group said on its owner too, and each waiting pod labelled with its group (once its
+gang waits for more than the rest of its pods)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOT
 # well under a second as its controller makes them; an event for it (on the group and on its owner) was two
 # of a gang's ~17 writes and told nothing the condition does not. Its end (admitted, or why not) is said.
 QUIET = (c.REASON_WAITING_FOR_PODS,)
+
+# Seconds a gang may wait for the rest of its pods before the ones it has are labelled with its PodGroup one
+# by one. A gang whose controller makes its pods in slow-start batches (the Job controller: 1, 2, 4, ...)
+# spends a pass or two waiting for them: a label write per pod then, and its release a moment later, was two
+# writes per pod where the release alone carries the label (171 extra writes for 100 8-pod gangs at 1,000
+# nodes). A gang that keeps waiting for its pods (a quota, a missing PriorityClass) is labelled at the first
+# pass past this (one runs at least every --resync-seconds); one waiting for room, at once.
+LABEL_WAITING_FOR_PODS_AFTER = 5.0
 
 
 def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Action]:
@@ -95,6 +104,11 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     if st.status_changed(group.status, desired):
         work.actions.extend(announce(group.ref, group.status, desired))
     present = desired.condition(c.ADMITTED)
+    leaf.label_waiting = not (
+        present is not None
+        and present.reason == c.REASON_WAITING_FOR_PODS
+        and (ctx.now - present.last_transition_time).total_seconds() < LABEL_WAITING_FOR_PODS_AFTER
+    )
     if facts.gang and facts.waiting and present is not None and present.reason != c.REASON_ADMITTED:
         ctx.waiting[present.reason] += 1
         waited = (ctx.now - present.last_transition_time).total_seconds()
@@ -174,7 +188,8 @@ def _fold_into_record(work: UnitWork, ref: ObjectRef, desired: GroupStatus) -> b
 
 def _labels(work: UnitWork) -> None:
     """Every pod of an owner carries its PodGroup's name, also while it waits (a release sets it in the same
-    request). Pods of hand-made groups carry it already: that is how they join."""
+    request), but for the first LABEL_WAITING_FOR_PODS_AFTER seconds of waiting for the rest of its gang's
+    pods. Pods of hand-made groups carry it already: that is how they join."""
     if work.owner is None:
         return
     released = {a.pod.key for a in work.actions if isinstance(a, ReleasePod)}
@@ -182,7 +197,7 @@ def _labels(work: UnitWork) -> None:
         label = pod_group_label_value(leaf.group.name)
         work.actions.extend(
             LabelPod(p.ref, leaf.group.name)
-            for p in (*leaf.waiting, *leaf.placed)
+            for p in (*(leaf.waiting if leaf.label_waiting else ()), *leaf.placed)
             if p.pod_group != label and p.key not in released
         )
 

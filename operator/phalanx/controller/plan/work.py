@@ -66,6 +66,7 @@ class LeafWork:
     # A staged unit's pods not made yet, as placeholders named by their slot (staging.py): decided with the
     # real ones, recorded, their room held; never released.
     virtual: tuple[PodRecord, ...] = ()
+    label_waiting: bool = True  # its waiting pods get their PodGroup's label now (report.py)
 
     @property
     def group(self) -> PodGroupRecord:
