@@ -24,6 +24,7 @@ from testkit import (
     only,
     pod_body,
     status_of,
+    written_statuses,
 )
 
 from phalanx.api import conditions as c
@@ -47,6 +48,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
 from phalanx.controller.plan.report import LABEL_WAITING_FOR_PODS_AFTER
+from phalanx.controller.plan.status import SETTLE_SECONDS
 
 
 def state(
@@ -132,6 +134,61 @@ def test_pods_of_a_gang_still_waiting_for_its_other_pods_are_labelled_only_after
     )
     assert len(only(later.actions, LabelPod)) == labelled
     assert not only(later.actions, ReleasePod)
+
+
+@pytest.mark.parametrize(
+    ("bound", "after", "written"),
+    [
+        (2, 1.0, False),  # two of four bound a second after the admission: counters alone, not yet
+        (2, SETTLE_SECONDS, True),  # still binding past the window: the counters are written
+        (4, 1.0, True),  # all four bound: Running, written at once
+    ],
+)
+def test_a_gang_binding_writes_its_counters_with_its_next_state_not_pod_by_pod(
+    bound: int, after: float, written: bool
+) -> None:
+    job = job_body(annotations=TOPOLOGY)
+    first = plan(state([(job, group_of(job), GATED4)]), NOW)
+    (decision,) = only(first.actions, RecordAdmission)
+    assert decision.status is not None
+    nodes = {r.pod.name: r.node for r in only(first.actions, ReleasePod)}
+    pods = [
+        pod_body(
+            "train",
+            i,
+            node=nodes[f"train-{i}"] if i < bound else "",
+            released_to=nodes[f"train-{i}"],
+            gated=False,
+            group=decision.group.name,
+        )
+        for i in range(4)
+    ]
+    later = plan(state([(job, group_of(job, decision.status), pods)]), NOW + dt.timedelta(seconds=after))
+    statuses = written_statuses(later)
+    assert bool(statuses) == written
+    if written:
+        (status,) = statuses.values()
+        assert status.scheduled == bound
+        assert status.phase == ("Running" if bound == 4 else "Admitted")
+    assert not only(later.actions, ReleasePod)
+
+
+def test_pods_coming_change_the_waiting_count_only_past_the_window_or_with_the_admission() -> None:
+    job = job_body(annotations=TOPOLOGY)
+    first = plan(state([(job, group_of(job), GATED4[:1])]), NOW)
+    assert status_of(first).waiting == 1
+    one_more = plan(
+        state([(job, group_of(job, status_of(first)), GATED4[:2])]), NOW + dt.timedelta(seconds=1)
+    )
+    assert not written_statuses(one_more)
+    late = plan(
+        state([(job, group_of(job, status_of(first)), GATED4[:2])]),
+        NOW + dt.timedelta(seconds=SETTLE_SECONDS),
+    )
+    assert status_of(late).waiting == 2
+    whole = plan(state([(job, group_of(job, status_of(first)), GATED4)]), NOW + dt.timedelta(seconds=1))
+    (decision,) = only(whole.actions, RecordAdmission)
+    assert decision.status is not None and decision.status.phase == "Admitted"
 
 
 def test_pods_of_a_gang_waiting_for_room_are_labelled_at_once_and_a_release_labels_in_its_own_request() -> (

@@ -99,10 +99,7 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     desired = st.desired_status(
         group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
     )
-    if st.status_changed(group.status, desired) and not _fold_into_record(work, group.ref, desired):
-        work.actions.append(PatchStatus(group.ref, desired))
-    if st.status_changed(group.status, desired):
-        work.actions.extend(announce(group.ref, group.status, desired))
+    _write_status(work, group.ref, group.status, desired, ctx)
     present = desired.condition(c.ADMITTED)
     leaf.label_waiting = not (
         present is not None
@@ -164,10 +161,19 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         work.reservation if is_root else None,
         initial_type=c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
     )
-    if st.status_changed(composite.status, desired) and not _fold_into_record(work, composite.ref, desired):
-        work.actions.append(PatchStatus(composite.ref, desired))
-    if st.status_changed(composite.status, desired):
-        work.actions.extend(announce(composite.ref, composite.status, desired))
+    _write_status(work, composite.ref, composite.status, desired, ctx)
+
+
+def _write_status(
+    work: UnitWork, ref: ObjectRef, current: GroupStatus, desired: GroupStatus, ctx: Pass
+) -> None:
+    """The group's new status, if it changed: folded into the decision this pass records, else its own write
+    (but for counters alone while its pods come or bind: st.settling); an event if its Admitted changed."""
+    if not st.status_changed(current, desired):
+        return
+    if not _fold_into_record(work, ref, desired) and not st.settling(current, desired, ctx.now):
+        work.actions.append(PatchStatus(ref, desired))
+    work.actions.extend(announce(ref, current, desired))
 
 
 def _fold_into_record(work: UnitWork, ref: ObjectRef, desired: GroupStatus) -> bool:

@@ -31,6 +31,14 @@ from phalanx.controller.model.quota import QUOTA_DEADLOCK
 
 PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it was preempted
 
+# Seconds after a group began waiting for its pods, or was admitted, in which a change of its counters alone
+# (waiting, scheduled, succeeded) is not written: its pods are still coming (the Job controller makes them in
+# slow-start batches) or binding, a pass or two apart, and each pass wrote the group again (3.7 status writes
+# per 8-pod gang in a burst at 1,000 nodes). The state change that ends it (admitted, Running) is written at
+# once with the counters of that moment; if it does not come, the next pass past this writes them (one runs
+# at least every --resync-seconds). The Job controller batches its status the same way (1 s).
+SETTLE_SECONDS = 5.0
+
 G = TypeVar("G", bound=GroupStatus)
 
 
@@ -263,10 +271,18 @@ def _admissions(current: GroupStatus, admission: Admission | None) -> int | None
     return total or None
 
 
-def _comparable(status: GroupStatus) -> tuple[Any, ...]:
-    """Everything but timestamps, so an unchanged group costs no write."""
+def _comparable(status: GroupStatus, counters: bool = True) -> tuple[Any, ...]:
+    """Everything but timestamps, so an unchanged group costs no write; with `counters` False, also but the
+    pod counters and the WaitingForPods message that states them ("0 scheduled, 2 waiting")."""
     conditions = sorted(
-        (x.type, x.status, x.reason, x.message, x.observed_generation) for x in status.conditions or []
+        (
+            x.type,
+            x.status,
+            x.reason,
+            x.message if counters or x.reason != c.REASON_WAITING_FOR_PODS else None,
+            x.observed_generation,
+        )
+        for x in status.conditions or []
     )
     admission = status.admission
     decision = (
@@ -288,12 +304,21 @@ def _comparable(status: GroupStatus) -> tuple[Any, ...]:
         decision,
         status.admissions,
         status.last_domain,
-        status.scheduled,
-        status.succeeded,
-        status.waiting,
+        (status.scheduled, status.succeeded, status.waiting) if counters else None,
         reservation,
     )
 
 
 def status_changed(current: GroupStatus, desired: GroupStatus) -> bool:
     return _comparable(current) != _comparable(desired)
+
+
+def settling(current: GroupStatus, desired: GroupStatus, now: dt.datetime) -> bool:
+    """Whether the change from `current` to `desired` is one of counters alone in a group's first
+    SETTLE_SECONDS of waiting for its pods or of being admitted: not written yet."""
+    if desired.phase not in (WAITING_FOR_PODS, ADMITTED):
+        return False
+    admitted = desired.condition(c.ADMITTED)
+    if admitted is None or (now - admitted.last_transition_time).total_seconds() >= SETTLE_SECONDS:
+        return False
+    return _comparable(current, counters=False) == _comparable(desired, counters=False)
