@@ -19,6 +19,7 @@ from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import PatchTopologyStatus
 from phalanx.controller.model.topology import TopologyIndex, TopologyRecord, label_conflicts
 from phalanx.controller.plan.topologies import NodeCounts, nodes_with_all, plan_status
+from phalanx.controller.watch.registry import VALIDATE_TOPOLOGY_ID, build_registry
 from phalanx.controller.watch.webhooks import Webhooks
 from phalanx.placement import NodeInfo
 
@@ -186,6 +187,18 @@ def test_a_watch_event_older_than_our_status_write_does_not_undo_it() -> None:
     assert cache.topologies["rdma"].status.nodes == 3
     cache.upsert("Topology", written)
     assert cache.topologies["rdma"].status.nodes == 3
+
+
+def test_the_registered_topology_webhook_refuses_too_as_kopf_calls_it() -> None:
+    """What Kopf runs for validate-topology (an async handler: registry.py must register it as it is, not
+    wrapped into a coroutine that returns it un-awaited, which accepted every Topology)."""
+    cache = ClusterCache()
+    registry = build_registry(StaticContext(cache), rows=())
+    (hook,) = [h for h in registry._webhooks.get_all_handlers() if h.id == VALIDATE_TOPOLOGY_ID]
+    cache.upsert("Topology", body("rdma", NB, LB))
+    with pytest.raises(kopf.AdmissionError, match="already a level of Topology 'rdma'"):
+        asyncio.run(hook.fn(body=kopf.Body(body("copy", RACK, LB))))
+    assert asyncio.run(hook.fn(body=kopf.Body(body("racks", RACK)))) is None
 
 
 def test_the_webhook_refuses_a_second_topology_listing_a_label() -> None:
