@@ -13,6 +13,7 @@ from typing import Any
 
 from phalanx.bodies import mapping
 
+from .interning import Interner, text
 from .model import (
     DEFAULT_BIND_ALL_IP,
     HONOR,
@@ -163,12 +164,21 @@ def node_selector_terms(raw_terms: Any) -> tuple[NodeSelectorTerm, ...]:
 
 def _toleration(raw: Any) -> Toleration:
     item = mapping(raw)
-    return Toleration(
-        key=str(item.get("key") or ""),
-        operator=str(item.get("operator") or "Equal"),
-        value=str(item.get("value") or ""),
-        effect=str(item.get("effect") or ""),
+    return _shared_tolerations(
+        Toleration(
+            key=text(item.get("key") or ""),
+            operator=text(item.get("operator") or "Equal"),
+            value=text(item.get("value") or ""),
+            effect=text(item.get("effect") or ""),
+        )
     )
+
+
+# Read-only values many pods repeat (a template's tolerations, nodeSelector and requests; Job labels),
+# one object for all of them (interning's docstring says why).
+_shared_tolerations: Interner[Toleration] = Interner()
+_shared_tuples: Interner[tuple[Any, ...]] = Interner()
+_shared_pairs: Interner[tuple[str, str]] = Interner(limit=65536)
 
 
 def label_selector(raw: Any) -> LabelSelector:
@@ -324,9 +334,7 @@ def pod_traits(metadata: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> PodT
         namespace=sys.intern(str(metadata.get("namespace") or "")),
         # Interned: pods of one Job repeat the same keys and most values (a fresh copy per watch event).
         labels=tuple(
-            sorted(
-                (sys.intern(str(k)), sys.intern(str(v))) for k, v in mapping(metadata.get("labels")).items()
-            )
+            sorted(_shared_pairs((text(k), text(v))) for k, v in mapping(metadata.get("labels")).items())
         ),
         claims=tuple(claims),
         inline_csi=tuple(inline),
@@ -342,8 +350,14 @@ def pod_requirements(
     `requests`: `pod_requests(pod_spec)` when the caller has it already (it is the costly part)."""
     if requests is None:
         requests = pod_requests(pod_spec)
-    positive = tuple((name, amount) for name, amount in requests.items() if amount > 0)
-    node_selector = tuple(sorted((str(k), str(v)) for k, v in mapping(pod_spec.get("nodeSelector")).items()))
+    positive = _shared_tuples(tuple((text(name), amount) for name, amount in requests.items() if amount > 0))
+    node_selector = _shared_tuples(
+        tuple(
+            sorted(
+                _shared_pairs((text(k), text(v))) for k, v in mapping(pod_spec.get("nodeSelector")).items()
+            )
+        )
+    )
 
     affinity_terms: tuple[NodeSelectorTerm, ...] | None = None
     affinity = mapping(pod_spec.get("affinity"))
@@ -353,7 +367,7 @@ def pod_requirements(
         # Present but without terms matches no node, exactly like the scheduler.
         affinity_terms = _terms(_as_list(required.get("nodeSelectorTerms")))
 
-    tolerations = tuple(_toleration(t) for t in _as_list(pod_spec.get("tolerations")))
+    tolerations = _shared_tuples(tuple(_toleration(t) for t in _as_list(pod_spec.get("tolerations"))))
     required = "requiredDuringSchedulingIgnoredDuringExecution"
     pod_affinity = pod_affinity_terms(mapping(affinity.get("podAffinity")).get(required))
     return PodRequirements(
