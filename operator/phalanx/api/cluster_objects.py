@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from phalanx.bodies import mapping
 from phalanx.placement import BoundPod, NodeInfo, PodRequirements, PodTraits, Taint, canonical_amount
+from phalanx.placement.interning import Interner, MappingInterner, text
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
@@ -37,18 +38,23 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
         for t in spec.get("taints") or []
     )
     return NodeInfo(
-        name=str(meta.get("name", "")),
+        name=text(meta.get("name", "")),  # interned: the same string as its hostname label and its pods' node
         # Interned: every watch event's body brings fresh copies of the same label keys and of values most
         # nodes share (zone, block, product); at 50,000 nodes the copies were a tenth of the cache.
         labels={sys.intern(str(k)): sys.intern(str(v)) for k, v in mapping(meta.get("labels")).items()},
-        allocatable={
-            sys.intern(str(r)): canonical_amount(r, q) for r, q in mapping(status.get("allocatable")).items()
-        },
+        # Nodes of one shape have the same allocatable: one read-only mapping for all of them.
+        allocatable=_shared_allocatable(
+            (str(r), canonical_amount(r, q)) for r, q in mapping(status.get("allocatable")).items()
+        ),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
-        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or []),
+        declared_features=_shared_features(frozenset(text(f) for f in status.get("declaredFeatures") or [])),
     )
+
+
+_shared_allocatable: MappingInterner[int] = MappingInterner()
+_shared_features: Interner[frozenset[str]] = Interner()
 
 
 def released(*, node_name: str, gated: bool, pinned_node: str, pod_group: str) -> bool:

@@ -35,6 +35,7 @@ from phalanx.placement import (
     pod_requirements,
     pod_traits,
 )
+from phalanx.placement.interning import Interner, MappingInterner, text
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
@@ -57,16 +58,11 @@ def meta_of(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-_REQUIREMENTS: dict[PodRequirements, PodRequirements] = {}
-_REQUIREMENTS_LIMIT = 4096
-
-
-def _interned(requirements: PodRequirements) -> PodRequirements:
-    """One object per distinct pod spec requirements (pods of a template share it): the engine groups
-    pods by requirements, and a dictionary finds the same object without comparing every field."""
-    if len(_REQUIREMENTS) >= _REQUIREMENTS_LIMIT:
-        _REQUIREMENTS.clear()  # many distinct specs: start over rather than grow without bound
-    return _REQUIREMENTS.setdefault(requirements, requirements)
+# One object per distinct pod spec requirements (pods of a template share it): the engine groups pods by
+# requirements, and a dictionary finds the same object without comparing every field.
+_interned: Interner[PodRequirements] = Interner()
+# Pods of a template request the same: one read-only mapping for all of them.
+_shared_requests: MappingInterner[int] = MappingInterner()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +96,8 @@ class PodRecord:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        # Interned: the cache's indexes and the engine's usage hold it, one string for all of them.
+        return text(f"{self.namespace}/{self.name}")
 
     @property
     def ref(self) -> ObjectRef:
@@ -169,21 +166,22 @@ class PodRecord:
         gates = tuple(str(g.get("name")) for g in spec.get("schedulingGates") or [])
         labels = meta.get("labels") or {}
         requests = pod_requests(spec)
+        # Interned where many records repeat a value (namespace, node, Job, group): one string for all.
         return cls(
             uid=str(meta.get("uid", "")),
-            namespace=str(meta.get("namespace", "")),
+            namespace=text(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            node_name=spec.get("nodeName") or "",
+            node_name=text(spec.get("nodeName") or ""),
             terminal=status.get("phase") in TERMINAL_PHASES,
             deleting=bool(meta.get("deletionTimestamp")),
             gated=names.ADMISSION_GATE in gates,
             other_gates=tuple(g for g in gates if g != names.ADMISSION_GATE),
-            job_uid=labels.get(CONTROLLER_UID_LABEL, "") or labels.get(LEGACY_CONTROLLER_UID_LABEL, ""),
-            node_selector_host=(spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, ""),
-            requests=requests,
+            job_uid=text(labels.get(CONTROLLER_UID_LABEL, "") or labels.get(LEGACY_CONTROLLER_UID_LABEL, "")),
+            node_selector_host=text((spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, "")),
+            requests=_shared_requests(requests.items()),
             requirements=_interned(pod_requirements(spec, requests)),
             priority=int(spec.get("priority") or 0),
-            pod_group=labels.get(names.POD_GROUP_LABEL, ""),
+            pod_group=text(labels.get(names.POD_GROUP_LABEL, "")),
             never_preempts=spec.get("preemptionPolicy") == "Never",
             created=parse_time(meta.get("creationTimestamp")),
             traits=pod_traits(meta, spec),
