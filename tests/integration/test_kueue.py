@@ -635,7 +635,12 @@ def test_a_gang_kueue_admitted_that_no_block_can_hold_is_reported_as_never_fitti
     cond = wait_for("big said never to fit", never, timeout=120)
     assert "Kueue admitted it into ClusterQueue" in cond["message"] and cond["reason"] == "Unschedulable"
     assert kueue_condition(workload_of(kns, "big"), "Admitted").get("status") == "True"
-    warnings = [e for e in kns.events("involvedObject.name=big") if e["message"].startswith("never fits: ")]
+    # The event is its own write, after (or beside) the status patch: wait for it, then count it.
+    warnings = wait_for(
+        "big's never-fits event",
+        lambda: [e for e in kns.events("involvedObject.name=big") if e["message"].startswith("never fits: ")],
+        timeout=60,
+    )
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
     view = explain(kns, "big")
     assert view["kueue"]["holder"] == "Phalanx" and view["placement"]["neverFits"] is True
