@@ -335,14 +335,17 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
-def write_doc(text: str) -> None:
+def write_doc(text: str, section: str = SECTION) -> None:
+    """Put `text` (a section starting with its `## ` heading) in place of `section` in docs/performance.md,
+    or at its end; bench/memory_live.py writes its own section through this too."""
+    text = text.rstrip("\n") + "\n"
     doc = DOC.read_text()
-    start = doc.find(SECTION)
+    start = doc.find(section)
     if start >= 0:
-        end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + (doc[end:] if end >= 0 else "\n")
+        end = doc.find("\n## ", start + len(section))
+        doc = doc[:start] + text + (doc[end:] if end >= 0 else "")
     else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+        doc = doc.rstrip("\n") + "\n\n" + text
     DOC.write_text(doc)
 
 

@@ -44,13 +44,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_bench import machine, node_body, pod_body  # noqa: E402
+from memory_bench import write_doc as write_section  # noqa: E402
 from phalanx.devcluster.cluster import DevCluster  # noqa: E402
 from phalanx.devcluster.http import ApiError, RestClient  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 from phalanx.devcluster.procs import pid_alive, signal_group  # noqa: E402
 from phalanx.devcluster.state import ClusterState  # noqa: E402
+from scale_watch import memory_mib as vm  # noqa: E402
 
-DOC = ROOT / "docs" / "performance.md"
 SECTION = "## Memory against a real watch"
 RESULTS = ROOT / "bench" / "results"
 NAMESPACE = "team-a"
@@ -64,16 +65,6 @@ def as_created(body: dict[str, Any]) -> dict[str, Any]:
     there is no Job: the garbage collector is stopped, and the pods must not look orphaned to anyone)."""
     meta = {k: v for k, v in body["metadata"].items() if k not in SERVER_SET}
     return {**body, "metadata": meta}
-
-
-def vm(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of a process, MiB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) / 1024
-    return out
 
 
 def quiet_control_plane(state: ClusterState, log: Callable[[str], None]) -> None:
@@ -282,14 +273,7 @@ def write_doc(document: dict[str, Any]) -> None:
         "RSS from /proc, everything the process holds (Kopf, its watches of Phalanx's kinds, the webhook "
         "server, the cache).\n\n" + table(document) + "\n"
     )
-    doc = DOC.read_text()
-    start = doc.find(SECTION)
-    if start >= 0:
-        end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + (doc[end:] if end >= 0 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
+    write_section(text, SECTION)
 
 
 def git_commit() -> str:
