@@ -98,7 +98,9 @@ class System:
 class Phalanx(System):
     name = "phalanx"
     title = "Phalanx (stock cluster + operator)"
-    agents = ("kopf", "OpenAPI-Generator")  # Kopf's client and kubernetes-asyncio's, both in the operator
+    # Kopf's client and the operator's own (phalanx.kubeclient); OpenAPI-Generator is kubernetes-asyncio's,
+    # the operator's client before 2026-12-03, for a run of an older commit.
+    agents = ("kopf", "phalanx", "OpenAPI-Generator")
 
     def __init__(self, operator_args: tuple[str, ...] = ()) -> None:
         super().__init__()

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, config
 
 from phalanx.controller.apply.events import EventKey, EventRecorder
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.devcluster.cluster import ClusterState
+from phalanx.kubeclient import ApiClient, load
 
 from .kube import Namespace, delete_namespace, new_namespace
 
@@ -20,12 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def api(stock_cluster: ClusterState) -> AsyncIterator[client.ApiClient]:
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(stock_cluster.kubeconfig), client_configuration=configuration
-    )
-    async with client.ApiClient(configuration) as api_client:
+async def api(stock_cluster: ClusterState) -> AsyncIterator[ApiClient]:
+    """Phalanx's own client, as the operator makes it; the tests read back through the dev cluster's."""
+    async with ApiClient(load(str(stock_cluster.kubeconfig), in_cluster_first=True)) as api_client:
         yield api_client
 
 
@@ -43,7 +40,7 @@ def events_of(ns: Namespace, ref: ObjectRef) -> list[dict[str, Any]]:
 
 
 async def test_the_same_event_three_times_is_one_event_with_count_3(
-    stock_cluster: ClusterState, api: client.ApiClient
+    stock_cluster: ClusterState, api: ApiClient
 ) -> None:
     ns = new_namespace(stock_cluster, "events")
     try:
@@ -86,7 +83,7 @@ async def test_the_same_event_three_times_is_one_event_with_count_3(
 
 
 async def test_a_message_with_changing_numbers_updates_one_event(
-    stock_cluster: ClusterState, api: client.ApiClient
+    stock_cluster: ClusterState, api: ApiClient
 ) -> None:
     """Posted "retrying in 1 s", "retrying in 2 s", ...: one Event, its count the number of posts, its
     message and lastTimestamp the latest; a restarted recorder (empty LRU) and another replica keep
@@ -120,6 +117,6 @@ async def test_a_message_with_changing_numbers_updates_one_event(
         delete_namespace(ns)
 
 
-async def test_losing_an_event_does_not_raise(stock_cluster: ClusterState, api: client.ApiClient) -> None:
+async def test_losing_an_event_does_not_raise(stock_cluster: ClusterState, api: ApiClient) -> None:
     gone = ObjectRef("v1", "ConfigMap", "no-such-namespace-x1", "subject", "uid")
     await EventRecorder(api).post(gone, "Normal", "Test", "the namespace does not exist")

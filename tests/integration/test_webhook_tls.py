@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from kubernetes_asyncio import client, config
 
 from phalanx import certs
 from phalanx.controller.process.webhook_tls import WebhookCerts, WebhookTLS, read_files
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import RestClient
+from phalanx.kubeclient import ApiClient, load
 
 from .kube import Namespace, delete_namespace, new_namespace
 
@@ -31,12 +31,9 @@ SECRET = "webhook-tls"
 
 
 @pytest.fixture
-async def api(stock_cluster: ClusterState) -> AsyncIterator[client.ApiClient]:
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(stock_cluster.kubeconfig), client_configuration=configuration
-    )
-    async with client.ApiClient(configuration) as api_client:
+async def api(stock_cluster: ClusterState) -> AsyncIterator[ApiClient]:
+    """Phalanx's own client, as the operator makes it; the tests read back through the dev cluster's."""
+    async with ApiClient(load(str(stock_cluster.kubeconfig), in_cluster_first=True)) as api_client:
         yield api_client
 
 
@@ -114,7 +111,7 @@ def leaf(content: WebhookCerts) -> x509.Certificate:
 
 
 async def test_replicas_share_one_secret_whose_ca_goes_into_the_named_configurations_and_is_renewed(
-    api: client.ApiClient, tls_ns: Namespace, configurations: str, tmp_path: Path
+    api: ApiClient, tls_ns: Namespace, configurations: str, tmp_path: Path
 ) -> None:
     admin = tls_ns.api
     other = configurations.replace("tls-", "other-").replace(".phalanx.dev", ".example.com")

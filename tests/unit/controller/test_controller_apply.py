@@ -12,14 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from phalanx.api.status import Admission, Assignment
 from phalanx.controller.apply.applier import Applier, Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.kubeclient import ApiException
 
 
 def forbidden(message: str) -> ApiException:

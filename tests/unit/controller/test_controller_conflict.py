@@ -8,14 +8,13 @@ import asyncio
 import datetime as dt
 from typing import Any, cast
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from phalanx.api.status import Admission, Assignment
 from phalanx.controller.apply.applier import Applier
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import RecordAdmission, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.kubeclient import ApiException
 
 
 def group(version: str, status: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubernetes_asyncio.client.exceptions import ApiException
 from test_controller_cache import node, pod
 
 from phalanx.controller.cache.store import NODE, POD, ClusterCache
@@ -34,6 +33,7 @@ from phalanx.controller.watch.informer import (
 )
 from phalanx.controller.watch.relist import deleted_meanwhile
 from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by, watched
+from phalanx.kubeclient import ApiException
 
 
 def line(kind: str, body: dict[str, Any]) -> bytes:

@@ -16,20 +16,11 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.controller import metrics
-from phalanx.controller.apply.kube import (
-    RETRY_AFTER_CAP_SECONDS,
-    TIMEOUT_ATTEMPTS,
-    ApiTimeoutError,
-    BoundedApiClient,
-    raise_for_status,
-    retry_after,
-    retrying,
-)
+from phalanx.controller.apply.kube import RETRY_AFTER_CAP_SECONDS, TIMEOUT_ATTEMPTS, retry_after, retrying
 from phalanx.controller.process.settings import Settings
+from phalanx.kubeclient import ApiClient, ApiException, ApiTimeoutError, Credentials
 
 GUARD = 20.0  # seconds: only against a hang if a deadline were ignored; never reached when it works
 
@@ -152,15 +143,17 @@ async def server() -> AsyncIterator[TestServer]:
         await test_server.close()
 
 
-def bounded(server: TestServer, timeout: float) -> BoundedApiClient:
-    configuration = client.Configuration(host=str(server.make_url("")).rstrip("/"))
-    return BoundedApiClient(configuration, timeout=timeout)
+def bounded(server: TestServer, timeout: float) -> ApiClient:
+    return ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test"), timeout=timeout)
+
+
+STALL = "/api/v1/namespaces/ns/pods/stall"
 
 
 async def test_a_request_that_never_gets_an_answer_ends_at_the_deadline(server: TestServer) -> None:
     async with bounded(server, 0.3) as api:
         with pytest.raises(ApiTimeoutError) as raised:
-            await asyncio.wait_for(client.CoreV1Api(api).read_namespaced_pod("stall", "ns"), GUARD)
+            await asyncio.wait_for(api.json("GET", STALL), GUARD)
     assert "GET /api/v1/namespaces/ns/pods/stall: no answer within 0.3 s" in str(raised.value)
     assert isinstance(raised.value, TimeoutError)  # transient for `retrying`
 
@@ -169,25 +162,22 @@ async def test_a_call_may_give_its_own_deadline(server: TestServer) -> None:
     """A LIST gets --api-list-timeout-seconds: the call's own deadline wins over the client's."""
     async with bounded(server, 3600) as api:
         with pytest.raises(ApiTimeoutError, match=r"within 0\.3 s"):
-            await asyncio.wait_for(
-                client.CoreV1Api(api).read_namespaced_pod("stall", "ns", _request_timeout=0.3), GUARD
-            )
+            await asyncio.wait_for(api.json("GET", STALL, timeout=0.3), GUARD)
 
 
 async def test_reading_a_raw_answers_body_is_bounded_too(server: TestServer) -> None:
     async with bounded(server, 0.3) as api:
         response = await asyncio.wait_for(
-            client.CoreV1Api(api).read_namespaced_pod("headers-only", "ns", _preload_content=False), GUARD
+            api.request("GET", "/api/v1/namespaces/ns/pods/headers-only"), GUARD
         )
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(response.read(), GUARD)
 
 
-async def test_a_raw_error_answer_keeps_its_retry_after(server: TestServer) -> None:
+async def test_an_error_answer_keeps_its_retry_after_and_body(server: TestServer) -> None:
     async with bounded(server, 5) as api:
-        response = await client.CoreV1Api(api).read_namespaced_pod("busy", "ns", _preload_content=False)
         with pytest.raises(ApiException) as raised:
-            await raise_for_status(response)
+            await api.request("GET", "/api/v1/namespaces/ns/pods/busy")
     assert raised.value.status == 429
     assert retry_after(raised.value) == 3.0
     assert '"code": 429' in raised.value.body

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import datetime as dt
-import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from phalanx.controller import metrics
 from phalanx.controller.process.leader import (
@@ -27,6 +28,7 @@ from phalanx.controller.process.leader import (
     observe,
     release,
 )
+from phalanx.kubeclient import ApiClient, ApiException, Credentials
 
 T0 = dt.datetime(2026, 5, 1, 12, 0, 0, 250000, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(seconds=2)
@@ -288,62 +290,61 @@ async def test_a_lost_leader_leads_again_when_the_api_comes_back_and_nobody_took
 
 
 # ---------------------------------------------------------------------- the API side
-class RawResponse:
-    """What kubernetes-asyncio returns with `_preload_content=False`: any status, never raised."""
+class ScriptedServer:
+    """A local HTTP server giving these answers in turn, recording each request (method, path, body)."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        self.status = status
-        self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(status, "Error")
-        self.body = body
-
-    async def read(self) -> bytes:
-        return json.dumps(self.body).encode()
-
-
-class RawCoordination:
-    def __init__(self, *answers: RawResponse) -> None:
+    def __init__(self, *answers: tuple[int, dict[str, Any]]) -> None:
         self.answers = list(answers)
-        self.bodies: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str, Any]] = []
 
-    async def _next(self, body: dict[str, Any] | None = None) -> RawResponse:
-        if body is not None:
-            self.bodies.append(body)
-        return self.answers.pop(0)
-
-    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
-        return self._next()
-
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> Any:
-        return self._next(body)
-
-    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> Any:
-        return self._next(body)
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        self.requests.append((request.method, request.path, body))
+        status, answer = self.answers.pop(0)
+        return web.json_response(answer, status=status)
 
 
-def raw_store(*answers: RawResponse) -> tuple[KubeLeaseStore, RawCoordination]:
-    store = object.__new__(KubeLeaseStore)  # no ApiClient: the coordination API is faked
-    coordination = RawCoordination(*answers)
-    store.coordination = coordination
-    store.namespace, store.name = "ops", "phalanx-leader"
-    return store, coordination
+@contextlib.asynccontextmanager
+async def raw_store(
+    *answers: tuple[int, dict[str, Any]],
+) -> AsyncIterator[tuple[KubeLeaseStore, ScriptedServer]]:
+    script = ScriptedServer(*answers)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", script.handle)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
+            yield KubeLeaseStore(api, "ops", "phalanx-leader"), script
+    finally:
+        await server.close()
 
 
-async def test_the_api_store_maps_raw_statuses() -> None:
+async def test_the_api_store_maps_statuses() -> None:
     lease = {"metadata": {"name": "phalanx-leader", "resourceVersion": "7"}, "spec": {"holderIdentity": "a"}}
-    store, coordination = raw_store(
-        RawResponse(404, {"kind": "Status", "code": 404}),
-        RawResponse(200, lease),
-        RawResponse(409, {"kind": "Status", "code": 409}),
-        RawResponse(200, lease),
-        RawResponse(500, {"kind": "Status", "code": 500}),
-    )
-    assert await store.get() is None
-    assert await store.get() == lease
-    with pytest.raises(LeaseConflictError):
-        await store.create({"holderIdentity": "b"})
-    assert await store.replace(lease, {"holderIdentity": "b"}) == lease
-    assert coordination.bodies[-1]["metadata"]["resourceVersion"] == "7"  # optimistic concurrency
-    assert coordination.bodies[-1]["spec"] == {"holderIdentity": "b"}
-    with pytest.raises(ApiException) as error:
-        await store.get()
+    path = "/apis/coordination.k8s.io/v1/namespaces/ops/leases/phalanx-leader"
+    async with raw_store(
+        (404, {"kind": "Status", "code": 404}),
+        (200, lease),
+        (409, {"kind": "Status", "code": 409}),
+        (200, lease),
+        (500, {"kind": "Status", "code": 500}),
+    ) as (store, script):
+        assert await store.get() is None
+        assert await store.get() == lease
+        with pytest.raises(LeaseConflictError):
+            await store.create({"holderIdentity": "b"})
+        assert await store.replace(lease, {"holderIdentity": "b"}) == lease
+        with pytest.raises(ApiException) as error:
+            await store.get()
     assert error.value.status == 500
+    assert [(m, p) for m, p, _ in script.requests] == [
+        ("GET", path),
+        ("GET", path),
+        ("POST", path.rsplit("/", 1)[0]),
+        ("PUT", path),
+        ("GET", path),
+    ]
+    replaced = script.requests[3][2]
+    assert replaced["metadata"]["resourceVersion"] == "7"  # optimistic concurrency
+    assert replaced["spec"] == {"holderIdentity": "b"}

@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 from test_controller_apply import RecordingKube, applier
 from test_controller_node_failure import at
 from testkit import NOW, TOPOLOGY, filler, group_of, job_body, only, pod_body, status_of
@@ -25,6 +24,7 @@ from phalanx.controller.apply.kube import retrying
 from phalanx.controller.model.actions import PatchStatus, PostEvent, SuspendJob, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.process import logs
+from phalanx.kubeclient import ApiException
 
 ALL = {**TOPOLOGY, "phalanx.dev/disruption-mode": "all"}
 

@@ -58,32 +58,28 @@ def write_kubeconfig(path: Path, pki: tuple[certs.KeyPair, certs.KeyPair], serve
     return path
 
 
-async def test_embedded_client_certificates_ca_and_the_contexts_namespace(
+async def test_the_reader_takes_the_contexts_credentials_and_namespace(
     tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
 ) -> None:
+    """How each credential reaches a server: tests/unit/kubeclient (a real local HTTPS server)."""
     path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
     async with connect(str(path)) as reader:
-        configuration = reader.api.configuration
-        assert reader.namespace == "ml"
-        assert reader.server == "https://127.0.0.1:6443"
-        assert Path(configuration.cert_file).read_bytes() == pki[1].cert_pem
-        assert Path(configuration.key_file).read_bytes() == pki[1].key_pem
-        assert Path(configuration.ssl_ca_cert).read_bytes() == pki[0].cert_pem
-
-
-async def test_tokens_ca_files_and_the_default_namespace(
-    tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
-) -> None:
-    path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
+        credentials = reader.api.credentials
+        assert (reader.namespace, reader.server) == ("ml", "https://127.0.0.1:6443")
+        assert (
+            credentials.cert_data == pki[1].cert_pem.decode()
+            and credentials.key_data == pki[1].key_pem.decode()
+        )
+        assert credentials.ca_data == pki[0].cert_pem.decode()
     async with connect(str(path), context="token") as reader:
         assert reader.namespace == "default"
-        assert reader.api.configuration.api_key == {"BearerToken": "Bearer abc"}
-        assert reader.api.configuration.ssl_ca_cert == str(tmp_path / "ca.crt")
+        assert (reader.api.credentials.token, reader.api.credentials.ca_file) == (
+            "abc",
+            str(tmp_path / "ca.crt"),
+        )
     async with connect(str(path), context="token-file") as reader:
         assert reader.namespace == "x"
-        headers: dict[str, str] = {}
-        await reader.api.update_params_for_auth(headers, [], ["BearerToken"])
-        assert headers == {"authorization": "Bearer from-a-file"}
+        assert reader.api.credentials.static_token() == "from-a-file"
 
 
 async def test_kubeconfig_from_the_environment(
@@ -92,17 +88,17 @@ async def test_kubeconfig_from_the_environment(
     path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
     monkeypatch.setenv("KUBECONFIG", str(path))
     async with connect(context="token") as reader:
-        assert reader.api.configuration.api_key == {"BearerToken": "Bearer abc"}
+        assert reader.api.credentials.token == "abc"
 
 
 async def test_unreadable_and_unknown_configs_are_one_line_errors(
     tmp_path: Path, pki: tuple[certs.KeyPair, certs.KeyPair]
 ) -> None:
-    with pytest.raises(KubeError, match="cannot load"):
+    with pytest.raises(KubeError, match=r"cannot read kubeconfig .*missing"):
         async with connect(str(tmp_path / "missing")):
             pass
     path = write_kubeconfig(tmp_path / "config", pki, "https://127.0.0.1:6443")
-    with pytest.raises(KubeError, match=r"cannot load .*nope"):
+    with pytest.raises(KubeError, match=r"no context 'nope'"):
         async with connect(str(path), context="nope"):
             pass
 

@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from phalanx.api import keys
 from phalanx.api.conditions import REASON_PREEMPTION_BY_PHALANX
 from phalanx.api.group import (
@@ -63,6 +61,7 @@ from phalanx.controller.model.actions import (
     UnitPlan,
 )
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.kubeclient import ApiException
 
 log = logging.getLogger("phalanx.apply")
 

@@ -20,11 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, raise_for_status, retrying
+from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, retrying
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
 log = logging.getLogger("phalanx.events")
 
@@ -174,8 +172,8 @@ class SeenEvents:
 
 
 class EventRecorder:
-    def __init__(self, api: client.ApiClient, instance: str = COMPONENT, lru_size: int = LRU_SIZE) -> None:
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: ApiClient, instance: str = COMPONENT, lru_size: int = LRU_SIZE) -> None:
+        self.api = api
         self.instance = instance[:128]
         self.seen = SeenEvents(lru_size)
         # One post at a time per Event, so concurrent repeats do not lose counts to each other.
@@ -203,7 +201,7 @@ class EventRecorder:
             body = action.body
             try:
                 await retrying(
-                    lambda: self.core.create_namespaced_event(key.event_namespace, body),
+                    lambda: self.api.json("POST", _events(key.event_namespace), body=body),
                     verb="create",
                     attempts=ATTEMPTS,
                 )
@@ -223,8 +221,10 @@ class EventRecorder:
             # Expired (the apiserver keeps Events for an hour) or deleted: start a new one.
             self.seen.forget(key)
             await retrying(
-                lambda: self.core.create_namespaced_event(
-                    key.event_namespace, new_event(key, involved, message, self.instance, now)
+                lambda: self.api.json(
+                    "POST",
+                    _events(key.event_namespace),
+                    body=new_event(key, involved, message, self.instance, now),
                 ),
                 verb="create",
                 attempts=ATTEMPTS,
@@ -232,23 +232,26 @@ class EventRecorder:
             self.seen.put(key, Seen(key.event_name, 1))
 
     async def _read(self, key: EventKey) -> Mapping[str, Any]:
-        """The Event as the server has it (raw: no model parsing), its body read within the deadline."""
-        response = await self.core.read_namespaced_event(
-            key.event_name, key.event_namespace, _preload_content=False
-        )
-        await raise_for_status(response)
-        existing: Mapping[str, Any] = await response.json()
+        """The Event as the server has it, its body read within the deadline."""
+        existing: Mapping[str, Any] = await self.api.json("GET", _events(key.event_namespace, key.event_name))
         return existing
 
     async def _patch(self, key: EventKey, action: Bump) -> None:
         await retrying(
-            lambda: self.core.patch_namespaced_event(
-                action.name, key.event_namespace, action.patch, _content_type=MERGE_PATCH
+            lambda: self.api.json(
+                "PATCH",
+                _events(key.event_namespace, action.name),
+                body=action.patch,
+                content_type=MERGE_PATCH,
             ),
             verb="patch",
             attempts=ATTEMPTS,
         )
         self.seen.put(key, Seen(action.name, action.count))
+
+
+def _events(namespace: str, name: str | None = None) -> str:
+    return resource_path("", "v1", "events", namespace=namespace, name=name)
 
 
 def _brief(error: BaseException) -> str:

@@ -1,7 +1,7 @@
 """The operator's writes to the API: idempotent, bounded in time, retried on transient failures (tenacity).
 
 Every request of the controller has a deadline per attempt (`--api-timeout-seconds`; LISTs their own,
-`--api-list-timeout-seconds`): the API client itself applies it (`BoundedApiClient`, aiohttp's total
+`--api-list-timeout-seconds`): the API client itself applies it (phalanx.kubeclient, aiohttp's total
 timeout, which also bounds reading a raw answer's body), so a connection that never answers costs one
 deadline, not the scheduling pass. A request that got no answer is tried once more, then fails, and its
 unit backs off while the others go on. A 429 or 5xx that says `Retry-After` is retried after that long
@@ -18,11 +18,8 @@ import email.utils
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt, wait_exponential, wait_random
 
 from phalanx.api import keys as names
@@ -30,6 +27,7 @@ from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
@@ -44,58 +42,6 @@ RETRY_AFTER_CAP_SECONDS = 10.0  # the longest Retry-After honoured; a longer one
 TIMEOUT_ATTEMPTS = 2  # a request that got no answer is tried once more, then its unit backs off
 # Exponential from 0.1 s to 3 s, plus a little jitter so replicas and groups don't retry in step.
 BACKOFF = wait_exponential(multiplier=0.1, max=3.0) + wait_random(0, 0.1)
-
-
-class ApiTimeoutError(TimeoutError):
-    """A request got no answer within its deadline."""
-
-
-class BoundedApiClient(client.ApiClient):  # type: ignore[misc]  # the client's classes are untyped
-    """kubernetes-asyncio's ApiClient with a deadline on every request: `timeout` seconds unless the call
-    gives its own `_request_timeout`. aiohttp's total timeout covers connecting, sending and reading the
-    whole answer (also a raw one's body, read after the call returns)."""
-
-    def __init__(self, configuration: Any = None, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
-        super().__init__(configuration)
-        self.timeout = timeout
-
-    async def request(  # the signature ApiClient.__call_api calls
-        self,
-        method: str,
-        url: str,
-        query_params: Any = None,
-        headers: Any = None,
-        post_params: Any = None,
-        body: Any = None,
-        _preload_content: bool = True,
-        _request_timeout: Any = None,
-    ) -> Any:
-        deadline = _request_timeout or self.timeout
-        try:
-            return await super().request(
-                method,
-                url,
-                query_params=query_params,
-                headers=headers,
-                post_params=post_params,
-                body=body,
-                _preload_content=_preload_content,
-                _request_timeout=deadline,
-            )
-        except TimeoutError as e:  # also aiohttp's ServerTimeoutError and ConnectionTimeoutError
-            seconds = f"{deadline:g} s" if isinstance(deadline, int | float) else "its deadline"
-            raise ApiTimeoutError(f"{method} {urlsplit(url).path}: no answer within {seconds}") from e
-
-
-async def raise_for_status(response: Any) -> None:
-    """For a raw (`_preload_content=False`) answer, which the client does not check: an error status is an
-    ApiException with the answer's headers (its Retry-After) and body, as the client raises them."""
-    if response.status < 400:
-        return
-    error = ApiException(status=response.status, reason=response.reason)
-    error.headers = response.headers
-    error.body = await response.text()
-    raise error
 
 
 def _transient(error: BaseException) -> bool:
@@ -179,16 +125,22 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.batch = client.BatchV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+def _ours(plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    return resource_path(GROUP, VERSION, plural, namespace=namespace, name=name, subresource=sub)
 
-    def _dict(self, obj: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self.api.sanitize_for_serialization(obj)
-        return result
+
+def _pods(namespace: str, name: str, sub: str | None = None) -> str:
+    return resource_path("", "v1", "pods", namespace=namespace, name=name, subresource=sub)
+
+
+class Kube:
+    """The controller's verbs, as plain JSON (no generated models: phalanx.kubeclient says why)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    async def _json(self, method: str, path: str, body: Any = None, content_type: str = MERGE_PATCH) -> Any:
+        return await self.api.json(method, path, body=body, content_type=content_type)
 
     # -- Workloads and PodGroups
     async def create_object(self, plural: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,9 +149,7 @@ class Kube:
         name = body["metadata"]["name"]
         try:
             created: dict[str, Any] = await retrying(
-                lambda: self.custom.create_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural, dict(body)
-                ),
+                lambda: self.api.json("POST", _ours(plural, namespace), body=dict(body)),
                 verb="create",
             )
             return created
@@ -207,7 +157,7 @@ class Kube:
             if e.status != 409:
                 raise
         existing: dict[str, Any] = await retrying(
-            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+            lambda: self.api.json("GET", _ours(plural, namespace, name)),
             verb="get",
         )
         return existing
@@ -216,7 +166,7 @@ class Kube:
         """Delete (gone already is fine)."""
         try:
             await retrying(
-                lambda: self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+                lambda: self.api.json("DELETE", _ours(plural, namespace, name)),
                 verb="delete",
             )
         except ApiException as e:
@@ -240,18 +190,14 @@ class Kube:
     async def patch_cluster_status(self, plural: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the status of a cluster-scoped object of ours (a Topology)."""
         patched: dict[str, Any] = await retrying(
-            lambda: self.custom.patch_cluster_custom_object_status(
-                GROUP, VERSION, plural, name, {"status": dict(status)}, _content_type=MERGE_PATCH
-            ),
+            lambda: self._json("PATCH", _ours(plural, name=name, sub="status"), {"status": dict(status)}),
             verb="patch",
         )
         return patched
 
     async def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
         """Every object of a cluster-scoped kind of ours (few: read live by the Topology webhook)."""
-        listed: dict[str, Any] = await retrying(
-            lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, plural), verb="list"
-        )
+        listed: dict[str, Any] = await retrying(lambda: self.api.json("GET", _ours(plural)), verb="list")
         items: list[dict[str, Any]] = listed.get("items") or []
         return items
 
@@ -265,32 +211,23 @@ class Kube:
     async def _merge_patch(
         self, plural: str, namespace: str, name: str, body: dict[str, Any], status_subresource: bool
     ) -> dict[str, Any]:
-        call = (
-            self.custom.patch_namespaced_custom_object_status
-            if status_subresource
-            else self.custom.patch_namespaced_custom_object
-        )
-        patched: dict[str, Any] = await retrying(
-            lambda: call(GROUP, VERSION, namespace, plural, name, body, _content_type=MERGE_PATCH),
-            verb="patch",
-        )
+        path = _ours(plural, namespace, name, "status" if status_subresource else None)
+        patched: dict[str, Any] = await retrying(lambda: self._json("PATCH", path, body), verb="patch")
         return patched
 
     # -- pods
     async def _patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
         """A strategic merge patch of a pod; None if the pod is gone."""
         try:
-            pod = await retrying(
-                lambda: self.core.patch_namespaced_pod(
-                    name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
-                ),
+            pod: dict[str, Any] = await retrying(
+                lambda: self._json("PATCH", _pods(namespace, name), patch, STRATEGIC_MERGE_PATCH),
                 verb="patch",
             )
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        return self._dict(pod)
+        return pod
 
     async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
         """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
@@ -327,7 +264,7 @@ class Kube:
         try:
             if reason:
                 await self._mark_disrupted(namespace, name, reason, message)
-            await retrying(lambda: self.core.delete_namespaced_pod(name, namespace), verb="delete")
+            await retrying(lambda: self.api.json("DELETE", _pods(namespace, name)), verb="delete")
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -341,11 +278,11 @@ class Kube:
             "lastTransitionTime": now_rfc3339(),
         }
         await retrying(
-            lambda: self.core.patch_namespaced_pod_status(
-                name,
-                namespace,
+            lambda: self._json(
+                "PATCH",
+                _pods(namespace, name, "status"),
                 {"status": {"conditions": [condition]}},
-                _content_type=STRATEGIC_MERGE_PATCH,
+                STRATEGIC_MERGE_PATCH,
             ),
             verb="patch",
         )
@@ -356,8 +293,12 @@ class Kube:
         evicted or already gone."""
         try:
             await self._mark_disrupted(namespace, name, reason, message)
-            eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
-            await self.core.create_namespaced_pod_eviction(name, namespace, eviction)
+            eviction = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+            }
+            await self.api.json("POST", _pods(namespace, name, "eviction"), body=eviction)
         except ApiException as e:
             if e.status == 404:
                 return True
@@ -375,14 +316,10 @@ class Kube:
         plural = owner.kind.lower() + "s"
         try:
             patched: dict[str, Any] = await retrying(
-                lambda: self.custom.patch_namespaced_custom_object(
-                    group,
-                    version,
-                    owner.namespace,
-                    plural,
-                    owner.name,
+                lambda: self._json(
+                    "PATCH",
+                    resource_path(group, version, plural, namespace=owner.namespace, name=owner.name),
                     dict(patch),
-                    _content_type=MERGE_PATCH,
                 ),
                 verb="patch",
             )
@@ -396,9 +333,9 @@ class Kube:
     async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """A merge patch of a Job; None if the Job is gone."""
         try:
-            job = await retrying(
-                lambda: self.batch.patch_namespaced_job(
-                    name, namespace, dict(patch), _content_type=MERGE_PATCH
+            job: dict[str, Any] = await retrying(
+                lambda: self._json(
+                    "PATCH", resource_path("batch", "v1", "jobs", namespace=namespace, name=name), dict(patch)
                 ),
                 verb="patch",
             )
@@ -406,4 +343,4 @@ class Kube:
             if e.status == 404:
                 return None
             raise
-        return self._dict(job)
+        return job

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 import math
 import random
@@ -33,10 +32,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.controller import metrics
+from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
 log = logging.getLogger("phalanx.leader")
 
@@ -179,20 +177,21 @@ class LeaseStore(Protocol):
 class KubeLeaseStore:
     """One coordination.k8s.io/v1 Lease. RBAC: get, create, update on leases in its namespace."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
-        self.coordination = client.CoordinationV1Api(api)
+    def __init__(self, api: ApiClient, namespace: str, name: str) -> None:
+        self.api = api
         self.namespace = namespace
         self.name = name
+        self.collection = resource_path("coordination.k8s.io", "v1", "leases", namespace=namespace)
+        self.path = resource_path("coordination.k8s.io", "v1", "leases", namespace=namespace, name=name)
 
     async def get(self) -> dict[str, Any] | None:
         try:
-            return await _answer(
-                self.coordination.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
-            )
+            lease: dict[str, Any] = await self.api.json("GET", self.path)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
+        return lease
 
     async def create(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         body = {
@@ -201,9 +200,7 @@ class KubeLeaseStore:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": dict(spec),
         }
-        return await self._write(
-            self.coordination.create_namespaced_lease(self.namespace, body, _preload_content=False)
-        )
+        return await self._write("POST", self.collection, body)
 
     async def replace(self, lease: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
         body = {
@@ -216,32 +213,16 @@ class KubeLeaseStore:
             },
             "spec": dict(spec),
         }
-        return await self._write(
-            self.coordination.replace_namespaced_lease(
-                self.name, self.namespace, body, _preload_content=False
-            )
-        )
+        return await self._write("PUT", self.path, body)
 
-    @staticmethod
-    async def _write(call: Coroutine[Any, Any, Any]) -> dict[str, Any]:
+    async def _write(self, method: str, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            return await _answer(call)
+            written: dict[str, Any] = await self.api.json(method, path, body=body)
         except ApiException as e:
             if e.status == 409:
                 raise LeaseConflictError(str(e.reason)) from e
             raise
-
-
-async def _answer(call: Coroutine[Any, Any, Any]) -> dict[str, Any]:
-    """The JSON body of a raw (`_preload_content=False`) call, which does not raise on an error status."""
-    response = await call
-    body = await response.read()
-    if not 200 <= response.status < 300:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = body
-        raise error
-    lease: dict[str, Any] = json.loads(body)
-    return lease
+        return written
 
 
 # Failures of one try: the API said no, or did not answer (logged in a line). Anything else is a bug,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -13,17 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import kopf
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.api.crdgen import crd_documents
 from phalanx.controller import metrics
 from phalanx.controller.apply.events import EventRecorder
-from phalanx.controller.apply.kube import BoundedApiClient, Kube, raise_for_status, retrying
+from phalanx.controller.apply.kube import Kube, retrying
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import Scheduler
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.process.access import declared
 from phalanx.controller.process.health import Health
 from phalanx.controller.process.httpserver import HttpServer
 from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
@@ -34,6 +32,8 @@ from phalanx.controller.watch.informer import ApiTransport, Informer
 from phalanx.controller.watch.registry import build_registry
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by
+from phalanx.kubeclient import ApiClient, ApiException, Credentials, resource_path
+from phalanx.kubeclient import load as load_credentials
 
 log = logging.getLogger("phalanx.runtime")
 MANAGED_WEBHOOK_CONFIG = DEFAULT_WEBHOOK_CONFIG_NAME  # --webhook-config-name's default
@@ -41,38 +41,37 @@ CERT_FILES = ("ca.crt", "tls.crt", "tls.key")
 STOP_TIMEOUT = 3.0  # seconds the scheduling loop gets to end after its cancellation
 
 
-async def load_client_config(kubeconfig: str | None) -> None:
-    """The given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube/config.
-
-    Done here because Kopf runs startup handlers before its own login."""
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig)
-        return
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+def credentials(kubeconfig: str | None) -> Credentials:
+    """The given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube/config."""
+    return load_credentials(kubeconfig, in_cluster_first=True)
 
 
-async def login_with(settings: Settings, /, **kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins).
+async def login_with(settings: Settings, /, **_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials from the same source as our client (an explicit kubeconfig wins), read anew at
+    each login: Kopf logs in again when the apiserver refuses a token (a rotated service account token).
 
     `settings` is positional-only: Kopf passes its own `settings=` among the kwargs."""
-    if not settings.kubeconfig:
-        result: kopf.ConnectionInfo | None = await kopf.login_via_async_client(**kwargs)
-        return result
-    await load_client_config(settings.kubeconfig)
-    cfg = client.Configuration.get_default_copy()
-    header = await cfg.get_api_key_with_prefix("BearerToken")
-    scheme, _, token = (header or "").partition(" ")
+    creds = credentials(settings.kubeconfig)
+    token = creds.static_token()
+    cert, key = creds.cert_data, creds.key_data
+    if creds.exec is not None:
+        answer = await creds.exec.run()
+        token = answer.token or token
+        cert, key = (answer.certificate, answer.key) if answer.certificate else (cert, key)
     return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        scheme=scheme or None,
-        token=token or None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
+        server=creds.server,
+        ca_path=creds.ca_file,
+        ca_data=creds.ca_data,
+        insecure=creds.insecure,
+        token=token,
+        username=creds.username,
+        password=creds.password,
+        certificate_path=None if cert else creds.cert_file,
+        private_key_path=None if key else creds.key_file,
+        certificate_data=cert,
+        private_key_data=key,
+        default_namespace=creds.namespace,
+        proxy_url=creds.proxy_url,
     )
 
 
@@ -122,16 +121,10 @@ class ObservedWebhookServer(kopf.WebhookServer):
 
 
 async def list_items(call: Callable[[], Awaitable[Any]]) -> list[dict[str, Any]]:
-    """A LIST read raw (no model parsing of thousands of objects), retried like every call.
-
-    With `_preload_content=False` the client does not raise on an error status: check it here, so a
-    403 or 500 is an ApiException (retried when transient) rather than a KeyError on its body.
-    """
+    """A LIST, retried like every call (a 403 or 500 is an ApiException, retried when transient)."""
 
     async def once() -> list[dict[str, Any]]:
-        response = await call()
-        await raise_for_status(response)
-        items: list[dict[str, Any]] = (await response.json())["items"]
+        items: list[dict[str, Any]] = (await call())["items"]
         return items
 
     return await retrying(once, verb="list")
@@ -144,7 +137,7 @@ class Runtime:
         self.cache = ClusterCache()
         metrics.CACHE_OBJECTS.labels("Node").set_function(lambda: len(self.cache.nodes))
         metrics.CACHE_OBJECTS.labels("Pod").set_function(lambda: len(self.cache.pods))
-        self.api: client.ApiClient | None = None
+        self.api: ApiClient | None = None
         self.kube: Kube | None = None
         self.recorder: EventRecorder | None = None
         self._warned_outside: set[str] = set()  # owners outside --namespaces already warned about
@@ -188,8 +181,11 @@ class Runtime:
             # First, so probes answer (not ready yet) while the CRDs and the cache come up.
             self._http = HttpServer(self.health, self.settings.metrics_host, self.settings.metrics_port)
             await self._http.start()
-        await load_client_config(self.settings.kubeconfig)
-        self.api = BoundedApiClient(timeout=self.settings.api_timeout_seconds)
+        self.api = ApiClient(
+            credentials(self.settings.kubeconfig),
+            timeout=self.settings.api_timeout_seconds,
+            allowed=declared(self.settings),
+        )
         self.kube = Kube(self.api)
         self.recorder = EventRecorder(self.api, instance=self.settings.identity)
         folder = self._webhook_cert_folder()
@@ -341,20 +337,12 @@ class Runtime:
         """A raw LIST of every object of a watched kind (all namespaces)."""
         assert self.api is not None
         r = row.resource
-        path = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
+        path = resource_path(r.group, r.version, r.plural)
         api = self.api
         deadline = self.settings.api_list_timeout_seconds
 
         async def call() -> Any:
-            return await api.call_api(
-                f"{path}/{r.plural}",
-                "GET",
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=deadline,
-            )
+            return await api.json("GET", path, timeout=deadline)
 
         return lambda: list_items(call)
 
@@ -455,14 +443,17 @@ class Runtime:
             self._certdir.cleanup()
 
 
-async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
+async def install_crds(api: ApiClient, timeout: float = 30.0) -> None:
     """Server-side apply the generated CRDs and wait until the apiserver serves them."""
-    ext = client.ApiextensionsV1Api(api)
     for crd in crd_documents():
-        name = crd["metadata"]["name"]
+        path = _crd_path(crd["metadata"]["name"])
         await retrying(
-            lambda crd=crd, name=name: ext.patch_custom_resource_definition(  # type: ignore[misc]
-                name, crd, field_manager="phalanx", force=True, _content_type="application/apply-patch+yaml"
+            lambda crd=crd, path=path: api.json(  # type: ignore[misc]
+                "PATCH",
+                path,
+                query={"fieldManager": "phalanx", "force": "true"},
+                body=crd,  # JSON is YAML
+                content_type="application/apply-patch+yaml",
             ),
             verb="patch",
         )
@@ -470,7 +461,7 @@ async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
     for crd in crd_documents():
         name = crd["metadata"]["name"]
         while True:
-            conditions = await retrying(lambda name=name: _crd_conditions(ext, name), verb="get")  # type: ignore[misc]
+            conditions = await retrying(lambda name=name: _crd_conditions(api, name), verb="get")  # type: ignore[misc]
             if any(x["type"] == "Established" and x["status"] == "True" for x in conditions):
                 break
             if asyncio.get_running_loop().time() > deadline:
@@ -478,9 +469,12 @@ async def install_crds(api: client.ApiClient, timeout: float = 30.0) -> None:
             await asyncio.sleep(0.2)
 
 
-async def _crd_conditions(ext: client.ApiextensionsV1Api, name: str) -> list[dict[str, Any]]:
+def _crd_path(name: str) -> str:
+    return resource_path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name=name)
+
+
+async def _crd_conditions(api: ApiClient, name: str) -> list[dict[str, Any]]:
     """A CRD's status conditions; an error answer (429, 5xx) is an ApiException, retried like every call."""
-    response = await ext.read_custom_resource_definition(name, _preload_content=False)
-    await raise_for_status(response)
-    conditions: list[dict[str, Any]] = (await response.json()).get("status", {}).get("conditions") or []
+    crd = await api.json("GET", _crd_path(name))
+    conditions: list[dict[str, Any]] = (crd.get("status") or {}).get("conditions") or []
     return conditions

@@ -26,12 +26,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
-import functools
 import logging
 import os
 import secrets
 import shutil
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +38,10 @@ from typing import Any
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx import certs
 from phalanx.controller.apply.kube import retrying
+from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
 log = logging.getLogger("phalanx.webhook_tls")
 
@@ -218,39 +216,24 @@ def write_files(folder: Path, files: Mapping[str, bytes]) -> bool:
 
 
 # ---------------------------------------------------------------------- the API
-async def _json(call: Callable[[], Awaitable[Any]], verb: str) -> Any:
-    """A raw call, retried; an error status raises ApiException (the client does not, unpreloaded)."""
-
-    async def once() -> Any:
-        response = await call()
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason)
-        return await response.json()
-
-    return await retrying(once, verb=verb)
+async def _json(api: ApiClient, method: str, path: str, verb: str, **kwargs: Any) -> Any:
+    """A request, retried; an error status raises ApiException."""
+    return await retrying(lambda: api.json(method, path, **kwargs), verb=verb)
 
 
-async def inject_ca_bundle(api: client.ApiClient, name: str, ca_bundle_b64: str) -> list[str]:
+async def inject_ca_bundle(api: ApiClient, name: str, ca_bundle_b64: str) -> list[str]:
     """Put the CA bundle into every webhook of the Mutating and Validating configurations called `name`
     (only those). Returns the kinds that were patched; a configuration not there (yet) is skipped."""
-    admission = client.AdmissionregistrationV1Api(api)
-    kinds: tuple[tuple[str, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], ...] = (
-        (
-            "MutatingWebhookConfiguration",
-            admission.read_mutating_webhook_configuration,
-            admission.patch_mutating_webhook_configuration,
-        ),
-        (
-            "ValidatingWebhookConfiguration",
-            admission.read_validating_webhook_configuration,
-            admission.patch_validating_webhook_configuration,
-        ),
+    kinds = (
+        ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
+        ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
     )
     patched = []
-    for kind, read, patch in kinds:
+    for kind, plural in kinds:
+        path = resource_path("admissionregistration.k8s.io", "v1", plural, name=name)
         for _ in range(3):  # a concurrent edit fails the resourceVersion test: read again
             try:
-                config = await _json(functools.partial(read, name, _preload_content=False), "get")
+                config = await _json(api, "GET", path, "get")
             except ApiException as e:
                 if e.status != 404:
                     raise
@@ -266,10 +249,7 @@ async def inject_ca_bundle(api: client.ApiClient, name: str, ca_bundle_b64: str)
             version = config["metadata"]["resourceVersion"]
             body = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}, *ops]
             try:
-                await _json(
-                    functools.partial(patch, name, body, _content_type=JSON_PATCH, _preload_content=False),
-                    "patch",
-                )
+                await _json(api, "PATCH", path, "patch", body=body, content_type=JSON_PATCH)
             except ApiException as e:
                 if e.status in (409, 422):  # the resourceVersion test failed: edited meanwhile
                     continue
@@ -288,7 +268,7 @@ class WebhookTLS:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         namespace: str,
         secret: str,
         hosts: Sequence[str],
@@ -300,7 +280,8 @@ class WebhookTLS:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
+        self.collection = resource_path("", "v1", "secrets", namespace=namespace)
+        self.path = resource_path("", "v1", "secrets", namespace=namespace, name=secret)
         self.namespace = namespace
         self.secret = secret
         self.hosts = list(hosts)
@@ -312,10 +293,7 @@ class WebhookTLS:
 
     async def _read(self) -> dict[str, Any] | None:
         try:
-            secret: dict[str, Any] = await _json(
-                lambda: self.core.read_namespaced_secret(self.secret, self.namespace, _preload_content=False),
-                "get",
-            )
+            secret: dict[str, Any] = await _json(self.api, "GET", self.path, "get")
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -347,17 +325,9 @@ class WebhookTLS:
 
     async def _write(self, body: dict[str, Any], create: bool) -> None:
         if create:
-            await _json(
-                lambda: self.core.create_namespaced_secret(self.namespace, body, _preload_content=False),
-                "create",
-            )
+            await _json(self.api, "POST", self.collection, "create", body=body)
         else:
-            await _json(
-                lambda: self.core.replace_namespaced_secret(
-                    self.secret, self.namespace, body, _preload_content=False
-                ),
-                "update",
-            )
+            await _json(self.api, "PUT", self.path, "update", body=body)
 
     async def reconcile_secret(self) -> WebhookCerts:
         """The Secret's content, made or renewed first if due (by this replica, or by another that won)."""

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from phalanx.controller import metrics
-from phalanx.controller.apply.kube import raise_for_status, retry_after, retrying
+from phalanx.controller.apply.kube import retry_after, retrying
 from phalanx.controller.cache.store import ClusterCache, key_of
 from phalanx.controller.watch.relist import drop_deleted
 from phalanx.controller.watch.watched import Watched
+from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
 log = logging.getLogger("phalanx.informer")
 
@@ -184,26 +184,14 @@ class Transport(Protocol):
 class ApiTransport:
     """A row's LIST and WATCH through the operator's API client (its auth, TLS and request deadlines)."""
 
-    def __init__(self, api: Any, row: Watched, list_timeout: float) -> None:
+    def __init__(self, api: ApiClient, row: Watched, list_timeout: float) -> None:
         r = row.resource
-        base = f"/api/{r.version}" if not r.group else f"/apis/{r.group}/{r.version}"
-        self.path = f"{base}/{r.plural}"
+        self.path = resource_path(r.group, r.version, r.plural)
         self.api = api
         self.list_timeout = list_timeout
 
-    async def _get(self, query: list[tuple[str, str]], timeout: Any) -> Any:
-        response = await self.api.call_api(
-            self.path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout,
-        )
-        await raise_for_status(response)
-        return response
+    async def _get(self, query: list[tuple[str, str]], timeout: float | aiohttp.ClientTimeout) -> Any:
+        return await self.api.request("GET", self.path, query=query, timeout=timeout)
 
     async def list_page(self, continue_token: str) -> Page:
         async def once() -> Page:
