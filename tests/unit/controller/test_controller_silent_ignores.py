@@ -141,6 +141,60 @@ def test_the_pod_webhook_refuses_a_pod_of_another_namespaces_group() -> None:
     assert f"PodGroup {group.name!r} is in namespace other, not ml" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("live", "gated"),
+    [
+        (200, True),  # the group was created in ml just now: the cache has not seen it yet
+        (404, False),  # ml has no such group: the cache's refusal stands
+        (500, False),  # the API cannot say: the cache's refusal stands
+    ],
+)
+async def test_a_refusal_for_a_group_known_only_elsewhere_is_confirmed_live(live: int, gated: bool) -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from phalanx.controller.apply.kube import Kube
+    from phalanx.kubeclient import ApiClient, Credentials
+
+    context = StaticContext(cache_primed=True)
+    group = group_of(job_body("train"))
+    context.cache.pod_groups.put(
+        group.__class__(
+            **{**{f: getattr(group, f) for f in group.__slots__}, "namespace": "other", "owner_uid": ""}
+        )
+    )
+    asked: list[str] = []
+
+    async def list_pod_groups(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        if live == 500:
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
+        items = [{"metadata": {"name": group.name, "namespace": "ml"}}] if live == 200 else []
+        return web.json_response({"kind": "PodGroupList", "items": items})
+
+    app = web.Application()
+    app.router.add_get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/ml/podgroups", list_pod_groups)
+    server = TestServer(app)
+    await server.start_server()
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"phalanx.dev/pod-group": group.name}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    patch = kopf.Patch()
+    try:
+        async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
+            context.kube = Kube(api)
+            if gated:
+                await Webhooks(context).gate_pod_confirmed(body=kopf.Body(pod), patch=patch, warnings=[])
+            else:
+                with pytest.raises(kopf.AdmissionError, match="is in namespace other, not ml"):
+                    await Webhooks(context).gate_pod_confirmed(body=kopf.Body(pod), patch=patch, warnings=[])
+    finally:
+        await server.close()
+    assert asked == ["/apis/scheduling.phalanx.dev/v1beta1/namespaces/ml/podgroups"]
+    assert (patch.get("spec", {}).get("schedulingGates") == [{"name": "phalanx.dev/admission"}]) is gated
+
+
 # ---------------------------------------------------------------------- a gate removed by someone else
 def test_a_pod_that_lost_phalanxs_gate_to_someone_else_is_reported_once() -> None:
     from testkit import NOW, cluster, only, pod_body

@@ -195,6 +195,13 @@ class Kube:
         )
         return patched
 
+    async def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of a kind of ours in one namespace, read live, once (no retries: a webhook confirming
+        the cache answers within its review's deadline)."""
+        listed: dict[str, Any] = await self.api.json("GET", _ours(plural, namespace))
+        items: list[dict[str, Any]] = listed.get("items") or []
+        return items
+
     async def list_cluster_objects(self, plural: str) -> list[dict[str, Any]]:
         """Every object of a cluster-scoped kind of ours (few: read live by the Topology webhook)."""
         listed: dict[str, Any] = await retrying(lambda: self.api.json("GET", _ours(plural)), verb="list")

@@ -130,7 +130,7 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
             ("CREATE",),
             {names.POD_GROUP_LABEL: kopf.PRESENT, JOB_CONTROLLER_UID_LABEL: kopf.ABSENT},
             False,
-            hooks.gate_pod,
+            hooks.gate_pod_confirmed,
         ),
         # Fails open: with Phalanx away, Topologies stay editable; a second one listing a label then is
         # not used, and its Active condition says why (model/topology.py).

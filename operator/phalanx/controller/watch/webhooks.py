@@ -5,6 +5,7 @@ message naming the field; they never raise anything else (fuzzed in the tests)."
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -12,7 +13,7 @@ import kopf
 
 from phalanx.api import keys as names
 from phalanx.api.formats import dns_subdomain_problems
-from phalanx.api.group import TOPOLOGIES
+from phalanx.api.group import POD_GROUPS, TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
@@ -37,6 +38,8 @@ from phalanx.controller.watch.admission_checks import (
     template_key_problems,
     unlisted_resource_warnings,
 )
+
+log = logging.getLogger("phalanx.webhooks")
 
 
 class WatchContext(Protocol):
@@ -65,6 +68,15 @@ class WatchContext(Protocol):
         """An owner in a namespace this Phalanx does not manage (--namespaces) was seen: one Warning if it
         asks for Phalanx and nothing gated it (admission_checks.unmanaged_here)."""
         ...
+
+
+class GroupElsewhereError(kopf.AdmissionError):
+    """A pod's PodGroup is known only in other namespaces (by the cache)."""
+
+    def __init__(self, message: str, namespace: str, group: str) -> None:
+        super().__init__(message, code=422)
+        self.namespace = namespace
+        self.group = group
 
 
 class Webhooks:
@@ -304,8 +316,38 @@ class Webhooks:
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
 
-    def gate_pod(
+    async def gate_pod_confirmed(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
+    ) -> None:
+        """`gate_pod`, with its one refusal that rests on the cache alone confirmed live: the group known
+        only in other namespaces. A PodGroup created just before its pods may not have reached the cache
+        yet while one of the same name elsewhere has (a name reused in a new namespace, the old one still
+        being deleted); that pod is gated, not refused. Only on that path: the rest needs no request."""
+        try:
+            self.gate_pod(body=body, patch=patch, warnings=warnings)
+        except GroupElsewhereError as refusal:
+            if self.ctx.kube is None or not await self._group_exists_live(refusal.namespace, refusal.group):
+                raise
+            self.gate_pod(body=body, patch=patch, warnings=warnings, group_seen_live=True)
+
+    async def _group_exists_live(self, namespace: str, group: str) -> bool:
+        """Whether the API has a PodGroup of that label value in `namespace` now. An API that does not
+        answer leaves the cache's answer standing."""
+        assert self.ctx.kube is not None
+        try:
+            items = await self.ctx.kube.list_objects(POD_GROUPS, namespace)
+        except Exception as e:  # the API's failure: the cache's refusal stands
+            log.warning("could not confirm PodGroup %s/%s live: %s", namespace, group, e)
+            return False
+        return any(pod_group_label_value(str(i["metadata"]["name"])) == group for i in items)
+
+    def gate_pod(
+        self,
+        body: kopf.Body,
+        patch: kopf.Patch,
+        warnings: list[str] | None = None,
+        group_seen_live: bool = False,
+        **_: Any,
     ) -> None:
         """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
         meta = body.get("metadata", {}) or {}
@@ -325,13 +367,13 @@ class Webhooks:
         problems = scheduler_problems(spec, self.ctx.scheduler_names)
         if problems:
             raise kopf.AdmissionError("; ".join(problems), code=422)
-        if self.ctx.cache_primed:
+        if self.ctx.cache_primed and not group_seen_live:
             groups = self.ctx.cache.pod_groups.items.values()
             refusal, said = pod_group_namespace_problem(
                 group, namespace, [(g.namespace, pod_group_label_value(g.name)) for g in groups]
             )
             if refusal:
-                raise kopf.AdmissionError(refusal, code=422)
+                raise GroupElsewhereError(refusal, namespace, group)
             if said and warnings is not None:
                 warnings.append(said)
         if self.ctx.cache_primed and not self._joins_basic_group(namespace, group):
