@@ -141,3 +141,35 @@ def test_a_release_that_fails_halfway_leaves_the_rest_of_the_group_undone() -> N
     # p0 and p2 went out with p1 (one run of releases); the Admitted event after them did not.
     assert cache.pods["ns/p0"].released and cache.pods["ns/p2"].released
     assert not [e for e in events.posted if e[2] == "Admitted"]
+
+
+def test_an_event_between_writes_waits_for_them_and_is_said_only_if_what_came_before_it_went_through() -> (
+    None
+):
+    """A new gang's "PodGroupCreated" comes between its creates and its record: it must not hold back the
+    release, and it is still posted only when the writes before it succeeded (as if in order)."""
+
+    class Timed(RecordingKube):
+        async def patch_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            self.calls.append(("events so far", str(len(events.posted))))
+            return await super().patch_status(*args, **kwargs)
+
+    def plan(namespace: str) -> UnitPlan:
+        base = admission_plan(namespace)
+        job = base.owner
+        assert job is not None
+        said = PostEvent(job, "Normal", "PodGroupCreated", "created")
+        return UnitPlan(base.key, (said, *base.actions), job, 2)
+
+    clock = [0.0]
+    kube = Timed({"quota": forbidden("exceeded quota")})
+    apply, _, events = applier(kube, clock)
+    results = asyncio.run(apply.apply([plan("fine")]))
+    assert results[0].ok
+    assert ("events so far", "0") in kube.calls  # the record and releases went out before any event
+    assert [e[2] for e in events.posted] == ["PodGroupCreated", "Admitted"]  # the plan's order
+    events.posted.clear()
+    (failed,) = asyncio.run(apply.apply([plan("quota")]))
+    assert not failed.ok
+    # Nothing came before the event: it is said, then the failure; the Admitted after the failure is not.
+    assert [e[2] for e in events.posted] == ["PodGroupCreated", "FailedSync"]

@@ -254,6 +254,7 @@ class Applier:
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
         self._setup_limit = asyncio.Semaphore(MAX_SETUP_IN_FLIGHT)  # its own: setup never queues a decision
+        self._event_tasks: set[asyncio.Future[None]] = set()  # events of a cancelled unit, still posted
         self.requeues = Requeues()
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
@@ -270,27 +271,53 @@ class Applier:
         return result
 
     async def _group(self, group: UnitPlan, limit: asyncio.Semaphore | None = None) -> GroupResult:
+        """The unit's actions in order, each run of independent ones at once. Its events wait until the
+        writes after them are done (or one failed): an event is posted when everything before it in the plan
+        went through, as if in order, but never holds back a write (a new gang's "PodGroupCreated" came
+        between its groups' creates and its release: a round trip on the first pod of a burst)."""
         async with limit or self._limit:
             let_through = False  # its releases went through
-            for run in _runs(group.actions):
-                if isinstance(run[0], ReleasePod):
-                    await self.faults.before_release()
-                outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
-                for action, outcome in zip(run, outcomes, strict=True):
-                    if isinstance(outcome, asyncio.CancelledError):
-                        raise outcome
-                    if isinstance(outcome, BaseException):
-                        if _gone(outcome):
-                            return self._gone(group, action)
-                        if let_through:  # released all the same: a later write (its status) failed
-                            self._released(group)
-                        return await self._failed(group, action, outcome)
-                let_through = let_through or isinstance(run[0], ReleasePod)
+            events: list[Action] = []  # reached, posted once the unit's writes end
+            try:
+                for run in _runs(group.actions):
+                    if isinstance(run[0], PostEvent):
+                        events.extend(run)
+                        continue
+                    if isinstance(run[0], ReleasePod):
+                        await self.faults.before_release()
+                    outcomes = await asyncio.gather(*(self._one(a) for a in run), return_exceptions=True)
+                    for action, outcome in zip(run, outcomes, strict=True):
+                        if isinstance(outcome, asyncio.CancelledError):
+                            raise outcome
+                        if isinstance(outcome, BaseException):
+                            await self._post_events(events)
+                            events = []
+                            if _gone(outcome):
+                                return self._gone(group, action)
+                            if let_through:  # released all the same: a later write (its status) failed
+                                self._released(group)
+                            return await self._failed(group, action, outcome)
+                    let_through = let_through or isinstance(run[0], ReleasePod)
+                await self._post_events(events)
+                events = []
+            finally:
+                if events:  # cancelled: what was reached is still said, in the background
+                    self._background_events(events)
             self.backoff.succeeded(group.key)
             self._released(group)
             self._admitted(group)
             self._observe(group)
             return GroupResult(group.key, True)
+
+    async def _post_events(self, events: Sequence[Action]) -> None:
+        """Post them at once (the recorder never raises: a failed post is logged)."""
+        if events:
+            await asyncio.gather(*(self._one(e) for e in events), return_exceptions=True)
+
+    def _background_events(self, events: Sequence[Action]) -> None:
+        task = asyncio.ensure_future(self._post_events(events))
+        self._event_tasks.add(task)
+        task.add_done_callback(self._event_tasks.discard)
 
     def _released(self, group: UnitPlan) -> None:
         """Once the unit's releases went through (the next pass does not release these pods again)."""
