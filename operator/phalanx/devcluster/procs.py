@@ -6,6 +6,7 @@ addons.py (none of them imports another's helpers).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import ssl
@@ -22,13 +23,33 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports: all sockets stay open until every port is picked, so none repeats."""
-    sockets = []
+PORT_FLOOR = 20000  # free ports are picked from here to the kernel's ephemeral range
+
+
+def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
     try:
-        for _ in range(count):
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports, all held open until every port is picked (so none repeats), and below
+    the kernel's ephemeral range: a port the kernel hands out is also any outgoing connection's source port,
+    which can take it between this pick and its server's bind (a restarted operator once found its webhook
+    port so taken). Where that range starts too low to leave room, the kernel picks."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    sockets: list[socket.socket] = []
+    try:
+        while len(sockets) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            port = rng.randrange(PORT_FLOOR, low) if low - PORT_FLOOR >= 1000 else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:

@@ -43,3 +43,29 @@ def test_another_folder_and_a_dead_process_are_not_ours(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
     assert not running(proc.pid, tmp_path / "a")
+
+
+def test_free_ports_are_distinct_bindable_and_outside_the_ephemeral_range(tmp_path: Path) -> None:
+    """No outgoing connection's source port can take one between its pick and its server's bind."""
+    import socket
+
+    from phalanx.devcluster.procs import PORT_FLOOR, _ephemeral_low, free_ports
+
+    low = _ephemeral_low()
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))  # a port the kernel handed out: in its ephemeral range
+    try:
+        ports = free_ports(50)
+    finally:
+        held.close()
+    assert len(set(ports)) == 50
+    if low - PORT_FLOOR >= 1000:
+        assert all(PORT_FLOOR <= p < low for p in ports)
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", port))  # still free
+    fake = tmp_path / "range"
+    fake.write_text("1024\t60999\n")
+    assert _ephemeral_low(fake) == 1024
+    fake.write_text("garbage")
+    assert _ephemeral_low(fake) == 32768
