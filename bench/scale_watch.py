@@ -388,7 +388,7 @@ def histogram_latency(
     return out
 
 
-_HTTP_LINE = re.compile(r'"HTTP" verb="(\w+)" URI="([^"]*)" latency="([^"]*)" userAgent="([^"]*)"')
+HTTP_LINE = re.compile(r'"HTTP" verb="(\w+)" URI="([^"]*)" latency="([^"]*)" userAgent="([^"]*)"')
 
 
 def resource_of(uri: str) -> str:
@@ -439,7 +439,7 @@ class RequestLog:
             f.seek(start)
             chunk = f.read(max(0, end - start)).decode(errors="replace")
         for line in chunk.splitlines():
-            match = _HTTP_LINE.search(line)
+            match = HTTP_LINE.search(line)
             if match is None:
                 continue
             verb, uri, took, user_agent = match.groups()

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from scale_watch import _HTTP_LINE, agent_of, go_duration, resource_of
+from scale_watch import HTTP_LINE, agent_of, go_duration, resource_of
 
 # klog's prefix: I1203 13:45:01.123456 (month, day, time; the year is not logged)
 _KLOG_TIME = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})")
@@ -43,7 +43,7 @@ def read(log: Path, start: int = 0, end: int | None = None) -> list[Request]:
         chunk = f.read(-1 if end is None else max(0, end - start)).decode(errors="replace")
     out = []
     for line in chunk.splitlines():
-        when, match = _KLOG_TIME.match(line), _HTTP_LINE.search(line)
+        when, match = _KLOG_TIME.match(line), HTTP_LINE.search(line)
         if when is None or match is None:
             continue
         _, _, hh, mm, ss, us = (int(x) for x in when.groups())

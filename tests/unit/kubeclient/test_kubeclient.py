@@ -34,6 +34,7 @@ from phalanx.kubeclient import (
     load,
     resource_path,
 )
+from phalanx.kubeclient import client as client_module
 from phalanx.kubeclient.credentials import from_kubeconfig, in_cluster
 
 Pki = tuple[certs.KeyPair, certs.KeyPair, certs.KeyPair]  # CA, server, client ("admin")
@@ -244,7 +245,7 @@ async def test_in_cluster_reads_the_service_account_and_picks_up_a_rotated_token
     async with ApiClient(credentials) as api:
         await api.json("GET", "/api/v1/nodes")
         (tmp_path / "token").write_text("rotated")
-        api._file_token = (0.0, "first")  # as if read more than a minute ago
+        monkeypatch.setattr(client_module, "TOKEN_FILE_REREAD_SECONDS", -1.0)  # as if a minute went by
         await api.json("GET", "/api/v1/nodes")
     assert [s["authorization"] for s in echo.seen] == ["Bearer first", "Bearer rotated"]
 

@@ -29,6 +29,9 @@ from phalanx.controller import metrics
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
+# --api-timeout-seconds' default is the client's own (one attempt of one request), re-exported here.
+from phalanx.kubeclient.client import REQUEST_TIMEOUT_SECONDS as REQUEST_TIMEOUT_SECONDS
+
 log = logging.getLogger("phalanx.kube")
 T = TypeVar("T")
 
@@ -36,7 +39,6 @@ RETRIABLE_STATUS = {429, 500, 502, 503, 504}
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "phalanx"
-REQUEST_TIMEOUT_SECONDS = 5.0  # --api-timeout-seconds' default: one attempt of one request
 LIST_TIMEOUT_SECONDS = 60.0  # --api-list-timeout-seconds' default: a LIST of every pod may be large
 RETRY_AFTER_CAP_SECONDS = 10.0  # the longest Retry-After honoured; a longer one waits this long
 TIMEOUT_ATTEMPTS = 2  # a request that got no answer is tried once more, then its unit backs off

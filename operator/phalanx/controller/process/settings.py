@@ -56,7 +56,7 @@ class Settings:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
-    api_timeout_seconds: float = 5.0  # apply/kube.py REQUEST_TIMEOUT_SECONDS
+    api_timeout_seconds: float = 5.0  # kubeclient/client.py REQUEST_TIMEOUT_SECONDS
     api_list_timeout_seconds: float = 60.0  # apply/kube.py LIST_TIMEOUT_SECONDS
     log_format: str = "plain"
     verbose: bool = False
