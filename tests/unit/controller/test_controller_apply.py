@@ -7,16 +7,17 @@ same behaviour against a real apiserver is tested in tests/integration/test_cont
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from phalanx.api.status import Admission, Assignment
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
 from phalanx.controller.apply.applier import Applier, Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod, UnitPlan
+from phalanx.controller.model.actions import PatchStatus, PostEvent, RecordAdmission, ReleasePod, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiException
 
@@ -173,3 +174,33 @@ def test_an_event_between_writes_waits_for_them_and_is_said_only_if_what_came_be
     assert not failed.ok
     # Nothing came before the event: it is said, then the failure; the Admitted after the failure is not.
     assert [e[2] for e in events.posted] == ["PodGroupCreated", "FailedSync"]
+
+
+def test_the_cache_notes_when_a_groups_status_was_written_and_forgets_it_with_the_group() -> None:
+    """What plan/status.refreshing reads: a status written (alone, or with a decision) is noted; a status
+    the API refused is not; a deleted group is forgotten."""
+    clock = [100.0]
+    kube = RecordingKube({"quota": forbidden('podgroups "pg" is forbidden: exceeded quota: one')})
+    apply, cache, _ = applier(kube, clock)
+    job = ObjectRef("batch/v1", "Job", "fine", "train", "j")
+    written = [
+        UnitPlan(f"{ns}/train", (PatchStatus(_group_ref(ns), PodGroupStatus()),), job, 0)
+        for ns in ("fine", "quota")
+    ]
+    asyncio.run(apply.apply(written))
+    assert set(cache.reported) == {"PodGroup/fine/pg"}
+    bare = admission_plan("bare")  # a decision alone (its status unchanged) is not a status written
+    unit = admission_plan("other")
+    whole = (dataclasses.replace(unit.actions[0], status=PodGroupStatus()), *unit.actions[1:])
+    results = asyncio.run(apply.apply([bare, dataclasses.replace(unit, actions=whole)]))
+    assert all(r.ok for r in results)
+    assert set(cache.reported) == {"PodGroup/fine/pg", "PodGroup/other/pg"}
+    cache.upsert(
+        "PodGroup", {"kind": "PodGroup", "metadata": {"name": "pg", "namespace": "fine", "uid": "u"}}
+    )
+    cache.delete("PodGroup", {"metadata": {"name": "pg", "namespace": "fine"}})
+    assert set(cache.reported) == {"PodGroup/other/pg"}
+
+
+def _group_ref(namespace: str) -> ObjectRef:
+    return ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", namespace, "pg", "u")

@@ -48,7 +48,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
 from phalanx.controller.plan.report import LABEL_WAITING_FOR_PODS_AFTER
-from phalanx.controller.plan.status import SETTLE_SECONDS
+from phalanx.controller.plan.status import REFRESH_SECONDS, SETTLE_SECONDS
 
 
 def state(
@@ -220,6 +220,39 @@ def test_a_gang_that_does_not_fit_waits_unschedulable_with_upstreams_message() -
     warnings = [e for e in only(result.actions, PostEvent) if e.type == "Warning"]
     assert {e.involved.kind for e in warnings} == {"Job", "PodGroup"}
     assert result.waiting_by_reason == {c.REASON_UNSCHEDULABLE: 1}
+
+
+@pytest.mark.parametrize(
+    ("fillers", "reported_ago", "written"),
+    [
+        # the closest placement's numbers changed (3 of 4 pods fit -> 2 of 4), still unschedulable:
+        (("n1", "n2", "n5", "n6", "n7", "n8"), 1.0, False),  # written a second ago: not again yet
+        (("n1", "n2", "n5", "n6", "n7", "n8"), REFRESH_SECONDS, True),  # past the window: the new numbers
+        (("n1", "n2", "n5", "n6", "n7", "n8"), None, True),  # never written by this process: written
+        (("n1", "n5", "n6", "n7"), 1.0, True),  # a new reason (it fits now): written at once
+    ],
+)
+def test_new_numbers_in_why_a_gang_waits_are_written_at_most_once_per_refresh(
+    fillers: tuple[str, ...], reported_ago: float | None, written: bool
+) -> None:
+    job = job_body()
+    busy = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]
+    first = plan(state([(job, group_of(job), GATED4)], others=busy), NOW)
+    group = group_of(job, status_of(first))
+    later = NOW + dt.timedelta(seconds=2)
+    before = state([(job, group, GATED4)], others=[filler(n) for n in fillers])
+    if reported_ago is not None:
+        when = later - dt.timedelta(seconds=reported_ago)
+        before = dataclasses.replace(before, reported={f"PodGroup/{group.namespace}/{group.name}": when})
+    result = plan(before, later)
+    statuses = written_statuses(result)
+    assert bool(statuses) == written
+    events = only(result.actions, PostEvent)
+    if not written:
+        assert not events  # not said as an event either
+    elif statuses[group.name].condition(c.ADMITTED).reason == c.REASON_UNSCHEDULABLE:
+        assert "2 of 4 pods fit" in admitted_reason(statuses[group.name])[2]
+        assert {e.reason for e in events} == {c.REASON_UNSCHEDULABLE}
 
 
 def test_a_second_pass_with_nothing_new_plans_nothing() -> None:

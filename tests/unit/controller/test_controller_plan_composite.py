@@ -31,6 +31,9 @@ def filler(i: int) -> dict[str, Any]:
     return _filler(f"n{i}")
 
 
+CREATED = {"creationTimestamp": "2026-11-30T11:00:00Z"}  # an hour before NOW: groups in the cache have one
+
+
 def composite(
     name: str = "slices", *, min_groups: int = 2, key: str | None = NB, status: GroupStatus | None = None
 ) -> CompositePodGroupRecord:
@@ -41,7 +44,13 @@ def composite(
     if key:
         spec["schedulingConstraints"] = {"topology": [{"key": key}]}
     body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "7"},
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "resourceVersion": "7",
+            **CREATED,
+        },
         "spec": spec,
     }
     if status is not None:
@@ -64,7 +73,13 @@ def pod_group(
     if key:
         spec["schedulingConstraints"] = {"topology": [{"key": key}]}
     body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "3"},
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "resourceVersion": "3",
+            **CREATED,
+        },
         "spec": spec,
     }
     if status is not None:

@@ -4,6 +4,7 @@ child Job), made from its spec, placed all or nothing; its child Jobs are never 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 import kopf
@@ -25,6 +26,7 @@ from phalanx.controller.model.actions import (
 )
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, plan
+from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
 
 BLOCK = {f"n{i}": "nb-a" if i <= 4 else "nb-b" for i in range(1, 9)}
@@ -38,16 +40,18 @@ def all_pods(name: str = "train", replicas: int = 2, parallelism: int = 2) -> li
 
 
 def made(result: Plan) -> list[Any]:
-    """The groups the plan creates, as the cache would hold them once created."""
+    """The groups the plan creates, as the cache would hold them once created (at NOW)."""
     out: list[Any] = []
     for a in result.actions:
         if isinstance(a, CreateCompositePodGroup):
             body = a.group.to_api()
-            body["metadata"]["uid"] = "root"
+            body["metadata"].update(uid="root", creationTimestamp=NOW.strftime("%Y-%m-%dT%H:%M:%SZ"))
             out.append(CompositePodGroupRecord.from_body(body))
         elif isinstance(a, CreatePodGroup):
             body = a.pod_group.to_api()
-            body["metadata"]["uid"] = f"pg-{body['metadata']['name']}"
+            body["metadata"].update(
+                uid=f"pg-{body['metadata']['name']}", creationTimestamp=NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
             out.append(PodGroupRecord.from_body(body))
     return out
 
@@ -78,7 +82,14 @@ def test_a_new_jobset_gets_its_tree_and_is_placed_whole_with_each_child_job_in_o
 def test_a_jobset_whose_child_jobs_are_not_all_made_yet_waits_whole() -> None:
     first = plan(jobset_cluster([jobset_body()], all_pods()[:2]), NOW)  # the second child Job has no pods yet
     assert not [a for a in first.actions if isinstance(a, ReleasePod)]
-    root = [a for a in first.actions if isinstance(a, PatchStatus) and a.group.kind == "CompositePodGroup"]
+    # Its groups' first "waiting for pods" is written only if the pods have not come SETTLE_SECONDS later.
+    assert not [a for a in first.actions if isinstance(a, PatchStatus)]
+    later = plan(
+        jobset_cluster([jobset_body()], all_pods()[:2], groups=made(first)),
+        NOW + dt.timedelta(seconds=SETTLE_SECONDS),
+    )
+    assert not [a for a in later.actions if isinstance(a, ReleasePod)]
+    root = [a for a in later.actions if isinstance(a, PatchStatus) and a.group.kind == "CompositePodGroup"]
     (patch,) = root
     condition = patch.status.condition(c.ADMITTED)
     assert condition is not None and condition.reason == c.REASON_WAITING_FOR_PODS

@@ -4,6 +4,7 @@ released into their slots; a group is requeued by deleting its pods."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import kopf
@@ -38,6 +39,7 @@ from phalanx.controller.model.actions import (
     SuspendJob,
 )
 from phalanx.controller.plan import Plan, plan
+from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
 
 BLOCK = {f"n{i}": "nb-a" if i <= 4 else "nb-b" for i in range(1, 9)}
@@ -68,7 +70,15 @@ def test_each_group_of_an_lws_is_one_gang_in_one_block() -> None:
 
 
 def test_a_group_short_of_pods_waits_whole_when_its_workers_come_with_the_leader() -> None:
-    result = plan(owner_cluster([("LeaderWorkerSet", lws_body())], group_pods("serve", 0, 2)), NOW)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws_body())], group_pods("serve", 0, 2)), NOW)
+    assert not releases(first)
+    assert not [a for a in first.actions if isinstance(a, PatchStatus)]  # said only if they do not come soon
+    result = plan(
+        owner_cluster(
+            [("LeaderWorkerSet", lws_body())], group_pods("serve", 0, 2), groups=made_groups(first)
+        ),
+        NOW + dt.timedelta(seconds=SETTLE_SECONDS),
+    )
     assert not releases(result)
     statuses = [a.status.condition(c.ADMITTED) for a in result.actions if isinstance(a, PatchStatus)]
     assert [s.reason for s in statuses if s is not None] == [c.REASON_WAITING_FOR_PODS]

@@ -164,7 +164,9 @@ def group_of(job: dict[str, Any], status: PodGroupStatus | None = None) -> PodGr
     """The PodGroup Phalanx made for a plain Job (with its Workload `<job>-wl`)."""
     policy = parse_job_policy(job, running=True)  # an existing Job (it may carry phalanx.dev/requeued)
     body = build_pod_group(job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid")
-    body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1)
+    # made right after its Job, so as old as it (a group in the cache has a creationTimestamp)
+    created = job["metadata"].get("creationTimestamp")
+    body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1, creationTimestamp=created)
     if status is not None:
         body["status"] = status.to_api()
     return PodGroupRecord.from_body(body)
@@ -516,19 +518,21 @@ def owner_cluster(
     return plan_input(cache)
 
 
-def made_groups(result: Plan) -> list[Group]:
-    """The groups a plan creates, as the cache holds them once created (and with the status it wrote)."""
+def made_groups(result: Plan, created: dt.datetime = NOW) -> list[Group]:
+    """The groups a plan creates, as the cache holds them once created at `created` (and with the status it
+    wrote)."""
     from phalanx.controller.model.actions import CreateCompositePodGroup, CreatePodGroup
 
     out: list[Group] = []
+    stamp = created.strftime("%Y-%m-%dT%H:%M:%SZ")
     for a in result.actions:
         if isinstance(a, CreateCompositePodGroup):
             body = a.group.to_api()
-            body["metadata"]["uid"] = f"cpg-{body['metadata']['name']}"
+            body["metadata"].update(uid=f"cpg-{body['metadata']['name']}", creationTimestamp=stamp)
             out.append(CompositePodGroupRecord.from_body(body))
         elif isinstance(a, CreatePodGroup):
             body = a.pod_group.to_api()
-            body["metadata"]["uid"] = f"pg-{body['metadata']['name']}"
+            body["metadata"].update(uid=f"pg-{body['metadata']['name']}", creationTimestamp=stamp)
             out.append(PodGroupRecord.from_body(body))
     return written(result, out)
 

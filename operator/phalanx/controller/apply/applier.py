@@ -396,6 +396,10 @@ class Applier:
             return ref
         return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, record.uid)
 
+    def _reported(self, ref: ObjectRef) -> None:
+        """Note when the group's status was written (plan/status.refreshing reads it)."""
+        self.cache.reported[ref.kind_key] = dt.datetime.now(dt.UTC)
+
     def _upsert_group(self, ref: ObjectRef, body: dict[str, Any]) -> None:
         if ref.kind == COMPOSITE_POD_GROUP_KIND:
             self.cache.upsert(COMPOSITE_POD_GROUP_KIND, body, own_write=True)
@@ -457,6 +461,8 @@ class Applier:
                         cache.conflicted(ref.kind, ref.key)
                     raise
                 self._upsert_group(ref, patched)
+                if whole is not None:
+                    self._reported(ref)
                 self.faults.reached(AFTER_RECORD)
             case PatchStatus(group=ref, status=status):
                 self.faults.reached(BEFORE_STATUS)
@@ -464,6 +470,7 @@ class Applier:
                     _plural(ref), ref.namespace, ref.name, status_patch(status)["status"]
                 )
                 self._upsert_group(ref, patched)
+                self._reported(ref)
             case PatchTopologyStatus(topology=ref, status=topology_status):
                 written = await kube.patch_cluster_status(TOPOLOGIES, ref.name, topology_status.to_api())
                 cache.upsert(TOPOLOGY_KIND, written, own_write=True)

@@ -16,6 +16,7 @@ pods, hand-made groups and the pods that join them.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import time
 from collections import defaultdict
@@ -47,6 +48,7 @@ from phalanx.controller.model.records import (
     PriorityClassRecord,
     WorkloadRecord,
 )
+from phalanx.controller.model.refs import kind_key
 from phalanx.controller.model.topology import TopologyIndex, TopologyRecord
 from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
 
@@ -145,6 +147,8 @@ class ClusterCache:
         self.generation = 0  # bumps on any change that can alter a decision
         # "<owner uid>/<what>" -> the message already announced (one event per change, not per pass).
         self.announced: dict[str, str] = {}
+        # ObjectRef.kind_key -> when this process last wrote that group's status (plan/status.refreshing).
+        self.reported: dict[str, dt.datetime] = {}
         # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
         self.blocked_evictions: dict[str, float] = {}
         self.kueue = KueueIndex()  # Kueue's Workloads (model/kueue.py), when Kueue runs
@@ -459,6 +463,7 @@ class ClusterCache:
 
     def _delete_owned(self, kind: str, key: str) -> None:
         self.expectations.forget(kind, key)
+        self.reported.pop(kind_key(kind, key), None)
         old = self._store(kind).pop(key)
         if old is not None:
             self._recheck_owner(old.owner_uid)

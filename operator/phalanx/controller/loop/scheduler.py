@@ -67,6 +67,7 @@ def plan_input(
         backing_off=backing_off,
         kueue=cache.kueue,
         bind_timeout=bind_timeout,
+        reported=MappingProxyType(cache.reported),
     )
 
 

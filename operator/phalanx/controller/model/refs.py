@@ -19,6 +19,11 @@ class ObjectRef:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def kind_key(self) -> str:
+        """`<kind>/<namespace>/<name>`: a key unique across kinds (kind_key())."""
+        return kind_key(self.kind, self.key)
+
     def __str__(self) -> str:
         return f"{self.kind.lower()} {self.namespace}/{self.name}"
 
@@ -41,3 +46,8 @@ class ObjectRef:
             "name": self.name,
             "uid": self.uid,
         }
+
+
+def kind_key(kind: str, key: str) -> str:
+    """A cache key (`<namespace>/<name>`) made unique across kinds."""
+    return f"{kind}/{key}"

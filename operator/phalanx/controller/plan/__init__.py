@@ -48,6 +48,7 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         bind_timeout=state.bind_timeout,
         levels=state.levels,
         priority_classes=state.priority_classes,
+        reported=state.reported,
     )
     ctx.quota_deadlocks = deadlocked(units)  # gangs whose gated pods hold a quota others need
     hold(units, ctx)  # staged units' slots: their room is taken before any unit decides

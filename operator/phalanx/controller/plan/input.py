@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,6 +31,8 @@ class PlanInput:
     # node label -> the levels (coarse to fine) of the Topology listing it (TopologyIndex.levels_for)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     kueue: KueueIndex | None = None  # Kueue's Workloads, read in the same pass (plan/kueue.py)
+    # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
+    reported: Mapping[str, dt.datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ gang waits for more than the rest of its pods)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
@@ -99,7 +100,7 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     desired = st.desired_status(
         group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
     )
-    _write_status(work, group.ref, group.status, desired, ctx)
+    _write_status(work, group.ref, group.status, desired, ctx, group.created)
     present = desired.condition(c.ADMITTED)
     leaf.label_waiting = not (
         present is not None
@@ -161,15 +162,24 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         work.reservation if is_root else None,
         initial_type=c.COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
     )
-    _write_status(work, composite.ref, composite.status, desired, ctx)
+    _write_status(work, composite.ref, composite.status, desired, ctx, composite.created)
 
 
 def _write_status(
-    work: UnitWork, ref: ObjectRef, current: GroupStatus, desired: GroupStatus, ctx: Pass
+    work: UnitWork,
+    ref: ObjectRef,
+    current: GroupStatus,
+    desired: GroupStatus,
+    ctx: Pass,
+    created: dt.datetime | None,
 ) -> None:
     """The group's new status, if it changed: folded into the decision this pass records, else its own write
-    (but for counters alone while its pods come or bind: st.settling); an event if its Admitted changed."""
-    if not st.status_changed(current, desired):
+    (but for counters alone while its pods come or bind: st.settling); an event if its Admitted changed.
+    New words for why it waits alone wait for st.REFRESH_SECONDS since its last write (st.refreshing); a new
+    group's first "waiting for its pods", for st.SETTLE_SECONDS of its life (st.first_wait)."""
+    if not st.status_changed(current, desired) or st.first_wait(current, desired, ctx.now, created):
+        return
+    if st.refreshing(current, desired, ctx.now, ctx.reported.get(ref.kind_key)):
         return
     if not _fold_into_record(work, ref, desired) and not st.settling(current, desired, ctx.now):
         work.actions.append(PatchStatus(ref, desired))

@@ -45,6 +45,8 @@ class Pass:
     reserved_slots: set[str] = field(default_factory=set)
     # Unit key -> why: gangs requeued to break a deadlock on a ResourceQuota (quota.py)
     quota_deadlocks: Mapping[str, str] = field(default_factory=dict)
+    # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
+    reported: Mapping[str, dt.datetime] = field(default_factory=dict)
 
 
 @dataclass
