@@ -255,6 +255,38 @@ def test_new_numbers_in_why_a_gang_waits_are_written_at_most_once_per_refresh(
         assert {e.reason for e in events} == {c.REASON_UNSCHEDULABLE}
 
 
+@pytest.mark.parametrize(
+    ("reported_ago", "written"),
+    [(1.0, False), (REFRESH_SECONDS, True), (None, True)],
+)
+def test_a_running_gang_whose_pods_end_one_by_one_writes_its_counters_at_most_once_per_refresh(
+    reported_ago: float | None, written: bool
+) -> None:
+    job = job_body(annotations=TOPOLOGY)
+    first = plan(state([(job, group_of(job), GATED4)]), NOW)
+    (decision,) = only(first.actions, RecordAdmission)
+    nodes = {r.pod.name: r.node for r in only(first.actions, ReleasePod)}
+    name = decision.group.name
+
+    def pod(i: int, phase: str) -> dict[str, Any]:
+        node = nodes[f"train-{i}"]
+        return pod_body("train", i, node=node, released_to=node, gated=False, group=name, phase=phase)
+
+    bound = [pod(i, "Running") for i in range(4)]
+    running = plan(state([(job, group_of(job, decision.status), bound)]), NOW + dt.timedelta(seconds=1))
+    group = group_of(job, status_of(running))
+    assert group.status.phase == "Running"
+    later = NOW + dt.timedelta(seconds=60)
+    one_done = state([(job, group, [pod(0, "Succeeded"), *bound[1:]])])
+    if reported_ago is not None:
+        when = later - dt.timedelta(seconds=reported_ago)
+        one_done = dataclasses.replace(one_done, reported={f"PodGroup/{group.namespace}/{group.name}": when})
+    statuses = written_statuses(plan(one_done, later))
+    assert bool(statuses) == written
+    if written:
+        assert (statuses[name].phase, statuses[name].scheduled, statuses[name].succeeded) == ("Running", 3, 1)
+
+
 def test_a_second_pass_with_nothing_new_plans_nothing() -> None:
     job = job_body()
     fillers = [filler(n) for n in ("n1", "n5", "n6", "n7", "n8")]

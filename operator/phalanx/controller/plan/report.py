@@ -1,8 +1,8 @@
 """Telling the truth about a unit after it was scheduled (pure): each group's status (conditions, counters,
-the decision), one event whenever the reason or message of its `Admitted` condition changes (but for
-waiting for its pods, which the condition alone says), every event
-about the unit's holder group said on its owner too, and each waiting pod labelled with its group (once its
-gang waits for more than the rest of its pods)."""
+the decision), written when its state changes and its numbers alone at most every st.REFRESH_SECONDS; one
+event whenever the reason or message of its `Admitted` condition is written changed (but for waiting for its
+pods, which the condition alone says); every event about the unit's holder group said on its owner too; and
+each waiting pod labelled with its group (once its gang waits for more than the rest of its pods)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ QUIET = (c.REASON_WAITING_FOR_PODS,)
 # spends a pass or two waiting for them: a label write per pod then, and its release a moment later, was two
 # writes per pod where the release alone carries the label (171 extra writes for 100 8-pod gangs at 1,000
 # nodes). A gang that keeps waiting for its pods (a quota, a missing PriorityClass) is labelled at the first
-# pass past this (one runs at least every --resync-seconds); one waiting for room, at once.
+# pass past this (one runs at least every --resync-seconds); one waiting for room, at once: `phalanx
+# explain` finds one gang of an owner that has several (a LeaderWorkerSet's groups) by that label.
 LABEL_WAITING_FOR_PODS_AFTER = 5.0
 
 

@@ -39,13 +39,15 @@ PREEMPTED_PREFIX = "preempted by "  # how a Job's requeue note starts when it wa
 # at least every --resync-seconds). The Job controller batches its status the same way (1 s).
 SETTLE_SECONDS = 5.0
 
-# Seconds in which a waiting group's status is not written again for new numbers in its message alone (the
-# same reason, nothing else changed; also not said again as an event). A gang waiting for room is refused
-# with the closest placement's counts ("... 5 scheduled, 3 remaining"), which change with every pod that
-# binds or ends anywhere: under contention (150 8-pod gangs on 1,000 nodes, a third waiting) that was ten
-# status writes and ten event writes per gang, a third of Phalanx's requests. The reason, which is what a
-# user acts on, is written at once when it changes; the numbers at most this often (kube-scheduler's own
-# retries of an unschedulable pod back off to 10 s, client-go's event spam filter to one per 5 minutes).
+# Seconds after this process wrote a group's status in which a change of numbers alone is not written (nor,
+# for why it waits, said again as an event): its counters (pods waiting, bound, succeeded, and the messages
+# that count them) and the words of a False condition under the same reason. A gang waiting for room is
+# refused with the closest placement's counts ("... 5 scheduled, 3 remaining"), which change with every pod
+# that binds or ends anywhere, and a running gang's counters change with each of its pods that ends: under
+# contention (150 8-pod gangs on 1,000 nodes, a third waiting) that was ten status writes and ten event
+# writes per gang, a third of Phalanx's requests. A change of state (phase, reason, decision, domain) is
+# written at once, with the numbers of that moment; the numbers alone at most this often (kube-scheduler
+# backs its retries of an unschedulable pod off to 10 s, client-go's event spam filter to one per 5 min).
 REFRESH_SECONDS = 30.0
 
 G = TypeVar("G", bound=GroupStatus)
@@ -282,11 +284,12 @@ def _admissions(current: GroupStatus, admission: Admission | None) -> int | None
 
 def _comparable(status: GroupStatus, counters: bool = True, messages: bool = True) -> tuple[Any, ...]:
     """Everything but timestamps, so an unchanged group costs no write; with `counters` False, also but the
-    pod counters and the WaitingForPods message that states them ("0 scheduled, 2 waiting"); with
-    `messages` False, also but the messages of False conditions (why it waits, in words)."""
+    pod counters and the messages that state them (WaitingForPods: "0 scheduled, 2 waiting"; Admitted:
+    "8 pod(s) admitted in b1; 3 more succeeded"); with `messages` False, also but the messages of False
+    conditions (why it waits, in words)."""
 
     def words(x: Condition) -> str | None:
-        if not counters and x.reason == c.REASON_WAITING_FOR_PODS:
+        if not counters and x.reason in (c.REASON_WAITING_FOR_PODS, c.REASON_ADMITTED):
             return None
         return None if not messages and x.status == c.FALSE else x.message
 
@@ -336,15 +339,14 @@ def settling(current: GroupStatus, desired: GroupStatus, now: dt.datetime) -> bo
 def refreshing(
     current: GroupStatus, desired: GroupStatus, now: dt.datetime, reported: dt.datetime | None
 ) -> bool:
-    """Whether the change from `current` to `desired` is one of the words of why it waits alone, within
-    REFRESH_SECONDS of this process's last write of the group's status (`reported`; None: not written since
-    it started): not written yet."""
+    """Whether the change from `current` to `desired` is one of numbers alone (counters, and the words of why
+    it waits under the same reason), within REFRESH_SECONDS of this process's last write of the group's
+    status (`reported`; None: not written since it started): not written yet."""
     if reported is None or (now - reported).total_seconds() >= REFRESH_SECONDS:
         return False
-    admitted = desired.condition(c.ADMITTED)
-    if admitted is None or admitted.status != c.FALSE:
-        return False
-    return _comparable(current, messages=False) == _comparable(desired, messages=False)
+    return _comparable(current, counters=False, messages=False) == _comparable(
+        desired, counters=False, messages=False
+    )
 
 
 def first_wait(
