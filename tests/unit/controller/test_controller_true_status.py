@@ -11,7 +11,7 @@ from test_controller_plan import admitted_reason
 from testkit import LB, NB, NODES, NOW, TOPOLOGY, cluster, group_of, job_body, node_body, only, pod_body
 
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
-from phalanx.controller.model.actions import PatchStatus
+from phalanx.controller.model.actions import PatchStatus, PostEvent
 from phalanx.controller.plan import plan
 from phalanx.controller.plan.status import GroupFacts, desired_status
 
@@ -49,6 +49,36 @@ def test_a_finished_group_keeps_its_domain_and_succeeded_members_are_counted() -
     _, reason, _ = admitted_reason(finished)
     assert reason == "Finished" and finished.domain == "nb-a"
     assert (finished.scheduled, finished.succeeded) == (0, 4)
+
+
+def test_a_gang_whose_last_pod_succeeded_is_finished_at_once_and_its_jobs_complete_adds_nothing() -> (
+    None
+):
+    """The Job controller writes Complete a moment after the last pod succeeded: the group says Finished
+    from that pod on (not "waiting for the Job's pods" in between), once, with no event (the Job controller
+    says it), and the Job's Complete then writes nothing."""
+    job = job_body("train", 4, annotations=TOPOLOGY, succeeded=2)  # its status lags: 2 of 4 counted
+    base = group_of(job).name
+    running = status_after(job, None, [ran(i, f"n{i + 1}", "Running", base) for i in range(4)])
+    assert running.phase == "Running"
+    ended = [ran(i, f"n{i + 1}", "Succeeded", base) for i in range(4)]
+    group = group_of(job, running)
+    result = plan(cluster([(job, group, ended)]), NOW)
+    (patch,) = only(result.actions, PatchStatus)
+    _, reason, message = admitted_reason(patch.status)
+    assert (reason, patch.status.phase, patch.status.domain) == ("Finished", "Finished", "nb-a"), message
+    assert patch.status.admission is None
+    assert not only(result.actions, PostEvent)
+    done = job_body("train", 4, annotations=TOPOLOGY, succeeded=4, finished=True)
+    assert not only(plan(cluster([(done, group_of(done, patch.status), ended)]), NOW).actions, PatchStatus)
+
+
+def test_a_job_with_more_completions_to_make_is_not_finished_when_a_wave_succeeded() -> None:
+    job = job_body("train", 4, annotations=TOPOLOGY, completions=8)
+    base = group_of(job).name
+    running = status_after(job, None, [ran(i, f"n{i + 1}", "Running", base) for i in range(4)])
+    wave = status_after(job, running, [ran(i, f"n{i + 1}", "Succeeded", base) for i in range(4)])
+    assert wave.phase != "Finished"
 
 
 def test_a_finished_composite_root_keeps_its_domain_too() -> None:

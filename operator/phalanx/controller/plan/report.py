@@ -33,7 +33,9 @@ WARN = (c.REASON_UNSCHEDULABLE, c.REASON_PRIORITY_CLASS_NOT_FOUND, c.REASON_QUOT
 # reasons said by the condition alone: waiting for the owner's pods is every gang's first state, over in
 # well under a second as its controller makes them; an event for it (on the group and on its owner) was two
 # of a gang's ~17 writes and told nothing the condition does not. Its end (admitted, or why not) is said.
-QUIET = (c.REASON_WAITING_FOR_PODS,)
+# Finished: the owner's own controller says it (the Job controller's Completed, JobSet's, ...); two more
+# events per gang, on the group and on the owner, said nothing new.
+QUIET = (c.REASON_WAITING_FOR_PODS, c.REASON_FINISHED)
 
 # Seconds a gang may wait for the rest of its pods before the ones it has are labelled with its PodGroup one
 # by one. A gang whose controller makes its pods in slow-start batches (the Job controller: 1, 2, 4, ...)
@@ -68,8 +70,26 @@ def report(work: UnitWork, ctx: Pass) -> None:
     _said_on_owner(work)
 
 
+def _ran_to_the_end(work: UnitWork, leaf: LeafWork) -> bool:
+    """Its pods ran to completion (a JobSet's child Job that succeeded), or, of a one-leaf unit, every
+    completion its owner needs has succeeded and no pod of it is placed: finished, before its owner's
+    controller says so (the Job controller writes Complete a pass or two later). Said once, then: not
+    "waiting for its pods" in between, and the owner's Complete changes nothing more."""
+    owner = work.owner
+    if leaf.done:
+        return True
+    return (
+        owner is not None
+        and owner.remaining == 0
+        and not leaf.placed
+        and not leaf.released_now
+        and any(p.succeeded for p in leaf.leaf.pods)
+    )
+
+
 def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
     owner = work.owner
+    ended = _ran_to_the_end(work, leaf)
     return st.GroupFacts(
         gang=leaf.gang,
         min_count=leaf.min_count,
@@ -78,9 +98,9 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         waiting=len(leaf.waiting) - leaf.released_now - leaf.ungated,
         domain=leaf.domain,
         suspended=owner.suspended if owner else False,
-        finished=(owner.finished if owner else False) or leaf.done,
+        finished=(owner.finished if owner else False) or ended,
         held=owner is None or owner.gated_template or not leaf.gang,
-        finished_how=owner.finished_how if owner and owner.finished else "succeeded" if leaf.done else "",
+        finished_how=owner.finished_how if owner and owner.finished else "succeeded" if ended else "",
         requeued=owner.requeued if owner else "",
         note=st.climbed_note(leaf.admission, leaf.group.topology_key),
         # A leaf done before its owner (a JobSet's child Job that succeeded) says so of itself.
@@ -93,7 +113,7 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
 def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     group, owner = leaf.group, work.owner
     admission = leaf.admission
-    if owner is not None and (owner.suspended or owner.finished):
+    if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
         admission = None  # nothing is held for a suspended or finished owner
     elif not leaf.placed and not leaf.released_now:
         admission = None  # the decision's pods are gone; the next one starts afresh
