@@ -60,6 +60,7 @@ class System:
     def __init__(self) -> None:
         self.cluster: DevCluster | None = None
         self.state: ClusterState | None = None
+        self.node_grace_seconds = 0  # kube-controller-manager --node-monitor-grace-period (0: its default)
 
     def unavailable(self) -> str | None:
         """Why this system cannot run in this checkout (None: it can)."""
@@ -74,7 +75,13 @@ class System:
     def _up(
         self, cluster: DevCluster, topology: str, log: Callable[[str], None], timeout: float
     ) -> ClusterState:
-        return cluster.up(mode=self.mode, topology=topology, log=log, ready_timeout=timeout)
+        return cluster.up(
+            mode=self.mode,
+            topology=topology,
+            log=log,
+            ready_timeout=timeout,
+            node_monitor_grace_seconds=self.node_grace_seconds,
+        )
 
     def _after_up(self, folder: Path, log: Callable[[str], None], timeout: float) -> None:
         return None
@@ -182,7 +189,12 @@ class Kueue(System):
     ) -> ClusterState:
         up: Any = cluster.up  # `addons` exists only once the addons branch is merged (checked by unavailable)
         state: ClusterState = up(
-            mode=self.mode, topology=topology, log=log, ready_timeout=timeout, addons=("kueue",)
+            mode=self.mode,
+            topology=topology,
+            log=log,
+            ready_timeout=timeout,
+            addons=("kueue",),
+            node_monitor_grace_seconds=self.node_grace_seconds,
         )
         return state
 

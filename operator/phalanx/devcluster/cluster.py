@@ -90,9 +90,14 @@ class DevCluster:
         real_node: bool = False,
         addons: str | Iterable[str] = (),
         kubernetes_version: str | None = None,
+        node_monitor_grace_seconds: int = 0,
     ) -> ClusterState:
         """Start a cluster; `addons`: any of jobset, lws, trainer, kueue (names or "a,b"): their real
-        controllers, built when missing, running and answering on their webhooks when this returns."""
+        controllers, built when missing, running and answering on their webhooks when this returns.
+        `node_monitor_grace_seconds`: kube-controller-manager's --node-monitor-grace-period (0: its default).
+        A big simulated cluster on a small machine needs more than the default: kwok renews every node's
+        Lease from one process, and at 5,000 nodes on 2 saturated cores renewals fall behind, so nodes are
+        marked unreachable (tainted) though nothing failed."""
         if mode not in MODES:
             raise ClusterError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
         nodes = parse_topology(topology)
@@ -144,6 +149,7 @@ class DevCluster:
             token=secrets.token_hex(24),
             started_at=time.time(),
             ports=ports,
+            node_monitor_grace_seconds=node_monitor_grace_seconds,
         )
         self._write_files(state)
         state.save()
@@ -371,6 +377,11 @@ class DevCluster:
                 "--kube-api-burst=400",
                 # Faster than the 5 s default so new nodes lose their not-ready taint quickly.
                 "--node-monitor-period=2s",
+                *(
+                    [f"--node-monitor-grace-period={state.node_monitor_grace_seconds}s"]
+                    if state.node_monitor_grace_seconds
+                    else []
+                ),
                 *self._gates(state),
             ],
         )

@@ -41,6 +41,9 @@ class ClusterState:
     control_plane_bin_dir: str = ""
     # `up --addons`: per addon, what addons.py started (see addons.AddonState); empty without them.
     addons: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # kube-controller-manager's --node-monitor-grace-period in seconds (0: its default, 50 s): how long a
+    # node may go without renewing its Lease before it is marked unreachable and tainted.
+    node_monitor_grace_seconds: int = 0
 
     @property
     def path(self) -> Path:

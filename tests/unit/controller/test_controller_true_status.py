@@ -51,9 +51,7 @@ def test_a_finished_group_keeps_its_domain_and_succeeded_members_are_counted() -
     assert (finished.scheduled, finished.succeeded) == (0, 4)
 
 
-def test_a_gang_whose_last_pod_succeeded_is_finished_at_once_and_its_jobs_complete_adds_nothing() -> (
-    None
-):
+def test_a_gang_whose_last_pod_succeeded_is_finished_at_once_and_its_jobs_complete_adds_nothing() -> None:
     """The Job controller writes Complete a moment after the last pod succeeded: the group says Finished
     from that pod on (not "waiting for the Job's pods" in between), once, with no event (the Job controller
     says it), and the Job's Complete then writes nothing."""
