@@ -38,6 +38,7 @@ import shutil
 import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -65,6 +66,7 @@ from scale_watch import (  # noqa: E402
     cpu_seconds,
     histogram_latency,
     memory_mib,
+    pass_totals,
     review_buckets,
     webhook_latency,
 )
@@ -152,6 +154,9 @@ class Options:
     # nothing failed (seen: one pinned pod per gang refused for its node's taint, the gang requeued). The
     # same for every system.
     node_grace_seconds: int = 300
+    # py-spy records each Python admitter (Phalanx's operator) over the measured window into this folder
+    # (collapsed stacks, `<system>-<case>-r<round>.txt`; py-spy must be on PATH): where its CPU goes.
+    profile: Path | None = None
 
 
 BIG_CLUSTER = 3000
@@ -200,6 +205,56 @@ class Sampler:
             with contextlib.suppress(OSError):
                 rss = memory_mib(pid).get("VmRSS", 0.0)
                 self.rss_max[name] = max(self.rss_max.get(name, 0.0), rss)
+
+
+@dataclass
+class Profiler:
+    """py-spy sampling the Python admitters of a run (not Go ones: kube-scheduler, Kueue) for its measured
+    window, 100 samples a second, into collapsed stacks (one line a stack and its count: grep, or any
+    flame graph tool). A profiler that cannot start is said and skipped; the run goes on unprofiled."""
+
+    procs: list[tuple[Path, subprocess.Popen[bytes]]]
+
+    @classmethod
+    def start(
+        cls, folder: Path | None, pids: dict[str, int], stem: str, log: Callable[[str], None]
+    ) -> Profiler | None:
+        if folder is None:
+            return None
+        spy = shutil.which("py-spy")
+        if spy is None:
+            log("  --profile: py-spy is not on PATH (pip install py-spy); not profiled")
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for name, pid in pids.items():
+            if not _is_python(pid):
+                continue
+            path = folder / f"{stem}-{name}.txt"
+            command = [spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--output"]
+            procs.append((path, subprocess.Popen([*command, str(path)], stdout=subprocess.DEVNULL)))
+        return cls(procs)
+
+    def stop(self) -> list[str]:
+        """Ends the recordings (py-spy writes its file on SIGINT) and returns their paths."""
+        for _, proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+        written = []
+        for path, proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if path.exists():
+                written.append(str(path))
+        return written
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return "python" in Path(f"/proc/{pid}/exe").resolve().name
+    except OSError:
+        return False
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
@@ -275,9 +330,12 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         load_start = load1()
         cpu_before = cpu_of(components)
         counters_before = ApiCounters.parse(api.get("/metrics"))
-        reviews_before = review_buckets(system.own_metrics())
+        own_before = system.own_metrics()
+        reviews_before = review_buckets(own_before)
+        passes_before = pass_totals(own_before)
         watch_requests_before = watch.requests
 
+        profiler = Profiler.start(options.profile, admitters, f"{system.name}-{case.id}", log)
         t0 = time.monotonic()
         created = create_jobs(api, bodies, options.workers)
         created_s = time.monotonic() - t0
@@ -293,9 +351,13 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 break
             time.sleep(0.25)
         end = time.monotonic()
+        if profiler is not None:
+            result["profile"] = profiler.stop()
 
         counters_after = ApiCounters.parse(api.get("/metrics"))
-        reviews_after = review_buckets(system.own_metrics())
+        own_after = system.own_metrics()
+        reviews_after = review_buckets(own_after)
+        passes_after = pass_totals(own_after)
         cpu_after = cpu_of(components)
         log_end = log_path.stat().st_size
         if verbose:
@@ -326,6 +388,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 "webhooks": webhook_latency(counters_before, counters_after),
                 # the operator's own timing of each review, in finer buckets (Phalanx only)
                 "webhooks_in_process": histogram_latency(reviews_before, reviews_after),
+                # the operator's scheduling passes in the window (Phalanx only): count, seconds
+                "passes": {k: round(v - passes_before.get(k, 0.0), 3) for k, v in passes_after.items()},
             }
         )
         bench_requests = 1 + len(bodies) + (watch.requests - watch_requests_before)
@@ -604,8 +668,6 @@ def machine() -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    import subprocess
-
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
 
@@ -706,6 +768,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", default="/tmp/phalanx-scale", help="clusters live here (one at a time)")
     parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy records Phalanx's operator in each measured window into this folder (collapsed stacks)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep every run's folder (logs), not only failures'"
     )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M")
@@ -742,6 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node_grace_seconds=args.node_grace,
         request_log=not args.no_request_log,
         keep=args.keep,
+        profile=args.profile,
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -753,7 +821,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_at_start": load1(),
         "systems": systems,
         "cases": [asdict(c) | {"id": c.id, "nodes": c.nodes} for c in cases],
-        "options": {k: v for k, v in asdict(options).items() if k != "log"},
+        "options": {
+            k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items() if k != "log"
+        },
         "skipped": skipped,
         "runs": [],
     }

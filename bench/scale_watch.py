@@ -362,6 +362,21 @@ def review_buckets(text: str) -> dict[str, dict[float, float]]:
     return {k: dict(v) for k, v in buckets.items()}
 
 
+# The operator's own pass timing (Phalanx only): how many passes ran and the seconds they took, planning
+# alone and planning with applying.
+PASS_SERIES = {
+    "passes": "phalanx_scheduling_pass_duration_seconds_count",
+    "pass_s": "phalanx_scheduling_pass_duration_seconds_sum",
+    "plan_s": "phalanx_plan_duration_seconds_sum",
+}
+
+
+def pass_totals(text: str) -> dict[str, float]:
+    """The operator's pass counters, one read: passes, and seconds in passes and in planning."""
+    samples = {name: value for name, _, value in prometheus_samples(text, PASS_SERIES.values())}
+    return {key: samples[name] for key, name in PASS_SERIES.items() if name in samples}
+
+
 def webhook_latency(before: ApiCounters, after: ApiCounters) -> dict[str, dict[str, float | None]]:
     """Per webhook, as the apiserver timed it: reviews in the window and their p50/p99 in ms."""
     return histogram_latency(before.webhook_buckets, after.webhook_buckets)

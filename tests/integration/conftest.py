@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.controller.loop.incremental import DIFFERS
 from phalanx.devcluster.cluster import ClusterState, DevCluster
 from phalanx.devcluster.operator_process import OperatorProcess
 
@@ -17,6 +18,38 @@ from .kube import Namespace, delete_namespace, new_namespace
 from .operator_fixtures import namespace_with, running_operator
 
 pytestmark = pytest.mark.integration
+
+# Every operator these tests start plans each pass whole as well and logs where its incremental plan differs
+# (loop/incremental.py); a test after which any operator logged that fails (`_incremental_plans_agree`).
+os.environ.setdefault("PHALANX_VERIFY_INCREMENTAL", "true")
+_STARTED: dict[int, tuple[OperatorProcess, int]] = {}  # id -> (operator, log offset already checked)
+_start = OperatorProcess.start
+
+
+def _start_and_remember(self: OperatorProcess, timeout: float = 60.0) -> None:
+    _STARTED.setdefault(id(self), (self, 0))
+    _start(self, timeout)
+
+
+OperatorProcess.start = _start_and_remember  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _incremental_plans_agree() -> Iterator[None]:
+    """After each test: no operator it ran found its incremental plan differ from the whole one."""
+    yield
+    found = []
+    for key, (operator, offset) in list(_STARTED.items()):
+        try:
+            with open(operator.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+                _STARTED[key] = (operator, f.tell())
+        except OSError:
+            continue
+        found += [f"{operator.log_path}: {line}" for line in text.splitlines() if DIFFERS in line]
+    if found:
+        pytest.fail("incremental passes differed from whole ones:\n" + "\n".join(found[:5]), pytrace=False)
 
 
 # Fixtures whose clusters need binaries hack/test.sh builds while the other tests run (needs_builds).

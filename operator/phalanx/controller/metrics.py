@@ -70,6 +70,16 @@ PLAN_DURATION = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
     registry=REGISTRY,
 )
+UNITS_MADE = Counter(
+    "phalanx_units_made_total",
+    "Units made from the cache for a pass: those of owners whose records changed (loop/incremental.py)",
+    registry=REGISTRY,
+)
+UNITS_SKIPPED = Counter(
+    "phalanx_units_skipped_total",
+    "Settled units a pass did not plan again: nothing they read changed since they planned nothing",
+    registry=REGISTRY,
+)
 DECISION_DURATION = Histogram(
     "phalanx_placement_decision_duration_seconds",
     "Time of one placement decision (one group, one snapshot)",

@@ -411,7 +411,7 @@ class Applier:
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
                 await self._post(self._resolved(involved), type_, reason, message)
             case RememberAnnounced(key=key, message=message):
-                self.cache.announced[key] = message
+                self.cache.announce(key, message)
             case ReleasePod() | UngatePod() | LabelPod() | EvictPod() | DeletePod():
                 await self._pod(action)
             case SuspendJob() | ResumeJob():

@@ -137,6 +137,12 @@ class ClusterCache:
         # Which Topology each node label belongs to: `topology_index.levels_for(key)` for placement.
         self.topology_index = TopologyIndex()
         self.node_labels_generation = 0  # bumps when a node comes, goes or changes its labels
+        # Bumps when anything a kind reads beside an owner's own records changes (ClusterView: priority
+        # classes, quotas, notes said, Kueue's objects, owners other kinds read): every unit is made again.
+        self.view_generation = 0
+        # Bumps when a node or a Topology comes, goes or changes: what a settled unit's plan reads beside
+        # its unit (loop/units.py plans it again).
+        self.placement_generation = 0
         self.expectations = Expectations(clock=clock)
         self.gone_pods: dict[
             str, None
@@ -170,10 +176,10 @@ class ClusterCache:
             self._upsert_priority_class(body)
         elif kind == KUEUE_WORKLOAD:
             if self.kueue.upsert(body):
-                self._touch()
+                self._touch_view()
         elif kind in KUEUE_QUEUE_KINDS:
             if self.kueue_queues.upsert(kind, body):
-                self._touch()
+                self._touch_view()
         elif kind == QUOTA:
             self._upsert_quota(body)
         elif kind == DEVICE_CLASS:
@@ -195,25 +201,27 @@ class ClusterCache:
             self.expectations.forget(TOPOLOGY, key)
             if self.topologies.pop(key, None) is not None:
                 self.topology_index = TopologyIndex.build(self.topologies.values())
+                self.placement_generation += 1
                 self._touch()
         elif kind == NODE:
             if self.nodes.pop(key, None) is not None:
                 self.node_labels_generation += 1
+                self.placement_generation += 1
                 self.live.remove_node(key)
                 self._touch()
         elif kind == PRIORITY_CLASS:
             if self.priority_classes.pop(key, None) is not None:
-                self._touch()
+                self._touch_view()
         elif kind == KUEUE_WORKLOAD:
             if self.kueue.delete(key):
-                self._touch()
+                self._touch_view()
         elif kind in KUEUE_QUEUE_KINDS:
             if self.kueue_queues.delete(kind, key):
-                self._touch()
+                self._touch_view()
         elif kind == QUOTA:
             namespace, _, name = key.partition("/")
             if self.quotas.get(namespace, {}).pop(name, None) is not None:
-                self._touch()
+                self._touch_view()
         elif kind == DEVICE_CLASS:
             self.device_classes.pop(key, None)
         else:
@@ -250,6 +258,16 @@ class ClusterCache:
         self.generation += 1
         if wake:
             self.changed.set()
+
+    def _touch_view(self, wake: bool = True) -> None:
+        self.view_generation += 1
+        self._touch(wake)
+
+    def announce(self, key: str, message: str) -> None:
+        """Remember a note said once ("<owner uid>/<what>" -> its message: kinds/common.announce_once)."""
+        if self.announced.get(key) != message:
+            self.announced[key] = message
+            self.view_generation += 1
 
     def snapshot(self) -> Snapshot:
         return self.live.snapshot()
@@ -298,6 +316,7 @@ class ClusterCache:
         if old != info:
             if old is None or old.labels != info.labels:
                 self.node_labels_generation += 1
+            self.placement_generation += 1
             self.nodes[info.name] = info
             self.live.upsert_node(info)
             self._touch()
@@ -306,14 +325,14 @@ class ClusterCache:
         record = PriorityClassRecord.from_body(body)
         if self.priority_classes.get(record.name) != record:
             self.priority_classes[record.name] = record
-            self._touch()
+            self._touch_view()
 
     def _upsert_quota(self, body: Mapping[str, Any]) -> None:
         record = QuotaRecord.from_body(body)
         quotas = self.quotas[record.namespace]
         if quotas.get(record.name) != record:
             quotas[record.name] = record
-            self._touch()
+            self._touch_view()
 
     def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
         """The ResourceQuotas of a namespace (ClusterView)."""
@@ -414,14 +433,19 @@ class ClusterCache:
             self._delete_owner(kind.name, previous)  # deleted and made again under the same name
         owners[record.uid] = record
         self._owner_uids[kind.name][key] = record.uid
+        if old is not record and kind.read_by_other_kinds:
+            self.view_generation += 1
         if old != record:
             self._touch(wake)
 
     def _delete_owner(self, kind: str, uid: str) -> None:
         for key in [k for k in self.announced if k.startswith(f"{uid}/")]:
             del self.announced[key]
+            self.view_generation += 1
         old = self.owners[kind].pop(uid, None)
         if old is not None:
+            if self.kinds[kind].read_by_other_kinds:
+                self.view_generation += 1
             self._owner_uids[kind].pop(f"{old.namespace}/{old.name}", None)
             self.expectations.forget(kind, f"{old.namespace}/{old.name}")
             self._touch()
@@ -457,6 +481,7 @@ class ClusterCache:
             self.topologies[record.name] = record
             if old != record:
                 self.topology_index = TopologyIndex.build(self.topologies.values())
+                self.placement_generation += 1
                 self._touch(not own_write)
         elif self._store(kind).put(record):
             self._touch(not own_write)

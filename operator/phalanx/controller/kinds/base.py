@@ -15,7 +15,7 @@ Adding a kind is one module implementing `OwnerKind` and one row in `kinds.KINDS
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -225,6 +225,7 @@ class WorkloadKind(Protocol):
     def units(self, view: ClusterView) -> Iterable[Unit]: ...
 
 
+@runtime_checkable
 class OwnerKind(WorkloadKind, Protocol):
     """A kind whose owners are API objects of their own (Jobs, JobSets, ...), kept in the cache."""
 
@@ -238,6 +239,19 @@ class OwnerKind(WorkloadKind, Protocol):
     @property
     def owns_groups(self) -> bool:
         """Phalanx's groups for an owner of this kind are owned by it (blockOwnerDeletion)."""
+        ...
+
+    @property
+    def read_by_other_kinds(self) -> bool:
+        """Other kinds' units read its owners' records (`ClusterView.owner_record`: a TrainJob's JobSet), so
+        a change of one makes every unit again."""
+        ...
+
+    def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+        """The units of one owner (its `units(view)` is these for every owner the view holds). A pure
+        function of `state` and of what the view says beside it (priority classes, quotas, notes said,
+        Kueue's objects, other kinds' owners): the loop rebuilds an owner's units only when one of those
+        changed (loop/units.py)."""
         ...
 
     def parse(self, body: Mapping[str, Any]) -> OwnerRecord: ...
@@ -267,3 +281,9 @@ class AdmittingKind(OwnerKind, Protocol):
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         """What an edit of a managed object may not change (each naming its field)."""
         ...
+
+
+def owners_units(kind: OwnerKind, view: ClusterView) -> Iterator[Unit]:
+    """Every owner's units, owner by owner in the view's order (an OwnerKind's `units`)."""
+    for state in view.owner_states(kind.name):
+        yield from kind.owner_units(state, view)

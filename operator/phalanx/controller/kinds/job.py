@@ -15,7 +15,7 @@ from phalanx.api.podgroup import PodGroup
 from phalanx.api.scheduling import SchedulingPolicy
 from phalanx.api.status import PodGroupStatus
 from phalanx.api.workload import Workload
-from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit
+from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit, owners_units
 from phalanx.controller.kinds.common import (
     announce_once,
     let_go,
@@ -51,6 +51,7 @@ class JobKind:
     resource = RESOURCE
     suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
     owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+    read_by_other_kinds = False
 
     def parse(self, body: Mapping[str, Any]) -> JobRecord:
         return JobRecord.from_body(body)
@@ -72,16 +73,18 @@ class JobKind:
         return pod.job_uid
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
-        for state in view.owner_states(KIND):
-            job: JobRecord = state.owner
-            if not job.managed:
-                actions = let_go(state, KIND)
-                if actions:
-                    yield Unit(job.unit_key, None, None, tuple(actions), created=job.created)
-            elif is_sliced(state):
-                yield sliced_unit(state, view)
-            else:
-                yield plain_unit(state, view)
+        return owners_units(self, view)
+
+    def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+        job: JobRecord = state.owner
+        if not job.managed:
+            actions = let_go(state, KIND)
+            if actions:
+                yield Unit(job.unit_key, None, None, tuple(actions), created=job.created)
+        elif is_sliced(state):
+            yield sliced_unit(state, view)
+        else:
+            yield plain_unit(state, view)
 
 
 def plain_unit(state: OwnerState, view: ClusterView) -> Unit:

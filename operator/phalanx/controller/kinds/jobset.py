@@ -41,6 +41,7 @@ from phalanx.controller.kinds.base import (
     Resource,
     Tree,
     Unit,
+    owners_units,
 )
 from phalanx.controller.kinds.common import (
     announce_once,
@@ -164,6 +165,7 @@ class JobSetKind:
     resource = RESOURCE
     suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
     owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+    read_by_other_kinds = False
 
     def parse(self, body: Mapping[str, Any]) -> JobSetRecord:
         return JobSetRecord.from_body(body)
@@ -185,14 +187,16 @@ class JobSetKind:
         return update_problems(old, new)
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
-        for state in view.owner_states(KIND):
-            jobset: JobSetRecord = state.owner
-            if not jobset.managed:
-                actions = let_go(state, KIND)
-                if actions:
-                    yield Unit(jobset.unit_key, None, None, tuple(actions), created=jobset.created)
-            else:
-                yield jobset_unit(state, view)
+        return owners_units(self, view)
+
+    def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+        jobset: JobSetRecord = state.owner
+        if not jobset.managed:
+            actions = let_go(state, KIND)
+            if actions:
+                yield Unit(jobset.unit_key, None, None, tuple(actions), created=jobset.created)
+        else:
+            yield jobset_unit(state, view)
 
 
 def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:

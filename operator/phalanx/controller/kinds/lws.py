@@ -42,6 +42,7 @@ from phalanx.controller.kinds.base import (
     Resource,
     Tree,
     Unit,
+    owners_units,
 )
 from phalanx.controller.kinds.common import (
     announce_once,
@@ -139,6 +140,7 @@ class LwsKind:
     resource = RESOURCE
     suspends = False  # requeued whole through spec.suspend (else: its pods deleted)
     owns_groups = True  # Phalanx's groups for it are owned by it (blockOwnerDeletion)
+    read_by_other_kinds = False
 
     def parse(self, body: Mapping[str, Any]) -> LwsRecord:
         return LwsRecord.from_body(body)
@@ -162,20 +164,22 @@ class LwsKind:
         return update_problems(old, new)
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
-        for state in view.owner_states(KIND):
-            lws: LwsRecord = state.owner
-            if not lws.managed:
-                actions = let_go(state, KIND)
-                if actions:
-                    yield Unit(
-                        unit_key(KIND, lws.namespace, lws.name),
-                        None,
-                        None,
-                        tuple(actions),
-                        created=lws.created,
-                    )
-                continue
-            yield from lws_units(state, view)
+        return owners_units(self, view)
+
+    def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+        lws: LwsRecord = state.owner
+        if not lws.managed:
+            actions = let_go(state, KIND)
+            if actions:
+                yield Unit(
+                    unit_key(KIND, lws.namespace, lws.name),
+                    None,
+                    None,
+                    tuple(actions),
+                    created=lws.created,
+                )
+            return
+        yield from lws_units(state, view)
 
 
 def owner_of(lws: LwsRecord) -> Owner:

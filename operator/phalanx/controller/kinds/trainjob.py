@@ -21,7 +21,7 @@ from phalanx.api.job_policy import JobPolicyError, key_problems
 from phalanx.api.jobset import JOBSET_ANNOTATIONS, annotation_problems
 from phalanx.api.trainjob import API_VERSION, KIND, finished_how, runtime_patches
 from phalanx.bodies import mapping
-from phalanx.controller.kinds.base import ClusterView, Resource, Unit
+from phalanx.controller.kinds.base import ClusterView, OwnerState, Resource, Unit
 from phalanx.controller.model.records import PodRecord, meta_of, parse_time
 from phalanx.controller.model.refs import ObjectRef
 
@@ -70,6 +70,7 @@ class TrainJobKind:
     resource = RESOURCE
     suspends = True  # requeued whole through spec.suspend (else: its pods deleted)
     owns_groups = False  # its groups are its JobSet's (owned by the JobSet, which Trainer owns)
+    read_by_other_kinds = True  # its JobSet's unit reads it (kinds/jobset.py owner_of)
 
     def parse(self, body: Mapping[str, Any]) -> TrainJobRecord:
         return TrainJobRecord.from_body(body)
@@ -103,3 +104,6 @@ class TrainJobKind:
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
         return ()  # its JobSet's unit is its gang (kinds/jobset.py)
+
+    def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
+        return ()

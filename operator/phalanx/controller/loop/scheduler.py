@@ -16,6 +16,7 @@ plan per unit at a time; the end of the one in flight asks for a pass.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -29,6 +30,7 @@ from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds import KINDS
 from phalanx.controller.kinds.base import WorkloadKind
+from phalanx.controller.loop.incremental import DIFFERS, UnitMemo
 from phalanx.controller.model.actions import UnitPlan, places_nothing
 from phalanx.controller.model.keys import unit_key
 from phalanx.controller.plan import Plan, PlanInput, plan
@@ -50,12 +52,21 @@ def plan_input(
     kinds: Iterable[WorkloadKind] = KINDS,
     starvation_age: float = STARVATION_AGE_SECONDS,
     bind_timeout: float = BIND_TIMEOUT_SECONDS,
+    memo: UnitMemo | None = None,
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
-    changes anything)."""
+    changes anything). With `memo`, units are made again only for owners that changed, and the units
+    settled in the memo's last pass and unchanged since are skipped (loop/incremental.py)."""
+    if memo is None:
+        units = tuple(unit for kind in kinds for unit in kind.units(cache))
+        skip: frozenset[str] = frozenset()
+    else:
+        units = memo.units(cache, kinds)
+        skip = memo.skip(units, cache.placement_generation)
     return PlanInput(
-        units=tuple(unit for kind in kinds for unit in kind.units(cache)),
+        units=units,
+        skip=skip,
         levels={label: t.levels for label, t in cache.topology_index.by_label.items()},
         snapshot=cache.snapshot(),
         nodes=MappingProxyType(cache.nodes),  # not copies (50,000 nodes)
@@ -86,6 +97,7 @@ class Scheduler:
         starvation_age: float = STARVATION_AGE_SECONDS,
         bind_timeout: float = BIND_TIMEOUT_SECONDS,
         pipeline: bool = False,
+        verify_incremental: bool = False,
     ) -> None:
         self.node_failure_grace = node_failure_grace
         self.starvation_age = starvation_age
@@ -100,6 +112,9 @@ class Scheduler:
         self.in_flight: dict[str, asyncio.Task[GroupResult]] = {}  # unit key -> its setup being applied
         self._reasons: set[str] = set()
         self._node_counts = NodeCounts()
+        self.memo = UnitMemo()
+        self.verify_incremental = verify_incremental
+        self.differences = 0  # passes whose incremental plan differed from the whole one (verify mode)
 
     async def run(self) -> None:
         try:
@@ -136,6 +151,7 @@ class Scheduler:
             except Exception:
                 # A bug in one pass must not stop scheduling; the next event or resync retries.
                 log.exception("scheduling pass failed")
+                self.memo.forget()
                 await asyncio.sleep(1.0)
                 self.cache.changed.set()
 
@@ -145,18 +161,25 @@ class Scheduler:
         self.cache.settle_expectations()
         backoff = self.applier.backoff
         topologies = self.cache.topologies.values()
+        placement_generation = self.cache.placement_generation
         state = plan_input(
             self.cache,
             backoff.waiting(),
             self.node_failure_grace,
             starvation_age=self.starvation_age,
             bind_timeout=self.bind_timeout,
+            memo=self.memo,
         )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
         )
         now = dt.datetime.now(dt.UTC)
         decided = plan(state, now)
+        if self.verify_incremental:
+            decided = self._verified(state, decided, now)
+        self.memo.planned(state.units, decided.settled, placement_generation)
+        metrics.UNITS_MADE.inc(self.memo.made)
+        metrics.UNITS_SKIPPED.inc(len(state.skip))
         # Topologies' status (node count, Active): patched only when it differs from what it should be.
         counts = self._node_counts.get(self.cache.node_labels_generation, topologies, self.cache.nodes)
         statuses = plan_status(topologies, self.cache.topology_index, counts, now, backoff.waiting())
@@ -175,6 +198,41 @@ class Scheduler:
         if self.on_pass is not None:
             self.on_pass()
         return results
+
+    def _verified(self, state: PlanInput, decided: Plan, now: dt.datetime) -> Plan:
+        """The whole pass planned as well, from units made afresh and with nothing skipped: a difference
+        is logged (DIFFERS) and the whole plan is used."""
+        units = tuple(unit for kind in KINDS for unit in kind.units(self.cache))
+        whole = plan(dataclasses.replace(state, units=units, skip=frozenset()), now)
+        problems = []
+        if units != state.units:
+            made = {u.key: u for u in units}
+            problems.append(
+                "units made again differ from the memo's: "
+                + ", ".join(
+                    sorted(
+                        {u.key for u in state.units if made.get(u.key) != u}
+                        | made.keys() - {u.key for u in state.units}
+                    )
+                )
+            )
+        if whole.units != decided.units:
+            mine = {u.key: u for u in decided.units}
+            theirs = {u.key: u for u in whole.units}
+            keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            problems.append(f"plans of {', '.join(keys)} (skipped: {sorted(state.skip & set(keys))})")
+            for key in keys[:3]:
+                problems.append(f"{key}: incremental {mine.get(key)!r}; whole {theirs.get(key)!r}")
+        if (whole.waiting_by_reason, whole.longest_wait_seconds) != (
+            decided.waiting_by_reason,
+            decided.longest_wait_seconds,
+        ):
+            problems.append("the waiting gangs' counts differ")
+        if problems:
+            self.differences += 1
+            log.error("%s: %s", DIFFERS, "; ".join(problems))
+            return whole
+        return decided
 
     def _start_setup(self, unit: UnitPlan) -> None:
         task = asyncio.create_task(self.applier.apply_setup(unit), name=f"phalanx-setup-{unit.key}")

@@ -52,5 +52,17 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
     )
     ctx.quota_deadlocks = deadlocked(units)  # gangs whose gated pods hold a quota others need
     hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
-    plans = [p for unit in sorted(units, key=lambda u: u.order) if (p := schedule(unit, ctx)) is not None]
-    return Plan(tuple(plans), dict(ctx.waiting), tuple(ctx.decision_seconds), ctx.longest_wait)
+    skip = state.skip - ctx.quota_deadlocks.keys()
+    plans = []
+    for unit in sorted(units, key=lambda u: u.order):
+        if unit.key in skip and unit.tree is not None:
+            ctx.settled.add(unit.key)  # settled and unchanged: it would plan nothing (loop/incremental.py)
+        elif (p := schedule(unit, ctx)) is not None:
+            plans.append(p)
+    return Plan(
+        tuple(plans),
+        dict(ctx.waiting),
+        tuple(ctx.decision_seconds),
+        ctx.longest_wait,
+        frozenset(ctx.settled),
+    )

@@ -33,6 +33,9 @@ class PlanInput:
     kueue: KueueIndex | None = None  # Kueue's Workloads, read in the same pass (plan/kueue.py)
     # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
     reported: Mapping[str, dt.datetime] = field(default_factory=dict)
+    # Keys of units settled in the last pass and unchanged since (loop/incremental.py): not planned again,
+    # still units of the pass (victims, staging, quota deadlocks read them) and settled in its Plan.
+    skip: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class Plan:
     waiting_by_reason: Mapping[str, int]  # gangs not admitted, by the reason they wait
     decision_seconds: tuple[float, ...] = ()  # one per placement decision (for metrics)
     longest_wait_seconds: float = 0.0  # how long the gang that has waited longest has waited
+    # Keys of the units that planned nothing and can plan nothing new until their own records, the nodes
+    # or the Topologies change (machine.settled); the loop skips them next pass if so (PlanInput.skip).
+    settled: frozenset[str] = frozenset()
 
     @property
     def actions(self) -> list[Action]:

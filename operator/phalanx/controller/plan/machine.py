@@ -53,6 +53,8 @@ def schedule(unit: Unit, ctx: Pass) -> UnitPlan | None:
     never_fits(work, ctx)  # a gang Kueue admitted that no domain can ever hold says so (plan/kueue.py)
     report(work, ctx)
     if not work.actions:
+        if settled(work):
+            ctx.settled.add(unit.key)
         return None
     latency = None
     owner = unit.owner
@@ -62,6 +64,23 @@ def schedule(unit: Unit, ctx: Pass) -> UnitPlan | None:
     since = waiting_since(work) if admitted is not None else None
     return UnitPlan(
         unit.key, tuple(work.actions), owner_ref, work.released, latency, work.preempted, admitted, since
+    )
+
+
+def settled(work: UnitWork) -> bool:
+    """A unit that planned nothing and whose next plan depends only on its own records and the nodes'
+    and Topologies' (loop/incremental.py skips it until one of those changes): no status change held back
+    for later, no pod waiting to be placed (the snapshot and the time decide those), none released and not
+    yet bound (the bind timeout is a time). What is left of the steps for it reads its unit, the priority
+    classes (in its unit's making), the nodes' labels (its domain) and the quota deadlocks (plan() never
+    skips a unit that has one); the time only stamps a status that changed, and a change is an action."""
+    return (
+        not work.actions
+        and not work.deferred
+        and all(
+            not leaf.waiting and not leaf.virtual and all(p.bound for p in leaf.placed)
+            for leaf in work.leaves.values()
+        )
     )
 
 

@@ -198,12 +198,18 @@ def _write_status(
     (but for counters alone while its pods come or bind: st.settling); an event if its Admitted changed.
     New words for why it waits alone wait for st.REFRESH_SECONDS since its last write (st.refreshing); a new
     group's first "waiting for its pods", for st.SETTLE_SECONDS of its life (st.first_wait)."""
-    if not st.status_changed(current, desired) or st.first_wait(current, desired, ctx.now, created):
+    if not st.status_changed(current, desired):
         return
-    if st.refreshing(current, desired, ctx.now, ctx.reported.get(ref.kind_key)):
+    if st.first_wait(current, desired, ctx.now, created) or st.refreshing(
+        current, desired, ctx.now, ctx.reported.get(ref.kind_key)
+    ):
+        work.deferred = True  # written by a later pass (machine.settled)
         return
-    if not _fold_into_record(work, ref, desired) and not st.settling(current, desired, ctx.now):
-        work.actions.append(PatchStatus(ref, desired))
+    if not _fold_into_record(work, ref, desired):
+        if st.settling(current, desired, ctx.now):
+            work.deferred = True
+        else:
+            work.actions.append(PatchStatus(ref, desired))
     work.actions.extend(announce(ref, current, desired))
 
 

@@ -47,6 +47,7 @@ class Pass:
     quota_deadlocks: Mapping[str, str] = field(default_factory=dict)
     # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
     reported: Mapping[str, dt.datetime] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)  # keys of units that planned nothing (machine.settled)
 
 
 @dataclass
@@ -108,6 +109,9 @@ class UnitWork:
     first_admission: bool = False  # the unit was admitted for the first time in this pass
     reservation: Reservation | None = None  # a tree's, on its root (a one-leaf unit's is on its leaf)
     preempted: int = 0  # pods it preempted in this pass
+    # A status change of a group was held back (report.py: numbers alone, a first wait for pods): a later
+    # pass may write it with nothing else changed, so the unit is not settled.
+    deferred: bool = False
 
     @property
     def owner(self) -> Owner | None:

@@ -264,6 +264,7 @@ class Runtime:
             starvation_age=self.settings.starvation_age,
             bind_timeout=self.settings.bind_timeout,
             pipeline=True,  # setup applied beside the passes (loop/scheduler.py)
+            verify_incremental=self.settings.verify_incremental,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")

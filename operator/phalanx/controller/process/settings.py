@@ -65,6 +65,7 @@ class Settings:
     scheduler_names: tuple[str, ...] = ()
     bind_timeout: float = 120.0
     informers: bool = True
+    verify_incremental: bool = False
 
     @property
     def metrics_enabled(self) -> bool:
@@ -503,6 +504,13 @@ OPTIONS: tuple[Option, ...] = (
         "informers",
         "watch nodes and pods with Phalanx's own list-then-watch instead of Kopf's (watch/informer.py: no "
         "per-event copies or per-object memories); off: Kopf watches every kind",
+        kind="bool",
+    ),
+    Option(
+        "verify_incremental",
+        "plan every pass whole as well and log an error where the incremental plan (units of unchanged "
+        "owners and settled units not planned again) differs, then use the whole plan: a check for tests, "
+        "at the cost of a whole plan per pass",
         kind="bool",
     ),
 )
