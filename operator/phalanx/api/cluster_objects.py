@@ -16,6 +16,36 @@ from phalanx.placement.interning import Interner, MappingInterner, text
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def name_pin(node: str) -> dict[str, Any]:
+    """The required node affinity that pins a released pod to `node` by name (besides its nodeSelector):
+    kube-scheduler's NodeAffinity PreFilter turns a `metadata.name` field selector into the one node its
+    filters then look at (controller/model/actions.py ReleasePod)."""
+    return {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    }
+
+
+def placement_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod spec the engine reads: without Phalanx's name pin, which says again what the nodeSelector pin
+    says (a released pod's requirements are what they were without it: one object per node, not two, and
+    no term per pod to keep)."""
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, Mapping):
+        return spec
+    node_affinity = affinity.get("nodeAffinity")
+    pinned = mapping(spec.get("nodeSelector")).get(HOSTNAME_KEY)
+    if (
+        not pinned
+        or not isinstance(node_affinity, Mapping)
+        or node_affinity.get(REQUIRED) != name_pin(pinned)
+    ):
+        return spec
+    rest = {k: v for k, v in node_affinity.items() if k != REQUIRED}
+    others = {k: v for k, v in affinity.items() if k != "nodeAffinity"}
+    return {**spec, "affinity": {**others, **({"nodeAffinity": rest} if rest else {})}}
 
 
 def node_info(body: Mapping[str, Any]) -> NodeInfo:

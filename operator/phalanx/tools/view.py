@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import cluster_objects, keys
-from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
+from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES, placement_spec
 from phalanx.api.job_layout import COMPLETION_INDEX_LABEL
 from phalanx.bodies import mapping
 from phalanx.placement import (
@@ -96,7 +96,7 @@ class PodView:
             pinned_node=str(mapping(spec.get("nodeSelector")).get(HOSTNAME_KEY) or ""),
             pod_group=str(mapping(meta.get("labels")).get(keys.POD_GROUP_LABEL) or ""),
             requests=(requests := pod_requests(spec)),
-            requirements=pod_requirements(spec, requests),
+            requirements=pod_requirements(placement_spec(spec), requests),
             traits=pod_traits(meta, spec),
             labels={str(k): str(v) for k, v in mapping(meta.get("labels")).items()},
         )

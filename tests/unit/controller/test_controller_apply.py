@@ -49,7 +49,9 @@ class RecordingKube:
             "status": dict(status),
         }
 
-    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any]:
+    async def release_pod(
+        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+    ) -> dict[str, Any]:
         self._check("release_pod", namespace, name)
         await asyncio.sleep(0)
         return {
@@ -128,7 +130,9 @@ def test_backoff_doubles_per_failure_up_to_a_cap_and_a_success_forgets_it() -> N
 
 def test_a_release_that_fails_halfway_leaves_the_rest_of_the_group_undone() -> None:
     class OnePodFails(RecordingKube):
-        async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any]:
+        async def release_pod(
+            self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+        ) -> dict[str, Any]:
             if name == "p1":
                 self.calls.append(("release_pod", f"{namespace}/{name}"))
                 raise ApiException(status=500, reason="Internal Server Error")

@@ -61,7 +61,9 @@ class HeldKube:
         self.calls.append(("patch_status", f"{namespace}/{name}"))
         raise AssertionError("not expected: the test reads what the applier sent before it answers")
 
-    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any]:
+    async def release_pod(
+        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+    ) -> dict[str, Any]:
         self.calls.append(("release", f"{namespace}/{name}"))
         body = pod_body(name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1]), released_to=node, gated=False)
         body["metadata"]["labels"]["phalanx.dev/pod-group"] = group

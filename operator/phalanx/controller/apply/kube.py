@@ -23,6 +23,7 @@ import aiohttp
 from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt, wait_exponential, wait_random
 
 from phalanx.api import keys as names
+from phalanx.api.cluster_objects import REQUIRED, name_pin
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
@@ -238,18 +239,22 @@ class Kube:
             raise
         return pod
 
-    async def release_pod(self, namespace: str, name: str, node: str, group: str) -> dict[str, Any] | None:
-        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone."""
+    async def release_pod(
+        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+    ) -> dict[str, Any] | None:
+        """Pin the pod to its node and remove our gate, in one request. None if the pod is gone. With
+        `by_name` (the pod has no required node affinity of its own) it is also pinned by the node's name,
+        so kube-scheduler filters that node alone (model/actions.py ReleasePod)."""
+        spec: dict[str, Any] = {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
+        }
+        if by_name:
+            spec["affinity"] = {"nodeAffinity": {REQUIRED: name_pin(node)}}
         return await self._patch_pod(
             namespace,
             name,
-            {
-                "metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
-                },
-            },
+            {"metadata": {"labels": {names.POD_GROUP_LABEL: pod_group_label_value(group)}}, "spec": spec},
         )
 
     async def label_pod(self, namespace: str, name: str, group: str) -> dict[str, Any] | None:

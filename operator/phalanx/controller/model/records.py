@@ -15,7 +15,7 @@ from typing import Any
 
 from phalanx.api import cluster_objects
 from phalanx.api import keys as names
-from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES
+from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES, placement_spec
 from phalanx.api.compositepodgroup import CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
 from phalanx.api.job_layout import (
@@ -179,7 +179,7 @@ class PodRecord:
             job_uid=text(labels.get(CONTROLLER_UID_LABEL, "") or labels.get(LEGACY_CONTROLLER_UID_LABEL, "")),
             node_selector_host=text((spec.get("nodeSelector") or {}).get(HOSTNAME_KEY, "")),
             requests=_shared_requests(requests.items()),
-            requirements=_interned(pod_requirements(spec, requests)),
+            requirements=_interned(pod_requirements(placement_spec(spec), requests)),
             priority=int(spec.get("priority") or 0),
             pod_group=text(labels.get(names.POD_GROUP_LABEL, "")),
             never_preempts=spec.get("preemptionPolicy") == "Never",

@@ -103,11 +103,17 @@ def admitted_message(count: int, key: str | None, decision: Admit) -> str:
     return f"admitted {count} pod(s){where} on {nodes}"
 
 
+def released(pod: PodRecord, node: str, leaf: LeafWork) -> ReleasePod:
+    """The release of one pod to its node: pinned by name too unless it has a node affinity of its own
+    (model/actions.py ReleasePod says why)."""
+    return ReleasePod(pod.ref, node, leaf.group.name, by_name=pod.requirements.affinity_terms is None)
+
+
 def release(work: UnitWork, leaf: LeafWork, assignments: Iterable[tuple[str, str]]) -> None:
     """Release the leaf's ready pods an engine decision placed (pinned and ungated, labelled, one request)."""
     by_key = {p.key: p for p in leaf.ready}
     pairs = [(by_key[pod], node) for pod, node in assignments if pod in by_key]
-    work.actions.extend(ReleasePod(p.ref, node, leaf.group.name) for p, node in pairs)
+    work.actions.extend(released(p, node, leaf) for p, node in pairs)
     leaf.released_now += len(pairs)
 
 
@@ -332,7 +338,7 @@ def _finish_leaf(
         own = admission_of(recorded.domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
         work.actions.append(RecordAdmission(leaf.group.ref, own))
         leaf.admission = own
-    work.actions.extend(ReleasePod(p.ref, node, leaf.group.name) for p, node in pairs)
+    work.actions.extend(released(p, node, leaf) for p, node in pairs)
     leaf.released_now += len(pairs)
     leaf.domain = (leaf.admission.domain if leaf.admission else None) or leaf.domain
     on = ", ".join(n for _, n in pairs)
