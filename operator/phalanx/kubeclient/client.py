@@ -17,8 +17,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -79,6 +82,7 @@ class ApiClient:
         self.connections = connections
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
+        self._proxy: str | None = None
         self._exec: ExecCredential | None = None
         self._exec_lock = asyncio.Lock()
         self._file_token: tuple[float, str | None] | None = None  # (read at, token)
@@ -134,7 +138,7 @@ class ApiClient:
                     data=data,
                     headers=headers,
                     timeout=client_timeout,
-                    proxy=self.credentials.proxy_url,
+                    proxy=self._proxy,
                     server_hostname=self.credentials.tls_server_name,
                 )
             except TimeoutError as e:  # also aiohttp's ServerTimeoutError and ConnectionTimeoutError
@@ -200,8 +204,13 @@ class ApiClient:
         if self._session is None:
             ssl_context = creds.ssl_context(self._exec) if creds.server.startswith("https:") else None
             connector = aiohttp.TCPConnector(limit=self.connections, ssl=ssl_context or True)
+            # The proxy is looked up once (the kubeconfig's proxy-url, else HTTPS_PROXY / HTTP_PROXY /
+            # NO_PROXY for the server, as client-go's ProxyFromEnvironment), not by aiohttp's trust_env on
+            # every request: that reads the environment and ~/.netrc in a worker thread twice per request,
+            # two thread hand-offs on the path of every write (5 % of the operator's CPU at 5,000 nodes).
+            self._proxy = creds.proxy_url or env_proxy(creds.server)
             self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=True, read_bufsize=READ_BUFFER
+                connector=connector, trust_env=False, read_bufsize=READ_BUFFER
             )
         return self._session
 
@@ -226,3 +235,22 @@ class ApiClient:
             pair = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
             return f"Basic {pair}"
         return None
+
+
+def env_proxy(server: str) -> str | None:
+    """The proxy the environment names for `server` (HTTPS_PROXY or HTTP_PROXY by its scheme, unless NO_PROXY
+    excludes its host), as client-go's ProxyFromEnvironment and kubectl choose it; None: connect directly,
+    as always to localhost and loopback addresses (Go's httpproxy never proxies those)."""
+    host = urllib.parse.urlsplit(server).hostname
+    if host is None or host == "localhost" or _loopback(host):
+        return None
+    if urllib.request.proxy_bypass(host):
+        return None
+    return urllib.request.getproxies_environment().get(urllib.parse.urlsplit(server).scheme) or None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -35,6 +35,7 @@ from phalanx.kubeclient import (
     resource_path,
 )
 from phalanx.kubeclient import client as client_module
+from phalanx.kubeclient.client import env_proxy
 from phalanx.kubeclient.credentials import from_kubeconfig, in_cluster
 
 Pki = tuple[certs.KeyPair, certs.KeyPair, certs.KeyPair]  # CA, server, client ("admin")
@@ -318,3 +319,36 @@ def test_access_of_reads_back_what_resource_path_builds(
     path = resource_path(group, "v1", plural, namespace=namespace, name=name, subresource=sub)
     verb = "get" if name else "list"
     assert access_of("GET", path) == Access(group, plural + (f"/{sub}" if sub else ""), verb)
+
+
+@pytest.mark.parametrize(
+    ("server", "env", "expected"),
+    [
+        ("https://api.example.com:6443", {}, None),
+        ("https://api.example.com:6443", {"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ("https://api.example.com:6443", {"https_proxy": "http://proxy:3128"}, "http://proxy:3128"),
+        ("http://api.example.com:8080", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("http://api.example.com:8080", {"HTTP_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        (
+            "https://api.example.com:6443",
+            {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": ".example.com"},
+            None,
+        ),
+        (
+            "https://api.example.com:6443",
+            {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "other.org"},
+            "http://proxy:3128",
+        ),
+        ("https://127.0.0.1:6443", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("https://[::1]:6443", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("https://localhost:6443", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+    ],
+)
+def test_the_environments_proxy_is_chosen_as_client_go_chooses_it(
+    server: str, env: dict[str, str], expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert env_proxy(server) == expected
