@@ -45,7 +45,10 @@ The model knows resources, pod slots and the static node filters, not the filter
 other pods (inter-pod affinity, host ports, topology spread, volumes), so it never refuses what
 `decide` admits. The chosen set is checked with `decide`; if `decide` refuses it, the search runs
 again with `decide` as the check of every candidate set (the model then only prunes), which is also
-how groups with several pod shapes are searched.
+how groups with several pod shapes are searched. Admitted, it is the cheapest of the domains where the
+model lacks room, not of those where it has the group fitting with no victim (something it does not
+see refuses it there, so it offers no set and bounds none): those are searched next with `decide` as
+the check, the model's set the one to beat.
 """
 
 from __future__ import annotations
@@ -54,12 +57,13 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from .columns import IntArray
 from .composite import CompositeAdmit, CompositeRequest, decide_composite, leaves, tree_need
 from .engine import decide, resolve_mode
 from .model import Admit, GroupRequest
 from .preemption_model import Candidate, CompositePreemption, Preemption, VictimCost, VictimGroup
 from .snapshot import Snapshot
-from .victim_domains import VictimDomains, domain_bounds, priority_levels
+from .victim_domains import DomainBound, PriorityLevel, VictimDomains, domain_bounds, priority_levels
 from .victim_fit import PreemptorFit
 from .victim_pool import VictimPool
 from .victim_search import BestSet, DomainSearch, SearchContext, SearchRun
@@ -144,11 +148,13 @@ def choose_composite_victims(
     leaf in one domain of its key, all of the tree in one domain of the root's key (the domains searched;
     paths with the root's levels), the min counts of every composite met. The per-node model counts the
     tree's pods together against the pods it must place at least (a bound, never refusing what fits), and
-    the cheapest set under that model is tried first (if `decide_composite` admits it, it is the cheapest);
-    else every candidate set is checked with `decide_composite` inside its domain, within `max_steps`
-    (lower by default than for a group: each check is a tree decision). None when the tree fits without
-    preemption, when it is refused for another reason than room (invalid, unsupported, too few pods), or
-    when no choice of victims makes it fit.
+    the cheapest set under that model is tried first (if `decide_composite` admits it in its domain, it is
+    the cheapest of the domains where the model lacks room; those where the model has the tree fitting
+    with no victim, blind to the leaves' own keys, are then searched with `decide_composite` as the check,
+    that set the one to beat); else every candidate set is checked with `decide_composite` inside its
+    domain, within `max_steps` (lower by default than for a group: each check is a tree decision). None
+    when the tree fits without preemption, when it is refused for another reason than room (invalid,
+    unsupported, too few pods), or when no choice of victims makes it fit.
     """
     first = decide_composite(snapshot, root)
     need = tree_need(snapshot, root)
@@ -168,14 +174,23 @@ def choose_composite_victims(
     domains = VictimDomains(snapshot, flat.topology_key, flat.levels, flat.bound_nodes)
     # A candidate set is checked inside its domain alone: the tree's search at the domain's size.
     inside: dict[int, Snapshot] = {}
+    checked: dict[tuple[int, frozenset[str]], bool] = {}
 
     def admits(d: int, ids: frozenset[str]) -> bool:
         if d not in inside:
             names = snapshot.node_names
             inside[d] = snapshot.only(names[i] for i in (domains.of_node == d).nonzero()[0].tolist())
-        return isinstance(decide_composite(inside[d].without(ids), root, explain=False), CompositeAdmit)
+        if (d, ids) not in checked:
+            decision = decide_composite(inside[d].without(ids), root, explain=False)
+            checked[d, ids] = isinstance(decision, CompositeAdmit)
+        return checked[d, ids]
 
     def result(best: BestSet, exact: bool) -> CompositePreemption | None:
+        # In the domain it was found for, as every set the check searches: the model's set, blind to the
+        # leaves' keys, may not fit there, and the whole snapshot without it may still admit the tree in
+        # another domain a whole victim group spans, where its spread and domain rank are not its cost.
+        if not admits(best.key[-1], frozenset(best.ids)):
+            return None
         decision = decide_composite(snapshot.without(best.ids), root, explain=False)
         if not isinstance(decision, CompositeAdmit):
             return None
@@ -214,36 +229,68 @@ def _search(
     if not pool.ids:
         return None
     base_totals = [domains.sums(b) for b in fit.base]
-    pods_by_domain = domains.of_node[pool.node]
     run = SearchRun(max_steps)
     ctx = SearchContext(run, fit, pool, domains.lower, admits)
     for _, level in priority_levels(fit, domains, pool):
         bounds = domain_bounds(fit, domains, pool, level, base_totals)
         if not bounds:
             continue
-        # Trust the per-node model when it is decide's own rule (one pod shape); should decide
-        # refuse the set it found, search again with decide as the capacity check.
-        for trusted in (True, False) if trust else (False,):
-            run.best = None
-            for bound, d in bounds:
-                if bound > run.key():
-                    break  # this domain and all after it are dearer than the best set
-                if run.exhausted and run.best is not None and not trusted:
-                    break  # out of steps: a greedy checked through the oracle costs many checks
-                pods = level.pods[pods_by_domain[level.pods] == d]
-                totals = ([int(t[d]) for t in base_totals], [int(t[d]) for t in level.totals])
-                search = DomainSearch(ctx, level, d, *totals, pods, trusted)
-                search.greedy()
-                if not run.exhausted:
-                    search.search()
-            if run.best is None:
-                # No set: with the model trusted, it may have found the preemptor fitting without victims
-                # where the check refuses it, so the check itself searches next; else the next level.
-                continue
-            found = result(run.best, not (run.exhausted or run.truncated))
-            if found is not None:
-                return found
+        run.best = None
+        unproven = bounds
+        if trust:
+            # Trust the per-node model when it is decide's own rule (one pod shape) or a bound of it (a tree):
+            # its cheapest set, if the check admits it, is the cheapest of every domain the model saw short
+            # of room. A domain where it has the preemptor fitting with no victim is one it cannot bound
+            # (DomainSearch.fits_as_is): those are searched next with the check, that set the one to beat.
+            # Should the check refuse the set, every domain is searched again with the check.
+            blind = _search_domains(ctx, level, domains, base_totals, bounds, trusted=True)
+            if run.best is not None:
+                found = result(run.best, not (run.exhausted or run.truncated))
+                if found is None:
+                    run.best = None
+                elif not blind:
+                    return found
+                else:
+                    unproven = blind
+        _search_domains(ctx, level, domains, base_totals, unproven, trusted=False)
+        if run.best is None:
+            continue  # no victims of this level help: the next level
+        found = result(run.best, not (run.exhausted or run.truncated))
+        if found is not None:
+            return found
     return None
+
+
+def _search_domains(
+    ctx: SearchContext,
+    level: PriorityLevel,
+    domains: VictimDomains,
+    base_totals: list[IntArray],
+    bounds: list[DomainBound],
+    *,
+    trusted: bool,
+) -> list[DomainBound]:
+    """Search the domains of `bounds` cheapest bound first into `ctx.run.best`, each with the per-node model
+    as the capacity check (`trusted`) or the oracle; the domains the trusted model has fitting with no victim,
+    where it offers no set (their search is the oracle's)."""
+    run = ctx.run
+    pods_by_domain = domains.of_node[ctx.pool.node]
+    blind: list[DomainBound] = []
+    for bound, d in bounds:
+        if bound > run.key():
+            break  # this domain and all after it are dearer than the best set
+        if run.exhausted and run.best is not None and not trusted:
+            break  # out of steps: a greedy checked through the oracle costs many checks
+        pods = level.pods[pods_by_domain[level.pods] == d]
+        totals = ([int(t[d]) for t in base_totals], [int(t[d]) for t in level.totals])
+        search = DomainSearch(ctx, level, d, *totals, pods, trusted)
+        if trusted and search.fits_as_is():
+            blind.append((bound, d))
+            continue
+        search.greedy()
+        if not run.exhausted:
+            search.search()
+    return blind
 
 
 def _priced(best: BestSet) -> tuple[VictimCost, tuple[str, ...], tuple[str, ...]]:

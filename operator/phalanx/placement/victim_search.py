@@ -247,6 +247,12 @@ class DomainSearch:
                 counts[s_] = m
                 layer.totals[s] += m - old
 
+    def fits_as_is(self) -> bool:
+        """The model places the preemptor in this domain with no victim. The check refused that (else there
+        would be no preemption), so the model, blind to what refuses it here, offers no set and bounds no
+        set in this domain: trusted, its cheapest set elsewhere proves nothing about this one."""
+        return self._deficit(self.cur) <= 0
+
     def _deficit(self, layer: _Layer) -> int:
         if self.single:
             return self.need - min(layer.totals[0], self.fit.signatures[0].size)

@@ -452,6 +452,21 @@ def test_a_victim_the_model_cannot_see_is_found_by_decide() -> None:
     assert result is not None and result.victims == ("low-port",) and result.domain == "lb-a1"
 
 
+def test_a_domain_the_model_has_fitting_as_is_is_searched_with_decide() -> None:
+    # A pod no one may preempt holds host port 8080 on the free node a1: the per-node model (it does not
+    # know ports) has the group fitting in block a with no victim, so it offers no set there; its set in
+    # block b ("old"), which decide admits, is not the cheapest: "new" in block a started later.
+    c = Cluster([NodeInfo(n, {LOCAL_BLOCK: n[0]}, {GPU: 8, "pods": 4}) for n in ("a1", "a2", "b1")])
+    c.pods.append(BoundPod("port-holder", "a1", {}, host_ports=(HostPort(8080),)))
+    c.run({GPU: 8}, "a2", started=5.0, pod_id="new")
+    c.run({GPU: 8}, "b1", started=0.0, pod_id="old")
+    needs_port = PodRequirements(requests=((GPU, 8),), host_ports=(HostPort(8080),))
+    result = c.preempt(GroupRequest("high", (PodRequest("high-0", needs_port),), 1, LOCAL_BLOCK))
+    assert result is not None and result.exact
+    assert result.victims == ("new",) and result.domain == "a"
+    assert result.cost == VictimCost(LOW, 1, 1, -5_000_000, (1,))
+
+
 def test_without_steps_the_greedy_set_is_returned() -> None:
     c = article("single", 2, started_b=5.0)
     exact = c.preempt(high(2, LOCAL_BLOCK))
@@ -984,22 +999,9 @@ def as_tree(sc: Scenario, split: int, leaf_key: str | None, min_children: int) -
 def test_tree_victims_are_the_cheapest_set_brute_force_finds(
     sc: Scenario, split: int, min_children: int, fine: bool, root_key: str | None
 ) -> None:
-    # The tree in one domain of PARENT (or anywhere), its leaves mostly each in one domain of KEY (paths
-    # p0/d0 != p1/d0), so the leaves' own domains bind and the per-node model alone would not do.
-    group = replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending), topology_key=root_key)
-    sc = replace(sc, group=replace(group, levels=(PARENT, KEY)))
-    leaf_key = KEY if fine or root_key is None else None
-    tree = as_tree(sc, split, leaf_key, min_children)
+    sc, tree = tree_case(sc, split, min_children, fine, root_key)
     snapshot = Snapshot.build(sc.nodes, sc.pods)
-    result = choose_composite_victims(
-        snapshot,
-        tree,
-        PRIORITY,
-        sc.candidates,
-        sc.groups,
-        excluded_pods=sc.excluded_pods,
-        excluded_groups=sc.excluded_groups,
-    )
+    result = run_tree(sc, tree)
     expected = brute_force(sc, tree)
     if expected is None:
         event("fits" if isinstance(decide_composite(snapshot, tree), CompositeAdmit) else "no victims help")
@@ -1011,6 +1013,92 @@ def test_tree_victims_are_the_cheapest_set_brute_force_finds(
     assert (result.cost, result.victims) == (expected.cost, expected.victims)
     assert result.admit == decide_composite(snapshot.without(result.victims), tree)
     assert result.domain == result.admit.domain("high")
+
+
+def tree_case(
+    sc: Scenario, split: int, min_children: int, fine: bool, root_key: str | None
+) -> tuple[Scenario, CompositeRequest]:
+    """The scenario's group as a tree (`as_tree`), and the scenario with the group brute force searches for
+    it. The tree in one domain of PARENT (or anywhere), its leaves mostly each in one domain of KEY (paths
+    p0/d0 != p1/d0), so the leaves' own domains bind and the per-node model alone would not do."""
+    group = replace(sc.group, bound_nodes=(), min_count=len(sc.group.pending), topology_key=root_key)
+    sc = replace(sc, group=replace(group, levels=(PARENT, KEY)))
+    leaf_key = KEY if fine or root_key is None else None
+    return sc, as_tree(sc, split, leaf_key, min_children)
+
+
+def run_tree(sc: Scenario, tree: CompositeRequest) -> CompositePreemption | None:
+    return choose_composite_victims(
+        Snapshot.build(sc.nodes, sc.pods),
+        tree,
+        PRIORITY,
+        sc.candidates,
+        sc.groups,
+        excluded_pods=sc.excluded_pods,
+        excluded_groups=sc.excluded_groups,
+    )
+
+
+def test_tree_victims_in_a_domain_the_model_has_fitting_as_is_are_searched() -> None:
+    """Found by hypothesis: a free node n2 in p1 has no KEY label, so the one leaf (in one domain of KEY)
+    cannot use it, but the per-node model of the tree (the root's key alone) has the tree fitting in p1 with
+    no victim. Trusted, the model offered no set in p1, and its set in p0 (g0-0), admitted, was returned as
+    exact; p1's g0-1 started later (less run time lost) and is cheaper."""
+
+    def node(name: str, labels: dict[str, str]) -> NodeInfo:
+        return NodeInfo(name, labels, {GPU: 4, "pods": 1})
+
+    sc = Scenario(
+        [
+            node("n0", {KEY: "d0", PARENT: "p0"}),
+            node("n1", {KEY: "d0", PARENT: "p1"}),
+            node("n2", {PARENT: "p1"}),
+        ],
+        [BoundPod("g0-0", "n0", {GPU: 4}), BoundPod("g0-1", "n1", {GPU: 4})],
+        [
+            Candidate("g0-0", "n0", {GPU: 4}, 25, 0.0, "g0"),
+            Candidate("g0-1", "n1", {GPU: 4}, 25, 1.0, "g0"),
+        ],
+        [VictimGroup("g0", 1, "single", partial=True)],
+        GroupRequest("high", (PodRequest("p0", PodRequirements(((GPU, 4),))),), 1, KEY),
+        frozenset(),
+        frozenset(),
+    )
+    sc, tree = tree_case(sc, split=0, min_children=1, fine=True, root_key=PARENT)
+    result = run_tree(sc, tree)
+    expected = brute_force(sc, tree)
+    assert expected is not None and expected.victims == ("g0-1",)
+    assert result is not None and result.exact
+    assert (result.cost, result.victims) == (expected.cost, expected.victims)
+    assert result.domain == "p1" and result.cost == VictimCost(25, 1, 1, -1_000_000, (1, 1))
+
+
+def test_a_tree_victim_set_is_checked_in_the_domain_it_was_found_for() -> None:
+    """Found by hypothesis: the `all` group g2 runs on n1 and n5 in p0 and on n3 in p1; only n5 has a KEY
+    label, so the leaf fits in p0 alone. The per-node model (the root's key alone) has the tree fitting in p1
+    with g2 gone, its spread there one node; the whole snapshot without g2 admits the tree (in p0), so that
+    set was returned at p1's spread. The same set, found in p0, costs two KEY domains and two nodes."""
+
+    def node(name: str, labels: dict[str, str]) -> NodeInfo:
+        return NodeInfo(name, labels, {GPU: 4, "pods": 1})
+
+    placed = [("g2-0", "n1"), ("g2-1", "n3"), ("g2-2", "n5")]
+    sc = Scenario(
+        [node("n1", {PARENT: "p0"}), node("n3", {PARENT: "p1"}), node("n5", {KEY: "d0", PARENT: "p0"})],
+        [BoundPod(pod_id, n, {GPU: 4}) for pod_id, n in placed],
+        [Candidate(pod_id, n, {GPU: 4}, 25, 0.0, "g2") for pod_id, n in placed],
+        [VictimGroup("g2", 1, "all")],
+        GroupRequest("high", (PodRequest("p0", PodRequirements(((GPU, 4),))),), 1, KEY),
+        frozenset(),
+        frozenset(),
+    )
+    sc, tree = tree_case(sc, split=0, min_children=1, fine=True, root_key=PARENT)
+    result = run_tree(sc, tree)
+    expected = brute_force(sc, tree)
+    assert expected is not None and expected.victims == ("g2-0", "g2-1", "g2-2")
+    assert result is not None and result.exact
+    assert (result.cost, result.victims) == (expected.cost, expected.victims)
+    assert result.domain == "p0" and result.cost == VictimCost(25, 1, 3, 0, (2, 2))
 
 
 def test_a_sliced_job_preempts_plain_jobs_for_its_slices() -> None:
