@@ -124,3 +124,31 @@ def test_process_build_and_leader_metrics_are_served(phalanx: OperatorProcess) -
     # The session's operator runs without leader election: it runs the loop, so both gauges say 1.
     assert labelled(text, "phalanx_leader") == 1
     assert labelled(text, "leader_election_master_status", name="phalanx-leader") == 1
+
+
+def test_a_running_gang_settles_and_passes_skip_it(ns: Namespace, phalanx: OperatorProcess) -> None:
+    """Incremental passes (loop/incremental.py) on the real operator: once a gang runs and its status says
+    so, passes stop planning it (`phalanx_units_skipped_total` grows at every pass, one a resync at least)
+    while a pod of it changing plans it again (and --verify-incremental, on in these tests, checks every
+    such pass against the whole one)."""
+    ns.create(
+        gpu_job(
+            "settles",
+            2,
+            labels={"phalanx.dev/managed": "true"},
+            annotations={"phalanx.dev/topology-key": "oci.oraclecloud.com/rdma.network_block_id"},
+        )
+    )
+    wait_for("2 settles pods bound", lambda: len(bound(ns.job_pods("settles"))) == 2, timeout=60)
+
+    def skipping() -> float | None:
+        first = samples(phalanx.scrape()).get("phalanx_units_skipped_total", 0.0)
+        passes = samples(phalanx.scrape()).get("phalanx_scheduling_pass_duration_seconds_count", 0.0)
+        return first if first > 0 and passes > 0 else None
+
+    before = wait_for("a settled unit skipped", skipping, timeout=60)
+    wait_for(
+        "more settled units skipped at the next passes",
+        lambda: samples(phalanx.scrape()).get("phalanx_units_skipped_total", 0.0) > before,
+        timeout=30,
+    )

@@ -28,7 +28,7 @@ from phalanx.controller.plan.input import Plan, PlanInput
 from phalanx.controller.plan.machine import schedule
 from phalanx.controller.plan.quota import deadlocked
 from phalanx.controller.plan.staging import hold
-from phalanx.controller.plan.victims import Victims, victim_units
+from phalanx.controller.plan.victims import Victims
 from phalanx.controller.plan.work import Pass
 
 __all__ = ["Plan", "PlanInput", "plan"]
@@ -37,7 +37,7 @@ __all__ = ["Plan", "PlanInput", "plan"]
 def plan(state: PlanInput, now: dt.datetime) -> Plan:
     """The actions of one pass, per unit, in the order units are scheduled."""
     units = [u for u in state.units if u.key not in state.backing_off]
-    victims = Victims(state.pods, victim_units(units), state.unevictable, state.kueue)
+    victims = Victims(state.pods, units, state.unevictable, state.kueue)
     ctx = Pass(
         snapshot=state.snapshot,
         nodes=state.nodes,

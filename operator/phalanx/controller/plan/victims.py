@@ -83,13 +83,19 @@ def _within_budget(unit: Unit, min_count: int) -> bool:
 class Victims:
     """Every pod that holds capacity, as a possible victim, and the units they belong to.
 
-    Built at most once per pass, and only when some unit needs to preempt."""
+    Built at most once per pass, and only when some unit needs to preempt: the pods' units too (a pass
+    that preempts nothing, most of them, does not walk every pod of every unit)."""
 
     pods: Mapping[str, PodRecord]
-    units_by_pod: Mapping[str, VictimUnit]
+    units: Sequence[Unit]
     unevictable: frozenset[str] = frozenset()
     kueue: KueueIndex | None = None  # Kueue's Workloads: whose quota each pod uses (plan/kueue.py)
     _by_group: dict[str, VictimUnit] = field(default_factory=dict)
+
+    @cached_property
+    def units_by_pod(self) -> Mapping[str, VictimUnit]:
+        """Pod key -> the victim unit it belongs to (victim_units)."""
+        return victim_units(self.units)
 
     @cached_property
     def candidates(self) -> tuple[Candidate, ...]:
