@@ -405,7 +405,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "debounce_seconds",
-        "wait this long after a change so a burst of events makes one pass",
+        "wait this long after a change so a burst of events makes one pass (not after a quiet spell at "
+        "least this long: the first change then is planned at once)",
         _seconds(0, True),
         metavar="SECONDS",
     ),

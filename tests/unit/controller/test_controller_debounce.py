@@ -1,0 +1,76 @@
+"""The loop's debounce (loop/scheduler.py): while changes stream in, a pass waits `debounce` seconds so a
+burst lands in one pass; the first change after a quiet spell at least that long is planned at once (a
+burst's first Job and a gang's last pod each waited 50 ms for nothing on the way to the first pod bound).
+The loop's clock and sleep are the test's: no time passes for real."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from phalanx.controller.apply.applier import GroupResult
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.scheduler import Scheduler
+
+DEBOUNCE = 0.05
+
+
+class Events:
+    async def post(self, involved: object, type_: str, reason: str, message: str) -> None:
+        pass
+
+
+class Recording(Scheduler):
+    """A loop whose passes only count, and whose debounce sleeps are noted, not slept."""
+
+    def __init__(self) -> None:
+        super().__init__(ClusterCache(), cast(Kube, None), Events(), debounce=DEBOUNCE, resync=3600)
+        self.now = 0.0
+        self.slept: list[float] = []
+        self.during_pass: list[float] = []  # clock advances to make while the next pass runs
+        self.ran = asyncio.Event()
+        self.clock = lambda: self.now
+
+        async def sleep(seconds: float) -> None:
+            self.slept.append(seconds)
+
+        self.sleep = sleep
+
+    async def pass_once(self) -> list[GroupResult]:
+        self.passes += 1
+        if self.during_pass:
+            self.now += self.during_pass.pop(0)
+            self.cache.changed.set()  # a change came in while the pass ran
+        self.ran.set()
+        return []
+
+
+async def passes(loop: Recording, count: int) -> None:
+    async with asyncio.timeout(5):
+        while loop.passes < count:
+            loop.ran.clear()
+            await loop.ran.wait()
+
+
+async def test_the_first_change_after_a_quiet_spell_is_planned_at_once() -> None:
+    loop = Recording()
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0)  # the loop waits for a change, its clock at 0
+    loop.now = 10.0  # ten quiet seconds
+    loop.cache.changed.set()
+    await passes(loop, 1)
+    task.cancel()
+    assert loop.slept == []
+
+
+async def test_changes_that_stream_in_wait_for_the_debounce() -> None:
+    loop = Recording()
+    loop.during_pass = [0.0, DEBOUNCE / 2]  # a change during the first pass and during the second
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0)
+    loop.now = 10.0
+    loop.cache.changed.set()
+    await passes(loop, 3)
+    task.cancel()
+    assert loop.slept == [DEBOUNCE, DEBOUNCE]  # the second and third passes waited, the first did not
