@@ -152,3 +152,12 @@ def test_a_running_gang_settles_and_passes_skip_it(ns: Namespace, phalanx: Opera
         lambda: samples(phalanx.scrape()).get("phalanx_units_skipped_total", 0.0) > before,
         timeout=30,
     )
+
+
+def test_the_primed_cache_is_left_out_of_full_garbage_collections(phalanx: OperatorProcess) -> None:
+    """gc.freeze() after priming (process/runtime.py): the full collections walk what came after only."""
+    assert phalanx.http_status("/readyz") == 200
+    said = [line for line in phalanx.current_log().splitlines() if "left out of full garbage" in line]
+    assert len(said) == 1, said
+    frozen = int(said[0].split("cache primed: ")[1].split()[0])
+    assert frozen > 10_000  # the imported modules alone are tens of thousands of objects
