@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from phalanx.controller.cache.store import ClusterCache, Expectations
 from phalanx.controller.kinds.job_record import JobRecord
@@ -348,3 +350,34 @@ def test_the_answer_to_our_resume_after_the_watch_showed_the_job_progress_keeps_
     (job,) = cache.owners["Job"].values()
     assert job.remaining == 2 and not job.suspended
     assert not cache.expectations.pending
+
+
+node_events = st.lists(
+    st.tuples(
+        st.sampled_from(["n1", "n2", "n3"]),
+        st.one_of(
+            st.none(),  # deleted
+            st.dictionaries(
+                st.sampled_from(["cpu", "nvidia.com/gpu", "example.com/fpga", "pods"]), st.just("4")
+            ),
+        ),
+    ),
+    max_size=25,
+)
+
+
+@given(node_events)
+def test_the_listed_resources_are_those_some_node_lists_now(
+    events: list[tuple[str, dict[str, str] | None]],
+) -> None:
+    """What the webhooks ask of every review (ClusterCache.listed_resources), kept as nodes come, change and
+    go: always the union of the nodes' allocatable names."""
+    cache = ClusterCache()
+    for name, allocatable in events:
+        body = {"metadata": {"name": name}, "spec": {}, "status": {"allocatable": allocatable or {}}}
+        if allocatable is None:
+            cache.delete("Node", body)
+        else:
+            cache.upsert("Node", body)
+        expected = {r for node in cache.nodes.values() for r in node.allocatable}
+        assert set(cache.listed_resources) == expected

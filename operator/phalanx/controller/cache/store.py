@@ -19,14 +19,15 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
+from phalanx.controller.cache.owned import GroupRecord, Owned
 from phalanx.controller.cache.shown import owner_marks, owner_reflects, pod_marks, pod_reflects, status_shown
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
@@ -62,7 +63,6 @@ CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "Sto
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
 QUOTA = "ResourceQuota"
 DEVICE_CLASS = "DeviceClass"
-GroupRecord = PodGroupRecord | CompositePodGroupRecord | WorkloadRecord
 
 
 def key_of(body: Mapping[str, Any]) -> str:
@@ -76,48 +76,15 @@ def _version(body: Mapping[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
 
-class Owned:
-    """Records of one of our kinds (PodGroups, CompositePodGroups, Workloads) by key, and by owner uid."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-        self.by_owner: dict[str, set[str]] = defaultdict(set)
-
-    def get(self, key: str) -> Any:
-        return self.items.get(key)
-
-    def of_owner(self, uid: str) -> list[Any]:
-        return [self.items[k] for k in sorted(self.by_owner.get(uid, ())) if k in self.items]
-
-    def put(self, record: GroupRecord) -> bool:
-        old = self.items.get(record.key)
-        if old is not None and old.owner_uid != record.owner_uid:
-            self._unindex(old)
-        self.items[record.key] = record
-        if record.owner_uid:
-            self.by_owner[record.owner_uid].add(record.key)
-        return old != record
-
-    def pop(self, key: str) -> Any:
-        old = self.items.pop(key, None)
-        if old is not None:
-            self._unindex(old)
-        return old
-
-    def _unindex(self, old: GroupRecord) -> None:
-        keys = self.by_owner.get(old.owner_uid)
-        if keys is not None:
-            keys.discard(old.key)
-            if not keys:
-                del self.by_owner[old.owner_uid]
-
-
 class ClusterCache:
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, kinds: Iterable[OwnerKind] = OWNER_KINDS
     ) -> None:
         self.kinds: dict[str, OwnerKind] = {k.name: k for k in kinds}
         self.nodes: dict[str, NodeInfo] = {}
+        # Resource name -> how many nodes list it in their allocatable: what a webhook asks of every review
+        # ("does any node list it?"), kept as nodes change rather than gathered from every node per review.
+        self._listed: Counter[str] = Counter()
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
         self.owners: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}  # kind -> uid -> record
         self._owner_uids: dict[str, dict[str, str]] = {k: {} for k in self.kinds}  # kind -> key -> uid
@@ -204,7 +171,8 @@ class ClusterCache:
                 self.placement_generation += 1
                 self._touch()
         elif kind == NODE:
-            if self.nodes.pop(key, None) is not None:
+            if (gone := self.nodes.pop(key, None)) is not None:
+                self._list_resources(gone, -1)
                 self.node_labels_generation += 1
                 self.placement_generation += 1
                 self.live.remove_node(key)
@@ -317,9 +285,23 @@ class ClusterCache:
             if old is None or old.labels != info.labels:
                 self.node_labels_generation += 1
             self.placement_generation += 1
+            if old is not None:
+                self._list_resources(old, -1)
+            self._list_resources(info, 1)
             self.nodes[info.name] = info
             self.live.upsert_node(info)
             self._touch()
+
+    def _list_resources(self, node: NodeInfo, count: int) -> None:
+        for name in node.allocatable:
+            self._listed[name] += count
+            if not self._listed[name]:
+                del self._listed[name]
+
+    @property
+    def listed_resources(self) -> Collection[str]:
+        """The resource names some node lists in its allocatable now."""
+        return self._listed.keys()
 
     def _upsert_priority_class(self, body: Mapping[str, Any]) -> None:
         record = PriorityClassRecord.from_body(body)

@@ -22,7 +22,7 @@ Jobs, a LeaderWorkerSet's leader and worker templates, a pod's own `spec`): any 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -95,12 +95,13 @@ def claim_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list
 def pod_device_problems(
     spec: Any,
     group: str,
-    nodes: Iterable[NodeInfo],
+    listed: Collection[str],
     classes: Mapping[str, frozenset[str]],
 ) -> list[str]:
     """A hand-made pod joining gang PodGroup `group` with DRA ResourceClaims, or requesting an extended
     resource a DeviceClass serves and no node lists: Phalanx does not model device allocation, so the
-    pod would stay gated and its gang held for ever. Refused at creation, with the advice for a pod."""
+    pod would stay gated and its gang held for ever. Refused at creation, with the advice for a pod.
+    `listed`: the resource names some node lists (ClusterCache.listed_resources)."""
     advice = (
         f"let it join a PodGroup without a gang policy (kube-scheduler places such pods one by one, with "
         f"their devices), or create it without the {keys.POD_GROUP_LABEL} label"
@@ -109,7 +110,6 @@ def pod_device_problems(
         f"spec.resourceClaims: Phalanx does not model DRA device claims (DeviceClasses, ResourceSlices, "
         f"allocated ResourceClaims), so it would never release this pod of gang PodGroup {group!r}; {advice}"
     ] * bool(isinstance(mapping(spec).get("resourceClaims"), list) and mapping(spec).get("resourceClaims"))
-    listed = {name for node in nodes for name in node.allocatable}
     by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
     for resource, amount in sorted(pod_requests(mapping(spec)).items()):
         if amount > 0 and resource not in listed and resource in by_resource:
@@ -176,7 +176,7 @@ def slice_key_warning(job_key: str | None, slice_key: str | None, nodes: Iterabl
 
 def dra_resource_problems(
     spec: Any,
-    nodes: Iterable[NodeInfo],
+    listed: Collection[str],
     classes: Mapping[str, frozenset[str]],
     owner: str = "Job",
     *,
@@ -184,8 +184,8 @@ def dra_resource_problems(
 ) -> list[str]:
     """Extended resources a gang's pods request that no node lists in its allocatable and a DRA DeviceClass
     serves (model/dra.py): kube-scheduler would allocate them from ResourceSlices, which Phalanx does not
-    model, so the gang would wait for ever. Refused at creation, while the advice can still be followed."""
-    listed = {name for node in nodes for name in node.allocatable}
+    model, so the gang would wait for ever. Refused at creation, while the advice can still be followed.
+    `listed`: the resource names some node lists (ClusterCache.listed_resources)."""
     by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
     basic = f"with {keys.POLICY_ANNOTATION}: basic (kube-scheduler allocates the devices pod by pod), or "
     advice = f"create the {owner} {basic if owner == 'Job' else ''}without the {keys.MANAGED_LABEL} label"
@@ -204,12 +204,12 @@ def dra_resource_problems(
     return out
 
 
-def unlisted_resource_warnings(spec: Any, nodes: Iterable[NodeInfo], *, root: str = "spec") -> list[str]:
+def unlisted_resource_warnings(spec: Any, listed: Collection[str], *, root: str = "spec") -> list[str]:
     """Extended resources a gang's pods request that no node lists in its allocatable now: Phalanx places
     by the nodes' allocatable only, so such a gang waits until a node lists it. One DRA serves through a
     DeviceClass's `extendedResourceName` is never listed there (not modelled): said at creation, while the
-    Job can still be made `basic` (issue 16 item 7). Said, not refused: a node may come that lists it."""
-    listed = {name for node in nodes for name in node.allocatable}
+    Job can still be made `basic` (issue 16 item 7). Said, not refused: a node may come that lists it.
+    `listed`: the resource names some node lists (ClusterCache.listed_resources)."""
     out = []
     for path, pod_spec in pod_specs(spec, root):
         missing = sorted(

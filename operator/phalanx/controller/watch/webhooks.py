@@ -165,8 +165,8 @@ class Webhooks:
                 warnings.extend(preferred_affinity_warnings(body.get("spec")))
             if self.ctx.cache_primed:
                 if policy.is_gang:
-                    nodes = self.ctx.cache.nodes.values()
-                    warnings.extend(unlisted_resource_warnings(body.get("spec"), nodes))
+                    listed = self.ctx.cache.listed_resources
+                    warnings.extend(unlisted_resource_warnings(body.get("spec"), listed))
                 said = slice_key_warning(
                     policy.topology_key, layout.slice_topology_key, self.ctx.cache.nodes.values()
                 )
@@ -213,7 +213,7 @@ class Webhooks:
         if not self.ctx.cache_primed:
             return []
         cache = self.ctx.cache
-        return dra_resource_problems(body.get("spec"), cache.nodes.values(), cache.device_classes, owner)
+        return dra_resource_problems(body.get("spec"), cache.listed_resources, cache.device_classes, owner)
 
     def _priority_class_warnings(self, name: str | None) -> list[str]:
         """A PriorityClass that does not exist (yet) is no reason to refuse the Job — it may be created next —
@@ -378,7 +378,7 @@ class Webhooks:
                 warnings.append(said)
         if self.ctx.cache_primed and not self._joins_basic_group(namespace, group):
             problems = pod_device_problems(
-                spec, group, self.ctx.cache.nodes.values(), self.ctx.cache.device_classes
+                spec, group, self.ctx.cache.listed_resources, self.ctx.cache.device_classes
             )
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
