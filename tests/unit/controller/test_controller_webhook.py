@@ -214,3 +214,35 @@ def test_every_webhook_handler_runs_in_kopfs_loop_not_its_thread_pool() -> None:
     assert patch["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
     with pytest.raises(kopf.AdmissionError, match=r"spec\.template\.spec\.nodeName"):
         asyncio.run(gate.fn(body=job(nodeName="n1"), patch=kopf.Patch(), warnings=[]))
+
+
+def test_the_slice_key_warning_follows_the_nodes_labels() -> None:
+    """A slice key no finer than the Job's key on the nodes now is said at creation (admission_checks.py
+    slice_key_warning); the webhook keeps its answer per labelling of the nodes, so a relabel is seen."""
+    from testkit import LB, NB, node_body
+
+    from phalanx.controller.cache.store import ClusterCache
+
+    ctx = StaticContext(cache=ClusterCache(), cache_primed=True)
+    hooks = Webhooks(ctx)
+    for n in range(1, 9):
+        ctx.cache.upsert("Node", node_body(n))
+    coarse = {
+        "phalanx.dev/topology-key": LB,
+        "phalanx.dev/slice-size": "2",
+        "phalanx.dev/slice-topology-key": NB,
+    }
+
+    def said() -> list[str]:
+        warnings: list[str] = []
+        body = job(coarse)
+        body["spec"]["completionMode"] = "Indexed"  # type: ignore[index]
+        hooks.gate_job(body=body, patch=kopf.Patch(), warnings=warnings)
+        return [w for w in warnings if "slice-topology-key" in w]
+
+    assert len(said()) == 1  # every local block lies inside one network block
+    assert len(said()) == 1
+    body = node_body(5)  # of nb-b, now in local block lb-a1, whose other nodes are in nb-a
+    body["metadata"]["labels"][LB] = "lb-a1"
+    ctx.cache.upsert("Node", body)
+    assert said() == []

@@ -84,6 +84,20 @@ class Webhooks:
 
     def __init__(self, ctx: WatchContext) -> None:
         self.ctx = ctx
+        # (node labels generation, Job key, slice key) -> slice_key_warning's answer: it reads every node,
+        # and sliced Jobs of a burst ask the same of the same nodes.
+        self._slice_warnings: dict[tuple[int, str | None, str | None], str | None] = {}
+
+    def _slice_key_warning(self, job_key: str | None, slice_key: str | None) -> str | None:
+        if not job_key or not slice_key:
+            return None
+        cache = self.ctx.cache
+        key = (cache.node_labels_generation, job_key, slice_key)
+        if key not in self._slice_warnings:
+            if len(self._slice_warnings) > 64:
+                self._slice_warnings.clear()
+            self._slice_warnings[key] = slice_key_warning(job_key, slice_key, cache.nodes.values())
+        return self._slice_warnings[key]
 
     def gate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
         """The CREATE handler of an owner kind with a webhook of its own (a JobSet): its annotations checked,
@@ -167,9 +181,7 @@ class Webhooks:
                 if policy.is_gang:
                     listed = self.ctx.cache.listed_resources
                     warnings.extend(unlisted_resource_warnings(body.get("spec"), listed))
-                said = slice_key_warning(
-                    policy.topology_key, layout.slice_topology_key, self.ctx.cache.nodes.values()
-                )
+                said = self._slice_key_warning(policy.topology_key, layout.slice_topology_key)
                 warnings.extend([said] if said else [])
         # The managed label is not copied into the pod template: a Job whose only label it is would get
         # it back from the template when a user removes it (Job defaulting), and opting out would undo itself.
