@@ -191,7 +191,9 @@ WEBHOOK_REVIEW = Histogram(
     "admission machinery and the handler), by webhook; the apiserver's own histogram adds the network and "
     "TLS, in coarser buckets",
     ["webhook"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    # Finer from 2.5 to 25 ms, where a loaded process's tail lies: a p99 read from the histogram falls on a
+    # bucket's edge, and 5 -> 10 ms alone could not tell 6 ms from 10 ms.
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
     registry=REGISTRY,
 )
 
