@@ -65,6 +65,7 @@ from scale_watch import (  # noqa: E402
     RequestLog,
     cpu_seconds,
     histogram_latency,
+    lag_buckets,
     memory_mib,
     pass_totals,
     review_buckets,
@@ -332,6 +333,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         counters_before = ApiCounters.parse(api.get("/metrics"))
         own_before = system.own_metrics()
         reviews_before = review_buckets(own_before)
+        lag_before = lag_buckets(own_before)
         passes_before = pass_totals(own_before)
         watch_requests_before = watch.requests
 
@@ -357,6 +359,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         counters_after = ApiCounters.parse(api.get("/metrics"))
         own_after = system.own_metrics()
         reviews_after = review_buckets(own_after)
+        lag_after = lag_buckets(own_after)
         passes_after = pass_totals(own_after)
         cpu_after = cpu_of(components)
         log_end = log_path.stat().st_size
@@ -388,6 +391,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 "webhooks": webhook_latency(counters_before, counters_after),
                 # the operator's own timing of each review, in finer buckets (Phalanx only)
                 "webhooks_in_process": histogram_latency(reviews_before, reviews_after),
+                # how late the operator's event loop ran what was ready (Phalanx only): a review's wait
+                "loop_lag": histogram_latency(lag_before, lag_after).get("loop", {}),
                 # the operator's scheduling passes in the window (Phalanx only): count, seconds
                 "passes": {k: round(v - passes_before.get(k, 0.0), 3) for k, v in passes_after.items()},
             }
@@ -574,6 +579,7 @@ COLUMNS: list[tuple[str, str, Callable[[dict[str, Any]], float | None]]] = [
         "{:.1f}",
         lambda r: max((w["p99_ms"] or 0.0 for w in r.get("webhooks_in_process", {}).values()), default=None),
     ),
+    ("loop lag p99 ms", "{:.0f}", lambda r: r.get("loop_lag", {}).get("p99_ms")),
     ("load 1m start/max", "", lambda r: None),
     (
         "partial gangs",

@@ -353,12 +353,26 @@ def quantile(buckets: dict[float, float], q: float) -> float | None:
 REVIEW_HISTOGRAM = "phalanx_webhook_review_duration_seconds_bucket"
 
 
+LAG_HISTOGRAM = "phalanx_event_loop_lag_seconds_bucket"
+
+
 def review_buckets(text: str) -> dict[str, dict[float, float]]:
     """The operator's own review-time histogram (metrics.WEBHOOK_REVIEW), by webhook: upper bound ->
     cumulative count, in the shape of ApiCounters.webhook_buckets."""
+    return own_buckets(text, REVIEW_HISTOGRAM, "webhook")
+
+
+def lag_buckets(text: str) -> dict[str, dict[float, float]]:
+    """The operator's event-loop lag histogram (metrics.EVENT_LOOP_LAG) under the one key "loop"."""
+    return own_buckets(text, LAG_HISTOGRAM, None)
+
+
+def own_buckets(text: str, histogram: str, by: str | None) -> dict[str, dict[float, float]]:
+    """One histogram of the operator's /metrics, by the value of its label `by` (None: all under "loop"):
+    upper bound -> cumulative count."""
     buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    for _, labels, value in prometheus_samples(text, (REVIEW_HISTOGRAM,)):
-        buckets[labels.get("webhook", "?")][float(labels["le"])] += value
+    for _, labels, value in prometheus_samples(text, (histogram,)):
+        buckets[labels.get(by, "?") if by else "loop"][float(labels["le"])] += value
     return {k: dict(v) for k, v in buckets.items()}
 
 

@@ -21,6 +21,7 @@ WATCHED = (
     "phalanx_placement_decision_duration_seconds_count",
     "phalanx_job_admission_latency_seconds_count",
     "phalanx_webhook_review_duration_seconds_count",  # the Job's gate-job review
+    "phalanx_event_loop_lag_seconds_count",  # four wake-ups a second
 )
 
 

@@ -185,6 +185,14 @@ CACHE_OBJECTS = Gauge(
     registry=REGISTRY,
 )
 
+EVENT_LOOP_LAG = Histogram(
+    "phalanx_event_loop_lag_seconds",
+    "How much later than asked the event loop woke a timer (process/looplag.py): the wait of anything that "
+    "becomes ready in this process (an admission review, a watch event, a pass) behind the loop's other work",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+
 WEBHOOK_REVIEW = Histogram(
     "phalanx_webhook_review_duration_seconds",
     "Time this process took for one admission review, from its parsed request to its response (Kopf's "

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from scale_watch import RequestLog, go_duration, histogram_latency, resource_of, review_buckets
+from scale_watch import RequestLog, go_duration, histogram_latency, lag_buckets, resource_of, review_buckets
 
 
 @pytest.mark.parametrize(
@@ -87,3 +87,20 @@ def test_the_operators_own_review_histogram_gives_each_webhooks_reviews_and_quan
     assert latency["gate-job"]["p50_ms"] == pytest.approx(1.0)
     assert latency["gate-job"]["p99_ms"] == pytest.approx(5.0)
     assert review_buckets("") == {}
+
+
+def test_the_operators_loop_lag_histogram_reads_under_one_key_and_leaves_other_histograms_out() -> None:
+    def text(counts: dict[str, int]) -> str:
+        lines = ["# TYPE phalanx_event_loop_lag_seconds histogram"]
+        lines += [f'phalanx_event_loop_lag_seconds_bucket{{le="{le}"}} {n}' for le, n in counts.items()]
+        lines.append('phalanx_webhook_review_duration_seconds_bucket{le="0.1",webhook="gate-job"} 9')
+        return "\n".join(lines) + "\n"
+
+    before = lag_buckets(text({"0.01": 10, "0.1": 10, "+Inf": 10}))
+    # 100 more wake-ups: 98 within 10 ms, 2 between 10 and 100 ms
+    after = lag_buckets(text({"0.01": 108, "0.1": 110, "+Inf": 110}))
+    assert set(after) == {"loop"}
+    latency = histogram_latency(before, after)["loop"]
+    assert latency["reviews"] == 100
+    assert latency["p99_ms"] == pytest.approx(55.0)
+    assert lag_buckets("") == {}

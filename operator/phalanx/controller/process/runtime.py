@@ -26,6 +26,7 @@ from phalanx.controller.process.access import declared
 from phalanx.controller.process.health import Health
 from phalanx.controller.process.httpserver import HttpServer
 from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Timing
+from phalanx.controller.process.looplag import watch_lag
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
 from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
@@ -149,6 +150,7 @@ class Runtime:
         self._certdir: tempfile.TemporaryDirectory[str] | None = None
         self.tls: WebhookTLS | None = None
         self._tls_task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
         self.relister: Relister | None = None
         self.informers: dict[str, Informer] = {}  # kind -> its list-then-watch (watch/informer.py)
 
@@ -182,6 +184,9 @@ class Runtime:
             # First, so probes answer (not ready yet) while the CRDs and the cache come up.
             self._http = HttpServer(self.health, self.settings.metrics_host, self.settings.metrics_port)
             await self._http.start()
+        self._lag_task = asyncio.create_task(
+            watch_lag(metrics.EVENT_LOOP_LAG.observe), name="phalanx-event-loop-lag"
+        )
         self.api = ApiClient(
             credentials(self.settings.kubeconfig),
             timeout=self.settings.api_timeout_seconds,
@@ -437,9 +442,10 @@ class Runtime:
             self._election.cancel()  # stops the loop, then releases the Lease
             await asyncio.wait({self._election})
         await self.stop_loop()
-        if self._tls_task is not None:
-            self._tls_task.cancel()
-            await asyncio.wait({self._tls_task})
+        for task in (self._tls_task, self._lag_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task})
         if self.relister is not None:
             await self.relister.stop()
         for informer in self.informers.values():
