@@ -125,6 +125,8 @@ def test_process_build_and_leader_metrics_are_served(phalanx: OperatorProcess) -
     # The session's operator runs without leader election: it runs the loop, so both gauges say 1.
     assert labelled(text, "phalanx_leader") == 1
     assert labelled(text, "leader_election_master_status", name="phalanx-leader") == 1
+    # uvloop is a dependency: `--event-loop auto` runs the process on it and says so at start.
+    assert "event loop: uvloop" in phalanx.current_log()
 
 
 def test_a_running_gang_settles_and_passes_skip_it(ns: Namespace, phalanx: OperatorProcess) -> None:

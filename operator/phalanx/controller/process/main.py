@@ -21,6 +21,7 @@ import threading
 import kopf
 
 from phalanx.controller.process import logs
+from phalanx.controller.process.eventloop import EventLoopUnavailableError, loop_factory
 from phalanx.controller.process.runtime import Runtime
 from phalanx.controller.process.settings import Settings
 
@@ -60,9 +61,16 @@ def run_operator(settings: Settings) -> int:
         # Kopf's login reads $KUBECONFIG; our client gets the path explicitly.
         os.environ["KUBECONFIG"] = settings.kubeconfig
     logs.configure(settings.log_format, settings.verbose)
+    try:
+        factory, loop_name = loop_factory(settings.event_loop)
+    except EventLoopUnavailableError as e:
+        print(f"phalanx run: {e}", file=sys.stderr)
+        return 1
     runtime = Runtime()
     runtime.configure(settings)
-    return asyncio.run(operate(runtime.registry()))
+    log.info("event loop: %s", loop_name)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(operate(runtime.registry()))
 
 
 def stop_retrying(settings: kopf.OperatorSettings) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.controller.process.eventloop import EVENT_LOOPS
+
 ENV_PREFIX = "PHALANX_"
 LOG_FORMATS = ("plain", "json")
 WEBHOOK_CONFIG_MODES = ("managed", "external")
@@ -66,6 +68,7 @@ class Settings:
     bind_timeout: float = 120.0
     informers: bool = True
     verify_incremental: bool = False
+    event_loop: str = "auto"
 
     @property
     def metrics_enabled(self) -> bool:
@@ -285,6 +288,12 @@ def _identity(text: str) -> str:
 def _log_format(text: str) -> str:
     if text not in LOG_FORMATS:
         raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_FORMATS)}")
+    return text
+
+
+def _event_loop(text: str) -> str:
+    if text not in EVENT_LOOPS:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(EVENT_LOOPS)}")
     return text
 
 
@@ -513,6 +522,13 @@ OPTIONS: tuple[Option, ...] = (
         "owners and settled units not planned again) differs, then use the whole plan: a check for tests, "
         "at the cost of a whole plan per pass",
         kind="bool",
+    ),
+    Option(
+        "event_loop",
+        "the process's event loop: uvloop (its TLS and sockets answer a burst's webhook reviews several "
+        "times sooner), asyncio (Python's own), or auto: uvloop where it is installed, else asyncio",
+        _event_loop,
+        metavar="{auto,uvloop,asyncio}",
     ),
 )
 
