@@ -1,12 +1,12 @@
 """Which event loop the operator runs on: uvloop where it is installed, else asyncio's own.
 
 Everything of the process runs in one loop (process/looplag.py), the admission webhooks included, and
-the apiserver opens a connection per concurrent review (HTTP/1.1: aiohttp serves no HTTP/2), each one a
-TLS handshake in the loop. On asyncio's loop, 32 concurrent dry-run Job creates on an idle 100-node dev
-cluster saw the webhook answer in 366 ms at p99 as the apiserver timed it, on uvloop's in 99 ms; in a
-1,000-node burst of 100 gang Jobs 367-487 ms against 100 ms (docs/performance.md). uvloop is a
-dependency on Linux and macOS; `--event-loop asyncio` keeps asyncio's loop (a fault suspected in uvloop,
-a platform without it), `uvloop` insists on it.
+the apiserver opens a connection per review in flight (HTTP/1.1: aiohttp serves no HTTP/2), each one a
+TLS handshake in the loop. In interleaved 1,000-node bursts of 100 gang Jobs the apiserver timed the
+webhook's p99 at 100 ms in three of five runs on uvloop, at 366-485 ms in all four on asyncio's loop, and
+the process's peak RSS was 16-27 MiB lower (docs/performance.md). uvloop is a dependency on Linux and
+macOS; `--event-loop asyncio` keeps asyncio's loop (a fault suspected in uvloop, a platform without it),
+`uvloop` insists on it.
 """
 
 from __future__ import annotations

@@ -525,8 +525,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "event_loop",
-        "the process's event loop: uvloop (its TLS and sockets answer a burst's webhook reviews several "
-        "times sooner), asyncio (Python's own), or auto: uvloop where it is installed, else asyncio",
+        "the process's event loop: uvloop (a shorter tail of webhook answers under a burst, less memory), "
+        "asyncio (Python's own), or auto: uvloop where it is installed, else asyncio",
         _event_loop,
         metavar="{auto,uvloop,asyncio}",
     ),
