@@ -306,11 +306,13 @@ def test_quota_admits_two_gangs_the_third_waits_in_kueue_and_each_runs_whole_in_
     kns.create(queued_job("gang-c", 4))
 
     def held() -> dict[str, Any] | None:
+        # HeldByKueue says first "Kueue has not made its Workload yet", then, once Kueue has made it and
+        # left it unadmitted, that it waits in the LocalQueue: wait for the second.
         cond = admitted_condition(kns, "gang-c")
-        return cond if cond.get("reason") == "HeldByKueue" else None
+        waiting = "waiting in Kueue's LocalQueue lq" in str(cond.get("message", ""))
+        return cond if cond.get("reason") == "HeldByKueue" and waiting else None
 
-    cond = wait_for("gang-c held by Kueue", held, timeout=60)
-    assert "waiting in Kueue's LocalQueue lq" in cond["message"], cond
+    wait_for("gang-c held by Kueue, waiting in its LocalQueue", held, timeout=60)
     workload = workload_of(kns, "gang-c")
     assert kueue_condition(workload, "QuotaReserved").get("status") == "False", workload
     assert job_of(kns, "gang-c")["spec"]["suspend"] is True
