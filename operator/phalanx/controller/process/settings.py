@@ -285,16 +285,13 @@ def _identity(text: str) -> str:
     return text
 
 
-def _log_format(text: str) -> str:
-    if text not in LOG_FORMATS:
-        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_FORMATS)}")
-    return text
+def _one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(choices)}")
+        return text
 
-
-def _event_loop(text: str) -> str:
-    if text not in EVENT_LOOPS:
-        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(EVENT_LOOPS)}")
-    return text
+    return parse
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -481,7 +478,9 @@ OPTIONS: tuple[Option, ...] = (
         _seconds(0, False),
         metavar="SECONDS",
     ),
-    Option("log_format", "plain text, or one JSON object per line", _log_format, metavar="{plain,json}"),
+    Option(
+        "log_format", "plain text, or one JSON object per line", _one_of(LOG_FORMATS), metavar="{plain,json}"
+    ),
     Option(
         "verbose", "debug logging, including every watch event Kopf handles", kind="bool", aliases=("-v",)
     ),
@@ -527,7 +526,7 @@ OPTIONS: tuple[Option, ...] = (
         "event_loop",
         "the process's event loop: uvloop (a shorter tail of webhook answers under a burst, less memory), "
         "asyncio (Python's own), or auto: uvloop where it is installed, else asyncio",
-        _event_loop,
+        _one_of(EVENT_LOOPS),
         metavar="{auto,uvloop,asyncio}",
     ),
 )
