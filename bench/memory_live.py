@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import signal
 import sys
 import tempfile
@@ -193,6 +194,14 @@ def churn(api: RestClient, size: int, count: int) -> float:
     return time.monotonic() - started
 
 
+def event_loop(log_path: Path) -> str:
+    """The event loop the operator said it runs on (main.py logs `event loop: <name>` at its start)."""
+    if not log_path.exists():
+        return "unknown"
+    found = re.findall(r"event loop: (\w+)", log_path.read_text(errors="replace"))
+    return found[-1] if found else "unknown"
+
+
 def measure_path(
     state: ClusterState,
     folder: Path,
@@ -225,6 +234,7 @@ def measure_path(
         operator.stop()
     row = {
         "path": path,
+        "event_loop": event_loop(operator.log_path),
         "ready_s": round(ready, 1),
         "cache_objects": held,
         "rss_primed_mib": round(primed["VmRSS"], 1),
@@ -248,6 +258,7 @@ def table(document: dict[str, Any]) -> str:
     ]
     for r in document["paths"]:
         label = "informer (default)" if r["path"] == "informer" else "Kopf (`--no-informers`)"
+        label += f", {r.get('event_loop', 'asyncio')}"  # runs before the field was recorded were on asyncio
         lines.append(
             f"| {label} | {r['ready_s']:.0f} s | {r['rss_primed_mib']:.0f} MiB | {r['rss_idle_mib']:.0f} MiB"
             f" | {r['rss_churn_max_mib']:.0f} MiB | {r['rss_after_churn_mib']:.0f} MiB"
