@@ -31,7 +31,7 @@ from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Set
 from phalanx.controller.process.webhook_tls import WebhookTLS
 from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
 from phalanx.controller.watch.informer import ApiTransport, Informer
-from phalanx.controller.watch.registry import build_registry
+from phalanx.controller.watch.registry import WatchOnlyDiffBase, build_registry
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by
 from phalanx.kubeclient import ApiClient, ApiException, Credentials, resource_path
@@ -329,6 +329,7 @@ class Runtime:
         settings.admission.managed = (
             self.settings.webhook_config_name if self.settings.kopf_manages_webhooks else None
         )
+        settings.persistence.diffbase_storage = WatchOnlyDiffBase()  # its watches are all on.event
         settings.posting.level = logging.WARNING
         settings.posting.reporting_component = "phalanx"
         settings.posting.reporting_instance = self.settings.identity

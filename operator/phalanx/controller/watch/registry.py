@@ -45,6 +45,28 @@ def build_registry(
     return registry
 
 
+class WatchOnlyDiffBase(kopf.DiffBaseStorage):
+    """Kopf's diff-base storage for an operator whose watches are all `on.event` handlers.
+
+    Kopf builds every watched object's "essence" on every event (a deep copy of the body less its metadata
+    and status) to tell what changed for `on.create`/`on.update`/`on.field` handlers, even when there are
+    none: in a burst of Jobs that was half of Kopf's per-event CPU (py-spy, 2,000 nodes), on the loop that
+    also serves the webhooks. Phalanx registers none (build_registry; a unit test holds it to that), so the
+    essence is empty and nothing is stored. A changing handler added later would make Kopf call `store`,
+    which refuses loudly instead of silently never telling it a change."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        raise RuntimeError(
+            "WatchOnlyDiffBase: a Kopf change-detecting handler ran; it needs a real diff-base storage"
+        )
+
+
 def _register_watch(
     ctx: WatchContext, row: Watched, registry: kopf.OperatorRegistry, qualified: bool = False
 ) -> None:
