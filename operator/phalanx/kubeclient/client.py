@@ -18,7 +18,6 @@ import asyncio
 import base64
 import datetime as dt
 import ipaddress
-import json
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from phalanx.kubeclient import codec
 from phalanx.kubeclient.access import Access, AccessNotDeclaredError, access_of
 from phalanx.kubeclient.credentials import Credentials, ExecCredential
 from phalanx.kubeclient.errors import ApiException, ApiTimeoutError
@@ -117,7 +117,7 @@ class ApiClient:
             raise AccessNotDeclaredError(
                 f"{method} {path} needs {access}, which this client does not declare"
             )
-        data = None if body is None else body if isinstance(body, bytes | str) else json.dumps(body)
+        data = None if body is None else body if isinstance(body, bytes | str) else codec.dumps(body)
         deadline = timeout if timeout is not None else self.timeout
         client_timeout = (
             deadline if isinstance(deadline, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=deadline)
@@ -185,7 +185,7 @@ class ApiClient:
             raise ApiTimeoutError(f"{method} {path}: the answer's body did not come in time") from e
         finally:
             response.release()
-        return json.loads(raw) if raw else None
+        return codec.loads(raw) if raw else None
 
     # ------------------------------------------------------------------ the connection and identity
     async def _ensure_session(self, *, refresh: bool) -> aiohttp.ClientSession:

@@ -26,7 +26,6 @@ API through `Transport`, one implementation of which (`ApiTransport`) uses the o
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -40,7 +39,7 @@ from phalanx.controller.apply.kube import retry_after, retrying
 from phalanx.controller.cache.store import ClusterCache, key_of
 from phalanx.controller.watch.relist import drop_deleted
 from phalanx.controller.watch.watched import Watched
-from phalanx.kubeclient import ApiClient, ApiException, resource_path
+from phalanx.kubeclient import ApiClient, ApiException, codec, resource_path
 
 log = logging.getLogger("phalanx.informer")
 
@@ -102,7 +101,7 @@ def version_of(body: Mapping[str, Any]) -> str:
 
 def parse_event(line: bytes) -> Event:
     """A stream line as an event; an ERROR event raises GoneError (410) or WatchError (anything else)."""
-    decoded = json.loads(line)
+    decoded = codec.loads(line)
     kind, body = decoded.get("type"), decoded.get("object")
     if not isinstance(body, dict):
         raise WatchError({"code": 0, "reason": "BadEvent", "message": f"{kind} event without an object"})
