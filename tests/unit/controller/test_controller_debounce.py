@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+import pytest
+
 from phalanx.controller.apply.applier import GroupResult
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import Scheduler
+from phalanx.controller.model.actions import UnitPlan
 
 DEBOUNCE = 0.05
 
@@ -74,3 +77,45 @@ async def test_changes_that_stream_in_wait_for_the_debounce() -> None:
     await passes(loop, 3)
     task.cancel()
     assert loop.slept == [DEBOUNCE, DEBOUNCE]  # the second and third passes waited, the first did not
+
+
+class SetupRecording(Recording):
+    """During its first pass, a unit's setup is started whose apply ends as `outcome` says."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+        async def apply_setup(unit: UnitPlan) -> GroupResult:
+            if outcome == "cancelled":
+                raise asyncio.CancelledError
+            return GroupResult(unit.key, ok=outcome == "ok")
+
+        self.applier.apply_setup = apply_setup  # type: ignore[method-assign]
+
+    async def pass_once(self) -> list[GroupResult]:
+        if self.passes == 0:
+            self._start_setup(UnitPlan("ml/new", ()))  # its end asks for the next pass
+        return await super().pass_once()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "slept"),
+    [
+        ("ok", []),  # the group exists now: the pass that may decide its gang runs at once
+        ("failed", [DEBOUNCE]),  # nothing new to decide on: a change streaming in, debounced
+        ("cancelled", [DEBOUNCE]),
+    ],
+)
+async def test_the_pass_after_a_setup_that_went_through_is_not_debounced(
+    outcome: str, slept: list[float]
+) -> None:
+    loop = SetupRecording(outcome)
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0)
+    loop.now = 10.0
+    loop.cache.changed.set()
+    await passes(loop, 2)
+    task.cancel()
+    assert loop.slept == slept
+    assert not loop.setup_went_through  # taken by the pass it hurried

@@ -4,7 +4,10 @@ A pass runs when something that can change a decision changed (the cache says so
 backing-off group may try again, and every `resync` seconds as a safety net. A short debounce lets a
 burst of pod creations land in one pass — only while changes stream in: the first change after a quiet
 spell at least as long as the debounce is planned at once (a burst's first Job, and the first pod of a
-gang that completes it, each waited 50 ms for nothing on the way to the first pod bound).
+gang that completes it, each waited 50 ms for nothing on the way to the first pod bound), and so is the
+pass after a unit's setup went through: the debounce gathers what other controllers create one at a time,
+while the end of our own creates is what a new gang's decision waited for (the first gang of a burst: its
+PodGroup created, its pods long there, 50 ms more before the pass that decides it).
 
 A pass waits for the writes of its decisions (records, releases, requeues, status) before the next pass
 plans on what they did. A unit's *setup* (creating its Workload and groups, its gang size, events: nothing
@@ -116,6 +119,7 @@ class Scheduler:
         self._node_counts = NodeCounts()
         self.memo = UnitMemo()
         self.clock: Callable[[], float] = time.monotonic  # the debounce's clock and sleep (tests set them)
+        self.setup_went_through = False  # a setup ended well since the last pass: the next one is at once
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.verify_incremental = verify_incremental
         self.differences = 0  # passes whose incremental plan differed from the whole one (verify mode)
@@ -145,11 +149,12 @@ class Scheduler:
             try:
                 waiting = self.clock()
                 await asyncio.wait_for(self.cache.changed.wait(), timeout=timeout)
-                if self.clock() - waiting < self.debounce:
+                if self.clock() - waiting < self.debounce and not self.setup_went_through:
                     await self.sleep(self.debounce)  # changes stream in: let more land in this pass
             except TimeoutError:
                 pass
             self.cache.changed.clear()
+            self.setup_went_through = False
             try:
                 await self.pass_once()
             except asyncio.CancelledError:
@@ -247,6 +252,8 @@ class Scheduler:
         def done(_: asyncio.Task[GroupResult]) -> None:
             if self.in_flight.get(unit.key) is task:
                 del self.in_flight[unit.key]
+            if not task.cancelled() and task.exception() is None and task.result().ok:
+                self.setup_went_through = True
             self.cache.changed.set()  # what it created (or why it failed) is for the next pass to see
 
         task.add_done_callback(done)
