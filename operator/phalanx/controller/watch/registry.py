@@ -19,6 +19,7 @@ from phalanx.api.group import GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
 from phalanx.api.owned import OWNER_UID_LABEL
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import AdmittingKind, Resource
+from phalanx.controller.watch.review import Reviewer
 from phalanx.controller.watch.watched import WATCHED, Watched
 from phalanx.controller.watch.webhooks import WatchContext, Webhooks
 
@@ -215,6 +216,16 @@ def _in_the_loop(handler: Callable[..., Any]) -> Callable[..., Any]:
 
     review.__name__ = review.__qualname__ = getattr(handler, "__name__", "review")
     return review
+
+
+def reviewers(ctx: WatchContext) -> dict[str, Reviewer]:
+    """Each webhook's handler by its id (the path Kopf serves it at), for answering reviews directly
+    (review.py) with the same operations and label filter as its Kopf registration."""
+    hooks = Webhooks(ctx)
+    return {
+        hook.id: Reviewer(hook.handler, hook.operations, hook.labels, hook.mutating)
+        for hook in (*_hooks(hooks), *_owner_hooks(hooks))
+    }
 
 
 def _register_webhooks(hooks: Webhooks, registry: kopf.OperatorRegistry) -> None:
