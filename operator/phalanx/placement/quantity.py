@@ -6,6 +6,7 @@ A Fraction keeps "0.1" and "100m" exact; the scheduler's integer views
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -44,6 +45,13 @@ def parse_quantity(s: str | int | float | Fraction) -> Fraction:
         s = repr(s)
     if not isinstance(s, str):
         raise QuantityError(f"not a quantity: {s!r}")
+    return _parse_text(s)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(s: str) -> Fraction:
+    """A quantity string's value, remembered: the same few ("8", "500m", "4Gi") come in every pod and every
+    admission review, and an exact parse builds several Fractions (a Fraction is immutable: shared)."""
     m = _QUANTITY_RE.fullmatch(s)
     if m is None or not (m.group(2) or m.group(3)):
         raise QuantityError(f"not a quantity: {s!r}")

@@ -221,10 +221,11 @@ def shortfall(
 ) -> Shortfall | None:
     """The first quota (by name) that has no room for `count` more pods of this spec now (or, with
     `against_hard`, even when nothing else uses it), None when every quota has room."""
-    if count <= 0:
+    quotas = sorted(quotas, key=lambda q: q.key)
+    if count <= 0 or not quotas:
         return None
     usage = usage if usage is not None else pod_quota_usage(pod_spec)
-    for quota in sorted(quotas, key=lambda q: q.key):
+    for quota in quotas:
         if not quota.matches(pod_spec, usage):
             continue
         for resource in sorted(quota.hard):

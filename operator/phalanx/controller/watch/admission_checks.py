@@ -111,6 +111,8 @@ def pod_device_problems(
         f"allocated ResourceClaims), so it would never release this pod of gang PodGroup {group!r}; {advice}"
     ] * bool(isinstance(mapping(spec).get("resourceClaims"), list) and mapping(spec).get("resourceClaims"))
     by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
+    if not by_resource:
+        return []  # no DeviceClass serves an extended resource: nothing to find (and no requests to parse)
     for resource, amount in sorted(pod_requests(mapping(spec)).items()):
         if amount > 0 and resource not in listed and resource in by_resource:
             problems.append(
@@ -187,6 +189,8 @@ def dra_resource_problems(
     model, so the gang would wait for ever. Refused at creation, while the advice can still be followed.
     `listed`: the resource names some node lists (ClusterCache.listed_resources)."""
     by_resource = {r: name for name, served in sorted(classes.items()) for r in served}
+    if not by_resource:
+        return []  # no DeviceClass serves an extended resource: nothing to find (and no requests to parse)
     basic = f"with {keys.POLICY_ANNOTATION}: basic (kube-scheduler allocates the devices pod by pod), or "
     advice = f"create the {owner} {basic if owner == 'Job' else ''}without the {keys.MANAGED_LABEL} label"
     out = []
