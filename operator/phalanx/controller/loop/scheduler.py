@@ -25,8 +25,10 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
+from typing import TypeVar
 
 from phalanx.api.group import TOPOLOGY_KIND
 from phalanx.controller import metrics
@@ -50,6 +52,14 @@ STARVATION_AGE_SECONDS = 60.0
 BIND_TIMEOUT_SECONDS = 120.0  # released pods no scheduler bound for this long are rolled back
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _view(mapping: dict[K, V], detached: bool) -> Mapping[K, V]:
+    return dict(mapping) if detached else MappingProxyType(mapping)
+
+
 def plan_input(
     cache: ClusterCache,
     backing_off: frozenset[str] = frozenset(),
@@ -58,11 +68,14 @@ def plan_input(
     starvation_age: float = STARVATION_AGE_SECONDS,
     bind_timeout: float = BIND_TIMEOUT_SECONDS,
     memo: UnitMemo | None = None,
+    detached: bool = False,
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
     changes anything). With `memo`, units are made again only for owners that changed, and the units
-    settled in the memo's last pass and unchanged since are skipped (loop/incremental.py)."""
+    settled in the memo's last pass and unchanged since are skipped (loop/incremental.py). `detached`: the
+    mappings and Kueue's index are copies instead (each a C-level copy of one dict, ~1 ms at 50,000 pods),
+    for planning on another thread while the loop's thread goes on changing the cache."""
     if memo is None:
         units = tuple(unit for kind in kinds for unit in kind.units(cache))
         skip: frozenset[str] = frozenset()
@@ -74,16 +87,16 @@ def plan_input(
         skip=skip,
         levels={label: t.levels for label, t in cache.topology_index.by_label.items()},
         snapshot=cache.snapshot(),
-        nodes=MappingProxyType(cache.nodes),  # not copies (50,000 nodes)
-        priority_classes=MappingProxyType(cache.priority_classes),
-        pods=MappingProxyType(cache.pods),
+        nodes=_view(cache.nodes, detached),  # not copies (50,000 nodes) unless detached
+        priority_classes=_view(cache.priority_classes, detached),
+        pods=_view(cache.pods, detached),
         unevictable=cache.unevictable(),
         node_failure_grace=node_failure_grace,
         starvation_age=starvation_age,
         backing_off=backing_off,
-        kueue=cache.kueue,
+        kueue=cache.kueue.copy() if detached else cache.kueue,
         bind_timeout=bind_timeout,
-        reported=MappingProxyType(cache.reported),
+        reported=_view(cache.reported, detached),
     )
 
 
@@ -103,6 +116,7 @@ class Scheduler:
         bind_timeout: float = BIND_TIMEOUT_SECONDS,
         pipeline: bool = False,
         verify_incremental: bool = False,
+        plan_thread: bool = False,
     ) -> None:
         self.node_failure_grace = node_failure_grace
         self.starvation_age = starvation_age
@@ -122,6 +136,11 @@ class Scheduler:
         self.setup_went_through = False  # a setup ended well since the last pass: the next one is at once
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.verify_incremental = verify_incremental
+        # `plan()` on a thread of its own (its input detached from the cache): the loop's thread goes on
+        # serving reviews and watch events while a pass plans (at 5,000 nodes a pass planned ~90 ms on
+        # average and the loop lagged 240 ms at p99 behind it). The GIL still runs one at a time, but hands
+        # over every few ms instead of after the whole plan.
+        self._planner = ThreadPoolExecutor(1, "phalanx-plan") if plan_thread else None
         self.differences = 0  # passes whose incremental plan differed from the whole one (verify mode)
 
     async def run(self) -> None:
@@ -129,6 +148,8 @@ class Scheduler:
             await self._loop()
         finally:
             await self.stop_setup()
+            if self._planner is not None:
+                self._planner.shutdown(wait=False, cancel_futures=True)
 
     async def stop_setup(self) -> None:
         """Cancel the setup plans in flight and wait for them (a create cut short is made again by the
@@ -180,12 +201,16 @@ class Scheduler:
             starvation_age=self.starvation_age,
             bind_timeout=self.bind_timeout,
             memo=self.memo,
+            detached=self._planner is not None,
         )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}
         )
         now = dt.datetime.now(dt.UTC)
-        decided = plan(state, now)
+        if self._planner is None:
+            decided = plan(state, now)
+        else:
+            decided = await asyncio.get_running_loop().run_in_executor(self._planner, plan, state, now)
         if self.verify_incremental:
             decided = self._verified(state, decided, now)
         self.memo.planned(state.units, decided.settled, placement_generation)

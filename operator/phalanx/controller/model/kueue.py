@@ -175,6 +175,14 @@ class KueueIndex:
                 if not keys:
                     del self._by_owner[owner]
 
+    def copy(self) -> KueueIndex:
+        """An index that later upserts and deletes of this one do not change (a pass planned off the loop's
+        thread reads it while the loop goes on applying Kueue's events)."""
+        other = KueueIndex()
+        other.items = dict(self.items)
+        other._by_owner = defaultdict(set, {owner: set(keys) for owner, keys in self._by_owner.items()})
+        return other
+
     def of_owner(self, *owner_keys: str) -> tuple[KueueWorkloadRecord, ...]:
         """The Workloads owned by any of these owners (uids, or `<namespace>/<name>`), by name."""
         keys = sorted({k for owner in owner_keys if owner for k in self._by_owner.get(owner, ())})

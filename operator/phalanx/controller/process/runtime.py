@@ -284,6 +284,7 @@ class Runtime:
             bind_timeout=self.settings.bind_timeout,
             pipeline=True,  # setup applied beside the passes (loop/scheduler.py)
             verify_incremental=self.settings.verify_incremental,
+            plan_thread=self.settings.plan_thread,
         )
         self.health.loop_started()
         self._task = asyncio.create_task(self.scheduler.run(), name="phalanx-scheduler")

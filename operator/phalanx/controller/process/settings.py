@@ -67,6 +67,7 @@ class Settings:
     scheduler_names: tuple[str, ...] = ()
     bind_timeout: float = 120.0
     informers: bool = True
+    plan_thread: bool = True
     verify_incremental: bool = False
     event_loop: str = "auto"
 
@@ -513,6 +514,13 @@ OPTIONS: tuple[Option, ...] = (
         "informers",
         "watch nodes and pods with Phalanx's own list-then-watch instead of Kopf's (watch/informer.py: no "
         "per-event copies or per-object memories); off: Kopf watches every kind",
+        kind="bool",
+    ),
+    Option(
+        "plan_thread",
+        "plan each pass on a thread of its own, from a copy of what it reads, so the event loop goes on "
+        "answering admission reviews and applying watch events meanwhile (loop/scheduler.py); off: plan in "
+        "the loop",
         kind="bool",
     ),
     Option(
