@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -202,3 +203,19 @@ def test_the_json_patch_does_what_the_merge_patch_does(obj: dict[str, Any], merg
         assume(False)  # Kopf cannot merge a dict into a scalar; no handler of ours asks it to
     expected = jsonpatch.apply_patch(copy.deepcopy(obj), theirs)
     assert jsonpatch.apply_patch(copy.deepcopy(obj), json_patch(obj, merge)) == expected
+
+
+async def test_a_denial_is_logged_at_info_naming_the_webhook_and_the_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As process/logs.py DenialsAtInfo turns Kopf's "failed permanently" into: a refusal is not a failure."""
+    caplog.set_level(logging.INFO, logger="phalanx.webhooks")
+    reviewer = reviewers(StaticContext())["gate-job"]
+    review = request(JOBS, "CREATE", job(metadata__annotations={keys.POLICY_ANNOTATION: "nonsense"}))
+    answered = await answer(review, reviewer)
+    assert answered is not None and answered["response"]["allowed"] is False
+    (record,) = [r for r in caplog.records if r.name == "phalanx.webhooks"]
+    assert record.levelno == logging.INFO
+    message = record.getMessage()
+    assert message.startswith("[ml/train] Webhook 'gate-job' denied: ")
+    assert answered["response"]["status"]["message"] in message

@@ -223,7 +223,7 @@ def reviewers(ctx: WatchContext) -> dict[str, Reviewer]:
     (review.py) with the same operations and label filter as its Kopf registration."""
     hooks = Webhooks(ctx)
     return {
-        hook.id: Reviewer(hook.handler, hook.operations, hook.labels, hook.mutating)
+        hook.id: Reviewer(hook.handler, hook.operations, hook.labels, hook.mutating, hook.id)
         for hook in (*_hooks(hooks), *_owner_hooks(hooks))
     }
 

@@ -46,6 +46,7 @@ class Reviewer:
     operations: tuple[str, ...]
     labels: LabelSpec | None
     mutating: bool = False
+    name: str = ""  # the webhook's id, for the log
 
 
 def labels_match(labels: Mapping[str, Any], spec: LabelSpec | None) -> bool:
@@ -146,6 +147,11 @@ def _body(value: Any) -> kopf.Body | None:
     return kopf.Body(cast(kopf.RawBody, dict(value))) if isinstance(value, Mapping) else None
 
 
+def _where(body: kopf.Body) -> str:
+    meta = body.metadata
+    return "/".join(p for p in (meta.namespace, meta.name or meta.get("generateName")) if p)
+
+
 def _denial(error: BaseException) -> dict[str, Any]:
     code = error.code if isinstance(error, kopf.AdmissionError) else None
     return {"message": str(error) or repr(error), "code": code or 500}
@@ -188,9 +194,11 @@ async def answer(request: Mapping[str, Any], reviewer: Reviewer) -> dict[str, An
         if inspect.isawaitable(outcome):
             await outcome
     except kopf.AdmissionError as e:
+        # A denial, not a failure: said at INFO, as process/logs.py DenialsAtInfo says Kopf's.
+        log.info("[%s] Webhook %r denied: %s", _where(body), reviewer.name, e)
         response.update(allowed=False, status=_denial(e))
     except Exception as e:
-        log.exception("webhook handler %s failed", getattr(reviewer.handler, "__name__", "?"))
+        log.exception("[%s] Webhook %r failed with an exception", _where(body), reviewer.name)
         response.update(allowed=False, status=_denial(e))
     if warnings:
         response["warnings"] = [str(w) for w in warnings]
