@@ -7,7 +7,8 @@
   Deployment's own flags, serving the chart's own webhook configurations (their `service` clientConfig
   reaches it through an ExternalName Service to localhost: the apiserver resolves ExternalName Services for
   webhooks, and the certificate Phalanx makes is for `<service>.<namespace>.svc`). A gang Job is admitted end
-  to end under that identity, with no Forbidden in the operator's log; actions outside the role are refused.
+  to end under that identity, with no Forbidden in the operator's log; actions outside the role are refused;
+  the chart's FlowSchema takes that identity's requests to the priority level workload-high.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,6 +284,20 @@ def status(url: str) -> int | None:
         return None
 
 
+def dispatched_by_level(metrics: str, flow_schema: str) -> dict[str, float]:
+    """apiserver_flowcontrol_dispatched_requests_total of one FlowSchema, by priority level."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            continue
+        labels_text, _, value = line.partition("{")[2].rpartition("} ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+        if labels.get("flow_schema") == flow_schema:
+            level = labels.get("priority_level", "?")
+            out[level] = out.get(level, 0.0) + float(value)
+    return out
+
+
 def forbidden(api: RestClient, method: str, path: str, body: Any = None) -> bool:
     try:
         api.request(method, path, body)
@@ -364,6 +380,14 @@ def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
         admitted = next(c for c in group["status"]["conditions"] if c["type"] == "Admitted")
         assert admitted["status"] == "True", admitted
         assert any(e.get("reportingComponent") == "phalanx" for e in ns.events()), "Events posted"
+
+        # API Priority and Fairness: the chart's FlowSchema took the operator's requests to workload-high
+        # (without it they would be under `service-accounts`, in workload-low).
+        flow = admin.get(f"/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/{SA}")
+        dangling = next(c for c in flow["status"]["conditions"] if c["type"] == "Dangling")
+        assert dangling["status"] == "False", dangling
+        levels = dispatched_by_level(admin.get("/metrics"), flow_schema=SA)
+        assert levels.get("workload-high", 0) > 0 and set(levels) == {"workload-high"}, levels
 
         # The PodGroup validator answers through the Service too: a hand edit of the gang size is refused.
         with pytest.raises(ApiError) as refused:

@@ -274,3 +274,50 @@ def test_without_leader_election_there_is_no_lease_and_one_replica() -> None:
     assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"], (
         "minAvailable 1 of 1 would block drains"
     )
+
+
+# ---------------------------------------------------------------------- API Priority and Fairness
+def flow_subjects(flow: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for rule in flow["spec"]["rules"] for s in rule["subjects"]]
+
+
+@pytest.mark.parametrize(
+    ("sets", "account"),
+    [
+        ((), "phalanx"),
+        (("serviceAccount.name=gangs",), "gangs"),
+        (("fullnameOverride=gpu-admission",), "gpu-admission"),
+    ],
+    ids=["default", "named-account", "full-name"],
+)
+def test_the_operators_requests_go_to_workload_high_as_the_scheduler_s_do(
+    sets: tuple[str, ...], account: str
+) -> None:
+    """Every request of the account the Deployment runs as, and nothing else, goes to workload-high, ahead
+    of the built-in `service-accounts` FlowSchema (9000) that would put it in workload-low."""
+    docs = render(*sets)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account
+    flow = one(docs, "FlowSchema")
+    assert flow["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+    assert "namespace" not in flow["metadata"], "cluster-scoped"
+    spec = flow["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": "workload-high"}
+    assert 900 < spec["matchingPrecedence"] < 9000
+    assert flow_subjects(flow) == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": account, "namespace": NAMESPACE}}
+    ]
+    (rule,) = spec["rules"]
+    assert rule["resourceRules"] == [
+        {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}
+    ]
+    assert rule["nonResourceRules"] == [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+
+
+def test_the_flow_schema_follows_its_values_and_can_be_left_out() -> None:
+    flow = one(render("apiPriority.priorityLevel=gangs", "apiPriority.matchingPrecedence=500"), "FlowSchema")
+    assert flow["spec"]["priorityLevelConfiguration"] == {"name": "gangs"}
+    assert flow["spec"]["matchingPrecedence"] == 500
+    assert not [d for d in render("apiPriority.enabled=false") if d["kind"] == "FlowSchema"]
+    refused = helm("template", "phalanx", str(CHART), "--set", "apiPriority.matchingPrecedence=0")
+    assert refused.returncode != 0 and "matchingPrecedence" in refused.stderr
