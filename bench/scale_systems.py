@@ -310,4 +310,21 @@ def find_processes(word: str, folder: str) -> dict[str, int]:
     return found
 
 
-SYSTEMS: dict[str, type[System]] = {"phalanx": Phalanx, "upstream": Upstream, "kueue": Kueue, "plain": Plain}
+class PhalanxPlanThread(Phalanx):
+    """Phalanx with `--plan-thread` (plan() on a thread of its own), to run beside the default in one
+    invocation: the rounds interleave, so both see the same machine."""
+
+    name = "phalanx-plan-thread"
+    title = "Phalanx, --plan-thread"
+
+    def __init__(self) -> None:
+        super().__init__(("--plan-thread",))
+
+
+SYSTEMS: dict[str, type[System]] = {
+    "phalanx": Phalanx,
+    "phalanx-plan-thread": PhalanxPlanThread,
+    "upstream": Upstream,
+    "kueue": Kueue,
+    "plain": Plain,
+}
