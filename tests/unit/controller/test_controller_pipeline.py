@@ -205,3 +205,60 @@ def test_a_status_is_setup_unless_it_holds_room() -> None:
     holding = PatchStatus(group, PodGroupStatus(reservation=held))
     assert places_nothing(UnitPlan("ml/x", (waiting, PostEvent(group, "Normal", "Pending", "waits"))))
     assert not places_nothing(UnitPlan("ml/x", (holding,)))
+
+
+class HeldEvents(Events):
+    """Holds every post about the new Job (its setup's) until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_through = asyncio.Event()
+        self.holding: list[str] = []
+
+    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None:
+        if "new" in involved.name:
+            self.holding.append(reason)
+            await self.let_through.wait()
+        await super().post(involved, type_, reason, message)
+
+
+async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its_events() -> None:
+    """The next pass (which decides the gang once its pods exist) does not wait for "PodGroupCreated"."""
+    cache, groups = _cache()
+    kube = RecordingKube(groups)
+    events = HeldEvents()
+    scheduler = Scheduler(cache, cast(Kube, kube), events, pipeline=True)
+
+    await scheduler.pass_once()
+    (task,) = scheduler.in_flight.values()
+    cache.changed.clear()
+    kube.let_through.set()
+    async with asyncio.timeout(5):
+        while scheduler.in_flight:
+            await asyncio.sleep(0.01)
+    assert cache.workloads.of_owner("uid-new")
+    assert any(key.startswith("ml/new-") for key in cache.pod_groups.items)
+    assert cache.changed.is_set() and scheduler.setup_went_through, "the next pass runs at once"
+    assert events.holding == ["PodGroupCreated"] and not task.done(), "its event is still being posted"
+
+    # Its event goes out after all; nothing more is asked of the loop.
+    cache.changed.clear()
+    events.let_through.set()
+    await asyncio.wait_for(task, timeout=5)
+    assert ("ml/new", "PodGroupCreated") in events.posted
+    assert not cache.changed.is_set()
+
+
+async def test_stopping_the_loop_cancels_a_setup_whose_events_are_being_posted() -> None:
+    cache, groups = _cache()
+    kube = RecordingKube(groups)
+    events = HeldEvents()
+    scheduler = Scheduler(cache, cast(Kube, kube), events, pipeline=True)
+    await scheduler.pass_once()
+    (task,) = scheduler.in_flight.values()
+    kube.let_through.set()
+    async with asyncio.timeout(5):
+        while scheduler.in_flight:
+            await asyncio.sleep(0.01)
+    await scheduler.stop_setup()
+    assert task.done()

@@ -263,18 +263,26 @@ class Applier:
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return list(results)
 
-    async def apply_setup(self, group: UnitPlan) -> GroupResult:
+    async def apply_setup(self, group: UnitPlan, written: Callable[[], None] | None = None) -> GroupResult:
         """One setup-only plan (model/actions.places_nothing), applied beside the passes under a bound of
-        its own, so that a burst of creates never holds back the releases of a pass."""
-        result = await self._group(group, self._setup_limit)
+        its own, so that a burst of creates never holds back the releases of a pass. `written` is called
+        once its writes went through, before its events are posted (`_group`)."""
+        result = await self._group(group, self._setup_limit, written)
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return result
 
-    async def _group(self, group: UnitPlan, limit: asyncio.Semaphore | None = None) -> GroupResult:
+    async def _group(
+        self,
+        group: UnitPlan,
+        limit: asyncio.Semaphore | None = None,
+        written: Callable[[], None] | None = None,
+    ) -> GroupResult:
         """The unit's actions in order, each run of independent ones at once. Its events wait until the
         writes after them are done (or one failed): an event is posted when everything before it in the plan
         went through, as if in order, but never holds back a write (a new gang's "PodGroupCreated" came
-        between its groups' creates and its release: a round trip on the first pod of a burst)."""
+        between its groups' creates and its release: a round trip on the first pod of a burst). `written`
+        is told when every write went through, before those events: what waits for the writes (the next
+        pass, for a setup) does not wait for the events too."""
         async with limit or self._limit:
             let_through = False  # its releases went through
             events: list[Action] = []  # reached, posted once the unit's writes end
@@ -298,15 +306,17 @@ class Applier:
                                 self._released(group)
                             return await self._failed(group, action, outcome)
                     let_through = let_through or isinstance(run[0], ReleasePod)
+                self.backoff.succeeded(group.key)
+                self._released(group)
+                self._admitted(group)
+                self._observe(group)
+                if written is not None:
+                    written()
                 await self._post_events(events)
                 events = []
             finally:
                 if events:  # cancelled: what was reached is still said, in the background
                     self._background_events(events)
-            self.backoff.succeeded(group.key)
-            self._released(group)
-            self._admitted(group)
-            self._observe(group)
             return GroupResult(group.key, True)
 
     async def _post_events(self, events: Sequence[Action]) -> None:
