@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
-from phalanx.controller.apply.applier import Applier, Backoff, GroupResult
+from phalanx.controller.apply.applier import Applier, Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import PatchStatus, PostEvent, RecordAdmission, ReleasePod, UnitPlan
@@ -92,13 +92,6 @@ def admission_plan(namespace: str, pods: int = 2) -> UnitPlan:
     return UnitPlan(f"{namespace}/train", actions, job, pods)
 
 
-async def applied(apply: Applier, plans: list[UnitPlan]) -> list[GroupResult]:
-    """The plans applied and their events, which go out after the writes, in the background, posted."""
-    results = await apply.apply(plans)
-    await apply.drain_events()
-    return results
-
-
 def applier(kube: RecordingKube, clock: list[float]) -> tuple[Applier, ClusterCache, Events]:
     cache = ClusterCache()
     events = Events()
@@ -110,7 +103,7 @@ def test_a_failing_group_does_not_stop_another_in_the_same_pass_and_backs_off() 
     clock = [100.0]
     kube = RecordingKube({"quota": forbidden('podgroups "pg" is forbidden: exceeded quota: one')})
     apply, cache, events = applier(kube, clock)
-    results = asyncio.run(applied(apply, [admission_plan("quota"), admission_plan("fine")]))
+    results = asyncio.run(apply.apply([admission_plan("quota"), admission_plan("fine")]))
 
     assert [(r.key, r.ok) for r in results] == [("quota/train", False), ("fine/train", True)]
     # The failing group stopped at its first action: its pods were never released.
@@ -148,7 +141,7 @@ def test_a_release_that_fails_halfway_leaves_the_rest_of_the_group_undone() -> N
     clock = [0.0]
     kube = OnePodFails({})
     apply, cache, events = applier(kube, clock)
-    (result,) = asyncio.run(applied(apply, [admission_plan("ns", pods=3)]))
+    (result,) = asyncio.run(apply.apply([admission_plan("ns", pods=3)]))
     assert not result.ok and result.failed_action == "ReleasePod"
     # p0 and p2 went out with p1 (one run of releases); the Admitted event after them did not.
     assert cache.pods["ns/p0"].released and cache.pods["ns/p2"].released
@@ -176,12 +169,12 @@ def test_an_event_between_writes_waits_for_them_and_is_said_only_if_what_came_be
     clock = [0.0]
     kube = Timed({"quota": forbidden("exceeded quota")})
     apply, _, events = applier(kube, clock)
-    results = asyncio.run(applied(apply, [plan("fine")]))
+    results = asyncio.run(apply.apply([plan("fine")]))
     assert results[0].ok
     assert ("events so far", "0") in kube.calls  # the record and releases went out before any event
     assert [e[2] for e in events.posted] == ["PodGroupCreated", "Admitted"]  # the plan's order
     events.posted.clear()
-    (failed,) = asyncio.run(applied(apply, [plan("quota")]))
+    (failed,) = asyncio.run(apply.apply([plan("quota")]))
     assert not failed.ok
     # Nothing came before the event: it is said, then the failure; the Admitted after the failure is not.
     assert [e[2] for e in events.posted] == ["PodGroupCreated", "FailedSync"]
@@ -198,12 +191,12 @@ def test_the_cache_notes_when_a_groups_status_was_written_and_forgets_it_with_th
         UnitPlan(f"{ns}/train", (PatchStatus(_group_ref(ns), PodGroupStatus()),), job, 0)
         for ns in ("fine", "quota")
     ]
-    asyncio.run(applied(apply, written))
+    asyncio.run(apply.apply(written))
     assert set(cache.reported) == {"PodGroup/fine/pg"}
     bare = admission_plan("bare")  # a decision alone (its status unchanged) is not a status written
     unit = admission_plan("other")
     whole = (dataclasses.replace(unit.actions[0], status=PodGroupStatus()), *unit.actions[1:])
-    results = asyncio.run(applied(apply, [bare, dataclasses.replace(unit, actions=whole)]))
+    results = asyncio.run(apply.apply([bare, dataclasses.replace(unit, actions=whole)]))
     assert all(r.ok for r in results)
     assert set(cache.reported) == {"PodGroup/fine/pg", "PodGroup/other/pg"}
     cache.upsert(

@@ -6,6 +6,7 @@ The loop's clock and sleep are the test's: no time passes for real."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -86,9 +87,11 @@ class SetupRecording(Recording):
         super().__init__()
         self.outcome = outcome
 
-        async def apply_setup(unit: UnitPlan) -> GroupResult:
+        async def apply_setup(unit: UnitPlan, written: Callable[[], None] | None = None) -> GroupResult:
             if outcome == "cancelled":
                 raise asyncio.CancelledError
+            if outcome == "ok" and written is not None:
+                written()  # as Applier._group: its writes went through, its events are posted after
             return GroupResult(unit.key, ok=outcome == "ok")
 
         self.applier.apply_setup = apply_setup  # type: ignore[method-assign]

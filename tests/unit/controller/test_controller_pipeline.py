@@ -223,8 +223,7 @@ class HeldEvents(Events):
 
 
 async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its_events() -> None:
-    """The next pass (which decides the gang once its pods exist) does not wait for "PodGroupCreated":
-    the unit's events are posted after its writes, in the background."""
+    """The next pass (which decides the gang once its pods exist) does not wait for "PodGroupCreated"."""
     cache, groups = _cache()
     kube = RecordingKube(groups)
     events = HeldEvents()
@@ -234,18 +233,32 @@ async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its
     (task,) = scheduler.in_flight.values()
     cache.changed.clear()
     kube.let_through.set()
-    await asyncio.wait_for(task, timeout=5)
-    await asyncio.sleep(0)
-    assert scheduler.in_flight == {} and task.result().ok
+    async with asyncio.timeout(5):
+        while scheduler.in_flight:
+            await asyncio.sleep(0.01)
     assert cache.workloads.of_owner("uid-new")
     assert any(key.startswith("ml/new-") for key in cache.pod_groups.items)
     assert cache.changed.is_set() and scheduler.setup_went_through, "the next pass runs at once"
-    assert events.holding == ["PodGroupCreated"], "its event is still being posted"
-    assert ("ml/new", "PodGroupCreated") not in events.posted
+    assert events.holding == ["PodGroupCreated"] and not task.done(), "its event is still being posted"
 
     # Its event goes out after all; nothing more is asked of the loop.
     cache.changed.clear()
     events.let_through.set()
-    await asyncio.wait_for(scheduler.applier.drain_events(), timeout=5)
+    await asyncio.wait_for(task, timeout=5)
     assert ("ml/new", "PodGroupCreated") in events.posted
     assert not cache.changed.is_set()
+
+
+async def test_stopping_the_loop_cancels_a_setup_whose_events_are_being_posted() -> None:
+    cache, groups = _cache()
+    kube = RecordingKube(groups)
+    events = HeldEvents()
+    scheduler = Scheduler(cache, cast(Kube, kube), events, pipeline=True)
+    await scheduler.pass_once()
+    (task,) = scheduler.in_flight.values()
+    kube.let_through.set()
+    async with asyncio.timeout(5):
+        while scheduler.in_flight:
+            await asyncio.sleep(0.01)
+    await scheduler.stop_setup()
+    assert task.done()

@@ -69,7 +69,6 @@ BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
 MAX_GROUPS_IN_FLIGHT = 32  # bounds the requests one pass sends at once
 MAX_SETUP_IN_FLIGHT = 16  # bounds the setup plans applied beside the passes (loop/scheduler.py)
-MAX_EVENT_POSTS_IN_FLIGHT = 16  # units whose events are posted at once, after their writes (`_group`)
 
 
 class EvictionBlockedError(RuntimeError):
@@ -255,8 +254,7 @@ class Applier:
         self.backoff = backoff or Backoff()
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
         self._setup_limit = asyncio.Semaphore(MAX_SETUP_IN_FLIGHT)  # its own: setup never queues a decision
-        self._event_tasks: set[asyncio.Future[None]] = set()  # events of units done (or cancelled)
-        self._event_limit = asyncio.Semaphore(MAX_EVENT_POSTS_IN_FLIGHT)
+        self._event_tasks: set[asyncio.Future[None]] = set()  # events of a cancelled unit, still posted
         self.requeues = Requeues()
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
@@ -265,26 +263,26 @@ class Applier:
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return list(results)
 
-    async def apply_setup(self, group: UnitPlan) -> GroupResult:
+    async def apply_setup(self, group: UnitPlan, written: Callable[[], None] | None = None) -> GroupResult:
         """One setup-only plan (model/actions.places_nothing), applied beside the passes under a bound of
-        its own, so that a burst of creates never holds back the releases of a pass."""
-        result = await self._group(group, self._setup_limit)
+        its own, so that a burst of creates never holds back the releases of a pass. `written` is called
+        once its writes went through, before its events are posted (`_group`)."""
+        result = await self._group(group, self._setup_limit, written)
         metrics.GROUPS_BACKING_OFF.set(len(self.backoff.waiting()))
         return result
 
-    async def drain_events(self) -> None:
-        """Wait until every event handed to the background has been posted (tests; a stop)."""
-        while self._event_tasks:
-            await asyncio.wait(set(self._event_tasks))
-
-    async def _group(self, group: UnitPlan, limit: asyncio.Semaphore | None = None) -> GroupResult:
+    async def _group(
+        self,
+        group: UnitPlan,
+        limit: asyncio.Semaphore | None = None,
+        written: Callable[[], None] | None = None,
+    ) -> GroupResult:
         """The unit's actions in order, each run of independent ones at once. Its events wait until the
         writes after them are done (or one failed): an event is posted when everything before it in the plan
         went through, as if in order, but never holds back a write (a new gang's "PodGroupCreated" came
-        between its groups' creates and its release: a round trip on the first pod of a burst). Once every
-        write went through, the unit is done and its events are posted in the background (under a bound of
-        their own): what waits for the unit (the pass, and the next one; a setup's next pass, which decides
-        the gang) does not wait for them. Before a failure they are posted first, then the failure's own."""
+        between its groups' creates and its release: a round trip on the first pod of a burst). `written`
+        is told when every write went through, before those events: what waits for the writes (the next
+        pass, for a setup) does not wait for the events too."""
         async with limit or self._limit:
             let_through = False  # its releases went through
             events: list[Action] = []  # reached, posted once the unit's writes end
@@ -312,8 +310,12 @@ class Applier:
                 self._released(group)
                 self._admitted(group)
                 self._observe(group)
+                if written is not None:
+                    written()
+                await self._post_events(events)
+                events = []
             finally:
-                if events:  # done, or cancelled: what was reached is said, in the background
+                if events:  # cancelled: what was reached is still said, in the background
                     self._background_events(events)
             return GroupResult(group.key, True)
 
@@ -322,12 +324,8 @@ class Applier:
         if events:
             await asyncio.gather(*(self._one(e) for e in events), return_exceptions=True)
 
-    async def _post_events_bounded(self, events: Sequence[Action]) -> None:
-        async with self._event_limit:
-            await self._post_events(events)
-
     def _background_events(self, events: Sequence[Action]) -> None:
-        task = asyncio.ensure_future(self._post_events_bounded(events))
+        task = asyncio.ensure_future(self._post_events(events))
         self._event_tasks.add(task)
         task.add_done_callback(self._event_tasks.discard)
 

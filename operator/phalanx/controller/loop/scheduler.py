@@ -129,6 +129,7 @@ class Scheduler:
         self.passes = 0
         self.pipeline = pipeline
         self.in_flight: dict[str, asyncio.Task[GroupResult]] = {}  # unit key -> its setup being applied
+        self._posting: set[asyncio.Task[GroupResult]] = set()  # setups written, their events being posted
         self._reasons: set[str] = set()
         self._node_counts = NodeCounts()
         self.memo = UnitMemo()
@@ -154,12 +155,13 @@ class Scheduler:
     async def stop_setup(self) -> None:
         """Cancel the setup plans in flight and wait for them (a create cut short is made again by the
         next pass: the cache did not get it)."""
-        tasks = list(self.in_flight.values())
+        tasks = [*self.in_flight.values(), *self._posting]
         for task in tasks:
-            task.cancel()
+            task.cancel()  # a setup's events cut short are posted in the background (Applier._group)
         if tasks:
             await asyncio.wait(tasks)
         self.in_flight.clear()
+        self._posting.clear()
 
     async def _loop(self) -> None:
         while True:
@@ -271,15 +273,26 @@ class Scheduler:
         return decided
 
     def _start_setup(self, unit: UnitPlan) -> None:
-        task = asyncio.create_task(self.applier.apply_setup(unit), name=f"phalanx-setup-{unit.key}")
+        def written() -> None:
+            """Its creates went through: the unit leaves the pipeline and the next pass runs at once,
+            without waiting for the unit's events ("PodGroupCreated": a round trip, and the loop's turn,
+            on the way from a burst's first Job to its first pod)."""
+            if self.in_flight.get(unit.key) is task:
+                del self.in_flight[unit.key]
+                self._posting.add(task)
+            self.setup_went_through = True
+            self.cache.changed.set()
+
+        task = asyncio.create_task(self.applier.apply_setup(unit, written), name=f"phalanx-setup-{unit.key}")
         self.in_flight[unit.key] = task
 
         def done(_: asyncio.Task[GroupResult]) -> None:
-            if self.in_flight.get(unit.key) is task:
+            self._posting.discard(task)
+            if self.in_flight.get(unit.key) is task:  # it failed or was cancelled before `written`
                 del self.in_flight[unit.key]
-            if not task.cancelled() and task.exception() is None and task.result().ok:
-                self.setup_went_through = True
-            self.cache.changed.set()  # what it created (or why it failed) is for the next pass to see
+                if not task.cancelled() and task.exception() is None and task.result().ok:
+                    self.setup_went_through = True
+                self.cache.changed.set()  # what it created (or why it failed) is for the next pass to see
 
         task.add_done_callback(done)
 
