@@ -222,13 +222,13 @@ class HeldEvents(Events):
         await super().post(involved, type_, reason, message)
 
 
-async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its_events() -> None:
-    """The next pass (which decides the gang once its pods exist) does not wait for "PodGroupCreated"."""
+async def written_setup() -> tuple[ClusterCache, Scheduler, HeldEvents, asyncio.Task[Any]]:
+    """The new Job's setup started by a pass, its creates let through, its event held: once the unit
+    has left the pipeline."""
     cache, groups = _cache()
     kube = RecordingKube(groups)
     events = HeldEvents()
     scheduler = Scheduler(cache, cast(Kube, kube), events, pipeline=True)
-
     await scheduler.pass_once()
     (task,) = scheduler.in_flight.values()
     cache.changed.clear()
@@ -236,6 +236,18 @@ async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its
     async with asyncio.timeout(5):
         while scheduler.in_flight:
             await asyncio.sleep(0.01)
+    return cache, scheduler, events, task
+
+
+async def until_posted(events: HeldEvents, said: tuple[str, str]) -> None:
+    async with asyncio.timeout(5):
+        while said not in events.posted:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its_events() -> None:
+    """The next pass (which decides the gang once its pods exist) does not wait for "PodGroupCreated"."""
+    cache, scheduler, events, task = await written_setup()
     assert cache.workloads.of_owner("uid-new")
     assert any(key.startswith("ml/new-") for key in cache.pod_groups.items)
     assert cache.changed.is_set() and scheduler.setup_went_through, "the next pass runs at once"
@@ -249,16 +261,10 @@ async def test_a_setup_leaves_the_pipeline_when_its_creates_went_through_not_its
     assert not cache.changed.is_set()
 
 
-async def test_stopping_the_loop_cancels_a_setup_whose_events_are_being_posted() -> None:
-    cache, groups = _cache()
-    kube = RecordingKube(groups)
-    events = HeldEvents()
-    scheduler = Scheduler(cache, cast(Kube, kube), events, pipeline=True)
-    await scheduler.pass_once()
-    (task,) = scheduler.in_flight.values()
-    kube.let_through.set()
-    async with asyncio.timeout(5):
-        while scheduler.in_flight:
-            await asyncio.sleep(0.01)
+async def test_stopping_the_loop_cancels_a_setup_posting_its_event_and_the_event_still_goes_out() -> None:
+    _, scheduler, events, task = await written_setup()
     await scheduler.stop_setup()
     assert task.done()
+    events.let_through.set()
+    await until_posted(events, ("ml/new", "PodGroupCreated"))
+    assert events.posted.count(("ml/new", "PodGroupCreated")) == 1
