@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # scale_watch, scale_systems, however this file is started
 
+import timeline  # noqa: E402
 from phalanx.devcluster.binaries import K8S_VERSION  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState  # noqa: E402
 from phalanx.devcluster.http import RestClient  # noqa: E402
@@ -408,6 +409,9 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         }
         if options.request_log:
             requests = RequestLog.read(log_path, log_start, log_end)
+            result["first_bind_apiserver_s"] = rounded(
+                timeline.first_binding(timeline.read(log_path, log_start, log_end)), 3
+            )
             by_agent = requests.counts
             own = {a: v for a, v in by_agent.items() if a in system.agents}
             own_latency = [t for a in own for t in requests.write_latency.get(a, [])]
@@ -557,6 +561,7 @@ COLUMNS: list[tuple[str, str, Callable[[dict[str, Any]], float | None]]] = [
     ("c→b p50 s", "{:.2f}", lambda r: r.get("create_to_bound_p50_s")),
     ("c→b p99 s", "{:.2f}", lambda r: r.get("create_to_bound_p99_s")),
     ("first bound s", "{:.2f}", lambda r: r.get("first_bound_s")),
+    ("first bind (apiserver) s", "{:.2f}", lambda r: r.get("first_bind_apiserver_s")),
     ("makespan s", "{:.1f}", lambda r: r.get("makespan_s")),
     ("refill p50 s", "{:.2f}", lambda r: r.get("refill_p50_s")),
     ("refill p99 s", "{:.2f}", lambda r: r.get("refill_p99_s")),
@@ -594,6 +599,7 @@ RATIO_COLUMNS = (
     "c→b p50 s",
     "c→b p99 s",
     "first bound s",
+    "first bind (apiserver) s",
     "makespan s",
     "refill p50 s",
     "refill p99 s",

@@ -80,6 +80,17 @@ def steps(requests: list[Request], nth: int = 8) -> tuple[float, list[Step]]:
     return zero, sorted(out, key=lambda s: s.first.start)
 
 
+def first_binding(requests: list[Request]) -> float | None:
+    """Seconds from the first Job create's start to the end of the first binding (kube-scheduler's
+    `POST pods/binding`, which sets a pod's nodeName), both on the apiserver's clock: the first pod bound,
+    without the delay of anyone's watch. None without a Job create or a binding."""
+    jobs = [r.start for r in requests if r.verb == "POST" and r.resource == "jobs"]
+    bound = [r.end for r in requests if r.verb == "POST" and r.resource == "pods/binding"]
+    if not jobs or not bound:
+        return None
+    return min(bound) - min(jobs)
+
+
 def render(zero: float, rows: list[Step], nth: int) -> str:
     def at(r: Request | None) -> str:
         return "" if r is None else f"{r.start - zero:7.3f} → {r.end - zero:7.3f}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from timeline import read, render, steps
+from timeline import first_binding, read, render, steps
 
 
 def line(ended: str, verb: str, uri: str, agent: str, latency: str) -> str:
@@ -40,3 +40,21 @@ def test_the_chain_is_ordered_by_first_start_relative_to_the_first_job_create(tm
     assert round(patches.nth.end - zero, 6) == 0.8
     text = render(zero, rows, 2)
     assert "phalanx PATCH pods" in text and "  0.500 →   0.600" in text
+
+
+def test_the_first_binding_counts_from_the_first_job_create_on_the_apiservers_clock(tmp_path: Path) -> None:
+    log = tmp_path / "kube-apiserver.log"
+    binding = "/api/v1/namespaces/a/pods/j-0/binding"
+    log.write_text(
+        line("13:00:00.150000", "POST", "/apis/batch/v1/namespaces/a/jobs", "python-requests/2", "50ms")
+        + line("13:00:00.300000", "POST", "/apis/batch/v1/namespaces/a/jobs", "python-requests/2", "50ms")
+        + line("13:00:00.900000", "POST", binding, "kube-scheduler/v1.37.2", "20ms")
+        + line(
+            "13:00:00.800000", "POST", "/api/v1/namespaces/a/pods/j-1/binding", "kube-scheduler/v1", "300ms"
+        )
+    )
+    # The first Job create started at .100; the bindings ended at .800 and .900: the first ends first.
+    assert round(first_binding(read(log)) or 0.0, 6) == 0.7
+    only_jobs = tmp_path / "jobs.log"
+    only_jobs.write_text(line("13:00:00.150000", "POST", "/apis/batch/v1/namespaces/a/jobs", "x", "1ms"))
+    assert first_binding(read(only_jobs)) is None
