@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.devcluster.cluster import ClusterState, DevCluster, free_ports
 from phalanx.devcluster.http import ApiError, RestClient
@@ -287,14 +287,14 @@ def status(url: str) -> int | None:
 def dispatched_by_level(metrics: str, flow_schema: str) -> dict[str, float]:
     """apiserver_flowcontrol_dispatched_requests_total of one FlowSchema, by priority level."""
     out: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
-            continue
-        labels_text, _, value = line.partition("{")[2].rpartition("} ")
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
-        if labels.get("flow_schema") == flow_schema:
-            level = labels.get("priority_level", "?")
-            out[level] = out.get(level, 0.0) + float(value)
+    for family in text_string_to_metric_families(metrics):
+        for s in family.samples:
+            if (
+                s.name == "apiserver_flowcontrol_dispatched_requests_total"
+                and s.labels.get("flow_schema") == flow_schema
+            ):
+                level = s.labels.get("priority_level", "?")
+                out[level] = out.get(level, 0.0) + float(s.value)
     return out
 
 
