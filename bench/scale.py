@@ -64,6 +64,7 @@ from scale_watch import (  # noqa: E402
     PodWatch,
     Recorder,
     RequestLog,
+    count_diff,
     cpu_seconds,
     histogram_latency,
     lag_buckets,
@@ -71,6 +72,7 @@ from scale_watch import (  # noqa: E402
     pass_totals,
     review_buckets,
     webhook_latency,
+    write_counts,
 )
 
 PRESETS = {100: "2x5x10", 1000: "10x10x10", 2000: "20x10x10", 5000: "25x20x10"}
@@ -336,6 +338,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         reviews_before = review_buckets(own_before)
         lag_before = lag_buckets(own_before)
         passes_before = pass_totals(own_before)
+        writes_before = write_counts(own_before)
         watch_requests_before = watch.requests
 
         profiler = Profiler.start(options.profile, admitters, f"{system.name}-{case.id}", log)
@@ -362,6 +365,7 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
         reviews_after = review_buckets(own_after)
         lag_after = lag_buckets(own_after)
         passes_after = pass_totals(own_after)
+        writes_after = write_counts(own_after)
         cpu_after = cpu_of(components)
         log_end = log_path.stat().st_size
         if verbose:
@@ -396,6 +400,8 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
                 "loop_lag": histogram_latency(lag_before, lag_after).get("loop", {}),
                 # the operator's scheduling passes in the window (Phalanx only): count, seconds
                 "passes": {k: round(v - passes_before.get(k, 0.0), 3) for k, v in passes_after.items()},
+                # the operator's writes in the window by action and why (Phalanx only: phalanx_writes_total)
+                "writes_by_action": count_diff(writes_before, writes_after),
             }
         )
         bench_requests = 1 + len(bodies) + (watch.requests - watch_requests_before)
@@ -654,6 +660,19 @@ def ratios(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def writes_per_gang(results: list[dict[str, Any]]) -> list[str]:
+    """Per run that counted them, the operator's writes per Job (one gang each) by action and why, the most
+    first: what its requests per pod are spent on."""
+    lines = []
+    for r in results:
+        writes, jobs = r.get("writes_by_action") or {}, r.get("jobs") or 0
+        if not writes or not jobs:
+            continue
+        parts = ", ".join(f"{k} {v / jobs:.2f}" for k, v in sorted(writes.items(), key=lambda kv: -kv[1]))
+        lines.append(f"- {r['case']} {r['system']} round {r['round']}: {parts}")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------ main
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
@@ -724,6 +743,9 @@ def report(document: dict[str, Any]) -> str:
         "",
         *ratios(results),
     ]
+    spent = writes_per_gang(results)
+    if spent:
+        lines += ["", "Phalanx's writes per Job by action and why (its `phalanx_writes_total`):", *spent]
     if document["skipped"]:
         lines += ["", *document["skipped"]]
     problems = [

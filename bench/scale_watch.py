@@ -385,6 +385,23 @@ PASS_SERIES = {
 }
 
 
+WRITES_COUNTER = "phalanx_writes_total"
+
+
+def write_counts(text: str) -> dict[str, float]:
+    """The operator's writes counter, one read: `<action> <why>` (or `<action>`) -> count."""
+    return {
+        f"{labels.get('action', '')} {labels.get('why', '')}".strip(): value
+        for _, labels, value in prometheus_samples(text, [WRITES_COUNTER])
+    }
+
+
+def count_diff(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What a counter read twice grew by, series that did not grow left out."""
+    grown = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: v for k, v in sorted(grown.items()) if v > 0}
+
+
 def pass_totals(text: str) -> dict[str, float]:
     """The operator's pass counters, one read: passes, and seconds in passes and in planning."""
     samples = {name: value for name, _, value in prometheus_samples(text, PASS_SERIES.values())}

@@ -104,6 +104,14 @@ APPLY_FAILURES = Counter(
     ["action"],
     registry=REGISTRY,
 )
+WRITES = Counter(
+    "phalanx_writes_total",
+    "API writes the applier made for the passes' actions, by action (ReleasePod, PatchStatus, PostEvent, "
+    "...) and why: a status write's phase, an event's reason (empty for the rest); failed ones included. "
+    "What Phalanx's own share of the apiserver's requests goes to (docs/performance.md)",
+    ["action", "why"],
+    registry=REGISTRY,
+)
 GROUPS_BACKING_OFF = Gauge(
     "phalanx_pod_groups_backing_off",
     "Groups whose last actions failed and that wait before the next try",

@@ -9,7 +9,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from scale_watch import RequestLog, go_duration, histogram_latency, lag_buckets, resource_of, review_buckets
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from scale_watch import (
+    RequestLog,
+    count_diff,
+    go_duration,
+    histogram_latency,
+    lag_buckets,
+    resource_of,
+    review_buckets,
+    write_counts,
+)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +115,20 @@ def test_the_operators_loop_lag_histogram_reads_under_one_key_and_leaves_other_h
     assert latency["reviews"] == 100
     assert latency["p99_ms"] == pytest.approx(55.0)
     assert lag_buckets("") == {}
+
+
+def test_the_operators_writes_counter_reads_by_action_and_why_and_only_what_grew() -> None:
+    """Read from prometheus-client's own exposition of a counter shaped like phalanx_writes_total."""
+    registry = CollectorRegistry()
+    writes = Counter("phalanx_writes", "x", ["action", "why"], registry=registry)
+    other = Counter("phalanx_requeues", "y", ["reason"], registry=registry)
+    writes.labels("ReleasePod", "").inc(5)
+    writes.labels("PatchStatus", "Running").inc(1)
+    other.labels("quota").inc(3)
+    before = write_counts(generate_latest(registry).decode())
+    writes.labels("ReleasePod", "").inc(16)
+    writes.labels("PostEvent", "Admitted").inc(2)
+    after = write_counts(generate_latest(registry).decode())
+    assert before == {"ReleasePod": 5.0, "PatchStatus Running": 1.0}
+    assert count_diff(before, after) == {"PostEvent Admitted": 2.0, "ReleasePod": 16.0}
+    assert write_counts("") == {}

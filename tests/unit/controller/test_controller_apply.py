@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
+from phalanx.controller import metrics
 from phalanx.controller.apply.applier import Applier, Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.model.actions import PatchStatus, PostEvent, RecordAdmission, ReleasePod, UnitPlan
+from phalanx.controller.model.actions import (
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    RememberAnnounced,
+    UnitPlan,
+)
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiException
 
@@ -208,3 +216,49 @@ def test_the_cache_notes_when_a_groups_status_was_written_and_forgets_it_with_th
 
 def _group_ref(namespace: str) -> ObjectRef:
     return ObjectRef("scheduling.phalanx.dev/v1beta1", "PodGroup", namespace, "pg", "u")
+
+
+def _writes() -> dict[tuple[str, str], float]:
+    return {
+        (s.labels["action"], s.labels["why"]): s.value
+        for family in metrics.WRITES.collect()
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+
+
+def test_every_write_is_counted_by_action_and_why_the_failed_ones_too() -> None:
+    """phalanx_writes_total: what Phalanx's requests go to. A decision with its whole status counts under
+    its phase, each release once, an event under its reason (the FailedSync one a failure posts too), a
+    write the API refused as well; noting an announced problem writes nothing."""
+    clock = [100.0]
+    kube = RecordingKube({"quota": forbidden('podgroups "pg" is forbidden: exceeded quota: one')})
+    apply, _, _ = applier(kube, clock)
+    unit = admission_plan("fine", pods=3)
+    admitted = PodGroupStatus.model_validate({"phase": "Admitted"})
+    whole = (dataclasses.replace(unit.actions[0], status=admitted), *unit.actions[1:])
+    job = ObjectRef("batch/v1", "Job", "fine", "other", "k")
+    running = UnitPlan(
+        "fine/other",
+        (
+            PatchStatus(_group_ref("fine"), PodGroupStatus.model_validate({"phase": "Running"})),
+            RememberAnnounced("k/policy", "said"),
+        ),
+        job,
+        0,
+    )
+    before = _writes()
+    results = asyncio.run(
+        apply.apply([dataclasses.replace(unit, actions=whole), running, admission_plan("quota")])
+    )
+    assert [r.ok for r in results] == [True, True, False]
+    after = _writes()
+    grown = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert grown == {
+        ("RecordAdmission", "Admitted"): 1,
+        ("RecordAdmission", ""): 1,  # the refused one: a decision alone, no status with it
+        ("ReleasePod", ""): 3,
+        ("PatchStatus", "Running"): 1,
+        ("PostEvent", "Admitted"): 1,
+        ("PostEvent", "FailedSync"): 1,
+    }

@@ -191,6 +191,19 @@ def describe(action: Action) -> str:
     raise AssertionError(f"unknown action {action!r}")
 
 
+def written_for(action: Action) -> tuple[str, str] | None:
+    """The labels an action's API write is counted under (metrics.WRITES): its kind and why (a status
+    write's phase, an event's reason). None: the action writes nothing to the API."""
+    match action:
+        case RememberAnnounced():
+            return None
+        case PatchStatus(status=status) | RecordAdmission(status=status):
+            return type(action).__name__, (status.phase or "") if status is not None else ""
+        case PostEvent(reason=reason):
+            return "PostEvent", reason
+    return type(action).__name__, ""
+
+
 def error_text(error: BaseException) -> str:
     if isinstance(error, ApiException):
         reason = error.reason or ""
@@ -391,6 +404,7 @@ class Applier:
         return GroupResult(group.key, False, name, text, delay)
 
     async def _post(self, involved: ObjectRef, type_: EventType, reason: str, message: str) -> None:
+        metrics.WRITES.labels("PostEvent", reason).inc()
         try:
             await self.events.post(involved, type_, reason, message)
         except Exception as e:  # losing an event is not worth failing a group for
@@ -417,6 +431,9 @@ class Applier:
             self.cache.upsert(POD_GROUP_KIND, body, own_write=True)
 
     async def _one(self, action: Action) -> None:
+        counted = written_for(action)
+        if counted is not None and not isinstance(action, PostEvent):  # events: counted by _post
+            metrics.WRITES.labels(*counted).inc()
         match action:
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
                 await self._post(self._resolved(involved), type_, reason, message)
