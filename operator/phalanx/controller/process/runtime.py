@@ -36,6 +36,7 @@ from phalanx.controller.watch.registry import WatchOnlyDiffBase, build_registry,
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.review import Reviewer, answer
 from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by
+from phalanx.controller.watch.webhooks import Webhooks
 from phalanx.kubeclient import ApiClient, ApiException, Credentials, resource_path
 from phalanx.kubeclient import load as load_credentials
 
@@ -159,6 +160,8 @@ class Runtime:
         self._lag_task: asyncio.Task[None] | None = None
         self.relister: Relister | None = None
         self.informers: dict[str, Informer] = {}  # kind -> its list-then-watch (watch/informer.py)
+        # The admission handlers over this runtime: registered with Kopf and answering reviews directly.
+        self.webhooks = Webhooks(self)
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -168,7 +171,7 @@ class Runtime:
     def registry(self) -> kopf.OperatorRegistry:
         """Every handler of this operator on a registry of its own: the watches and webhooks over this
         runtime (watch/registry.py), and the process's login, startup and cleanup."""
-        registry = build_registry(self, rows=served_by(KOPF, self.settings.informers))
+        registry = build_registry(self, rows=served_by(KOPF, self.settings.informers), hooks=self.webhooks)
         settings = self.settings
 
         async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -331,7 +334,7 @@ class Runtime:
             cafile=str(folder / "ca.crt"),
         )
         server.on_listening = self.health.mark_webhook_started
-        server.reviewers = reviewers(self)
+        server.reviewers = reviewers(self.webhooks)
         settings.admission.server = server
         # Kopf writes the configurations (a url to this process) unless they come with the chart.
         settings.admission.managed = (

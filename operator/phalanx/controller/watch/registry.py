@@ -34,12 +34,16 @@ JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 def build_registry(
-    ctx: WatchContext, registry: kopf.OperatorRegistry | None = None, rows: Iterable[Watched] = WATCHED
+    ctx: WatchContext,
+    registry: kopf.OperatorRegistry | None = None,
+    rows: Iterable[Watched] = WATCHED,
+    hooks: Webhooks | None = None,
 ) -> kopf.OperatorRegistry:
-    """A registry with every handler of Phalanx, over `ctx` (a test builds its own): the webhooks, and the
-    watches of `rows` (the ones Kopf serves: watched.served_by; the others are informer.py's)."""
+    """A registry with every handler of Phalanx, over `ctx` (a test builds its own): the webhooks (`hooks`,
+    the same ones `reviewers` answers with, else new ones over `ctx`), and the watches of `rows` (the ones
+    Kopf serves: watched.served_by; the others are informer.py's)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
-    _register_webhooks(Webhooks(ctx), registry)
+    _register_webhooks(hooks if hooks is not None else Webhooks(ctx), registry)
     plurals = Counter(row.plural for row in WATCHED)  # Kueue has Workloads too: its watch names its group
     for row in rows:
         _register_watch(ctx, row, registry, plurals[row.plural] > 1 and row.resource.group != GROUP)
@@ -218,10 +222,11 @@ def _in_the_loop(handler: Callable[..., Any]) -> Callable[..., Any]:
     return review
 
 
-def reviewers(ctx: WatchContext) -> dict[str, Reviewer]:
+def reviewers(ctx: WatchContext | Webhooks) -> dict[str, Reviewer]:
     """Each webhook's handler by its id (the path Kopf serves it at), for answering reviews directly
-    (review.py) with the same operations and label filter as its Kopf registration."""
-    hooks = Webhooks(ctx)
+    (review.py) with the same operations and label filter as its Kopf registration: of the webhooks given
+    (the process registers the same ones with Kopf: one set of memos), or of new ones over a context."""
+    hooks = ctx if isinstance(ctx, Webhooks) else Webhooks(ctx)
     return {
         hook.id: Reviewer(hook.handler, hook.operations, hook.labels, hook.mutating, hook.id)
         for hook in (*_hooks(hooks), *_owner_hooks(hooks))
