@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.devcluster.operator_process import OperatorProcess
 
+from .kinds import groups
 from .kube import Namespace, bound, gpu_job, wait_for
 
 pytestmark = pytest.mark.integration
@@ -164,3 +165,38 @@ def test_the_primed_cache_is_left_out_of_full_garbage_collections(phalanx: Opera
     assert len(said) == 1, said
     frozen = int(said[0].split("cache primed: ")[1].split()[0])
     assert frozen > 10_000  # the imported modules alone are tens of thousands of objects
+
+
+def test_a_gangs_writes_are_counted_by_action_and_why(ns: Namespace, phalanx: OperatorProcess) -> None:
+    """phalanx_writes_total against the real apiserver: a 2-pod gang that runs is at least its Workload and
+    PodGroup, its decision recorded (phase Admitted), two releases, its Running status and its events."""
+    before = phalanx.scrape()
+    ns.create(gpu_job("writes-2", 2, labels={"phalanx.dev/managed": "true"}))
+    wait_for("2 writes-2 pods bound", lambda: len(bound(ns.job_pods("writes-2"))) == 2, timeout=60)
+    wait_for(
+        "its PodGroup Running",
+        lambda: [g for g in groups(ns) if (g.get("status") or {}).get("phase") == "Running"],
+        timeout=30,
+    )
+    least = {
+        ("CreateWorkload", ""): 1,
+        ("CreatePodGroup", ""): 1,
+        ("RecordAdmission", "Admitted"): 1,
+        ("ReleasePod", ""): 2,
+        ("PatchStatus", "Running"): 1,
+        ("PostEvent", "PodGroupCreated"): 1,
+        ("PostEvent", "Admitted"): 2,  # on the PodGroup and on its Job
+    }
+
+    def grown() -> dict[tuple[str, str], float]:
+        now = phalanx.scrape()
+        return {
+            (action, why): labelled(now, "phalanx_writes_total", action=action, why=why)
+            - labelled(before, "phalanx_writes_total", action=action, why=why)
+            for action, why in least
+        }
+
+    try:
+        wait_for("every write counted", lambda: all(grown()[k] >= n for k, n in least.items()), timeout=15)
+    except AssertionError:
+        raise AssertionError(f"grown: {grown()}, at least {least}") from None
