@@ -68,6 +68,7 @@ from scale_watch import (  # noqa: E402
     cpu_seconds,
     histogram_latency,
     lag_buckets,
+    log_chunk,
     memory_mib,
     pass_totals,
     review_buckets,
@@ -414,10 +415,9 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             "bench_own": bench_requests,
         }
         if options.request_log:
-            requests = RequestLog.read(log_path, log_start, log_end)
-            result["first_bind_apiserver_s"] = rounded(
-                timeline.first_binding(timeline.read(log_path, log_start, log_end)), 3
-            )
+            chunk = log_chunk(log_path, log_start, log_end)  # read once, parsed by both
+            requests = RequestLog.parse(chunk)
+            result["first_bind_apiserver_s"] = rounded(timeline.first_binding(timeline.parse(chunk)), 3)
             by_agent = requests.counts
             own = {a: v for a, v in by_agent.items() if a in system.agents}
             own_latency = [t for a in own for t in requests.write_latency.get(a, [])]

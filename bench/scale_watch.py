@@ -465,6 +465,13 @@ def go_duration(text: str) -> float:
     return sum(float(number) * _UNIT[unit] for number, unit in _DURATION.findall(text))
 
 
+def log_chunk(log: Path, start: int = 0, end: int | None = None) -> str:
+    """The text of a log between two byte offsets (to its end when `end` is None)."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        return f.read(-1 if end is None else max(0, end - start)).decode(errors="replace")
+
+
 @dataclass
 class RequestLog:
     """Requests the apiserver logged (at -v=3, one "HTTP" line each, written when the request ends) between
@@ -478,12 +485,13 @@ class RequestLog:
 
     @classmethod
     def read(cls, log: Path, start: int, end: int) -> RequestLog:
+        return cls.parse(log_chunk(log, start, end))
+
+    @classmethod
+    def parse(cls, chunk: str) -> RequestLog:
         counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         latency: dict[str, list[float]] = defaultdict(list)
         writes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        with open(log, "rb") as f:
-            f.seek(start)
-            chunk = f.read(max(0, end - start)).decode(errors="replace")
         for line in chunk.splitlines():
             match = HTTP_LINE.search(line)
             if match is None:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from scale_watch import HTTP_LINE, agent_of, go_duration, resource_of
+from scale_watch import HTTP_LINE, agent_of, go_duration, log_chunk, resource_of
 
 # klog's prefix: I1203 13:45:01.123456 (month, day, time; the year is not logged)
 _KLOG_TIME = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})")
@@ -38,9 +38,11 @@ class Request:
 
 
 def read(log: Path, start: int = 0, end: int | None = None) -> list[Request]:
-    with open(log, "rb") as f:
-        f.seek(start)
-        chunk = f.read(-1 if end is None else max(0, end - start)).decode(errors="replace")
+    return parse(log_chunk(log, start, end))
+
+
+def parse(chunk: str) -> list[Request]:
+    """The requests of a stretch of the apiserver's log (leases and watches left out), by start."""
     out = []
     for line in chunk.splitlines():
         when, match = _KLOG_TIME.match(line), HTTP_LINE.search(line)
