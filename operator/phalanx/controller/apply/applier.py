@@ -193,14 +193,13 @@ def describe(action: Action) -> str:
 
 def written_for(action: Action) -> tuple[str, str] | None:
     """The labels an action's API write is counted under (metrics.WRITES): its kind and why (a status
-    write's phase, an event's reason). None: the action writes nothing to the API."""
+    write's phase). None: not counted here — noting an announced problem writes nothing, and an event is
+    counted where every event is posted (Applier._post, under its reason), the FailedSync of a failure too."""
     match action:
-        case RememberAnnounced():
+        case RememberAnnounced() | PostEvent():
             return None
         case PatchStatus(status=status) | RecordAdmission(status=status):
             return type(action).__name__, (status.phase or "") if status is not None else ""
-        case PostEvent(reason=reason):
-            return "PostEvent", reason
     return type(action).__name__, ""
 
 
@@ -432,7 +431,7 @@ class Applier:
 
     async def _one(self, action: Action) -> None:
         counted = written_for(action)
-        if counted is not None and not isinstance(action, PostEvent):  # events: counted by _post
+        if counted is not None:
             metrics.WRITES.labels(*counted).inc()
         match action:
             case PostEvent(involved=involved, type=type_, reason=reason, message=message):
