@@ -321,9 +321,53 @@ class PhalanxPlanThread(Phalanx):
         super().__init__(("--plan-thread",))
 
 
+class PhalanxWebhookProcess(Phalanx):
+    """Phalanx as two processes: `--role webhooks` (the webhook server, a cache of what the reviews read)
+    and `--role controller` (the loop and its watches), to run beside the one-process default."""
+
+    name = "phalanx-webhook-process"
+    title = "Phalanx, webhooks in a process of their own"
+
+    def __init__(self) -> None:
+        super().__init__(("--role", "controller"))
+        self.webhook_process: OperatorProcess | None = None
+
+    def _after_up(self, folder: Path, log: Callable[[str], None], timeout: float) -> None:
+        assert self.state is not None
+        self.webhook_process = OperatorProcess(
+            self.state, folder, ("--role", "webhooks"), name="phalanx-webhooks"
+        )
+        started = time.monotonic()
+        self.webhook_process.start(timeout=timeout)
+        log(f"webhook process ready in {time.monotonic() - started:.1f} s")
+        self.operator = OperatorProcess(self.state, folder, self.operator_args, serves_webhooks=False)
+        self.operator.start(timeout=timeout)
+        log(f"operator ready in {time.monotonic() - started:.1f} s (log {self.operator.log_path})")
+
+    def admitters(self) -> dict[str, int]:
+        found = super().admitters()
+        if self.webhook_process is not None and self.webhook_process.proc is not None:
+            found["phalanx-webhooks"] = self.webhook_process.proc.pid
+        return found
+
+    def own_metrics(self) -> str:
+        # The webhook process's first: where both have a series (pass counters at 0 there), the
+        # controller's, read last, is the one kept; histograms (review times, loop lag) add up.
+        hooks = self.webhook_process.scrape() if self.webhook_process is not None else ""
+        return hooks + super().own_metrics()
+
+    def stop(self, log: Callable[[str], None]) -> None:
+        try:
+            if self.webhook_process is not None:
+                self.webhook_process.stop()
+        finally:
+            super().stop(log)
+
+
 SYSTEMS: dict[str, type[System]] = {
     "phalanx": Phalanx,
     "phalanx-plan-thread": PhalanxPlanThread,
+    "phalanx-webhook-process": PhalanxWebhookProcess,
     "upstream": Upstream,
     "kueue": Kueue,
     "plain": Plain,

@@ -27,9 +27,12 @@ class OperatorProcess:
         name: str = "phalanx-operator",
         webhook_port: int | None = None,
         env: Mapping[str, str] | None = None,
+        serves_webhooks: bool = True,
     ) -> None:
         """`name` names the log file; `webhook_port` pins the webhook's port (replicas that share one,
-        leader election); `env` adds environment variables (e.g. PHALANX_<FLAG>)."""
+        leader election); `env` adds environment variables (e.g. PHALANX_<FLAG>); without
+        `serves_webhooks` (`--role controller`) readiness does not wait for a webhook configuration."""
+        self.serves_webhooks = serves_webhooks
         self.cluster = cluster
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -92,7 +95,8 @@ class OperatorProcess:
                     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev"
                 )
                 urls = [w["clientConfig"].get("url", "") for w in config.get("webhooks", [])]
-                if any(f":{self.port}/" in u for u in urls) and self.http_status("/readyz") == 200:
+                pointed = any(f":{self.port}/" in u for u in urls) or not self.serves_webhooks
+                if pointed and self.http_status("/readyz") == 200:
                     return
             except Exception:
                 pass
@@ -117,6 +121,18 @@ class OperatorProcess:
                 return status
         except urllib.error.HTTPError as e:
             return e.code
+        except OSError:
+            return None
+
+    def http_get(self, path: str) -> str | None:
+        """The body of a GET on the metrics server (a probe's detail also when it fails), or None if it
+        does not answer."""
+        try:
+            with urllib.request.urlopen(self.metrics_url + path, timeout=2) as response:
+                text: str = response.read().decode()
+                return text
+        except urllib.error.HTTPError as e:
+            return str(e.read().decode(errors="replace"))
         except OSError:
             return None
 

@@ -47,7 +47,11 @@ def webhook_port_taken(host: str, port: int) -> bool:
 
 
 def run_operator(settings: Settings) -> int:
-    if not settings.webhook_cert_dir and webhook_port_taken(settings.webhook_host, settings.webhook_port):
+    if (
+        settings.serves_webhooks
+        and not settings.webhook_cert_dir
+        and webhook_port_taken(settings.webhook_host, settings.webhook_port)
+    ):
         # Kopf's server binds with SO_REUSEPORT, so a second instance would start "fine", share the port
         # and overwrite the webhook configuration's caBundle with its own CA: x509 errors for the first.
         print(

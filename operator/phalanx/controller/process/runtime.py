@@ -35,7 +35,7 @@ from phalanx.controller.watch.informer import ApiTransport, Informer
 from phalanx.controller.watch.registry import WatchOnlyDiffBase, build_registry, reviewers
 from phalanx.controller.watch.relist import Lister, Relister
 from phalanx.controller.watch.review import Reviewer, answer
-from phalanx.controller.watch.watched import INFORMER, KOPF, WATCHED, Watched, served_by
+from phalanx.controller.watch.watched import INFORMER, KOPF, Watched, rows_for, served_by
 from phalanx.controller.watch.webhooks import Webhooks
 from phalanx.kubeclient import ApiClient, ApiException, Credentials, resource_path
 from phalanx.kubeclient import load as load_credentials
@@ -167,11 +167,23 @@ class Runtime:
         self.settings = settings
         self.health.stale_after = settings.stale_after_seconds
         self.health.lease = settings.lease_name
+        if not settings.serves_webhooks:
+            self.health.mark_webhook_started()  # --role controller: no webhook server to wait for
+
+    @property
+    def rows(self) -> tuple[Watched, ...]:
+        """The kinds this process watches: all of them, or (--role webhooks) what the reviews read."""
+        return rows_for(webhooks_only=not self.settings.runs_loop)
 
     def registry(self) -> kopf.OperatorRegistry:
         """Every handler of this operator on a registry of its own: the watches and webhooks over this
         runtime (watch/registry.py), and the process's login, startup and cleanup."""
-        registry = build_registry(self, rows=served_by(KOPF, self.settings.informers), hooks=self.webhooks)
+        registry = build_registry(
+            self,
+            rows=served_by(KOPF, self.settings.informers, self.rows),
+            hooks=self.webhooks,
+            serve_webhooks=self.settings.serves_webhooks,
+        )
         settings = self.settings
 
         async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -203,10 +215,12 @@ class Runtime:
         )
         self.kube = Kube(self.api)
         self.recorder = EventRecorder(self.api, instance=self.settings.identity)
-        folder = self._webhook_cert_folder()
-        if self.settings.webhook_secret:
-            await self._start_webhook_tls(folder)
-        self._configure_kopf(kopf_settings, folder)
+        if self.settings.serves_webhooks:
+            folder = self._webhook_cert_folder()
+            if self.settings.webhook_secret:
+                await self._start_webhook_tls(folder)
+            self._configure_kopf_webhooks(kopf_settings, folder)
+        self._configure_kopf(kopf_settings)
         if self.settings.install_crds:
             await install_crds(self.api)
         self.health.mark_crds_installed()
@@ -214,12 +228,12 @@ class Runtime:
             row.kind: Informer(
                 row, self.cache, ApiTransport(self.api, row, self.settings.api_list_timeout_seconds)
             )
-            for row in served_by(INFORMER, self.settings.informers)
+            for row in served_by(INFORMER, self.settings.informers, self.rows)
         }
         await self._prime_cache()
         for informer in self.informers.values():
             informer.start()  # watching from its priming list's resourceVersion
-        self.relister = Relister(self.cache, {row.kind: self._served_lister(row) for row in WATCHED})
+        self.relister = Relister(self.cache, {row.kind: self._served_lister(row) for row in self.rows})
         # What priming made (every node's and pod's record, the imported modules) lives as long as the
         # process or until its object changes, and none of it holds a reference cycle (records are frozen
         # dataclasses; a replaced one is freed by its count): frozen, the collector's full passes no longer
@@ -228,6 +242,9 @@ class Runtime:
         gc.freeze()
         log.info("cache primed: %d objects left out of full garbage collections", gc.get_freeze_count())
         self.health.mark_cache_primed()
+        if not self.settings.runs_loop:
+            log.info("serving the webhooks only (--role webhooks): %d nodes cached", len(self.cache.nodes))
+            return
         if self.settings.leader_election:
             self._start_election()
             return
@@ -324,7 +341,7 @@ class Runtime:
         self._tls_task = asyncio.create_task(self.tls.run(), name="phalanx-webhook-tls")
 
     # ------------------------------------------------------------------ Kopf
-    def _configure_kopf(self, settings: kopf.OperatorSettings, folder: Path) -> None:
+    def _configure_kopf_webhooks(self, settings: kopf.OperatorSettings, folder: Path) -> None:
         server = ObservedWebhookServer(
             addr=self.settings.webhook_host,
             port=self.settings.webhook_port,
@@ -340,6 +357,8 @@ class Runtime:
         settings.admission.managed = (
             self.settings.webhook_config_name if self.settings.kopf_manages_webhooks else None
         )
+
+    def _configure_kopf(self, settings: kopf.OperatorSettings) -> None:
         settings.persistence.diffbase_storage = WatchOnlyDiffBase()  # its watches are all on.event
         settings.posting.level = logging.WARNING
         settings.posting.reporting_component = "phalanx"
@@ -425,8 +444,8 @@ class Runtime:
     async def _prime_cache(self) -> None:
         """One consistent LIST of every watched kind before the first pass (watched.py's phases in order),
         so no pass decides on an empty view."""
-        for phase in sorted({row.phase for row in WATCHED}):
-            rows = [row for row in WATCHED if row.phase == phase]
+        for phase in sorted({row.phase for row in self.rows}):
+            rows = [row for row in self.rows if row.phase == phase]
             listed = await asyncio.gather(*(self._prime_list(row) for row in rows))
             for row, items in zip(rows, listed, strict=True):
                 for item in items:

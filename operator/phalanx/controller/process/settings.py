@@ -22,6 +22,8 @@ ENV_PREFIX = "PHALANX_"
 LOG_FORMATS = ("plain", "json")
 WEBHOOK_CONFIG_MODES = ("managed", "external")
 DEFAULT_WEBHOOK_CONFIG_NAME = "phalanx.dev"
+ROLE_ALL, ROLE_CONTROLLER, ROLE_WEBHOOKS = "all", "controller", "webhooks"
+ROLES = (ROLE_ALL, ROLE_CONTROLLER, ROLE_WEBHOOKS)
 
 
 def default_lease_namespace(env: Mapping[str, str] | None = None) -> str:
@@ -70,6 +72,17 @@ class Settings:
     plan_thread: bool = False
     verify_incremental: bool = False
     event_loop: str = "auto"
+    role: str = "all"
+
+    @property
+    def serves_webhooks(self) -> bool:
+        """This process serves the admission webhooks (--role all or webhooks)."""
+        return self.role != ROLE_CONTROLLER
+
+    @property
+    def runs_loop(self) -> bool:
+        """This process runs (or competes to run) the scheduling loop (--role all or controller)."""
+        return self.role != ROLE_WEBHOOKS
 
     @property
     def metrics_enabled(self) -> bool:
@@ -536,6 +549,15 @@ OPTIONS: tuple[Option, ...] = (
         "asyncio (Python's own), or auto: uvloop where it is installed, else asyncio",
         _one_of(EVENT_LOOPS),
         metavar="{auto,uvloop,asyncio}",
+    ),
+    Option(
+        "role",
+        "what this process does: all (the scheduling loop and the admission webhooks), controller (the "
+        "loop and the watches it needs, no webhook server), or webhooks (the webhook server and a cache of "
+        "only what the reviews read: no pods, no loop), so the reviews get a process and a CPU share of "
+        "their own (docs/design.md, What runs where)",
+        _one_of(ROLES),
+        metavar="{all,controller,webhooks}",
     ),
 )
 

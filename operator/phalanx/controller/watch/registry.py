@@ -38,12 +38,15 @@ def build_registry(
     registry: kopf.OperatorRegistry | None = None,
     rows: Iterable[Watched] = WATCHED,
     hooks: Webhooks | None = None,
+    serve_webhooks: bool = True,
 ) -> kopf.OperatorRegistry:
     """A registry with every handler of Phalanx, over `ctx` (a test builds its own): the webhooks (`hooks`,
     the same ones `reviewers` answers with, else new ones over `ctx`), and the watches of `rows` (the ones
-    Kopf serves: watched.served_by; the others are informer.py's)."""
+    Kopf serves: watched.served_by; the others are informer.py's). Without `serve_webhooks` (--role
+    controller) no webhook is registered: Kopf then neither serves nor configures any."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
-    _register_webhooks(hooks if hooks is not None else Webhooks(ctx), registry)
+    if serve_webhooks:
+        _register_webhooks(hooks if hooks is not None else Webhooks(ctx), registry)
     plurals = Counter(row.plural for row in WATCHED)  # Kueue has Workloads too: its watch names its group
     for row in rows:
         _register_watch(ctx, row, registry, plurals[row.plural] > 1 and row.resource.group != GROUP)

@@ -111,6 +111,27 @@ def watched(kind: str) -> Watched:
     return next(w for w in WATCHED if w.kind == kind)
 
 
-def served_by(path: str, informers: bool) -> tuple[Watched, ...]:
-    """The rows whose watch `path` (KOPF or INFORMER) serves, with the informers on or off."""
-    return tuple(row for row in WATCHED if row.served_by(informers) == path)
+# What the admission webhooks read of the cache (webhooks.py): nodes (the resources they list, slice keys'
+# labels), PodGroups, owners (a pod's Job), quotas, Topologies, DeviceClasses and PriorityClasses. A process
+# that only serves the webhooks (--role webhooks) watches these and not the rest (no pods: the heaviest).
+WEBHOOK_READS = frozenset(
+    {
+        names.NODE,
+        names.POD_GROUP,
+        names.QUOTA,
+        names.TOPOLOGY,
+        names.DEVICE_CLASS,
+        names.PRIORITY_CLASS,
+        *(kind.name for kind in OWNER_KINDS),
+    }
+)
+
+
+def rows_for(webhooks_only: bool) -> tuple[Watched, ...]:
+    """The rows a process watches: every one, or only what the webhooks read (WEBHOOK_READS)."""
+    return tuple(row for row in WATCHED if not webhooks_only or row.kind in WEBHOOK_READS)
+
+
+def served_by(path: str, informers: bool, rows: tuple[Watched, ...] = WATCHED) -> tuple[Watched, ...]:
+    """The rows (of `rows`) whose watch `path` (KOPF or INFORMER) serves, with the informers on or off."""
+    return tuple(row for row in rows if row.served_by(informers) == path)
