@@ -220,3 +220,12 @@ async def test_the_cache_matters_to_those_reviews() -> None:
         and "ResourceQuota ml/gpus" in refused["response"]["status"]["message"]
     )
     assert allowed["response"]["allowed"]
+
+
+def test_a_controller_needs_no_webhook_certificate_settings() -> None:
+    """--webhook-config external asks for a certificate source only of a process that serves webhooks."""
+    assert settings("--role", "controller", "--webhook-config", "external").problems() == []
+    assert any(
+        "--webhook-config external needs" in p
+        for p in Settings(lease_namespace="default", role="webhooks", webhook_config="external").problems()
+    )

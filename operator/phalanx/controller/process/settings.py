@@ -129,7 +129,11 @@ class Settings:
                 "--webhook-secret needs --webhook-service: the certificate Phalanx makes is for "
                 "<service>.<namespace>.svc"
             )
-        if not self.kopf_manages_webhooks and not (self.webhook_secret or self.webhook_cert_dir):
+        if (
+            self.serves_webhooks
+            and not self.kopf_manages_webhooks
+            and not (self.webhook_secret or self.webhook_cert_dir)
+        ):
             found.append(
                 "--webhook-config external needs --webhook-secret (Phalanx makes the certificate and puts "
                 "its CA into the configurations) or --webhook-cert-dir (e.g. a mounted cert-manager Secret): "
