@@ -91,11 +91,14 @@ class OperatorProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}; log:\n{self.tail()}")
             try:
-                config = api.get(
-                    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev"
-                )
-                urls = [w["clientConfig"].get("url", "") for w in config.get("webhooks", [])]
-                pointed = any(f":{self.port}/" in u for u in urls) or not self.serves_webhooks
+                if self.serves_webhooks:
+                    config = api.get(
+                        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/phalanx.dev"
+                    )
+                    urls = [w["clientConfig"].get("url", "") for w in config.get("webhooks", [])]
+                    pointed = any(f":{self.port}/" in u for u in urls)
+                else:
+                    pointed = True  # --role controller serves none: readiness alone says it is up
                 if pointed and self.http_status("/readyz") == 200:
                     return
             except Exception:

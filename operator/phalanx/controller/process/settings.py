@@ -558,8 +558,8 @@ OPTIONS: tuple[Option, ...] = (
         "role",
         "what this process does: all (the scheduling loop and the admission webhooks), controller (the "
         "loop and the watches it needs, no webhook server), or webhooks (the webhook server and a cache of "
-        "only what the reviews read: no pods, no loop), so the reviews get a process and a CPU share of "
-        "their own (docs/design.md, What runs where)",
+        "only what the reviews read: no pods, no loop), so the webhooks can run with replicas and resources "
+        "of their own beside the leader's loop (docs/design.md, What runs where)",
         _one_of(ROLES),
         metavar="{all,controller,webhooks}",
     ),
