@@ -418,6 +418,13 @@ def run_case(system: System, case: Case, folder: Path, options: Options) -> dict
             chunk = log_chunk(log_path, log_start, log_end)  # read once, parsed by both
             requests = RequestLog.parse(chunk)
             result["first_bind_apiserver_s"] = rounded(timeline.first_binding(timeline.parse(chunk)), 3)
+            # Each Job's create as the apiserver timed it, every admission webhook it called included.
+            job_creates = requests.creates.get("jobs", [])
+            result["job_create_ms"] = {
+                "creates": len(job_creates),
+                "p50": rounded(ms(percentile(job_creates, 50)), 1),
+                "p99": rounded(ms(percentile(job_creates, 99)), 1),
+            }
             by_agent = requests.counts
             own = {a: v for a, v in by_agent.items() if a in system.agents}
             own_latency = [t for a in own for t in requests.write_latency.get(a, [])]
@@ -585,6 +592,8 @@ COLUMNS: list[tuple[str, str, Callable[[dict[str, Any]], float | None]]] = [
         "{:.0f}",
         lambda r: max((w["p99_ms"] or 0.0 for w in r.get("webhooks", {}).values()), default=None),
     ),
+    ("Job create p50 ms", "{:.0f}", lambda r: r.get("job_create_ms", {}).get("p50")),
+    ("Job create p99 ms", "{:.0f}", lambda r: r.get("job_create_ms", {}).get("p99")),
     (
         "in-process review p99 ms",
         "{:.1f}",

@@ -73,6 +73,8 @@ def test_the_log_counts_each_components_writes_by_resource_and_leases_apart(tmp_
         "kube-scheduler": {"POST pods/binding": 1},
     }
     assert sorted(read.write_latency["OpenAPI-Generator"]) == [0.0015, 0.002, 60.5]
+    # Creates by resource, whoever sent them (the scheduler's bindings too); never a PATCH or a GET.
+    assert read.creates == {"events": [0.0015], "pods/binding": [0.0015]}
     assert go_duration("856.448µs") == pytest.approx(0.000856448)
 
 
@@ -132,3 +134,19 @@ def test_the_operators_writes_counter_reads_by_action_and_why_and_only_what_grew
     assert before == {"ReleasePod": 5.0, "PatchStatus Running": 1.0}
     assert count_diff(before, after) == {"PostEvent Admitted": 2.0, "ReleasePod": 16.0}
     assert write_counts("") == {}
+
+
+def test_job_creates_are_timed_whoever_sends_them_webhooks_included() -> None:
+    def line(verb: str, uri: str, agent: str, latency: str) -> str:
+        fields = f'verb="{verb}" URI="{uri}" latency="{latency}" userAgent="{agent}"'
+        return f'I1202 httplog.go:134] "HTTP" {fields}\n'
+
+    chunk = "".join(
+        [
+            line("POST", "/apis/batch/v1/namespaces/a/jobs", "python-urllib/3.11", "72.5ms"),
+            line("POST", "/apis/batch/v1/namespaces/b/jobs?fieldManager=x", "kubectl/v1.37.2", "1.2s"),
+            line("PUT", "/apis/batch/v1/namespaces/a/jobs/j", "kube-controller-manager/v1.37.2", "3ms"),
+            line("GET", "/apis/batch/v1/namespaces/a/jobs", "kubectl/v1.37.2", "9ms"),
+        ]
+    )
+    assert RequestLog.parse(chunk).creates == {"jobs": [0.0725, 1.2]}
