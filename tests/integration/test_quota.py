@@ -109,24 +109,26 @@ def test_two_gangs_deadlocked_on_one_quota_the_younger_is_requeued_and_both_run_
     assert not job(ns, "quota-b")["metadata"].get("annotations", {}).get("phalanx.dev/requeued")
 
 
+def creation_refusal(ns: Namespace, body: dict[str, Any]) -> str | None:
+    """The message a create of Job `body` was refused with; None (and the Job deleted again) if it was
+    accepted: the webhook had not seen the quota yet (its watch lags the quota's creation). For wait_for."""
+    name = body["metadata"]["name"]
+    try:
+        ns.create(body)
+    except ApiError as e:
+        return str(json.loads(e.body)["message"])
+    ns.api.request(
+        "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{name}", {"propagationPolicy": "Background"}
+    )
+    wait_for(f"{name} gone", lambda: not ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"])
+    return None
+
+
 def test_a_gang_its_namespaces_quota_could_never_hold_is_refused_at_creation(ns: Namespace) -> None:
     quota(ns, "24")
-
-    def refusal() -> str | None:
-        try:
-            ns.create(managed_job("too-big", 4))
-        except ApiError as e:
-            return str(json.loads(e.body)["message"])
-        # Accepted: the operator had not seen the quota yet (its watch lags the quota's creation).
-        ns.api.request(
-            "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/too-big", {"propagationPolicy": "Background"}
-        )
-        wait_for(
-            "too-big gone", lambda: not [j for j in ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]]
-        )
-        return None
-
-    message = wait_for("the Job refused", refusal, timeout=60, interval=1.0)
+    message = wait_for(
+        "the Job refused", lambda: creation_refusal(ns, managed_job("too-big", 4)), timeout=60, interval=1.0
+    )
     print(message)
     assert "spec.template.spec: the gang of 4 pods can never be created whole" in message
     assert (

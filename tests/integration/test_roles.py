@@ -4,7 +4,6 @@ and watches no pods; the controller process alone serves no webhook and admits t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.api.keys import ADMISSION_GATE
 from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import GPU_KEY, Namespace, bound, wait_for
 from .test_phalanx_admission import managed_job, pod_groups, wait_bound
-from .test_quota import quota
+from .test_quota import creation_refusal, quota
 
 pytestmark = pytest.mark.integration
 
@@ -88,18 +86,12 @@ def test_the_webhook_process_gates_and_refuses_and_the_controller_process_admits
     # Refused from the webhook process's cache: it watches quotas.
     quota(ns, "24")
 
-    def refusal() -> str | None:
-        try:
-            ns.create(managed_job("too-big", 4))
-        except ApiError as e:
-            return str(json.loads(e.body)["message"])
-        ns.api.request(
-            "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/too-big", {"propagationPolicy": "Background"}
-        )
-        wait_for("too-big gone", lambda: not ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"])
-        return None
-
-    message = wait_for("the Job refused by the webhook process", refusal, timeout=60, interval=1.0)
+    message = wait_for(
+        "the Job refused by the webhook process",
+        lambda: creation_refusal(ns, managed_job("too-big", 4)),
+        timeout=60,
+        interval=1.0,
+    )
     assert f"ResourceQuota {ns.name}/gpus allows requests.{GPU_KEY} 24 in all" in message, message
 
     # Gated through its template by the webhook process; with no loop anywhere, nothing decides it.

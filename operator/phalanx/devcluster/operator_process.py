@@ -116,28 +116,27 @@ class OperatorProcess:
             self.proc.kill()
             self.proc.wait()
 
-    def http_status(self, path: str) -> int | None:
-        """The status code of a GET on the metrics server, or None if it does not answer."""
+    def _get(self, path: str) -> tuple[int, str] | None:
+        """Status and body of a GET on the metrics server (a failing probe's too), or None if it does not
+        answer."""
         try:
             with urllib.request.urlopen(self.metrics_url + path, timeout=2) as response:
-                status: int = response.status
-                return status
+                return int(response.status), response.read().decode(errors="replace")
         except urllib.error.HTTPError as e:
-            return e.code
+            return e.code, e.read().decode(errors="replace")
         except OSError:
             return None
+
+    def http_status(self, path: str) -> int | None:
+        """The status code of a GET on the metrics server, or None if it does not answer."""
+        answer = self._get(path)
+        return None if answer is None else answer[0]
 
     def http_get(self, path: str) -> str | None:
         """The body of a GET on the metrics server (a probe's detail also when it fails), or None if it
         does not answer."""
-        try:
-            with urllib.request.urlopen(self.metrics_url + path, timeout=2) as response:
-                text: str = response.read().decode()
-                return text
-        except urllib.error.HTTPError as e:
-            return str(e.read().decode(errors="replace"))
-        except OSError:
-            return None
+        answer = self._get(path)
+        return None if answer is None else answer[1]
 
     def scrape(self) -> str:
         """The /metrics text."""

@@ -8,20 +8,16 @@ import copy
 from typing import Any
 
 import pytest
+from test_controller_review import job, request
+from test_controller_settings import settings
 from testkit import StaticContext, node_body, pod_body
 
-from phalanx.cli import build_parser
 from phalanx.controller.cache import store as names
 from phalanx.controller.process.runtime import Runtime
 from phalanx.controller.process.settings import Settings
 from phalanx.controller.watch.registry import build_registry, reviewers
 from phalanx.controller.watch.review import answer
 from phalanx.controller.watch.watched import WATCHED, WEBHOOK_READS, rows_for
-
-
-def settings(*argv: str) -> Settings:
-    args = build_parser().parse_args(["run", *argv])
-    return Settings.from_args_and_env(args, env={}, parser=args.run_parser)
 
 
 @pytest.mark.parametrize(
@@ -36,14 +32,13 @@ def settings(*argv: str) -> Settings:
 def test_the_role_says_what_the_process_does(
     argv: tuple[str, ...], env: dict[str, str], role: str, serves_webhooks: bool, runs_loop: bool
 ) -> None:
-    args = build_parser().parse_args(["run", *argv])
-    s = Settings.from_args_and_env(args, env=env, parser=args.run_parser)
+    s = settings(list(argv), env)
     assert (s.role, s.serves_webhooks, s.runs_loop) == (role, serves_webhooks, runs_loop)
 
 
 def test_an_unknown_role_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        settings("--role", "scheduler")
+        settings(["--role", "scheduler"])
     assert "argument --role: 'scheduler': choose from all, controller, webhooks" in capsys.readouterr().err
 
 
@@ -60,7 +55,7 @@ def test_a_webhook_process_watches_what_the_reviews_read_and_no_pods() -> None:
 )
 def test_each_role_registers_its_share(role: str, webhooks: bool, watches_pods: bool) -> None:
     runtime = Runtime()
-    runtime.configure(settings("--role", role, "--no-informers"))  # every row on Kopf: all of them visible
+    runtime.configure(settings(["--role", role, "--no-informers"]))  # every row on Kopf: all of them visible
     registry = runtime.registry()
     assert bool(registry._webhooks.get_all_handlers()) is webhooks
     watched = {h.id for h in registry._watching.get_all_handlers()}
@@ -76,6 +71,7 @@ def test_build_registry_without_webhooks_registers_none() -> None:
 
 # ---------------------------------------------------------------------- a webhook process's cache suffices
 GPU = "nvidia.com/gpu"
+NETWORK_BLOCK = "oci.oraclecloud.com/rdma.network_block_id"
 GROUP = "scheduling.phalanx.dev"
 
 
@@ -108,7 +104,7 @@ def objects() -> list[tuple[str, dict[str, Any]]]:
                     "resourceVersion": "1",
                     "creationTimestamp": "2026-11-30T10:00:00Z",
                 },
-                "spec": {"levels": [{"nodeLabel": "oci.oraclecloud.com/rdma.network_block_id"}]},
+                "spec": {"levels": [{"nodeLabel": NETWORK_BLOCK}]},
             },
         ),
         (
@@ -129,52 +125,21 @@ def objects() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def review(resource: tuple[str, str, str], operation: str, obj: dict[str, Any]) -> dict[str, Any]:
-    group, version, plural = resource
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "resource": {"group": group, "version": version, "resource": plural},
-            "operation": operation,
-            "userInfo": {"username": "alice"},
-            "object": obj,
-            "oldObject": None,
-            "dryRun": False,
-        },
-    }
-
-
-def gang(name: str, pods: int, **annotations: str) -> dict[str, Any]:
-    container = {"name": "c", "image": "i", "resources": {"requests": {GPU: "8"}}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "labels": {"phalanx.dev/managed": "true"},
-            "annotations": annotations,
-        },
-        "spec": {"parallelism": pods, "template": {"spec": {"containers": [container]}}},
-    }
-
-
+JOBS = ("batch", "v1", "jobs")
 REVIEWS = [
-    ("gate-job", review(("batch", "v1", "jobs"), "CREATE", gang("fits", 3))),
-    ("gate-job", review(("batch", "v1", "jobs"), "CREATE", gang("over-quota", 4))),
+    ("gate-job", request(JOBS, "CREATE", job(spec__parallelism=3))),  # 24 GPUs: fits the quota
+    ("gate-job", request(JOBS, "CREATE", job())),  # 4 x 8 = 32 GPUs: over it
     (
         "gate-job",
-        review(
-            ("batch", "v1", "jobs"),
+        request(
+            JOBS,
             "CREATE",
-            gang("placed", 2, **{"phalanx.dev/topology-key": "oci.oraclecloud.com/rdma.network_block_id"}),
+            job(spec__parallelism=2, metadata__annotations={"phalanx.dev/topology-key": NETWORK_BLOCK}),
         ),
     ),
     (
         "gate-pod",
-        review(
+        request(
             ("", "v1", "pods"),
             "CREATE",
             pod_body("loose", 0, group="team-a", gated=False) | {"apiVersion": "v1", "kind": "Pod"},
@@ -182,7 +147,7 @@ REVIEWS = [
     ),
     (
         "validate-topology",
-        review(
+        request(
             (GROUP, "v1beta1", "topologies"), "CREATE", objects()[-2][1] | {"metadata": {"name": "rdma-2"}}
         ),
     ),
@@ -224,7 +189,7 @@ async def test_the_cache_matters_to_those_reviews() -> None:
 
 def test_a_controller_needs_no_webhook_certificate_settings() -> None:
     """--webhook-config external asks for a certificate source only of a process that serves webhooks."""
-    assert settings("--role", "controller", "--webhook-config", "external").problems() == []
+    assert settings(["--role", "controller", "--webhook-config", "external"]).problems() == []
     assert any(
         "--webhook-config external needs" in p
         for p in Settings(lease_namespace="default", role="webhooks", webhook_config="external").problems()
