@@ -8,7 +8,10 @@
   reaches it through an ExternalName Service to localhost: the apiserver resolves ExternalName Services for
   webhooks, and the certificate Phalanx makes is for `<service>.<namespace>.svc`). A gang Job is admitted end
   to end under that identity, with no Forbidden in the operator's log; actions outside the role are refused;
-  the chart's FlowSchema takes that identity's requests to the priority level workload-high.
+  the chart's FlowSchema takes that identity's requests to the priority level workload-high. Twice: as the
+  chart renders by default (one Deployment doing both) and with `webhook.deployment.enabled` (each of its two
+  Deployments a process of its own: `--role controller` holds the Lease and admits, `--role webhooks`
+  answers every review through the Service).
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ NAMESPACE = "phalanx-system"
 SA = "phalanx"
 CONFIG = "phalanx.dev"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-IDENTITY = "phalanx-lp-0"
 
 
 def helm_binary(cluster: ClusterState) -> str:
@@ -139,14 +141,18 @@ def test_every_object_of_the_single_file_install_is_accepted_by_the_apiserver(
 class Installed:
     docs: list[dict[str, Any]]
     webhook_port: int
-    metrics_port: int
     token: str
     kubeconfig: Path
 
+    @property
+    def deployments(self) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d["kind"] == "Deployment"]
 
-def run_args(docs: list[dict[str, Any]], installed: Installed, cert_dir: Path) -> list[str]:
+
+def run_args(
+    deployment: dict[str, Any], installed: Installed, cert_dir: Path, metrics_port: int
+) -> list[str]:
     """The Deployment's `phalanx run` flags (after `run`), with a local process's addresses, not a pod's."""
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "run"
     local = {
@@ -154,7 +160,7 @@ def run_args(docs: list[dict[str, Any]], installed: Installed, cert_dir: Path) -
         "--webhook-port": str(installed.webhook_port),  # the ExternalName Service sends the apiserver here
         "--webhook-cert-dir": str(cert_dir),
         "--metrics-host": "127.0.0.1",
-        "--metrics-port": str(installed.metrics_port),
+        "--metrics-port": str(metrics_port),
     }
     args = []
     for arg in container["args"][1:]:
@@ -188,15 +194,24 @@ def service_account_kubeconfig(cluster: ClusterState, token: str, path: Path) ->
     return path
 
 
-@pytest.fixture
+@pytest.fixture(
+    params=[(), ("webhook.deployment.enabled=true",)], ids=["one-deployment", "webhook-deployment"]
+)
 def installed(
-    stock_cluster: ClusterState, phalanx: OperatorProcess, phalanx_system: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    stock_cluster: ClusterState,
+    phalanx: OperatorProcess,
+    phalanx_system: str,
+    tmp_path: Path,
 ) -> Iterator[Installed]:
-    """The chart's objects but its Deployment, on the cluster; its Service an ExternalName to localhost. The
-    session's operator (which writes a Kopf-managed configuration of the same name) is stopped meanwhile."""
+    """The chart's objects but its Deployments, on the cluster; the webhook Service an ExternalName to
+    localhost, the others left out. Rendered as by default (one Deployment doing both) and with the webhooks
+    in a Deployment of their own. The session's operator (which writes a Kopf-managed configuration of the
+    same name) is stopped meanwhile."""
     phalanx.stop()
     api = stock_cluster.client()
-    webhook_port, metrics_port = free_ports(2)
+    (webhook_port,) = free_ports(1)
+    sets = [f"service.webhookPort={webhook_port}", *request.param]
     rendered = subprocess.run(
         [
             helm_binary(stock_cluster),
@@ -206,8 +221,7 @@ def installed(
             "--namespace",
             NAMESPACE,
             "--include-crds",
-            "--set",
-            f"service.webhookPort={webhook_port}",
+            *[arg for value in sets for arg in ("--set", value)],
         ],
         capture_output=True,
         text=True,
@@ -220,7 +234,7 @@ def installed(
     # Kopf's managed configuration of the session's operator goes; the chart's takes its name.
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
         delete(api, f"{ADMISSION}/{kind}/{CONFIG}")
-    service = next(d for d in docs if d["kind"] == "Service")
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == SA)
     external = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -255,7 +269,7 @@ def installed(
     )["status"]["token"]
     kubeconfig = service_account_kubeconfig(stock_cluster, token, tmp_path / "phalanx-sa.kubeconfig")
     try:
-        yield Installed(docs, webhook_port, metrics_port, token, kubeconfig)
+        yield Installed(docs, webhook_port, token, kubeconfig)
     finally:
         # Everything but the CRDs (the session's operator uses them) and the namespace (the module's).
         ours = [d for d in objects if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
@@ -271,6 +285,62 @@ def installed(
         delete(api, f"/api/v1/namespaces/{NAMESPACE}/secrets/phalanx-webhook-tls")
         delete(api, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/phalanx-leader")
         phalanx.start()  # its Kopf-managed configuration again
+
+
+@dataclass
+class Local:
+    """One of the chart's Deployments run as a local process with its own flags, as the chart's identity."""
+
+    deployment: str
+    args: list[str]
+    identity: str
+    url: str  # its metrics/health server
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        return self.log_path.read_text()[-6000:]
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        print(f"log of {self.deployment}: {self.log_path}")
+
+
+def start_local(deployment: dict[str, Any], installed: Installed, tmp_path: Path) -> Local:
+    name = deployment["metadata"]["name"]
+    identity = f"{name}-lp-0"
+    (metrics_port,) = free_ports(1)
+    args = run_args(deployment, installed, tmp_path / f"{name}-webhook-tls", metrics_port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") and k != "KUBECONFIG"}
+    env.update({"PYTHONUNBUFFERED": "1", "POD_NAMESPACE": NAMESPACE, "PHALANX_IDENTITY": identity})
+    print(f"{name}: phalanx run", " ".join(args))
+    log_path = tmp_path / f"{name}.log"
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "phalanx.cli", "run", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    return Local(name, args, identity, f"http://127.0.0.1:{metrics_port}", log_path, process)
+
+
+def reviews(url: str) -> float:
+    """Admission reviews the process at `url` answered (its phalanx_webhook_review_duration_seconds)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "phalanx_webhook_review_duration_seconds_count"
+    )
 
 
 def status(url: str) -> int | None:
@@ -319,27 +389,17 @@ def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
     assert review["username"] == f"system:serviceaccount:{NAMESPACE}:{SA}"
     assert "system:masters" not in review["groups"]
 
-    log_path = tmp_path / "phalanx.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") and k != "KUBECONFIG"}
-    env.update({"PYTHONUNBUFFERED": "1", "POD_NAMESPACE": NAMESPACE, "PHALANX_IDENTITY": IDENTITY})
-    args = run_args(installed.docs, installed, tmp_path / "webhook-tls")
-    print("phalanx run", " ".join(args))
-    with open(log_path, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "phalanx.cli", "run", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+    processes = [start_local(d, installed, tmp_path) for d in installed.deployments]
+    (leader,) = [p for p in processes if "--leader-election" in p.args]
     ns: Namespace | None = None
     try:
         secret_path = f"/api/v1/namespaces/{NAMESPACE}/secrets/phalanx-webhook-tls"
 
         def ready() -> bool:
-            assert process.poll() is None, log_path.read_text()[-6000:]
-            if status(f"http://127.0.0.1:{installed.metrics_port}/readyz") != 200:
-                return False
+            for p in processes:
+                assert p.process.poll() is None, p.log()
+                if status(f"{p.url}/readyz") != 200:
+                    return False
             try:
                 ca = admin.get(secret_path)["data"]["ca.crt"]
                 bundles = [
@@ -352,7 +412,7 @@ def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
             lease = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/phalanx-leader")
             configs = [d for d in installed.docs if d["kind"].endswith("WebhookConfiguration")]
             webhooks = sum(len(d["webhooks"]) for d in configs)
-            return bundles == [ca] * webhooks and lease["spec"].get("holderIdentity") == IDENTITY
+            return bundles == [ca] * webhooks and lease["spec"].get("holderIdentity") == leader.identity
 
         started = time.monotonic()
         wait_for("phalanx ready: Secret made, caBundle injected, Lease held", ready, timeout=90)
@@ -419,17 +479,20 @@ def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
         )
         assert as_phalanx.get(secret_path)["metadata"]["name"] == "phalanx-webhook-tls", "its own: allowed"
 
-        log = log_path.read_text()
-        for word in ("Forbidden", "forbidden", " 403", "Not enough permissions"):
-            assert word not in log, f"{word!r} in the operator's log:\n{log[-6000:]}"
+        # Each Deployment's reviews: with the webhooks in a Deployment of their own, its process answered them
+        # all and the controller's none.
+        answered = {p.deployment: reviews(p.url) for p in processes}
+        assert sum(answered.values()) > 0
+        if len(processes) == 2:
+            assert answered == {"phalanx": 0, "phalanx-webhooks": answered["phalanx-webhooks"]}, answered
+
+        for p in processes:
+            log = p.log()
+            for word in ("Forbidden", "forbidden", " 403", "Not enough permissions"):
+                assert word not in log, f"{word!r} in the log of {p.deployment}:\n{log[-6000:]}"
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        print(f"operator log: {log_path}")
+        for p in processes:
+            p.stop()
         if ns is not None:
             delete_namespace(ns)
 

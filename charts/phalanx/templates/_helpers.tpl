@@ -26,6 +26,26 @@ app.kubernetes.io/name: {{ include "phalanx.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The pods of the webhook Deployment (webhook.deployment.enabled): a name of their own, so neither
+Deployment's selector, Service, PodDisruptionBudget nor anti-affinity takes the other's pods. */}}
+{{- define "phalanx.webhooksSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "phalanx.name" . }}-webhooks
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "phalanx.webhooksName" -}}
+{{- printf "%s-webhooks" (include "phalanx.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The pods behind the Service the webhook configurations call. */}}
+{{- define "phalanx.webhookPodLabels" -}}
+{{- if .Values.webhook.deployment.enabled }}
+{{- include "phalanx.webhooksSelectorLabels" . }}
+{{- else }}
+{{- include "phalanx.selectorLabels" . }}
+{{- end }}
+{{- end }}
+
 {{- define "phalanx.labels" -}}
 helm.sh/chart: {{ include "phalanx.chart" . }}
 {{ include "phalanx.selectorLabels" . }}

@@ -51,19 +51,20 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return found[0]
 
 
-def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+def container(docs: list[dict[str, Any]], deployment: str | None = None) -> dict[str, Any]:
+    """The phalanx container of the Deployment (of the one named `deployment` when there are two)."""
+    spec = one(docs, "Deployment", deployment)["spec"]["template"]["spec"]
     (phalanx,) = spec["containers"]
     result: dict[str, Any] = phalanx
     return result
 
 
-def settings_of(docs: list[dict[str, Any]]) -> Any:
+def settings_of(docs: list[dict[str, Any]], deployment: str | None = None) -> Any:
     """The Settings `phalanx run` makes of the Deployment's args, with the pod's environment."""
     from phalanx.cli import build_parser
     from phalanx.controller.process.settings import Settings
 
-    c = container(docs)
+    c = container(docs, deployment)
     assert c["command"] == ["phalanx"] and c["args"][0] == "run"
     parser = build_parser()
     args = parser.parse_args(c["args"])

@@ -37,13 +37,14 @@ pytestmark = needs_helm
         (),
         ("certManager.enabled=true",),
         ("leaderElection.enabled=false", "replicaCount=1"),
+        ("webhook.deployment.enabled=true", "certManager.enabled=true"),
         (
             "metrics.serviceMonitor.enabled=true",
             "rbac.explain.subjects[0].kind=User",
             "rbac.explain.subjects[0].name=a",
         ),
     ],
-    ids=["default", "cert-manager", "one-replica", "monitor-and-explain-binding"],
+    ids=["default", "cert-manager", "one-replica", "webhook-deployment", "monitor-and-explain-binding"],
 )
 def test_helm_lint_is_clean(sets: tuple[str, ...]) -> None:
     argv = ["lint", str(CHART), "--strict", "--namespace", NAMESPACE]
@@ -211,6 +212,95 @@ def test_the_deployment_runs_phalanx_as_the_chart_promises() -> None:
     }
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def selects(match_labels: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in match_labels.items())
+
+
+def test_the_webhooks_can_run_in_a_deployment_of_their_own() -> None:
+    """webhook.deployment.enabled: `--role controller` in the operator's Deployment (the loop, leader
+    elected), `--role webhooks` in `<fullname>-webhooks` behind the Service the configurations call; no
+    selector, Service, budget or anti-affinity of one takes the other's pods."""
+    docs = render("webhook.deployment.enabled=true", "webhook.deployment.replicaCount=3")
+    controller, webhooks = one(docs, "Deployment", "phalanx"), one(docs, "Deployment", "phalanx-webhooks")
+    loop, hooks = settings_of(docs, "phalanx"), settings_of(docs, "phalanx-webhooks")
+
+    assert loop.role == "controller" and loop.runs_loop and not loop.serves_webhooks
+    assert loop.leader_election and loop.lease_name == "phalanx-leader"
+    assert loop.webhook_secret is None and loop.webhook_cert_dir is None
+    assert hooks.role == "webhooks" and hooks.serves_webhooks and not hooks.runs_loop
+    assert not hooks.leader_election, "no loop, no Lease"
+    assert hooks.webhook_secret == "phalanx-webhook-tls" and not hooks.kopf_manages_webhooks
+    assert (hooks.webhook_host, hooks.webhook_port) == ("0.0.0.0", 9443)
+    assert controller["spec"]["replicas"] == 2 and webhooks["spec"]["replicas"] == 3
+
+    def ports(name: str) -> set[str]:
+        return {p["name"] for p in container(docs, name)["ports"]}
+
+    def volumes(deployment: dict[str, Any]) -> set[str]:
+        return {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
+
+    assert ports("phalanx") == {"metrics"} and ports("phalanx-webhooks") == {"webhook", "metrics"}
+    assert volumes(controller) == {"tmp"} and volumes(webhooks) == {"tmp", "webhook-tls"}
+
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in (controller, webhooks)
+    }
+    assert pods["phalanx"]["app.kubernetes.io/component"] == "controller"
+    assert pods["phalanx-webhooks"]["app.kubernetes.io/component"] == "webhooks"
+
+    def chosen(selector: dict[str, str]) -> set[str]:
+        return {name for name, labels in pods.items() if selects(selector, labels)}
+
+    for deployment in (controller, webhooks):
+        name = deployment["metadata"]["name"]
+        assert chosen(deployment["spec"]["selector"]["matchLabels"]) == {name}
+        term = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        anti = term["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        assert chosen(anti["labelSelector"]["matchLabels"]) == {name}
+    # The webhook configurations call the Service by name and port: it must reach the webhook pods.
+    service = one(docs, "Service", "phalanx")
+    assert hooks.webhook_service == "phalanx" and chosen(service["spec"]["selector"]) == {"phalanx-webhooks"}
+    assert {p["name"] for p in service["spec"]["ports"]} == {"webhook", "metrics"}
+    metrics = one(docs, "Service", "phalanx-metrics")
+    assert chosen(metrics["spec"]["selector"]) == {"phalanx"}
+    assert {p["name"]: p["targetPort"] for p in metrics["spec"]["ports"]} == {"metrics": "metrics"}
+    budgets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert {name: chosen(b["spec"]["selector"]["matchLabels"]) for name, b in budgets.items()} == {
+        "phalanx": {"phalanx"},
+        "phalanx-webhooks": {"phalanx-webhooks"},
+    }
+    monitor = one(
+        render("webhook.deployment.enabled=true", "metrics.serviceMonitor.enabled=true"), "ServiceMonitor"
+    )
+    scraped = {
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Service"
+        and selects(monitor["spec"]["selector"]["matchLabels"], d["metadata"]["labels"])
+    }
+    assert scraped == {"phalanx", "phalanx-metrics"}, "both Deployments' /metrics"
+
+    # Resources of their own, else the operator's; cert-manager's Secret is mounted by the webhooks alone.
+    own = render("webhook.deployment.enabled=true", "webhook.deployment.resources.requests.cpu=2")
+    assert container(own, "phalanx-webhooks")["resources"] == {"requests": {"cpu": 2}}
+    assert container(own, "phalanx")["resources"] == container(docs, "phalanx-webhooks")["resources"]
+    managed = render("webhook.deployment.enabled=true", "certManager.enabled=true")
+    assert settings_of(managed, "phalanx-webhooks").webhook_secret is None
+    assert volumes(one(managed, "Deployment", "phalanx")) == {"tmp"}
+    secret = next(
+        v
+        for v in one(managed, "Deployment", "phalanx-webhooks")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "webhook-tls"
+    )
+    assert secret["secret"]["secretName"] == "phalanx-webhook-tls"
+
+    # Off (the default): one Deployment doing both, as before.
+    default = render()
+    assert [d["metadata"]["name"] for d in default if d["kind"] == "Deployment"] == ["phalanx"]
+    assert settings_of(default).role == "all"
+    assert [d["metadata"]["name"] for d in default if d["kind"] == "Service"] == ["phalanx"]
 
 
 def test_rbac_is_scoped_by_namespace_and_name() -> None:

@@ -64,6 +64,8 @@ def test_a_misspelt_value_fails_to_render_and_names_the_key() -> None:
         ("podDisruptionBudget.minAvailable=half", "/podDisruptionBudget/minAvailable"),
         ("rbac.explain.subjects[0].kind=Robot", "/rbac/explain/subjects/0"),
         ("service.type=ExternalName", "/service/type"),
+        ("webhook.deployment.replicaCount=0", "/webhook/deployment/replicaCount"),
+        ("webhook.deployment.enabled=yes", "/webhook/deployment/enabled"),
     ],
 )
 def test_wrong_types_enums_and_ranges_fail_to_render(value: str, where: str) -> None:
@@ -84,6 +86,8 @@ def test_the_defaults_and_every_documented_alternative_render() -> None:
         ("metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.scrapeTimeout=10s"),
         ("rbac.aggregateToView=false", "rbac.aggregateToEdit=false", "rbac.explain.create=false"),
         ("livenessProbe=null",),
+        ("webhook.deployment.enabled=true", "webhook.deployment.replicaCount=1", "replicaCount=1"),
+        ("webhook.deployment.enabled=true", "leaderElection.enabled=false", "replicaCount=1"),
     ]:
         assert render(*sets), sets
 
