@@ -23,7 +23,7 @@ from tests.integration.kube import gpu_job  # noqa: E402
 
 from phalanx.api.job_policy import JobPolicy, annotations_for, upstream_scheduling  # noqa: E402
 from phalanx.api.keys import MANAGED_LABEL, MANAGED_VALUE  # noqa: E402
-from phalanx.devcluster.cluster import ClusterState, DevCluster  # noqa: E402
+from phalanx.devcluster.cluster import ClusterState, DevCluster, free_port  # noqa: E402
 from phalanx.devcluster.http import ApiError, RestClient  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 
@@ -323,51 +323,76 @@ class PhalanxPlanThread(Phalanx):
 
 class PhalanxWebhookProcess(Phalanx):
     """Phalanx as two processes: `--role webhooks` (the webhook server, a cache of what the reviews read)
-    and `--role controller` (the loop and its watches), to run beside the one-process default."""
+    and `--role controller` (the loop and its watches), to run beside the one-process default. With
+    `processes` > 1, that many webhook processes share one port (Kopf's server binds it with SO_REUSEPORT:
+    the kernel spreads the apiserver's connections over them) and one certificate folder, as the replicas
+    of the chart's webhook Deployment share its Service."""
 
     name = "phalanx-webhook-process"
     title = "Phalanx, webhooks in a process of their own"
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int = 1) -> None:
         super().__init__(("--role", "controller"))
-        self.webhook_process: OperatorProcess | None = None
+        self.processes = processes
+        self.webhook_processes: list[OperatorProcess] = []
 
     def _after_up(self, folder: Path, log: Callable[[str], None], timeout: float) -> None:
         assert self.state is not None
-        self.webhook_process = OperatorProcess(
-            self.state, folder, ("--role", "webhooks"), name="phalanx-webhooks"
-        )
+        shared: tuple[str, ...] = ()
+        port = None
+        if self.processes > 1:
+            port = free_port()
+            shared = ("--webhook-cert-dir", str(folder / "webhook-certs"))
         started = time.monotonic()
-        self.webhook_process.start(timeout=timeout)
-        log(f"webhook process ready in {time.monotonic() - started:.1f} s")
+        for i in range(self.processes):  # one after the other: the first makes the shared certificate
+            name = "phalanx-webhooks" if self.processes == 1 else f"phalanx-webhooks-{i}"
+            process = OperatorProcess(
+                self.state, folder, ("--role", "webhooks", *shared), name=name, webhook_port=port
+            )
+            self.webhook_processes.append(process)
+            process.start(timeout=timeout)
+            log(f"{name} ready in {time.monotonic() - started:.1f} s")
         self.operator = OperatorProcess(self.state, folder, self.operator_args, serves_webhooks=False)
         self.operator.start(timeout=timeout)
         log(f"operator ready in {time.monotonic() - started:.1f} s (log {self.operator.log_path})")
 
     def admitters(self) -> dict[str, int]:
         found = super().admitters()
-        if self.webhook_process is not None and self.webhook_process.proc is not None:
-            found["phalanx-webhooks"] = self.webhook_process.proc.pid
+        for process in self.webhook_processes:
+            if process.proc is not None:
+                found[process.name] = process.proc.pid
         return found
 
     def own_metrics(self) -> str:
-        # The webhook process's first: where both have a series (pass counters at 0 there), the
-        # controller's, read last, is the one kept; histograms (review times, loop lag) add up.
-        hooks = self.webhook_process.scrape() if self.webhook_process is not None else ""
+        # The webhook processes' first: where they and the controller have a series (pass counters at 0
+        # there), the controller's, read last, is the one kept; histograms (review times, loop lag) add up.
+        hooks = "".join(process.scrape() for process in self.webhook_processes)
         return hooks + super().own_metrics()
 
     def stop(self, log: Callable[[str], None]) -> None:
         try:
-            if self.webhook_process is not None:
-                self.webhook_process.stop()
+            for process in self.webhook_processes:
+                process.stop()
         finally:
             super().stop(log)
+
+
+class PhalanxWebhookProcesses(PhalanxWebhookProcess):
+    """Two webhook processes on one port beside the controller: the chart's `webhook.deployment.enabled`
+    with its two replicas, on one machine."""
+
+    name = "phalanx-webhook-processes"
+    title = "Phalanx, webhooks in two processes of their own"
+
+    def __init__(self) -> None:
+        super().__init__(processes=2)
 
 
 SYSTEMS: dict[str, type[System]] = {
     "phalanx": Phalanx,
     "phalanx-plan-thread": PhalanxPlanThread,
     "phalanx-webhook-process": PhalanxWebhookProcess,
+    "phalanx-webhook-processes": PhalanxWebhookProcesses,
     "upstream": Upstream,
     "kueue": Kueue,
     "plain": Plain,

@@ -24,6 +24,8 @@ create; their Jobs carry its queue label) the same way on a cluster of its own. 
 - `--dedicated-cpu`: the admitter (Phalanx's operator, Kueue's manager) alone on the last CPU, every other
   process of the cluster (and the load) on the others: a webhook server on a node of its own, as in a real
   cluster, where the control plane does not run beside the webhook's pod.
+`--webhook-processes N` runs Phalanx as the chart's `webhook.deployment.enabled` does: a `--role controller`
+process and N `--role webhooks` processes sharing one port (SO_REUSEPORT), as its replicas share a Service.
 
     python bench/webhook_bench.py                               # 400 creates at 1, 8 and 32 at a time
     python bench/webhook_bench.py --concurrency 32 --creates 1000 --profile /tmp/prof
@@ -52,11 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from phalanx.devcluster.http import RestClient  # noqa: E402
-from scale_systems import KUEUE_LEVELS, Kueue, Phalanx, System  # noqa: E402
+from scale_systems import KUEUE_LEVELS, Kueue, Phalanx, PhalanxWebhookProcess, System  # noqa: E402
 from scale_watch import ApiCounters, histogram_latency, review_buckets, webhook_latency  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-JOB_WEBHOOKS = {"phalanx": ("gate-job",), "kueue": ("mjob", "vjob")}
+JOB_WEBHOOKS = {"phalanx": ("gate-job",), "phalanx-webhook-process": ("gate-job",), "kueue": ("mjob", "vjob")}
 """Each system's webhooks a Job create calls (parts of their names in the apiserver's histogram)."""
 SYSTEMS: dict[str, type[System]] = {"phalanx": Phalanx, "kueue": Kueue}
 BLOCK = KUEUE_LEVELS[1]  # a local block: every Job asks for one
@@ -152,24 +154,24 @@ def measure(
     load: int,
     others: set[int] | None,
 ) -> dict[str, Any]:
-    (pid,) = system.admitters().values()
+    pids = list(system.admitters().values())
     bodies = [system.job(f"review-{concurrency}-{i}", 4, BLOCK, None) for i in range(creates)]
     dry_run_creates(api, bodies[: min(creates, concurrency * 2)], concurrency)  # connections opened
     before, own_before, cpu_before, switches_before = (
         ApiCounters.parse(api.get("/metrics")),
         system.own_metrics(),
-        cpu_seconds(pid),
-        involuntary_switches(pid),
+        sum(cpu_seconds(pid) for pid in pids),
+        sum(involuntary_switches(pid) for pid in pids),
     )
     spy = None
-    if profile is not None and shutil.which("py-spy") and isinstance(system, Phalanx):
+    if profile is not None and shutil.which("py-spy") and isinstance(system, Phalanx) and len(pids) == 1:
         profile.mkdir(parents=True, exist_ok=True)
         out = profile / f"webhook-c{concurrency}.txt"
         command = [
             "py-spy",
             "record",
             "--pid",
-            str(pid),
+            str(pids[0]),
             "--rate",
             "200",
             "--format",
@@ -185,8 +187,8 @@ def measure(
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
-    cpu = cpu_seconds(pid) - cpu_before
-    switches = involuntary_switches(pid) - switches_before
+    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
+    switches = sum(involuntary_switches(pid) for pid in pids) - switches_before
     after, own_after = ApiCounters.parse(api.get("/metrics")), system.own_metrics()
     apiserver = webhook_latency(before, after)
     hooks = [
@@ -201,13 +203,19 @@ def measure(
     if any(part in name for name in reviewed for part in JOB_WEBHOOKS[system.name]):
         bare = []
     own = histogram_latency(review_buckets(own_before), review_buckets(own_after)).get("gate-job", {})
+    by_process = {}
+    if isinstance(system, PhalanxWebhookProcess):  # how the kernel spread the connections (SO_REUSEPORT)
+        for process in system.webhook_processes:
+            buckets = review_buckets(process.scrape()).get("gate-job", {})
+            by_process[process.name] = buckets.get(float("inf"), 0.0)
 
     def each(key: str) -> str | None:
         values = [h.get(key) for h in hooks]
         return None if None in values else " + ".join(f"{v:.1f}" for v in values if v is not None)
 
     return {
-        "system": system.name,
+        "system": system.name
+        + (f" x{system.processes}" if isinstance(system, PhalanxWebhookProcess) else ""),
         "concurrency": concurrency,
         "creates": creates,
         "load": load,
@@ -224,6 +232,7 @@ def measure(
         "creates_per_s": creates / wall,
         "admitter_cpu_ms_per_create": cpu / creates * 1000,
         "involuntary_switches_per_create": switches / creates,
+        "reviews_by_process": by_process,  # since each process started
     }
 
 
@@ -268,6 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator-arg", action="append", default=[], help="one more `phalanx run` flag")
     parser.add_argument("--profile", type=Path, help="py-spy the operator during each concurrency, here")
     parser.add_argument("--systems", default="phalanx", help="phalanx, kueue (comma-separated)")
+    parser.add_argument(
+        "--webhook-processes",
+        type=int,
+        default=0,
+        help="phalanx: that many `--role webhooks` processes on one port beside a `--role controller` "
+        "(0: one process doing both)",
+    )
     parser.add_argument("--load", type=int, default=0, help="busy processes while the creates run")
     parser.add_argument(
         "--dedicated-cpu",
@@ -292,7 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         folder = Path(tempfile.mkdtemp(prefix="phalanx-webhook-bench-"))
-        system = Phalanx(tuple(args.operator_arg)) if name == "phalanx" else SYSTEMS[name]()
+        system: System = SYSTEMS[name]()
+        if name == "phalanx":
+            system = (
+                PhalanxWebhookProcess(args.webhook_processes)
+                if args.webhook_processes
+                else Phalanx(tuple(args.operator_arg))
+            )
         try:
             state = system.start(folder, args.topology, log, 300.0)
             api = state.client()
