@@ -537,23 +537,56 @@ def test_helm_uninstall_removes_the_webhook_configurations_and_keeps_the_crds(
             [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}],
             "application/json-patch+json",
         )
-        upgraded = run(
-            "upgrade",
-            "phalanx",
-            str(CHART),
-            "--namespace",
-            NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "webhook.timeoutSeconds=7",
-            "--wait",
-            "--timeout",
-            "120s",
-        )
+        upgrade_args = ("upgrade", "phalanx", str(CHART), "--namespace", NAMESPACE, "--reuse-values")
+        upgraded = run(*upgrade_args, "--set", "webhook.timeoutSeconds=7", "--wait", "--timeout", "120s")
         assert upgraded.returncode == 0, upgraded.stderr
         webhooks = api.get(f"{ADMISSION}/mutatingwebhookconfigurations/{CONFIG}")["webhooks"]
         (gate,) = [w for w in webhooks if w["name"] == f"gate-job.{CONFIG}"]
         assert gate["timeoutSeconds"] == 7 and gate["clientConfig"].get("caBundle") == bundle
+
+        # The webhooks into a Deployment of their own and back, by upgrades: the operator's Deployment keeps
+        # its (immutable) selector, the webhook Service's endpoints become the webhook Deployment's pods.
+        def endpoints() -> set[str]:
+            slices = api.get(
+                f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices"
+                "?labelSelector=kubernetes.io/service-name=phalanx"
+            )["items"]
+            return {
+                e["targetRef"]["name"]
+                for s in slices
+                for e in s.get("endpoints") or []
+                if (e.get("conditions") or {}).get("ready")
+            }
+
+        deployments = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+        split = run(*upgrade_args, "--set", "webhook.deployment.enabled=true", "--wait", "--timeout", "120s")
+        assert split.returncode == 0, split.stderr
+        assert api.get(f"{deployments}/phalanx-webhooks")["status"].get("readyReplicas") == 2
+        controller = api.get(f"{deployments}/phalanx")
+        assert controller["status"].get("readyReplicas") == 2
+        assert "--role=controller" in controller["spec"]["template"]["spec"]["containers"][0]["args"]
+        serving = wait_for(
+            "the webhook Service's endpoints: the two webhook pods",
+            lambda: (
+                e
+                if len(e := endpoints()) == 2 and all(n.startswith("phalanx-webhooks-") for n in e)
+                else None
+            ),
+            timeout=60,
+        )
+        print("webhook endpoints", sorted(serving))
+        joined = run(
+            *upgrade_args, "--set", "webhook.deployment.enabled=false", "--wait", "--timeout", "120s"
+        )
+        assert joined.returncode == 0, joined.stderr
+        with pytest.raises(ApiError) as gone:
+            api.get(f"{deployments}/phalanx-webhooks")
+        assert gone.value.status == 404
+        wait_for(
+            "the webhook Service's endpoints: the operator's pods again",
+            lambda: (e := endpoints()) and not any(n.startswith("phalanx-webhooks-") for n in e),
+            timeout=60,
+        )
 
         uninstalled = run("uninstall", "phalanx", "--namespace", NAMESPACE, "--wait")
         assert uninstalled.returncode == 0, uninstalled.stderr

@@ -84,16 +84,18 @@ class RealCluster:
             timeout=300,
         )
 
-    def phalanx_pods(self) -> list[dict[str, Any]]:
+    def phalanx_pods(self, name: str = "phalanx") -> list[dict[str, Any]]:
+        """The pods of the chart's Deployment whose app.kubernetes.io/name is `name` (phalanx-webhooks: the
+        webhook Deployment's), but those going away."""
         items: list[dict[str, Any]] = self.state.client().get(
-            f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/name=phalanx"
+            f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/name={name}"
         )["items"]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
-    def ready_pods(self) -> list[dict[str, Any]]:
+    def ready_pods(self, name: str = "phalanx") -> list[dict[str, Any]]:
         return [
             p
-            for p in self.phalanx_pods()
+            for p in self.phalanx_pods(name)
             if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         ]
 
@@ -338,6 +340,61 @@ def test_deleting_the_leaders_pod_hands_over_and_the_other_replica_admits(
     }
     assert reporters == {new}, reporters
     ready_phalanx(release)  # two replicas again
+
+
+# ---------------------------------------------------------------------- the webhooks' own Deployment
+REVIEWS = (
+    "import urllib.request as u\n"
+    "text = u.urlopen('http://127.0.0.1:8080/metrics', timeout=10).read().decode()\n"
+    "print(sum(float(line.split()[-1]) for line in text.splitlines()\n"
+    "          if line.startswith('phalanx_webhook_review_duration_seconds_count')))"
+)
+
+
+def reviews_in(release: RealCluster, pod: str) -> float:
+    """The admission reviews the process in `pod` answered, from its own /metrics."""
+    answered = release.exec_python(pod, REVIEWS)
+    assert answered.returncode == 0, answered.stderr
+    return float(answered.stdout.strip())
+
+
+def test_the_webhooks_in_a_deployment_of_their_own_gate_and_the_controller_admits(
+    release: RealCluster, ns: Namespace
+) -> None:
+    """`helm upgrade --set webhook.deployment.enabled=true`: two `--role webhooks` pods behind the Service
+    gate the Job, the two `--role controller` pods (one leader) admit it; then back to one Deployment."""
+    upgrade = ("upgrade", "phalanx", str(CHART), "--namespace", NAMESPACE, "--reuse-values", "--wait")
+    split = release.helm(*upgrade, "--set", "webhook.deployment.enabled=true", "--timeout", "240s")
+    assert split.returncode == 0, split.stderr
+    try:
+        controllers, leader = ready_phalanx(release)  # app.kubernetes.io/name=phalanx: the controllers
+        api = release.state.client()
+        webhook_pods = wait_for(
+            "2 Ready webhook pods",
+            lambda: ps if len(ps := release.ready_pods("phalanx-webhooks")) == 2 else None,
+            timeout=180,
+        )
+        for pod in controllers:
+            assert "--role=controller" in pod["spec"]["containers"][0]["args"]
+        hooks = [p["metadata"]["name"] for p in webhook_pods]
+        before = {pod: reviews_in(release, pod) for pod in hooks}
+
+        created = ns.create(managed_job("split-2", 2, NB_KEY))
+        assert {"name": "phalanx.dev/admission"} in (
+            created["spec"]["template"]["spec"].get("schedulingGates") or []
+        )
+        pods = wait_bound(ns, "split-2", 2, timeout=90)
+        assert len(domains_of(ns.api, pods, NB_KEY)) == 1
+        wait_condition(ns, "split-2", "Admitted", "True")
+
+        answered = {pod: reviews_in(release, pod) - before[pod] for pod in hooks}
+        assert sum(answered.values()) >= 1, answered  # the Job's gate (and the PodGroup's validation)
+        assert all(reviews_in(release, p["metadata"]["name"]) == 0 for p in controllers), "no webhook server"
+        assert lease_holder(api) == leader
+    finally:
+        joined = release.helm(*upgrade, "--set", "webhook.deployment.enabled=false", "--timeout", "240s")
+        assert joined.returncode == 0, joined.stderr
+    ready_phalanx(release)
 
 
 # ---------------------------------------------------------------------- least privilege
