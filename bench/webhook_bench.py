@@ -308,13 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         folder = Path(tempfile.mkdtemp(prefix="phalanx-webhook-bench-"))
-        system: System = SYSTEMS[name]()
-        if name == "phalanx":
-            system = (
-                PhalanxWebhookProcess(args.webhook_processes)
-                if args.webhook_processes
-                else Phalanx(tuple(args.operator_arg))
-            )
+        system: System
+        if name != "phalanx":
+            system = SYSTEMS[name]()
+        elif args.webhook_processes:
+            system = PhalanxWebhookProcess(args.webhook_processes)
+        else:
+            system = Phalanx(tuple(args.operator_arg))
         try:
             state = system.start(folder, args.topology, log, 300.0)
             api = state.client()

@@ -39,6 +39,7 @@ from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import NB_KEY, Namespace, bound, delete_namespace, domains_of, gpu_job, new_namespace, wait_for
+from .test_roles import reviews_in
 
 pytestmark = pytest.mark.integration
 
@@ -332,15 +333,9 @@ def start_local(deployment: dict[str, Any], installed: Installed, tmp_path: Path
 
 
 def reviews(url: str) -> float:
-    """Admission reviews the process at `url` answered (its phalanx_webhook_review_duration_seconds)."""
+    """Admission reviews the process at `url` answered."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "phalanx_webhook_review_duration_seconds_count"
-    )
+        return reviews_in(response.read().decode())
 
 
 def status(url: str) -> int | None:

@@ -41,6 +41,7 @@ from phalanx.devcluster.http import ApiError, RestClient
 
 from .kube import NB_KEY, Namespace, bound, delete_namespace, domains_of, hold, new_namespace, wait_for
 from .test_phalanx_admission import condition, group_of, managed_job, wait_bound, wait_condition
+from .test_roles import reviews_in
 
 pytestmark = [
     pytest.mark.integration,
@@ -343,19 +344,17 @@ def test_deleting_the_leaders_pod_hands_over_and_the_other_replica_admits(
 
 
 # ---------------------------------------------------------------------- the webhooks' own Deployment
-REVIEWS = (
+METRICS = (
     "import urllib.request as u\n"
-    "text = u.urlopen('http://127.0.0.1:8080/metrics', timeout=10).read().decode()\n"
-    "print(sum(float(line.split()[-1]) for line in text.splitlines()\n"
-    "          if line.startswith('phalanx_webhook_review_duration_seconds_count')))"
+    "print(u.urlopen('http://127.0.0.1:8080/metrics', timeout=10).read().decode())"
 )
 
 
-def reviews_in(release: RealCluster, pod: str) -> float:
+def reviews_in_pod(release: RealCluster, pod: str) -> float:
     """The admission reviews the process in `pod` answered, from its own /metrics."""
-    answered = release.exec_python(pod, REVIEWS)
-    assert answered.returncode == 0, answered.stderr
-    return float(answered.stdout.strip())
+    scraped = release.exec_python(pod, METRICS)
+    assert scraped.returncode == 0, scraped.stderr
+    return reviews_in(scraped.stdout)
 
 
 def test_the_webhooks_in_a_deployment_of_their_own_gate_and_the_controller_admits(
@@ -377,7 +376,7 @@ def test_the_webhooks_in_a_deployment_of_their_own_gate_and_the_controller_admit
         for pod in controllers:
             assert "--role=controller" in pod["spec"]["containers"][0]["args"]
         hooks = [p["metadata"]["name"] for p in webhook_pods]
-        before = {pod: reviews_in(release, pod) for pod in hooks}
+        before = {pod: reviews_in_pod(release, pod) for pod in hooks}
 
         created = ns.create(managed_job("split-2", 2, NB_KEY))
         assert {"name": "phalanx.dev/admission"} in (
@@ -387,9 +386,10 @@ def test_the_webhooks_in_a_deployment_of_their_own_gate_and_the_controller_admit
         assert len(domains_of(ns.api, pods, NB_KEY)) == 1
         wait_condition(ns, "split-2", "Admitted", "True")
 
-        answered = {pod: reviews_in(release, pod) - before[pod] for pod in hooks}
+        answered = {pod: reviews_in_pod(release, pod) - before[pod] for pod in hooks}
         assert sum(answered.values()) >= 1, answered  # the Job's gate (and the PodGroup's validation)
-        assert all(reviews_in(release, p["metadata"]["name"]) == 0 for p in controllers), "no webhook server"
+        for pod in controllers:
+            assert reviews_in_pod(release, pod["metadata"]["name"]) == 0, "no webhook server"
         assert lease_holder(api) == leader
     finally:
         joined = release.helm(*upgrade, "--set", "webhook.deployment.enabled=false", "--timeout", "240s")

@@ -23,18 +23,28 @@ pytestmark = pytest.mark.integration
 CONFIG = "/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/phalanx.dev"
 
 
-def samples(process: OperatorProcess, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Every sample of `name` on the process's /metrics, by its labels."""
+def samples_of(metrics: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of `name` in a /metrics text, by its labels."""
     return {
         tuple(sorted(s.labels.items())): float(s.value)
-        for family in text_string_to_metric_families(process.scrape())
+        for family in text_string_to_metric_families(metrics)
         for s in family.samples
         if s.name == name
     }
 
 
+def samples(process: OperatorProcess, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of `name` on the process's /metrics, by its labels."""
+    return samples_of(process.scrape(), name)
+
+
+def reviews_in(metrics: str) -> float:
+    """The admission reviews a process answered, from its /metrics text."""
+    return sum(samples_of(metrics, "phalanx_webhook_review_duration_seconds_count").values())
+
+
 def reviews(process: OperatorProcess) -> float:
-    return sum(samples(process, "phalanx_webhook_review_duration_seconds_count").values())
+    return reviews_in(process.scrape())
 
 
 def cached(process: OperatorProcess, kind: str) -> float:
