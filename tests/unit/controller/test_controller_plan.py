@@ -619,6 +619,18 @@ def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
     assert "preemptionPolicy Never" in admitted_reason(high_status)[2]
 
 
+def test_a_gang_backing_off_is_still_a_victim_only_whole() -> None:
+    """A unit whose last write failed is not planned until its backoff ends, but its running pods are still
+    its gang's: a preemptor takes the gang whole, never single pods of it (which would leave it short)."""
+    gangs = [running_gang("low-a", 1, priority=10), running_gang("low-b", 5, priority=10)]
+    both = frozenset({job_key("low-a"), job_key("low-b")})
+    for backing_off in (frozenset(), both):
+        result = plan(dataclasses.replace(blocks_state([*gangs, preemptor()]), backing_off=backing_off), NOW)
+        assert not only(result.actions, EvictPod), backing_off
+        (suspend,) = only(result.actions, SuspendJob)
+        assert suspend.job.name in {"low-a", "low-b"}
+
+
 # ---------------------------------------------------------------------- node failure
 def test_a_running_gang_below_min_count_with_no_room_left_is_requeued_after_the_grace_period() -> None:
     """train-3 ran in nb-a on n1-n3; n3 failed (its pod is gone, the replacement waits) and nb-a has no

@@ -37,7 +37,9 @@ __all__ = ["Plan", "PlanInput", "plan"]
 def plan(state: PlanInput, now: dt.datetime) -> Plan:
     """The actions of one pass, per unit, in the order units are scheduled."""
     units = [u for u in state.units if u.key not in state.backing_off]
-    victims = Victims(state.pods, units, state.unevictable, state.kueue)
+    # Every unit, those backing off too: their pods are victims only with their unit (its minCount, its
+    # disruption mode), never as loose pods whose eviction would leave a running gang short.
+    victims = Victims(state.pods, state.units, state.unevictable, state.kueue)
     ctx = Pass(
         snapshot=state.snapshot,
         nodes=state.nodes,
