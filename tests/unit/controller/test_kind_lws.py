@@ -94,7 +94,8 @@ def test_leader_ready_places_the_whole_group_with_its_leader_and_holds_the_worke
     assert len({BLOCK[n] for n in slots.values()}) == 1  # the whole group in one block
     groups = made_groups(first)
 
-    # While the workers are not made yet, their room stays held: a gang that would need it waits.
+    # Until the workers are released into their slots (not made yet, or made and still gated), their room
+    # stays held: a gang ordered before this one (older) that would need it waits.
     leader = lws_pod(
         "serve",
         0,
@@ -106,24 +107,26 @@ def test_leader_ready_places_the_whole_group_with_its_leader_and_holds_the_worke
     )
     block = BLOCK[slots["serve-0"]]
     busy = [n for n in range(1, 9) if BLOCK[f"n{n}"] != block]  # the other block is full
-    job = job_body("other", 3, annotations={"phalanx.dev/topology-key": NB})
+    job = job_body("other", 3, annotations={"phalanx.dev/topology-key": NB}, created="2026-11-30T10:00:00Z")
     competing = [pod_body("other", i) for i in range(3)]
     state = owner_cluster([("LeaderWorkerSet", lws)], [leader], groups=groups, busy=busy)
     assert state.units  # the group's unit, with its decision recorded
-    both = plan(
-        cluster(
-            [(job, group_of(job), competing)],
-            busy=busy,
-            groups=groups,
-            pods=[leader],
-            owners=[("LeaderWorkerSet", lws)],
-        ),
-        NOW,
-    )
-    assert not [r for r in releases(both) if r.startswith("other")], "the held room went to another gang"
+    workers = [lws_pod("serve", 0, w) for w in (1, 2, 3)]
+    for made in ([], workers):
+        both = plan(
+            cluster(
+                [(job, group_of(job), competing)],
+                busy=busy,
+                groups=groups,
+                pods=[leader, *made],
+                owners=[("LeaderWorkerSet", lws)],
+            ),
+            NOW,
+        )
+        assert not [r for r in releases(both) if r.startswith("other")], "the held room went to another gang"
+        assert sorted(releases(both)) == sorted(p["metadata"]["name"] for p in made)
 
     # The workers come (LeaderReady): each goes to its slot's node.
-    workers = [lws_pod("serve", 0, w) for w in (1, 2, 3)]
     later = plan(owner_cluster([("LeaderWorkerSet", lws)], [leader, *workers], groups=groups), NOW)
     assert releases(later) == {f"serve-0-{r}": slots[f"{record.group.name}-slot-{r}"] for r in (1, 2, 3)}
     assert not [a for a in later.actions if isinstance(a, RecordAdmission) and a.group.kind == "PodGroup"]

@@ -324,7 +324,10 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
         return False
     for name, pairs in chosen.items():
         _finish_leaf(work, work.leaves[name], pairs, recorded, ctx)
-    ctx.snapshot = ctx.snapshot.assume([(n, p.requests) for pairs in chosen.values() for p, n in pairs])
+    # Assumed taken now, but for the pods arriving in held slots: their room was assumed at the pass's start.
+    ctx.snapshot = ctx.snapshot.assume(
+        [(n, p.requests) for pairs in chosen.values() for p, n in pairs if p.key not in arriving]
+    )
     work.outcome = st.Outcome(c.REASON_ADMITTED, "released the rest of the recorded decision")
     work.domain = recorded.domain
     return True

@@ -5,8 +5,9 @@ releasing the first stage alone would break the gang. So the whole unit is decid
 stage's pods are there, with a placeholder for each pod still to come (its *slot*, named
 `<PodGroup>-slot-<rank>`, shaped like the owner's pod template); the decision records every slot; the
 first stage is released; the room of the slots is held (assumed taken at the start of every pass, before
-any unit decides); and each later pod is released into its slot when it comes. A slot's room is held as long
-as the decision is (while pods of the unit are placed).
+any unit decides) until its pod is released into it, also while that pod exists but is still gated; and each
+later pod is released into its slot when it comes. A slot's room is held as long as the decision is (while
+pods of the unit are placed).
 """
 
 from __future__ import annotations
@@ -83,8 +84,18 @@ def placeholders(work: UnitWork) -> None:
         )
 
 
+def _filled(leaf: Leaf) -> set[int]:
+    """The ranks whose pod takes its room itself: released or bound (the snapshot counts it there), or
+    Succeeded (it ran its part). A pod made but still gated does not: its slot's room is still to hold."""
+    ranks = _ranks(leaf)
+    kept = (p for p in leaf.pods if p.succeeded or (p.usage_node and not p.terminal and not p.deleting))
+    return {ranks[p.key] for p in kept if p.key in ranks}
+
+
 def hold(units: Iterable[Unit], ctx: Pass) -> None:
-    """At the start of a pass: the room of every recorded slot whose pod has not come, assumed taken."""
+    """At the start of a pass: the room of every recorded slot whose pod does not take it yet (not made, or
+    made and still gated), assumed taken — until the pod is released into it, no unit ordered before this
+    one may take that room."""
     usage: list[tuple[str, Mapping[str, int]]] = []
     for unit in units:
         tree = unit.tree
@@ -94,10 +105,10 @@ def hold(units: Iterable[Unit], ctx: Pass) -> None:
         for leaf in tree.leaves:
             if leaf.template is None or leaf.done:
                 continue
-            present = _present(leaf)
+            filled = _filled(leaf)
             for rank in leaf.ranked_slots:
                 slot = slot_name(leaf.group.name, rank)
-                if rank not in present and slot in recorded:
+                if rank not in filled and slot in recorded:
                     usage.append((recorded[slot], leaf.template.requests))
                     ctx.reserved_slots.add(f"{leaf.group.namespace}/{slot}")
     if usage:
