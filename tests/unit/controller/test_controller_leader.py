@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from phalanx.controller import metrics
+from phalanx.controller.process import leader as leader_module
 from phalanx.controller.process.leader import (
     KubeLeaseStore,
     LeaderElector,
@@ -348,3 +349,26 @@ async def test_the_api_store_maps_statuses() -> None:
     replaced = script.requests[3][2]
     assert replaced["metadata"]["resourceVersion"] == "7"  # optimistic concurrency
     assert replaced["spec"] == {"holderIdentity": "b"}
+
+
+async def test_stopping_the_work_cancels_again_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work that swallows a cancellation (3.11's wait_for, a library's catch-all) is cancelled again: a
+    leader's work must not outlive its Lease."""
+    monkeypatch.setattr(leader_module, "CANCEL_AGAIN_SECONDS", 0.01)
+    swallowed = 0
+
+    async def stubborn() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed += 1
+                if swallowed == 3:
+                    raise
+
+    work = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await leader_module._cancel(work)
+    assert work.cancelled() and swallowed == 3

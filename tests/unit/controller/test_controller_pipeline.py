@@ -268,3 +268,25 @@ async def test_stopping_the_loop_cancels_a_setup_posting_its_event_and_the_event
     events.let_through.set()
     await until_posted(events, ("ml/new", "PodGroupCreated"))
     assert events.posted.count(("ml/new", "PodGroupCreated")) == 1
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+async def test_a_cancel_just_after_a_change_stops_the_loop(turns: int) -> None:
+    """The elector stops the loop when the Lease is lost, and a watch event may have woken it a loop turn
+    before: the cancel must end the loop, not be taken for the wake-up (3.11's wait_for returns the finished
+    wait and drops the cancellation), or the old leader's loop would go on beside the new leader's."""
+    cache = ClusterCache()  # nothing to schedule: a pass plans nothing
+    scheduler = Scheduler(cache, cast(Kube, HeldKube()), Events(), debounce=0)
+    cache.changed.set()
+    loop = asyncio.create_task(scheduler.run())
+    async with asyncio.timeout(5):
+        while scheduler.passes == 0 or cache.changed.is_set():
+            await asyncio.sleep(0)
+    for _ in range(5):
+        await asyncio.sleep(0)  # parked again, waiting for the next change
+    cache.changed.set()
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    loop.cancel()
+    done, _ = await asyncio.wait({loop}, timeout=5)
+    assert loop in done and loop.cancelled(), f"the loop went on after its cancel ({scheduler.passes} passes)"

@@ -171,7 +171,10 @@ class Scheduler:
                 timeout = min(timeout, retry)
             try:
                 waiting = self.clock()
-                await asyncio.wait_for(self.cache.changed.wait(), timeout=timeout)
+                # asyncio.timeout, not wait_for: 3.11's wait_for returns a wait that finished in the turn a
+                # cancellation came, and drops the cancellation: a loop stopped on a lost Lease would go on.
+                async with asyncio.timeout(timeout):
+                    await self.cache.changed.wait()
                 if self.clock() - waiting < self.debounce and not self.setup_went_through:
                     await self.sleep(self.debounce)  # changes stream in: let more land in this pass
             except TimeoutError:

@@ -40,6 +40,7 @@ log = logging.getLogger("phalanx.leader")
 
 JITTER_FACTOR = 1.2  # client-go's: a candidate retries after retry_period * (1 + [0, 1.2))
 RELEASE_TIMEOUT_SECONDS = 2.0  # within `phalanx run`'s bounded stop (main.HARD_EXIT_SECONDS)
+CANCEL_AGAIN_SECONDS = 1.0  # a stopped leader's work not ended after this long is cancelled again
 
 
 # ---------------------------------------------------------------------- pure rules
@@ -385,11 +386,15 @@ class LeaderElector:
     async def _release(self) -> None:
         """Give the Lease up (if still ours), so a standby takes over at its next try."""
         try:
-            await asyncio.shield(asyncio.wait_for(self._release_once(), timeout=self._release_timeout))
+            await asyncio.shield(self._release_within())
         except Exception as e:
             log.warning(
                 "%s: releasing %s failed (it expires instead): %s", self.identity, self.describe, _describe(e)
             )
+
+    async def _release_within(self) -> None:
+        async with asyncio.timeout(self._release_timeout):  # not wait_for (see _acquire)
+            await self._release_once()
 
     @property
     def _release_timeout(self) -> float:
@@ -417,10 +422,14 @@ class LeaderElector:
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
-    if not task.done():
+    """Cancel the leader's work and wait until it ended, cancelling again while it runs on: a cancellation
+    can be swallowed (3.11's wait_for, a library's catch-all), and work that outlives its Lease would run
+    beside the next leader's."""
+    while not task.done():
         task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN_SECONDS)
     with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+        await task  # its end retrieved (a cancellation or a failure, already reported)
 
 
 def _report_end(task: asyncio.Task[None]) -> None:
