@@ -64,9 +64,19 @@ class ExecPlugin:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
-            out, err = await asyncio.wait_for(process.communicate(), EXEC_TIMEOUT_SECONDS)
-        except (OSError, TimeoutError) as e:
-            raise ConfigError(f"exec plugin {self.command}: {e or type(e).__name__}") from e
+        except OSError as e:
+            raise ConfigError(f"exec plugin {self.command}: {e}") from e
+        try:
+            async with asyncio.timeout(EXEC_TIMEOUT_SECONDS):
+                out, err = await process.communicate()
+        except TimeoutError as e:
+            raise ConfigError(
+                f"exec plugin {self.command}: no answer within {EXEC_TIMEOUT_SECONDS:g} s (stopped)"
+            ) from e
+        finally:
+            if process.returncode is None:  # timed out or cancelled: a hung plugin is not left behind
+                process.kill()
+                await asyncio.shield(process.wait())
         if process.returncode != 0:
             tail = err.decode(errors="replace").strip()[-500:]
             raise ConfigError(f"exec plugin {self.command} exited {process.returncode}: {tail}")

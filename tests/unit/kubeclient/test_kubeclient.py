@@ -35,8 +35,9 @@ from phalanx.kubeclient import (
     resource_path,
 )
 from phalanx.kubeclient import client as client_module
+from phalanx.kubeclient import credentials as credentials_module
 from phalanx.kubeclient.client import env_proxy
-from phalanx.kubeclient.credentials import from_kubeconfig, in_cluster
+from phalanx.kubeclient.credentials import ExecPlugin, from_kubeconfig, in_cluster
 
 Pki = tuple[certs.KeyPair, certs.KeyPair, certs.KeyPair]  # CA, server, client ("admin")
 
@@ -352,3 +353,16 @@ def test_the_environments_proxy_is_chosen_as_client_go_chooses_it(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert env_proxy(server) == expected
+
+
+async def test_an_exec_plugin_that_hangs_is_stopped_and_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that never answers is killed when its time is up (each retry would start another), and the
+    error says what happened."""
+    monkeypatch.setattr(credentials_module, "EXEC_TIMEOUT_SECONDS", 1.0)
+    pidfile = tmp_path / "pid"
+    plugin = ExecPlugin("/bin/sh", ("-c", f"echo $$ > {pidfile}; exec sleep 600"))
+    with pytest.raises(ConfigError, match=r"no answer within 1 s \(stopped\)"):
+        await plugin.run()
+    assert not Path(f"/proc/{int(pidfile.read_text())}").exists()  # killed and reaped
