@@ -271,6 +271,25 @@ def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_de
     assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
 
 
+def test_a_recorded_tree_is_not_finished_while_a_leaf_of_it_would_stay_short() -> None:
+    """slices-0 was released in part (slices-0-0 on n5), then its gated pod was replaced under another name
+    and its recorded node taken: releasing slices-1 by the record would leave slices-0 at 1 of 2."""
+    root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
+    s0 = pod_group(
+        "slices-0", status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}))
+    )
+    s1 = pod_group("slices-1")
+    rest = [pod("slices-1-0", "slices-1"), pod("slices-1-1", "slices-1")]
+    for second, finished in (("slices-0-1", True), ("slices-0-2", False)):
+        pods = [pod("slices-0-0", "slices-0", released_to="n5"), pod(second, "slices-0"), *rest]
+        result = plan(cluster([root], [s0, s1], pods, busy=() if finished else (6,)), NOW)
+        released = {r.pod.name: r.node for r in only(result.actions, ReleasePod)}
+        if finished:
+            assert released == {"slices-0-1": "n6", "slices-1-0": "n7", "slices-1-1": "n8"}
+        else:
+            assert released == {}, "slices-1 went while slices-0 stays short"
+
+
 def test_a_recorded_tree_that_no_longer_fits_is_decided_afresh_keeping_the_released_pods() -> None:
     root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
     s0 = pod_group("slices-0")

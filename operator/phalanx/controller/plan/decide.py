@@ -309,11 +309,15 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
             chosen[name] = pairs
     if not chosen:
         return False
-    for name, pairs in chosen.items():
-        leaf = work.leaves[name]
-        held = len(held_slots(leaf, nodes))  # a staged unit's pods still to come, their room held
-        if len(pairs) + len(leaf.placed) + held < leaf.min_count:
-            return False
+    # What each leaf will have: its placed pods, those released now, a staged unit's pods still to come
+    # (their room held). Every leaf released into reaches its minCount, and so does the tree: a leaf of the
+    # decision left short (its gated pod replaced under another name) means deciding again, not finishing.
+    counts = {
+        name: len(leaf.placed) + len(chosen.get(name, ())) + len(held_slots(leaf, nodes))
+        for name, leaf in work.leaves.items()
+    }
+    if any(counts[name] < work.leaves[name].min_count for name in chosen) or not work.whole(counts=counts):
+        return False
     arriving = {
         p.key
         for name, pairs in chosen.items()

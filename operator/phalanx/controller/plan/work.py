@@ -95,6 +95,10 @@ class LeafWork:
         """The pods placed now alone reach its minCount."""
         return self.done or len(self.placed) >= self.min_count
 
+    def whole_with(self, count: int) -> bool:
+        """`count` pods placed (the placed ones and those about to be) reach its minCount."""
+        return self.done or count >= self.min_count
+
 
 @dataclass
 class UnitWork:
@@ -141,14 +145,23 @@ class UnitWork:
         leaves = [leaf for leaf in self.leaves.values() if leaf.group.parent == parent]
         return composites, leaves
 
-    def whole(self, composite: CompositePodGroupRecord | None = None) -> bool:
-        """Whether the pods placed now alone meet every min count (under `composite`, default the root)."""
+    def whole(
+        self, composite: CompositePodGroupRecord | None = None, counts: Mapping[str, int] | None = None
+    ) -> bool:
+        """Whether the pods placed now alone meet every min count (under `composite`, default the root);
+        with `counts` (leaf name -> pods), whether that many pods per leaf would."""
+
+        def leaf_whole(leaf: LeafWork) -> bool:
+            return leaf.whole if counts is None else leaf.whole_with(counts.get(leaf.group.name, 0))
+
         if self.root is None:
             single = self.single
-            return single is not None and single.whole
+            return single is not None and leaf_whole(single)
         g = composite or self.root
         composites, leaves = self.children(g.name)
-        ok = sum(1 for leaf in leaves if leaf.whole) + sum(1 for child in composites if self.whole(child))
+        ok = sum(1 for leaf in leaves if leaf_whole(leaf)) + sum(
+            1 for child in composites if self.whole(child, counts)
+        )
         return ok >= (g.min_group_count or 1)
 
     def countable(self, composite: CompositePodGroupRecord) -> bool:
