@@ -53,6 +53,7 @@ the check, the model's set the one to beat.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -114,6 +115,10 @@ def choose_victims(
     if isinstance(first, Admit) or first.reason != "Unschedulable" or first.placements_total == 0:
         return None
     required = resolve_mode(snapshot, group)
+    if required.mode == "preferred":
+        # Preempted for one domain of its key only: what would spread it wider fits without victims or not
+        # at all, and is not worth a running pod (a set that lets it spread is no answer).
+        required = dataclasses.replace(required, mode="required")
 
     def admits(_: int, ids: frozenset[str]) -> bool:
         return isinstance(decide(snapshot.without(ids), required), Admit)

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from placement_testkit import LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, busy, gang
 
-from phalanx.placement import Admit, GroupRequest, NodeInfo, Reject, Snapshot, decide
+from phalanx.placement import (
+    Admit,
+    BoundPod,
+    Candidate,
+    GroupRequest,
+    NodeInfo,
+    PodRequest,
+    PodRequirements,
+    Reject,
+    Snapshot,
+    choose_victims,
+    decide,
+)
 
 SEED_LEVELS = ("oci.oraclecloud.com/rdma.hpc_island_id", NETWORK_BLOCK, LOCAL_BLOCK)
 
@@ -57,3 +69,29 @@ def test_preferred_climbs_to_anywhere_and_waits_only_when_nothing_holds_the_gang
     five = decide(snapshot, preferred(gang(5, 5, LOCAL_BLOCK), SEED_LEVELS))
     assert isinstance(five, Reject) and five.reason == "Unschedulable"
     assert "0/1 placements" in five.message
+
+
+def test_preferred_preempts_only_for_one_domain_of_its_key_whatever_its_pods_shapes() -> None:
+    """Racks r1 (n1 n2) and r2 (n3 n4), 8 GPUs each: low-priority v1 on n1, v2 on n2, v4 (4 GPUs) on n4, a
+    high-priority pod on n3. A preferred gang of two (8 GPUs, and 8 or 4) is preempted for in one rack (v1
+    and v2), never spread (v1 alone would let 8 + 4 spread over n1 and n4): with mixed shapes the search
+    checks sets with `decide`, which must be asked for one rack too."""
+    gpu = "nvidia.com/gpu"
+    nodes = [
+        NodeInfo(name=n, labels={"rack": r}, allocatable={gpu: 8, "cpu": 64000, "pods": 110})
+        for n, r in (("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r2"))
+    ]
+    held = {"v1": ("n1", 8), "v2": ("n2", 8), "hi": ("n3", 8), "v4": ("n4", 4)}
+    snapshot = Snapshot.build(
+        nodes, [BoundPod(id=i, node=n, requests={gpu: g}) for i, (n, g) in held.items()]
+    )
+    candidates = [Candidate(i, n, {gpu: g}, 100 if i == "hi" else 0, 1.0) for i, (n, g) in held.items()]
+    for second in (8, 4):
+        pending = (
+            PodRequest("a", PodRequirements(requests=((gpu, 8),))),
+            PodRequest("b", PodRequirements(requests=((gpu, second),))),
+        )
+        group = GroupRequest(name="g", pending=pending, min_count=2, topology_key="rack", mode="preferred")
+        preemption = choose_victims(snapshot, group, 50, candidates)
+        assert preemption is not None, second
+        assert preemption.victims == ("v1", "v2") and preemption.admit.domain == "r1", second

@@ -218,4 +218,4 @@ def test_reserve_follows_the_rule_and_keeps_its_guarantee(case: Case) -> None:
     other = decide(held, replace(case.group, name="other", min_count=1, topology_key=None))
     if isinstance(other, Admit):
         assert not {node for _, node in other.assignments} & set(hold.nodes)
-    assert all(by_name[n].name in hold.nodes for n in hold.nodes)
+    assert all(hold.domain is None or by_name[n].labels.get(KEY) == hold.domain for n in hold.nodes)
