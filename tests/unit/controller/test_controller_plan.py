@@ -631,6 +631,18 @@ def test_a_gang_backing_off_is_still_a_victim_only_whole() -> None:
         assert suspend.job.name in {"low-a", "low-b"}
 
 
+def test_pods_of_a_gang_whose_unit_is_unknown_are_never_victims() -> None:
+    """The low gangs' units could not be made this pass (kinds/common.owner_units_of): their running pods,
+    placed into their PodGroups, are not taken one by one by a one-pod Job of higher priority."""
+    high = job_body("high", 1, created="2026-11-30T11:30:00Z")
+    gangs = [running_gang("low-a", 1, priority=10), running_gang("low-b", 5, priority=10)]
+    state = blocks_state([*gangs, (high, group_of(high), [pod_body("high", 0, priority=1000)])])
+    known = dataclasses.replace(state, units=tuple(u for u in state.units if u.key == job_key("high")))
+    assert only(plan(state, NOW).actions, SuspendJob)  # with their units, one gang is taken whole
+    result = plan(known, NOW)
+    assert not only(result.actions, EvictPod) and not only(result.actions, SuspendJob)
+
+
 # ---------------------------------------------------------------------- node failure
 def test_a_running_gang_below_min_count_with_no_room_left_is_requeued_after_the_grace_period() -> None:
     """train-3 ran in nb-a on n1-n3; n3 failed (its pod is gone, the replacement waits) and nb-a has no

@@ -13,6 +13,7 @@ from testkit import LB, LOCAL, NB, NOW, StaticContext, job_body, jobset_body, jo
 
 from phalanx.api import conditions as c
 from phalanx.controller.kinds.jobset import JobSetKind
+from phalanx.controller.loop.incremental import UnitMemo
 from phalanx.controller.model.actions import (
     CreateCompositePodGroup,
     CreatePodGroup,
@@ -227,3 +228,32 @@ def test_a_jobset_requeued_by_phalanx_forgets_its_domain() -> None:
     assert all(g.status.last_domain is None for g in groups)
     again = plan(jobset_cluster([jobset], all_pods(), groups=groups), NOW)
     assert {BLOCK[a.node] for a in again.actions if isinstance(a, ReleasePod)} == {"nb-a"}
+
+
+def test_an_owner_whose_units_cannot_be_made_is_said_once_and_the_others_are_still_scheduled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever makes one owner's units fail (an object no check foresaw, a bug) stops only that owner: a
+    Warning on it once, its pods left gated, and every other owner planned — whole passes and incremental."""
+    real = JobSetKind.owner_units
+
+    def failing(self: JobSetKind, state: Any, view: Any) -> Any:
+        if state.owner.name == "bad":
+            raise ValueError("no units for this one")
+        return real(self, state, view)
+
+    monkeypatch.setattr(JobSetKind, "owner_units", failing)
+    bad, good = jobset_body("bad"), jobset_body("good", created="2026-11-30T11:05:00Z")
+    pods = [
+        jobset_pod(n, "workers", j, i, global_index=j)
+        for n in ("bad", "good")
+        for j in range(2)
+        for i in range(2)
+    ]
+    for memo in (None, UnitMemo()):
+        result = plan(jobset_cluster([bad, good], pods, memo=memo), NOW)
+        released = {a.pod.name.rsplit("-workers-", 1)[0] for a in result.actions if isinstance(a, ReleasePod)}
+        assert released == {"good"}
+        (warning,) = [a for a in result.actions if isinstance(a, PostEvent) and a.involved.name == "bad"]
+        assert warning.reason == "InvalidPolicy" and "no units for this one" in warning.message
+        assert "its pods stay gated" in warning.message

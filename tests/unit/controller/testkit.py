@@ -16,6 +16,7 @@ from phalanx.api.builders import build_pod_group
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.loop.incremental import UnitMemo
 from phalanx.controller.loop.scheduler import plan_input
 from phalanx.controller.model.actions import Action, PatchStatus, status_write
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, WorkloadRecord
@@ -405,8 +406,10 @@ def jobset_cluster(
     busy: Iterable[int | str] = (),
     others: Iterable[dict[str, Any]] = (),
     jobs: Sequence[tuple[dict[str, Any], Group | Sequence[Group] | None, Sequence[dict[str, Any]]]] = (),
+    memo: UnitMemo | None = None,
 ) -> PlanInput:
-    """JobSets (and their pods, groups made for them) through the real cache, as a pass would plan."""
+    """JobSets (and their pods, groups made for them) through the real cache, as a pass would plan (with
+    `memo`, as an incremental pass makes the units)."""
     cache = ClusterCache()
     for n in NODES:
         cache.upsert("Node", node_body(n))
@@ -422,7 +425,7 @@ def jobset_cluster(
         cache.upsert("Job", job)
     for body in jobsets:
         cache.upsert("JobSet", body)
-    return plan_input(cache)
+    return plan_input(cache, memo=memo)
 
 
 # ---------------------------------------------------------------------- LeaderWorkerSets

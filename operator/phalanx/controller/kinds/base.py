@@ -15,7 +15,7 @@ Adding a kind is one module implementing `OwnerKind` and one row in `kinds.KINDS
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -281,9 +281,3 @@ class AdmittingKind(OwnerKind, Protocol):
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         """What an edit of a managed object may not change (each naming its field)."""
         ...
-
-
-def owners_units(kind: OwnerKind, view: ClusterView) -> Iterator[Unit]:
-    """Every owner's units, owner by owner in the view's order (an OwnerKind's `units`)."""
-    for state in view.owner_states(kind.name):
-        yield from kind.owner_units(state, view)

@@ -3,13 +3,14 @@ policy, notes said once per change, and letting go of an owner that is no longer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from phalanx.api import keys
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
-from phalanx.controller.kinds.base import OwnerState
+from phalanx.controller.kinds.base import ClusterView, OwnerKind, OwnerState, Unit
 from phalanx.controller.model.actions import Action, DeleteObject, PostEvent, RememberAnnounced, UngatePod
+from phalanx.controller.model.keys import unit_key
 from phalanx.controller.model.records import PodRecord, PriorityClassRecord
 from phalanx.controller.model.refs import ObjectRef
 
@@ -70,3 +71,29 @@ def let_go(state: OwnerState, kind: str) -> list[Action]:
     )
     actions.append(PostEvent(owner.ref, "Normal", "ReleasedFromPhalanx", message))
     return actions
+
+
+def owners_units(kind: OwnerKind, view: ClusterView) -> Iterator[Unit]:
+    """Every owner's units, owner by owner in the view's order (an OwnerKind's `units`)."""
+    for state in view.owner_states(kind.name):
+        yield from owner_units_of(kind, state, view)
+
+
+def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tuple[Unit, ...]:
+    """One owner's units — or, when they cannot be made (an object no admission check foresaw, made around
+    the webhook or before an upgrade; a bug), a Warning on the owner once and nothing scheduled for it: its
+    pods stay gated, so it never runs partly, and every other owner is still scheduled in this pass."""
+    try:
+        return tuple(kind.owner_units(state, view))
+    except Exception as error:
+        owner = state.owner
+        first = str(error).strip().splitlines()
+        message = (
+            f"Phalanx cannot make this {kind.name}'s groups ({type(error).__name__}: "
+            f"{'; '.join(first[:3])[:500]}); its pods stay gated: fix or recreate the {kind.name}"
+        )
+        notes = announce_once(view.announced, owner.ref, "policy", "InvalidPolicy", message)
+        created = getattr(owner, "created", None)
+        return (
+            Unit(unit_key(kind.name, owner.namespace, owner.name), None, None, tuple(notes), created=created),
+        )

@@ -15,10 +15,11 @@ from phalanx.api.podgroup import PodGroup
 from phalanx.api.scheduling import SchedulingPolicy
 from phalanx.api.status import PodGroupStatus
 from phalanx.api.workload import Workload
-from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit, owners_units
+from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit
 from phalanx.controller.kinds.common import (
     announce_once,
     let_go,
+    owners_units,
     preemption_policy_of,
     priority_class_of,
     unit_priority,

@@ -42,11 +42,11 @@ from phalanx.controller.kinds.base import (
     Resource,
     Tree,
     Unit,
-    owners_units,
 )
 from phalanx.controller.kinds.common import (
     announce_once,
     let_go,
+    owners_units,
     preemption_policy_of,
     priority_class_of,
     unit_priority,

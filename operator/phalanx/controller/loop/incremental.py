@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import OwnerKind, OwnerState, Unit, WorkloadKind
+from phalanx.controller.kinds.common import owner_units_of
 
 DIFFERS = "the incremental plan differs from the whole plan"  # what verify mode logs on a difference
 
@@ -85,7 +86,7 @@ class UnitMemo:
                 seen.add(key)
                 memo = self._made.get(key)
                 if memo is None or not same_state(memo.state, state):
-                    memo = _Made(state, tuple(kind.owner_units(state, cache)))
+                    memo = _Made(state, owner_units_of(kind, state, cache))
                     self._made[key] = memo
                     self.made += len(memo.units)
                 out.extend(memo.units)

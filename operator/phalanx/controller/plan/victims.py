@@ -105,10 +105,12 @@ class Victims:
             if not node or pod.deleting:
                 continue  # holds no capacity, or is going already
             owner = self.units_by_pod.get(pod.key)
-            if pod.joins_group and owner is None:
-                # A pod made by hand into a PodGroup (no owner kind): nothing would recreate it, and evicting
-                # it would leave its gang partial. Such groups are never preempted (docs/design.md). (An
-                # owner's pods without a Job, an LWS group's, carry the label too: their unit is a victim.)
+            if pod.pod_group and owner is None:
+                # A pod in a PodGroup whose unit this pass does not know: made by hand into it (nothing
+                # would recreate it; such groups are never preempted, docs/design.md), or a gang's whose
+                # units could not be made (kinds/common.owner_units_of). Evicting it alone would leave its
+                # gang partial. (An owner's pods without a Job, an LWS group's, carry the label too: their
+                # unit is a victim.)
                 continue
             started = pod.created.timestamp() if pod.created is not None else 0.0
             out.append(
