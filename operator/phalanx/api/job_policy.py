@@ -326,10 +326,9 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
 
     topology_key = _value(annotations, TOPOLOGY_KEY_ANNOTATION)
     if topology_key is not None:
-        why = label_key_problems(topology_key)
-        if why:
-            reason = "; ".join(why)
-            problem(TOPOLOGY_KEY_ANNOTATION, f"{_quote(topology_key)} is not a valid label key: {reason}")
+        bad_key = node_label_problem(TOPOLOGY_KEY_ANNOTATION, topology_key)
+        if bad_key is not None:
+            problems.append(bad_key)
         elif policy == POLICY_BASIC:
             # A basic group's pods are placed one by one by kube-scheduler, which knows no group domain:
             # accepting the key would promise one domain and not keep it.
@@ -382,6 +381,16 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         parallelism=parallelism,
         on_scale_up=on_scale_up,
     )
+
+
+def node_label_problem(annotation: str, value: str) -> PolicyProblem | None:
+    """What is wrong with `value` as the node label an annotation names (a topology key), worded alike for
+    every kind: a key the builders would put in a PodGroup must be one the apiserver takes, or the plan could
+    not make the group. `value` as the kinds read it, without surrounding whitespace."""
+    why = label_key_problems(value)
+    if not why:
+        return None
+    return PolicyProblem(annotation, f"{_quote(value)} is not a valid label key: {'; '.join(why)}")
 
 
 def _scale_up(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems
+from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems, node_label_problem
 from phalanx.api.keys import (
     ADMISSION_GATE,
     MANAGED_LABEL,
@@ -108,18 +108,24 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
+def _text(annotations: Mapping[str, Any], key: str) -> str | None:
+    value = annotations.get(key)
+    # Annotation values are strings; surrounding whitespace is a YAML accident, not a choice (as a Job's).
+    return None if value is None else str(value).strip()
+
+
 def annotation_problems(annotations: Mapping[str, Any]) -> list[PolicyProblem]:
     """What is wrong with a JobSet's Phalanx annotations (a TrainJob's too: they reach its JobSet)."""
     problems: list[PolicyProblem] = []
 
     def text(key: str) -> str | None:
-        value = annotations.get(key)
-        return None if value is None else str(value)
+        return _text(annotations, key)
 
     key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
     for name, value in ((TOPOLOGY_KEY_ANNOTATION, key), (SLICE_TOPOLOGY_KEY_ANNOTATION, slice_key)):
-        if value is not None and not value.strip():
-            problems.append(PolicyProblem(name, "must name a node label, not be empty"))
+        bad_key = None if value is None else node_label_problem(name, value)
+        if bad_key is not None:
+            problems.append(bad_key)
     if key is not None and key == slice_key:
         problems.append(
             PolicyProblem(SLICE_TOPOLOGY_KEY_ANNOTATION, f"must be finer than {key}, not the same")
@@ -154,14 +160,10 @@ def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
     meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
     annotations = mapping(meta.get("annotations"))
     problems = annotation_problems(annotations)
-
-    def text(key: str) -> str | None:
-        value = annotations.get(key)
-        return None if value is None else str(value)
-
-    key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
-    mode = text(TOPOLOGY_MODE_ANNOTATION) or REQUIRED
-    preemption = text(PREEMPTION_POLICY_ANNOTATION)
+    key = _text(annotations, TOPOLOGY_KEY_ANNOTATION)
+    slice_key = _text(annotations, SLICE_TOPOLOGY_KEY_ANNOTATION)
+    mode = _text(annotations, TOPOLOGY_MODE_ANNOTATION) or REQUIRED
+    preemption = _text(annotations, PREEMPTION_POLICY_ANNOTATION)
     rjobs = _replicated_jobs(spec, problems)
     if problems:
         raise JobPolicyError.of(problems)

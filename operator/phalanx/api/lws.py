@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import AUTO, PREFERRED, REQUIRED, TOPOLOGY_MODES, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems
+from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems, node_label_problem
 from phalanx.api.jobset import gated_pod_spec
 from phalanx.api.keys import (
     ADMISSION_GATE,
@@ -93,6 +93,10 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
         problems.append(PolicyProblem("spec.replicas", "must not be negative", "field"))
     key = _text(annotations, TOPOLOGY_KEY_ANNOTATION)
     slice_key = _text(annotations, SLICE_TOPOLOGY_KEY_ANNOTATION)
+    for name, value in ((TOPOLOGY_KEY_ANNOTATION, key), (SLICE_TOPOLOGY_KEY_ANNOTATION, slice_key)):
+        bad_key = None if value is None else node_label_problem(name, value)
+        if bad_key is not None:
+            problems.append(bad_key)
     mode = _text(annotations, TOPOLOGY_MODE_ANNOTATION) or REQUIRED
     if mode not in TOPOLOGY_MODES:
         problems.append(
@@ -155,7 +159,8 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
 
 def _text(annotations: Mapping[str, Any], key: str) -> str | None:
     value = annotations.get(key)
-    return None if value is None else str(value)
+    # Annotation values are strings; surrounding whitespace is a YAML accident, not a choice (as a Job's).
+    return None if value is None else str(value).strip()
 
 
 def admit_create(body: Mapping[str, Any]) -> dict[str, Any] | None:

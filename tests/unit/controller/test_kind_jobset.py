@@ -164,12 +164,52 @@ def test_the_gate_adds_phalanxs_gate_to_every_replicated_jobs_pod_template() -> 
             "exclusive placement",
         ),
         ({"phalanx.dev/slice-size": "2"}, "unknown Phalanx annotation"),
+        (
+            {"phalanx.dev/topology-key": "not a label key!"},
+            'metadata.annotations[phalanx.dev/topology-key]: "not a label key!" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": "rack/"},
+            'metadata.annotations[phalanx.dev/slice-topology-key]: "rack/" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": " "},
+            'metadata.annotations[phalanx.dev/topology-key]: "" is not a valid label key: must not be empty',
+        ),
     ],
 )
 def test_bad_annotations_are_refused_naming_the_field(annotations: dict[str, str], field: str) -> None:
     with pytest.raises(kopf.AdmissionError) as error:
         GATE(body=kopf.Body(jobset_body(annotations=annotations, gated=False)), patch=kopf.Patch())
     assert field in str(error.value)
+
+
+def test_a_jobset_with_a_bad_key_made_around_the_webhook_is_said_invalid_and_the_others_are_placed() -> None:
+    """Its record reads the key as the webhook would have, so the pass says InvalidPolicy on it instead of
+    failing to build its groups (which would stop every other gang too)."""
+    bad = jobset_body("bad", annotations={"phalanx.dev/topology-key": "not a label key!"})
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    result = plan(jobset_cluster([bad, good], all_pods("bad") + all_pods("good")), NOW)
+    warnings = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert ("bad", "InvalidPolicy") in warnings
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert len(released) == 4 and all(name.startswith("good-") for name in released)
+
+
+def test_keys_are_read_without_surrounding_whitespace() -> None:
+    """As a Job's annotations: a YAML accident, not a choice; the groups carry the key itself."""
+    spaced = {"phalanx.dev/topology-key": f" {NB}", "phalanx.dev/slice-topology-key": f"{LB} "}
+    GATE(body=kopf.Body(jobset_body(annotations=spaced, gated=False)), patch=kopf.Patch())
+    result = plan(jobset_cluster([jobset_body(annotations=spaced)], all_pods()), NOW)
+    keys = [
+        *(
+            a.group.spec.scheduling_constraints
+            for a in result.actions
+            if isinstance(a, CreateCompositePodGroup)
+        ),
+        *(a.pod_group.spec.scheduling_constraints for a in result.actions if isinstance(a, CreatePodGroup)),
+    ]
+    assert [k.topology[0].key for k in keys if k is not None and k.topology] == [NB, LB, LB]
 
 
 def test_a_managed_label_on_a_replicated_jobs_template_is_refused() -> None:
