@@ -27,6 +27,7 @@ from phalanx.api.keys import (
     TOPOLOGY_MODE_ANNOTATION,
 )
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
+from phalanx.api.workload import MAX_TEMPLATES
 from phalanx.bodies import items, mapping
 
 API_GROUP: Final = "jobset.x-k8s.io"
@@ -190,6 +191,17 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
     if not raw:
         problems.append(
             PolicyProblem("spec.replicatedJobs", "a JobSet needs at least one replicated Job", "field")
+        )
+    elif len(raw) > MAX_TEMPLATES:
+        problems.append(
+            PolicyProblem(
+                "spec.replicatedJobs",
+                f"has {len(raw)} replicated Jobs, more than Phalanx can place as one gang: each is a "
+                f"PodGroupTemplate of the JobSet's Workload, which holds at most {MAX_TEMPLATES} (as "
+                "upstream's); merge replicated Jobs that share a pod template (as replicas of one), or "
+                f"create the JobSet without the {MANAGED_LABEL} label",
+                "field",
+            )
         )
     for i, entry in enumerate(raw):
         entry = mapping(entry)

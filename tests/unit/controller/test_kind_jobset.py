@@ -196,6 +196,31 @@ def test_a_jobset_with_a_bad_key_made_around_the_webhook_is_said_invalid_and_the
     assert len(released) == 4 and all(name.startswith("good-") for name in released)
 
 
+@pytest.mark.parametrize(("count", "refused"), [(8, False), (9, True)])
+def test_a_jobset_of_more_replicated_jobs_than_a_workload_has_templates_is_refused(
+    count: int, refused: bool
+) -> None:
+    """One PodGroupTemplate per replicated Job, at most 8 in a Workload (as upstream's): refused at creation,
+    and said on one made around the webhook, whose groups could not be made (the others are placed)."""
+    replicated = tuple((f"r{i}", 1, 1) for i in range(count))
+    body = jobset_body("many", replicated=replicated, gated=False, gpus=1)
+    if refused:
+        with pytest.raises(kopf.AdmissionError) as error:
+            GATE(body=kopf.Body(body), patch=kopf.Patch())
+        assert f"spec.replicatedJobs: has {count} replicated Jobs" in str(error.value)
+        assert "holds at most 8" in str(error.value)
+    else:
+        GATE(body=kopf.Body(body), patch=kopf.Patch())
+    many = jobset_body("many", replicated=replicated, gpus=1)
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    pods = [jobset_pod("many", f"r{i}", 0, 0, global_index=i, gpus=1) for i in range(count)]
+    result = plan(jobset_cluster([many, good], pods + all_pods("good")), NOW)
+    said = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert (("many", "InvalidPolicy") in said) == refused
+    released = {a.pod.name.split("-")[0] for a in result.actions if isinstance(a, ReleasePod)}
+    assert released == ({"good"} if refused else {"many", "good"})
+
+
 def test_keys_are_read_without_surrounding_whitespace() -> None:
     """As a Job's annotations: a YAML accident, not a choice; the groups carry the key itself."""
     spaced = {"phalanx.dev/topology-key": f" {NB}", "phalanx.dev/slice-topology-key": f"{LB} "}
