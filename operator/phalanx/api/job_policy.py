@@ -29,6 +29,7 @@ from phalanx.api.keys import (
     UNMANAGED_VALUE,
     WRITTEN_BY_PHALANX,
 )
+from phalanx.api.scheduling import HIGHEST_USER_PRIORITY
 from phalanx.api.suggest import closest, edit_distance
 from phalanx.bodies import mapping
 
@@ -46,6 +47,7 @@ SCALE_UP_WAIT: Final = "wait"
 SCALE_UP_REQUEUE: Final = "requeue"
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+SYSTEM_PRIORITY_CLASS_PREFIX: Final = "system-"
 _T = TypeVar("_T", bound=str)
 KeyPlace = Literal["annotation", "label", "field"]
 
@@ -366,11 +368,14 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
             )
 
     on_scale_up = _scale_up(annotations, policy, policy_text, problem)
+    template_spec = mapping(mapping(spec.get("template")).get("spec"))
+    priority_class = template_spec.get("priorityClassName")
+    system = priority_class_problem(priority_class, "spec.template.spec.priorityClassName", "Job")
+    if system is not None:
+        problems.append(system)
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
-    template_spec = mapping(mapping(spec.get("template")).get("spec"))
-    priority_class = template_spec.get("priorityClassName")
     return JobPolicy(
         policy=policy,
         min_count=min_count if policy == POLICY_GANG else None,
@@ -380,6 +385,22 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         preemption_policy=preemption,
         parallelism=parallelism,
         on_scale_up=on_scale_up,
+    )
+
+
+def priority_class_problem(name: Any, field: str, owner: str) -> PolicyProblem | None:
+    """A pod template of a gang naming a system PriorityClass. The apiserver keeps the `system-` names for
+    its own two classes (2000000000 and 2000001000, never a global default); every other class is at most
+    HIGHEST_USER_PRIORITY, which is also the most a PodGroup's priority may be, upstream's and Phalanx's
+    alike: the gang's groups could not be made with such a class."""
+    if not isinstance(name, str) or not name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+        return None
+    return PolicyProblem(
+        field,
+        f"{_quote(name)} is a system PriorityClass, whose value is above {HIGHEST_USER_PRIORITY}, the "
+        "highest priority a PodGroup may have (as upstream's), so Phalanx cannot make the gang's groups; use "
+        f"a PriorityClass of your own, or create the {owner} without the {MANAGED_LABEL} label",
+        "field",
     )
 
 

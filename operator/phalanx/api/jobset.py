@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems, node_label_problem
+from phalanx.api.job_policy import (
+    JobPolicyError,
+    PolicyProblem,
+    key_problems,
+    node_label_problem,
+    priority_class_problem,
+)
 from phalanx.api.keys import (
     ADMISSION_GATE,
     MANAGED_LABEL,
@@ -223,6 +229,10 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
             )
         depends = tuple(str(mapping(d).get("name") or "") for d in items(entry.get("dependsOn")))
         pod_spec = mapping(mapping(job_spec.get("template")).get("spec"))
+        field = f"{where}.template.spec.template.spec.priorityClassName"
+        system = priority_class_problem(pod_spec.get("priorityClassName"), field, KIND)
+        if system is not None:
+            problems.append(system)
         completions = job_spec.get("completions")
         out.append(
             ReplicatedJob(

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import AUTO, PREFERRED, REQUIRED, TOPOLOGY_MODES, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems, node_label_problem
+from phalanx.api.job_policy import (
+    JobPolicyError,
+    PolicyProblem,
+    key_problems,
+    node_label_problem,
+    priority_class_problem,
+)
 from phalanx.api.jobset import gated_pod_spec
 from phalanx.api.keys import (
     ADMISSION_GATE,
@@ -132,6 +138,12 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
                 "use one of them",
             )
         )
+    for part in ("leaderTemplate", "workerTemplate"):
+        pod_spec = mapping(mapping(template.get(part)).get("spec"))
+        field = f"spec.leaderWorkerTemplate.{part}.spec.priorityClassName"
+        system = priority_class_problem(pod_spec.get("priorityClassName"), field, KIND)
+        if system is not None:
+            problems.append(system)
     if problems:
         raise JobPolicyError.of(problems)
     worker = mapping(mapping(template.get("workerTemplate")).get("spec"))

@@ -232,6 +232,18 @@ JOB_CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.template.spec.nodeName",
         "must not be set for a gang",
     ),
+    (
+        "a system PriorityClass (above what a PodGroup's priority may be)",
+        job(priorityClassName="system-cluster-critical"),
+        "spec.template.spec.priorityClassName",
+        '"system-cluster-critical" is a system PriorityClass, whose value is above 1000000000',
+    ),
+    (
+        "a system PriorityClass on a basic Job (its PodGroup carries the priority too)",
+        job({keys.POLICY_ANNOTATION: "basic"}, priorityClassName="system-node-critical"),
+        "spec.template.spec.priorityClassName",
+        '"system-node-critical" is a system PriorityClass',
+    ),
 ]
 
 

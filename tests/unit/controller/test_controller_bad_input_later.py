@@ -66,6 +66,30 @@ def test_pods_made_before_the_class_was_deleted_are_scheduled_as_usual() -> None
     assert len(only(result.actions, ReleasePod)) == 4
 
 
+# ---------------------------------------------------------------------- a system PriorityClass
+def test_a_gang_of_a_system_priority_class_made_around_the_webhook_is_said_invalid_and_the_others_go() -> (
+    None
+):
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's): the Job's record
+    says so (InvalidPolicy, once) instead of the pass failing to build its groups, and the other gang is
+    placed."""
+    system = job_body(priority_class="system-cluster-critical")
+    other = job_body("other", 2, created="2026-11-30T11:05:00Z")
+    critical = {"metadata": {"name": "system-cluster-critical"}, "value": 2_000_000_000}
+    cluster = state(
+        [
+            (system, None, [pod_body("train", i, priority=2_000_000_000) for i in range(4)]),
+            (other, None, [pod_body("other", i) for i in range(2)]),
+        ]
+    )
+    classes = {"system-cluster-critical": PriorityClassRecord.from_body(critical)}
+    result = plan(dataclasses.replace(cluster, priority_classes=classes), NOW)
+    assert ("Job", "InvalidPolicy") in warnings(result)
+    (said,) = [e.message for e in only(result.actions, PostEvent) if e.reason == "InvalidPolicy"]
+    assert said.startswith('spec.template.spec.priorityClassName: "system-cluster-critical" is a system')
+    assert sorted(a.pod.name for a in only(result.actions, ReleasePod)) == ["other-0", "other-1"]
+
+
 # ---------------------------------------------------------------------- a topology key no node carries
 def test_a_topology_key_no_node_carries_says_so_with_the_label_it_was_probably_meant_to_be() -> None:
     job = job_body(annotations={"phalanx.dev/topology-key": NB.replace("network_block", "network-block")})

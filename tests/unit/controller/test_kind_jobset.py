@@ -9,7 +9,18 @@ from typing import Any
 
 import kopf
 import pytest
-from testkit import LB, LOCAL, NB, NOW, StaticContext, job_body, jobset_body, jobset_cluster, jobset_pod
+from testkit import (
+    LB,
+    LOCAL,
+    NB,
+    NOW,
+    StaticContext,
+    cluster,
+    job_body,
+    jobset_body,
+    jobset_cluster,
+    jobset_pod,
+)
 
 from phalanx.api import conditions as c
 from phalanx.controller.kinds.jobset import JobSetKind
@@ -219,6 +230,30 @@ def test_a_jobset_of_more_replicated_jobs_than_a_workload_has_templates_is_refus
     assert (("many", "InvalidPolicy") in said) == refused
     released = {a.pod.name.split("-")[0] for a in result.actions if isinstance(a, ReleasePod)}
     assert released == ({"good"} if refused else {"many", "good"})
+
+
+def test_a_jobset_of_a_system_priority_class_is_refused_and_said_invalid_if_made_around_the_webhook() -> None:
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's)."""
+    body = jobset_body(gated=False)
+    pod_spec = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod_spec["priorityClassName"] = "system-cluster-critical"
+    with pytest.raises(kopf.AdmissionError) as error:
+        GATE(body=kopf.Body(body), patch=kopf.Patch())
+    field = "spec.replicatedJobs[0].template.spec.template.spec.priorityClassName"
+    assert f'{field}: "system-cluster-critical" is a system PriorityClass' in str(error.value)
+    critical = jobset_body("critical")
+    critical_spec = critical["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    critical_spec["priorityClassName"] = "system-cluster-critical"
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    classes = [{"metadata": {"name": "system-cluster-critical"}, "value": 2_000_000_000}]
+    pods = all_pods("critical") + all_pods("good")
+    result = plan(
+        cluster(owners=[("JobSet", critical), ("JobSet", good)], others=pods, priority_classes=classes), NOW
+    )
+    said = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert ("critical", "InvalidPolicy") in said
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert len(released) == 4 and all(name.startswith("good-") for name in released)
 
 
 def test_keys_are_read_without_surrounding_whitespace() -> None:

@@ -272,6 +272,36 @@ def test_an_lws_with_a_bad_key_made_around_the_webhook_is_said_invalid_and_the_o
     assert sorted(releases(result)) == ["good-0", "good-0-1", "good-0-2", "good-0-3"]
 
 
+def test_an_lws_of_a_system_priority_class_is_refused_and_said_invalid_if_made_around_the_webhook() -> None:
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's)."""
+    body = lws_body(gated=False)
+    body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = (
+        "system-node-critical"
+    )
+    with pytest.raises(kopf.AdmissionError) as error:
+        Webhooks(StaticContext()).gate_owner(LwsKind())(body=kopf.Body(body), patch=kopf.Patch())
+    field = "spec.leaderWorkerTemplate.workerTemplate.spec.priorityClassName"
+    assert f'{field}: "system-node-critical" is a system PriorityClass' in str(error.value)
+    critical = lws_body("critical")
+    critical["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = (
+        "system-node-critical"
+    )
+    good = lws_body("good", created="2026-11-30T11:05:00Z")
+    classes = [{"metadata": {"name": "system-node-critical"}, "value": 2_000_001_000}]
+    result = plan(
+        cluster(
+            owners=[("LeaderWorkerSet", critical), ("LeaderWorkerSet", good)],
+            others=group_pods("critical", 0, 4) + group_pods("good", 0, 4),
+            priority_classes=classes,
+        ),
+        NOW,
+    )
+    assert ("critical", "InvalidPolicy") in [
+        (e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)
+    ]
+    assert sorted(releases(result)) == ["good-0", "good-0-1", "good-0-2", "good-0-3"]
+
+
 def test_lws_annotations_are_read_without_surrounding_whitespace() -> None:
     spaced = {"phalanx.dev/topology-key": f" {NB} ", "phalanx.dev/topology-mode": "preferred "}
     Webhooks(StaticContext()).gate_owner(LwsKind())(
