@@ -1,9 +1,10 @@
 """A JobSet (jobset.x-k8s.io/v1alpha2) as Phalanx reads it: its gang shape from the spec and its Phalanx
 annotations, validated with messages that name the field.
 
-A managed JobSet is one tree: all its child Jobs together (all or nothing), each child Job one PodGroup
-whose minCount is the Job's parallelism. `phalanx.dev/topology-key` (+ `topology-mode`) keeps every pod in
-one domain; `phalanx.dev/slice-topology-key` keeps each child Job's pods in one domain of a finer level.
+A managed JobSet is one tree: all its child Jobs together (all or nothing), each child Job one PodGroup whose
+minCount is the pods the Job runs at once (its parallelism, or its completions if fewer).
+`phalanx.dev/topology-key` (+ `topology-mode`) keeps every pod in one domain; `phalanx.dev/slice-topology-key`
+keeps each child Job's pods in one domain of a finer level.
 The shape comes from `spec.replicatedJobs` (later child Jobs may not exist yet), never from the pods seen.
 Child Job i of replicated Job r is named `<jobset>-<r>-<i>` (JobSet's placement.GenJobName); its pods carry
 `jobset.sigs.k8s.io/replicatedjob-name`, `job-index` and `job-global-index` labels.
@@ -71,7 +72,7 @@ class ReplicatedJob:
 
 @dataclass(frozen=True)
 class ChildJob:
-    """A child Job the JobSet makes (or will): its PodGroup has `parallelism` as minCount."""
+    """A child Job the JobSet makes (or will): its PodGroup has `at_once` as minCount."""
 
     name: str  # <jobset>-<replicated job>-<index>
     replicated_job: str
@@ -79,6 +80,14 @@ class ChildJob:
     global_index: int
     parallelism: int
     completions: int | None = None
+
+    @property
+    def at_once(self) -> int:
+        """The pods the child Job runs at once: its parallelism, or its completions if fewer (the Job
+        controller never runs more pods than it has completions to make), at least 1 (as a Job's gang)."""
+        if self.completions is None:
+            return self.parallelism
+        return max(1, min(self.parallelism, self.completions))
 
     def done(self, succeeded: int, live: int) -> bool:
         """Whether it ran to completion (the Job controller's rule): its completions succeeded, or without

@@ -256,6 +256,25 @@ def test_a_jobset_of_a_system_priority_class_is_refused_and_said_invalid_if_made
     assert len(released) == 4 and all(name.startswith("good-") for name in released)
 
 
+@pytest.mark.parametrize(
+    ("parallelism", "completions", "at_once"),
+    [(4, None, 4), (4, 2, 2), (2, 6, 2), (4, 4, 4)],
+)
+def test_a_child_jobs_gang_is_the_pods_it_runs_at_once(
+    parallelism: int, completions: int | None, at_once: int
+) -> None:
+    """The Job controller never runs more pods than completions are left: a child Job of fewer completions
+    than parallelism makes only that many, and a gang of its parallelism would wait for ever."""
+    jobset = jobset_body(replicated=(("workers", 1, parallelism),), gpus=1)
+    if completions is not None:
+        jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"] = completions
+    pods = [jobset_pod("train", "workers", 0, i, gpus=1) for i in range(at_once)]
+    result = plan(jobset_cluster([jobset], pods), NOW)
+    made = [a.pod_group.spec.scheduling_policy.gang for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert [g.min_count for g in made if g is not None] == [at_once]
+    assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == at_once
+
+
 def test_keys_are_read_without_surrounding_whitespace() -> None:
     """As a Job's annotations: a YAML accident, not a choice; the groups carry the key itself."""
     spaced = {"phalanx.dev/topology-key": f" {NB}", "phalanx.dev/slice-topology-key": f"{LB} "}
