@@ -29,7 +29,7 @@ from phalanx.api.keys import (
     UNMANAGED_VALUE,
     WRITTEN_BY_PHALANX,
 )
-from phalanx.api.scheduling import HIGHEST_USER_PRIORITY
+from phalanx.api.scheduling import HIGHEST_USER_PRIORITY, INT32_MAX
 from phalanx.api.suggest import closest, edit_distance
 from phalanx.bodies import mapping
 
@@ -315,8 +315,10 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
             problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} only applies to policy gang, but {policy_text}")
         elif not _INTEGER.fullmatch(raw_min):
             problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} is not an integer")
+        elif (value := bounded_int(raw_min)) is None:
+            problem(MIN_COUNT_ANNOTATION, out_of_range(raw_min))
         else:
-            min_count = int(raw_min)
+            min_count = value
             if min_count < 1:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} must be at least 1")
             elif running and min_count > at_once:
@@ -386,6 +388,22 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         parallelism=parallelism,
         on_scale_up=on_scale_up,
     )
+
+
+def bounded_int(digits: str) -> int | None:
+    """An annotation's integer (ASCII digits, a sign allowed), or None when it has more digits than any
+    32-bit integer: no field Phalanx fills takes such a value, and Python refuses to read one of more than
+    4300 digits (a ValueError, which the webhook would answer with a 500 naming no field)."""
+    significant = digits.lstrip("+-").lstrip("0")  # leading zeros count towards Python's limit too
+    if len(significant) > len(str(INT32_MAX)):
+        return None
+    return int(("-" if digits.startswith("-") else "") + (significant or "0"))
+
+
+def out_of_range(digits: str) -> str:
+    """What is wrong with an integer `bounded_int` refuses (quoted in part: it may be thousands of digits)."""
+    shown = _quote(digits) if len(digits) <= 24 else f"{_quote(digits[:24] + '...')} ({len(digits)} digits)"
+    return f"{shown} is out of range: more digits than a 32-bit integer has (at most {INT32_MAX})"
 
 
 def priority_class_problem(name: Any, field: str, owner: str) -> PolicyProblem | None:
