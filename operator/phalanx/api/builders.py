@@ -11,7 +11,7 @@ from typing import Any
 
 from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
-from phalanx.api.job_layout import JobLayout
+from phalanx.api.job_layout import NO_LAYOUT, REQUIRED, JobLayout
 from phalanx.api.job_policy import MODE_ALL, JobPolicy
 from phalanx.api.keys import (
     JOB_NAME_LABEL,
@@ -87,19 +87,21 @@ def build_pod_group(
     priority: int | None,
     workload_uid: str | None = None,
     preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
+    layout: JobLayout = NO_LAYOUT,
 ) -> dict[str, Any]:
     """The PodGroup of a Job, made from its Workload's template.
 
     It is controlled by the Job. Given the Workload's uid (known only once the Workload exists)
     it is also owned by the Workload, as upstream; that reference does not block deletion.
+    `layout`: the Job's, as parse_job_layout read it (its topology mode is kept on the PodGroup).
     """
     name, _ = _job_identity(job)
     template = _template(name, policy, priority, preemption_policy)
     metadata = _metadata(job, pod_group_name(workload_name, template.name))
-    mode = ((job.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_MODE_ANNOTATION)
-    if mode in ("preferred", "auto"):
-        # Kept where the plan reads it: a mode changed on the Job afterwards is not applied (plan.py).
-        metadata["annotations"][TOPOLOGY_MODE_ANNOTATION] = mode
+    if layout.topology_mode != REQUIRED:
+        # Kept where the plan reads it: a mode changed on the Job afterwards is not applied (plan.py). The
+        # parsed mode, not the annotation's text: "preferred " is preferred, and must not read as required.
+        metadata["annotations"][TOPOLOGY_MODE_ANNOTATION] = layout.topology_mode
     if workload_uid is not None:
         metadata["ownerReferences"].append(
             {"apiVersion": API_VERSION, "kind": WORKLOAD_KIND, "name": workload_name, "uid": workload_uid}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from phalanx.api.formats import label_key_problems
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, PolicyProblem
+from phalanx.api.job_policy import JobPolicy, JobPolicyError, PolicyProblem, bounded_int, out_of_range
 from phalanx.api.keys import (
     MIN_COUNT_ANNOTATION,
     SLICE_SIZE_ANNOTATION,
@@ -87,10 +87,14 @@ def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
     raw_size = value(SLICE_SIZE_ANNOTATION)
     slice_key = value(SLICE_TOPOLOGY_KEY_ANNOTATION)
     if raw_size is not None:
-        if not (raw_size.isascii() and raw_size.isdigit()) or int(raw_size) < 1:  # "١" is a digit to isdigit
+        digits = raw_size.isascii() and raw_size.isdigit()  # "١" is a digit to isdigit
+        number = bounded_int(raw_size) if digits else None
+        if not digits or (number is not None and number < 1):
             problem(SLICE_SIZE_ANNOTATION, f'"{raw_size}" is not a positive integer')
+        elif number is None:
+            problem(SLICE_SIZE_ANNOTATION, out_of_range(raw_size))
         else:
-            size = int(raw_size)
+            size = number
     if slice_key is not None:
         why = label_key_problems(slice_key)
         if why:

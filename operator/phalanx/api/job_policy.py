@@ -29,6 +29,7 @@ from phalanx.api.keys import (
     UNMANAGED_VALUE,
     WRITTEN_BY_PHALANX,
 )
+from phalanx.api.scheduling import HIGHEST_USER_PRIORITY, INT32_MAX
 from phalanx.api.suggest import closest, edit_distance
 from phalanx.bodies import mapping
 
@@ -46,6 +47,7 @@ SCALE_UP_WAIT: Final = "wait"
 SCALE_UP_REQUEUE: Final = "requeue"
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+SYSTEM_PRIORITY_CLASS_PREFIX: Final = "system-"
 _T = TypeVar("_T", bound=str)
 KeyPlace = Literal["annotation", "label", "field"]
 
@@ -313,8 +315,10 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
             problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} only applies to policy gang, but {policy_text}")
         elif not _INTEGER.fullmatch(raw_min):
             problem(MIN_COUNT_ANNOTATION, f"{_quote(raw_min)} is not an integer")
+        elif (value := bounded_int(raw_min)) is None:
+            problem(MIN_COUNT_ANNOTATION, out_of_range(raw_min))
         else:
-            min_count = int(raw_min)
+            min_count = value
             if min_count < 1:
                 problem(MIN_COUNT_ANNOTATION, f"{min_count} must be at least 1")
             elif running and min_count > at_once:
@@ -326,10 +330,9 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
 
     topology_key = _value(annotations, TOPOLOGY_KEY_ANNOTATION)
     if topology_key is not None:
-        why = label_key_problems(topology_key)
-        if why:
-            reason = "; ".join(why)
-            problem(TOPOLOGY_KEY_ANNOTATION, f"{_quote(topology_key)} is not a valid label key: {reason}")
+        bad_key = node_label_problem(TOPOLOGY_KEY_ANNOTATION, topology_key)
+        if bad_key is not None:
+            problems.append(bad_key)
         elif policy == POLICY_BASIC:
             # A basic group's pods are placed one by one by kube-scheduler, which knows no group domain:
             # accepting the key would promise one domain and not keep it.
@@ -367,11 +370,14 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
             )
 
     on_scale_up = _scale_up(annotations, policy, policy_text, problem)
+    template_spec = mapping(mapping(spec.get("template")).get("spec"))
+    priority_class = template_spec.get("priorityClassName")
+    system = priority_class_problem(priority_class, "spec.template.spec.priorityClassName", "Job")
+    if system is not None:
+        problems.append(system)
     if problems:
         raise JobPolicyError.of(problems)
     assert policy is not None and mode is not None  # every None above was recorded as a problem
-    template_spec = mapping(mapping(spec.get("template")).get("spec"))
-    priority_class = template_spec.get("priorityClassName")
     return JobPolicy(
         policy=policy,
         min_count=min_count if policy == POLICY_GANG else None,
@@ -382,6 +388,48 @@ def parse_job_policy(job: Mapping[str, Any], *, running: bool = False) -> JobPol
         parallelism=parallelism,
         on_scale_up=on_scale_up,
     )
+
+
+def bounded_int(digits: str) -> int | None:
+    """An annotation's integer (ASCII digits, a sign allowed), or None when it has more digits than any
+    32-bit integer: no field Phalanx fills takes such a value, and Python refuses to read one of more than
+    4300 digits (a ValueError, which the webhook would answer with a 500 naming no field)."""
+    significant = digits.lstrip("+-").lstrip("0")  # leading zeros count towards Python's limit too
+    if len(significant) > len(str(INT32_MAX)):
+        return None
+    return int(("-" if digits.startswith("-") else "") + (significant or "0"))
+
+
+def out_of_range(digits: str) -> str:
+    """What is wrong with an integer `bounded_int` refuses (quoted in part: it may be thousands of digits)."""
+    shown = _quote(digits) if len(digits) <= 24 else f"{_quote(digits[:24] + '...')} ({len(digits)} digits)"
+    return f"{shown} is out of range: more digits than a 32-bit integer has (at most {INT32_MAX})"
+
+
+def priority_class_problem(name: Any, field: str, owner: str) -> PolicyProblem | None:
+    """A pod template of a gang naming a system PriorityClass. The apiserver keeps the `system-` names for
+    its own two classes (2000000000 and 2000001000, never a global default); every other class is at most
+    HIGHEST_USER_PRIORITY, which is also the most a PodGroup's priority may be, upstream's and Phalanx's
+    alike: the gang's groups could not be made with such a class."""
+    if not isinstance(name, str) or not name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+        return None
+    return PolicyProblem(
+        field,
+        f"{_quote(name)} is a system PriorityClass, whose value is above {HIGHEST_USER_PRIORITY}, the "
+        "highest priority a PodGroup may have (as upstream's), so Phalanx cannot make the gang's groups; use "
+        f"a PriorityClass of your own, or create the {owner} without the {MANAGED_LABEL} label",
+        "field",
+    )
+
+
+def node_label_problem(annotation: str, value: str) -> PolicyProblem | None:
+    """What is wrong with `value` as the node label an annotation names (a topology key), worded alike for
+    every kind: a key the builders would put in a PodGroup must be one the apiserver takes, or the plan could
+    not make the group. `value` as the kinds read it, without surrounding whitespace."""
+    why = label_key_problems(value)
+    if not why:
+        return None
+    return PolicyProblem(annotation, f"{_quote(value)} is not a valid label key: {'; '.join(why)}")
 
 
 def _scale_up(

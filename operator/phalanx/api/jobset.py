@@ -1,9 +1,10 @@
 """A JobSet (jobset.x-k8s.io/v1alpha2) as Phalanx reads it: its gang shape from the spec and its Phalanx
 annotations, validated with messages that name the field.
 
-A managed JobSet is one tree: all its child Jobs together (all or nothing), each child Job one PodGroup
-whose minCount is the Job's parallelism. `phalanx.dev/topology-key` (+ `topology-mode`) keeps every pod in
-one domain; `phalanx.dev/slice-topology-key` keeps each child Job's pods in one domain of a finer level.
+A managed JobSet is one tree: all its child Jobs together (all or nothing), each child Job one PodGroup whose
+minCount is the pods the Job runs at once (its parallelism, or its completions if fewer).
+`phalanx.dev/topology-key` (+ `topology-mode`) keeps every pod in one domain; `phalanx.dev/slice-topology-key`
+keeps each child Job's pods in one domain of a finer level.
 The shape comes from `spec.replicatedJobs` (later child Jobs may not exist yet), never from the pods seen.
 Child Job i of replicated Job r is named `<jobset>-<r>-<i>` (JobSet's placement.GenJobName); its pods carry
 `jobset.sigs.k8s.io/replicatedjob-name`, `job-index` and `job-global-index` labels.
@@ -16,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems
+from phalanx.api.job_policy import (
+    JobPolicyError,
+    PolicyProblem,
+    key_problems,
+    node_label_problem,
+    priority_class_problem,
+)
 from phalanx.api.keys import (
     ADMISSION_GATE,
     MANAGED_LABEL,
@@ -27,6 +34,7 @@ from phalanx.api.keys import (
     TOPOLOGY_MODE_ANNOTATION,
 )
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
+from phalanx.api.workload import MAX_TEMPLATES
 from phalanx.bodies import items, mapping
 
 API_GROUP: Final = "jobset.x-k8s.io"
@@ -64,7 +72,7 @@ class ReplicatedJob:
 
 @dataclass(frozen=True)
 class ChildJob:
-    """A child Job the JobSet makes (or will): its PodGroup has `parallelism` as minCount."""
+    """A child Job the JobSet makes (or will): its PodGroup has `at_once` as minCount."""
 
     name: str  # <jobset>-<replicated job>-<index>
     replicated_job: str
@@ -72,6 +80,14 @@ class ChildJob:
     global_index: int
     parallelism: int
     completions: int | None = None
+
+    @property
+    def at_once(self) -> int:
+        """The pods the child Job runs at once: its parallelism, or its completions if fewer (the Job
+        controller never runs more pods than it has completions to make), at least 1 (as a Job's gang)."""
+        if self.completions is None:
+            return self.parallelism
+        return max(1, min(self.parallelism, self.completions))
 
     def done(self, succeeded: int, live: int) -> bool:
         """Whether it ran to completion (the Job controller's rule): its completions succeeded, or without
@@ -108,18 +124,24 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
+def _text(annotations: Mapping[str, Any], key: str) -> str | None:
+    value = annotations.get(key)
+    # Annotation values are strings; surrounding whitespace is a YAML accident, not a choice (as a Job's).
+    return None if value is None else str(value).strip()
+
+
 def annotation_problems(annotations: Mapping[str, Any]) -> list[PolicyProblem]:
     """What is wrong with a JobSet's Phalanx annotations (a TrainJob's too: they reach its JobSet)."""
     problems: list[PolicyProblem] = []
 
     def text(key: str) -> str | None:
-        value = annotations.get(key)
-        return None if value is None else str(value)
+        return _text(annotations, key)
 
     key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
     for name, value in ((TOPOLOGY_KEY_ANNOTATION, key), (SLICE_TOPOLOGY_KEY_ANNOTATION, slice_key)):
-        if value is not None and not value.strip():
-            problems.append(PolicyProblem(name, "must name a node label, not be empty"))
+        bad_key = None if value is None else node_label_problem(name, value)
+        if bad_key is not None:
+            problems.append(bad_key)
     if key is not None and key == slice_key:
         problems.append(
             PolicyProblem(SLICE_TOPOLOGY_KEY_ANNOTATION, f"must be finer than {key}, not the same")
@@ -154,14 +176,10 @@ def parse_jobset_policy(body: Mapping[str, Any]) -> JobSetPolicy:
     meta, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
     annotations = mapping(meta.get("annotations"))
     problems = annotation_problems(annotations)
-
-    def text(key: str) -> str | None:
-        value = annotations.get(key)
-        return None if value is None else str(value)
-
-    key, slice_key = text(TOPOLOGY_KEY_ANNOTATION), text(SLICE_TOPOLOGY_KEY_ANNOTATION)
-    mode = text(TOPOLOGY_MODE_ANNOTATION) or REQUIRED
-    preemption = text(PREEMPTION_POLICY_ANNOTATION)
+    key = _text(annotations, TOPOLOGY_KEY_ANNOTATION)
+    slice_key = _text(annotations, SLICE_TOPOLOGY_KEY_ANNOTATION)
+    mode = _text(annotations, TOPOLOGY_MODE_ANNOTATION) or REQUIRED
+    preemption = _text(annotations, PREEMPTION_POLICY_ANNOTATION)
     rjobs = _replicated_jobs(spec, problems)
     if problems:
         raise JobPolicyError.of(problems)
@@ -189,6 +207,17 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
         problems.append(
             PolicyProblem("spec.replicatedJobs", "a JobSet needs at least one replicated Job", "field")
         )
+    elif len(raw) > MAX_TEMPLATES:
+        problems.append(
+            PolicyProblem(
+                "spec.replicatedJobs",
+                f"has {len(raw)} replicated Jobs, more than Phalanx can place as one gang: each is a "
+                f"PodGroupTemplate of the JobSet's Workload, which holds at most {MAX_TEMPLATES} (as "
+                "upstream's); merge replicated Jobs that share a pod template (as replicas of one), or "
+                f"create the JobSet without the {MANAGED_LABEL} label",
+                "field",
+            )
+        )
     for i, entry in enumerate(raw):
         entry = mapping(entry)
         job_spec = mapping(mapping(entry.get("template")).get("spec"))
@@ -209,6 +238,10 @@ def _replicated_jobs(spec: Mapping[str, Any], problems: list[PolicyProblem]) -> 
             )
         depends = tuple(str(mapping(d).get("name") or "") for d in items(entry.get("dependsOn")))
         pod_spec = mapping(mapping(job_spec.get("template")).get("spec"))
+        field = f"{where}.template.spec.template.spec.priorityClassName"
+        system = priority_class_problem(pod_spec.get("priorityClassName"), field, KIND)
+        if system is not None:
+            problems.append(system)
         completions = job_spec.get("completions")
         out.append(
             ReplicatedJob(

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.job_layout import AUTO, PREFERRED, REQUIRED, TOPOLOGY_MODES, TopologyModeKind
-from phalanx.api.job_policy import JobPolicyError, PolicyProblem, key_problems
+from phalanx.api.job_policy import (
+    JobPolicyError,
+    PolicyProblem,
+    key_problems,
+    node_label_problem,
+    priority_class_problem,
+)
 from phalanx.api.jobset import gated_pod_spec
 from phalanx.api.keys import (
     ADMISSION_GATE,
@@ -93,6 +99,10 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
         problems.append(PolicyProblem("spec.replicas", "must not be negative", "field"))
     key = _text(annotations, TOPOLOGY_KEY_ANNOTATION)
     slice_key = _text(annotations, SLICE_TOPOLOGY_KEY_ANNOTATION)
+    for name, value in ((TOPOLOGY_KEY_ANNOTATION, key), (SLICE_TOPOLOGY_KEY_ANNOTATION, slice_key)):
+        bad_key = None if value is None else node_label_problem(name, value)
+        if bad_key is not None:
+            problems.append(bad_key)
     mode = _text(annotations, TOPOLOGY_MODE_ANNOTATION) or REQUIRED
     if mode not in TOPOLOGY_MODES:
         problems.append(
@@ -128,6 +138,12 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
                 "use one of them",
             )
         )
+    for part in ("leaderTemplate", "workerTemplate"):
+        pod_spec = mapping(mapping(template.get(part)).get("spec"))
+        field = f"spec.leaderWorkerTemplate.{part}.spec.priorityClassName"
+        system = priority_class_problem(pod_spec.get("priorityClassName"), field, KIND)
+        if system is not None:
+            problems.append(system)
     if problems:
         raise JobPolicyError.of(problems)
     worker = mapping(mapping(template.get("workerTemplate")).get("spec"))
@@ -155,7 +171,8 @@ def parse_lws_policy(body: Mapping[str, Any]) -> LwsPolicy:
 
 def _text(annotations: Mapping[str, Any], key: str) -> str | None:
     value = annotations.get(key)
-    return None if value is None else str(value)
+    # Annotation values are strings; surrounding whitespace is a YAML accident, not a choice (as a Job's).
+    return None if value is None else str(value).strip()
 
 
 def admit_create(body: Mapping[str, Any]) -> dict[str, Any] | None:

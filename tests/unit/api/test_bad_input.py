@@ -232,6 +232,30 @@ JOB_CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "spec.template.spec.nodeName",
         "must not be set for a gang",
     ),
+    (
+        "min-count of more digits than Python reads (4300)",
+        job({keys.MIN_COUNT_ANNOTATION: "9" * 5000}),
+        "metadata.annotations[phalanx.dev/min-count]",
+        '"999999999999999999999999..." (5000 digits) is out of range: more digits than a 32-bit integer has',
+    ),
+    (
+        "slice-size of more digits than Python reads (4300)",
+        job({keys.SLICE_SIZE_ANNOTATION: "1" * 5000, keys.SLICE_TOPOLOGY_KEY_ANNOTATION: "rack"}),
+        "metadata.annotations[phalanx.dev/slice-size]",
+        "(5000 digits) is out of range",
+    ),
+    (
+        "a system PriorityClass (above what a PodGroup's priority may be)",
+        job(priorityClassName="system-cluster-critical"),
+        "spec.template.spec.priorityClassName",
+        '"system-cluster-critical" is a system PriorityClass, whose value is above 1000000000',
+    ),
+    (
+        "a system PriorityClass on a basic Job (its PodGroup carries the priority too)",
+        job({keys.POLICY_ANNOTATION: "basic"}, priorityClassName="system-node-critical"),
+        "spec.template.spec.priorityClassName",
+        '"system-node-critical" is a system PriorityClass',
+    ),
 ]
 
 
@@ -263,6 +287,12 @@ def test_every_problem_of_a_job_is_named_at_once() -> None:
         "metadata.labels[phalanx.dev/managed]",
         "metadata.annotations[phalanx.dev/policy]",
     ]
+
+
+def test_an_integer_of_leading_zeros_beyond_pythons_limit_is_read_as_its_value() -> None:
+    patch = kopf.Patch()
+    gate_job(body=kopf.Body(job({keys.MIN_COUNT_ANNOTATION: "0" * 5000 + "2"})), patch=patch)
+    assert parse_job_policy(job({keys.MIN_COUNT_ANNOTATION: "0" * 5000 + "2"})).min_count == 2
 
 
 def test_a_job_labelled_false_is_left_alone_and_true_with_known_keys_passes() -> None:

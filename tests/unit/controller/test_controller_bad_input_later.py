@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from test_controller_plan import GATED4, admitted_reason, state
 from testkit import NB, NOW, filler, group_of, job_body, only, pod_body, status_of
 
@@ -64,6 +65,53 @@ def test_pods_made_before_the_class_was_deleted_are_scheduled_as_usual() -> None
     job = job_body(priority_class="gone")
     result = plan(state([(job, group_of(job), GATED4)]), NOW)
     assert len(only(result.actions, ReleasePod)) == 4
+
+
+# ---------------------------------------------------------------------- a system PriorityClass
+def test_a_gang_of_a_system_priority_class_made_around_the_webhook_is_said_invalid_and_the_others_go() -> (
+    None
+):
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's): the Job's record
+    says so (InvalidPolicy, once) instead of the pass failing to build its groups, and the other gang is
+    placed."""
+    system = job_body(priority_class="system-cluster-critical")
+    other = job_body("other", 2, created="2026-11-30T11:05:00Z")
+    critical = {"metadata": {"name": "system-cluster-critical"}, "value": 2_000_000_000}
+    cluster = state(
+        [
+            (system, None, [pod_body("train", i, priority=2_000_000_000) for i in range(4)]),
+            (other, None, [pod_body("other", i) for i in range(2)]),
+        ]
+    )
+    classes = {"system-cluster-critical": PriorityClassRecord.from_body(critical)}
+    result = plan(dataclasses.replace(cluster, priority_classes=classes), NOW)
+    assert ("Job", "InvalidPolicy") in warnings(result)
+    (said,) = [e.message for e in only(result.actions, PostEvent) if e.reason == "InvalidPolicy"]
+    assert said.startswith('spec.template.spec.priorityClassName: "system-cluster-critical" is a system')
+    assert sorted(a.pod.name for a in only(result.actions, ReleasePod)) == ["other-0", "other-1"]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "field"),
+    [
+        ({"phalanx.dev/min-count": "9" * 5000}, "metadata.annotations[phalanx.dev/min-count]"),
+        (
+            {"phalanx.dev/slice-size": "9" * 5000, "phalanx.dev/slice-topology-key": "rack"},
+            "metadata.annotations[phalanx.dev/slice-size]",
+        ),
+    ],
+)
+def test_an_integer_of_thousands_of_digits_made_around_the_webhook_is_said_invalid(
+    annotations: dict[str, str], field: str
+) -> None:
+    """Python reads no integer of more than 4300 digits: the Job's record says the annotation is out of
+    range (InvalidPolicy) instead of the cache failing to read the Job, and the other gang is placed."""
+    bad = job_body(annotations=annotations)
+    other = job_body("other", 2, created="2026-11-30T11:05:00Z")
+    result = plan(state([(bad, None, GATED4), (other, None, [pod_body("other", i) for i in range(2)])]), NOW)
+    (said,) = [e.message for e in only(result.actions, PostEvent) if e.reason == "InvalidPolicy"]
+    assert said.startswith(f"{field}: ") and "is out of range" in said
+    assert sorted(a.pod.name for a in only(result.actions, ReleasePod)) == ["other-0", "other-1"]
 
 
 # ---------------------------------------------------------------------- a topology key no node carries

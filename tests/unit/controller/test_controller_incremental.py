@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from testkit import LB, NB, NODES, NOW, job_body, node_body, pod_body
 
 from phalanx.api.builders import build_pod_group
+from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.incremental import UnitMemo
@@ -81,7 +82,8 @@ class World:
         )
         self.jobs[name] = job
         policy = parse_job_policy(job, running=True)
-        group = build_pod_group(job, f"{name}-wl", policy, None, workload_uid=f"wl-{name}")
+        layout = parse_job_layout(job, policy)
+        group = build_pod_group(job, f"{name}-wl", policy, None, workload_uid=f"wl-{name}", layout=layout)
         group["metadata"].update(uid=f"pg-{name}", generation=1, creationTimestamp=_stamp(self.now))
         self.groups[name] = group
         self._upsert("PodGroup", group)

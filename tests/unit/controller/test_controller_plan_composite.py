@@ -365,10 +365,13 @@ def _job(annotations: dict[str, str]) -> dict[str, Any]:
 
 def _job_spec(annotations: dict[str, str]) -> JobSpec:
     from phalanx.api.builders import build_pod_group
+    from phalanx.api.job_layout import parse_job_layout
     from phalanx.api.job_policy import parse_job_policy
 
     job = _job(annotations)
-    body = build_pod_group(job, "local-4-wl", parse_job_policy(job), None, workload_uid="wl")
+    policy = parse_job_policy(job)
+    layout = parse_job_layout(job, policy)
+    body = build_pod_group(job, "local-4-wl", policy, None, workload_uid="wl", layout=layout)
     body["metadata"].update(uid="pg-local-4", generation=1)
     pods = []
     for i in range(4):

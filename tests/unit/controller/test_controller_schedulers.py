@@ -10,10 +10,22 @@ from typing import Any
 
 import kopf
 import pytest
-from testkit import NOW, StaticContext, cluster, group_of, job_body, jobset_body, only, pod_body, with_status
+from testkit import (
+    NOW,
+    StaticContext,
+    cluster,
+    group_of,
+    job_body,
+    jobset_body,
+    lws_body,
+    only,
+    pod_body,
+    with_status,
+)
 
 from phalanx.api.status import Admission, Assignment
 from phalanx.controller.kinds.jobset import JobSetKind
+from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.model.actions import SuspendJob
 from phalanx.controller.plan import plan
 from phalanx.controller.watch.webhooks import Webhooks
@@ -69,6 +81,47 @@ def test_a_jobsets_and_a_hand_made_pods_scheduler_are_checked_too() -> None:
     assert refusal(lambda: hooks().gate_pod(body=kopf.Body(pod), patch=kopf.Patch())).startswith(
         "spec.schedulerName: 'volcano'"
     )
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["gate-added", "gate-already-there"])
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "message"),
+    [
+        (
+            "JobSet",
+            "schedulerName",
+            "volcano",
+            "spec.replicatedJobs[0].template.spec.template.spec.schedulerName",
+        ),
+        (
+            "JobSet",
+            "resourceClaims",
+            [{"name": "gpu", "resourceClaimTemplateName": "t"}],
+            "spec.replicatedJobs[0].template.spec.template.spec.resourceClaims",
+        ),
+        (
+            "LeaderWorkerSet",
+            "schedulerName",
+            "volcano",
+            "spec.leaderWorkerTemplate.workerTemplate.spec.schedulerName",
+        ),
+    ],
+)
+def test_an_owners_pods_are_checked_whether_or_not_its_templates_carry_the_gate_already(
+    kind: str, field: str, value: Any, message: str, gated: bool
+) -> None:
+    """YAML re-applied from `kubectl get -o yaml` carries Phalanx's gate already: nothing to patch, but its
+    pods are held all the same, so what would hold them for ever is refused as for a new one."""
+    if kind == "JobSet":
+        body, owner_kind = jobset_body(gated=gated), JobSetKind()
+        pod_spec = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    else:
+        body, owner_kind = lws_body(gated=gated), LwsKind()
+        pod_spec = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    pod_spec[field] = value
+    assert refusal(
+        lambda: hooks().gate_owner(owner_kind)(body=kopf.Body(body), patch=kopf.Patch())
+    ).startswith(f"{message}: ")
 
 
 def released_gang(scheduler: str = "", *, decided_ago: float) -> Any:

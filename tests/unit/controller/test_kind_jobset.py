@@ -9,7 +9,18 @@ from typing import Any
 
 import kopf
 import pytest
-from testkit import LB, LOCAL, NB, NOW, StaticContext, job_body, jobset_body, jobset_cluster, jobset_pod
+from testkit import (
+    LB,
+    LOCAL,
+    NB,
+    NOW,
+    StaticContext,
+    cluster,
+    job_body,
+    jobset_body,
+    jobset_cluster,
+    jobset_pod,
+)
 
 from phalanx.api import conditions as c
 from phalanx.controller.kinds.jobset import JobSetKind
@@ -165,12 +176,120 @@ def test_the_gate_adds_phalanxs_gate_to_every_replicated_jobs_pod_template() -> 
             "exclusive placement",
         ),
         ({"phalanx.dev/slice-size": "2"}, "unknown Phalanx annotation"),
+        (
+            {"phalanx.dev/topology-key": "not a label key!"},
+            'metadata.annotations[phalanx.dev/topology-key]: "not a label key!" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": "rack/"},
+            'metadata.annotations[phalanx.dev/slice-topology-key]: "rack/" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": " "},
+            'metadata.annotations[phalanx.dev/topology-key]: "" is not a valid label key: must not be empty',
+        ),
     ],
 )
 def test_bad_annotations_are_refused_naming_the_field(annotations: dict[str, str], field: str) -> None:
     with pytest.raises(kopf.AdmissionError) as error:
         GATE(body=kopf.Body(jobset_body(annotations=annotations, gated=False)), patch=kopf.Patch())
     assert field in str(error.value)
+
+
+def test_a_jobset_with_a_bad_key_made_around_the_webhook_is_said_invalid_and_the_others_are_placed() -> None:
+    """Its record reads the key as the webhook would have, so the pass says InvalidPolicy on it instead of
+    failing to build its groups (which would stop every other gang too)."""
+    bad = jobset_body("bad", annotations={"phalanx.dev/topology-key": "not a label key!"})
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    result = plan(jobset_cluster([bad, good], all_pods("bad") + all_pods("good")), NOW)
+    warnings = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert ("bad", "InvalidPolicy") in warnings
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert len(released) == 4 and all(name.startswith("good-") for name in released)
+
+
+@pytest.mark.parametrize(("count", "refused"), [(8, False), (9, True)])
+def test_a_jobset_of_more_replicated_jobs_than_a_workload_has_templates_is_refused(
+    count: int, refused: bool
+) -> None:
+    """One PodGroupTemplate per replicated Job, at most 8 in a Workload (as upstream's): refused at creation,
+    and said on one made around the webhook, whose groups could not be made (the others are placed)."""
+    replicated = tuple((f"r{i}", 1, 1) for i in range(count))
+    body = jobset_body("many", replicated=replicated, gated=False, gpus=1)
+    if refused:
+        with pytest.raises(kopf.AdmissionError) as error:
+            GATE(body=kopf.Body(body), patch=kopf.Patch())
+        assert f"spec.replicatedJobs: has {count} replicated Jobs" in str(error.value)
+        assert "holds at most 8" in str(error.value)
+    else:
+        GATE(body=kopf.Body(body), patch=kopf.Patch())
+    many = jobset_body("many", replicated=replicated, gpus=1)
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    pods = [jobset_pod("many", f"r{i}", 0, 0, global_index=i, gpus=1) for i in range(count)]
+    result = plan(jobset_cluster([many, good], pods + all_pods("good")), NOW)
+    said = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert (("many", "InvalidPolicy") in said) == refused
+    released = {a.pod.name.split("-")[0] for a in result.actions if isinstance(a, ReleasePod)}
+    assert released == ({"good"} if refused else {"many", "good"})
+
+
+def test_a_jobset_of_a_system_priority_class_is_refused_and_said_invalid_if_made_around_the_webhook() -> None:
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's)."""
+    body = jobset_body(gated=False)
+    pod_spec = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod_spec["priorityClassName"] = "system-cluster-critical"
+    with pytest.raises(kopf.AdmissionError) as error:
+        GATE(body=kopf.Body(body), patch=kopf.Patch())
+    field = "spec.replicatedJobs[0].template.spec.template.spec.priorityClassName"
+    assert f'{field}: "system-cluster-critical" is a system PriorityClass' in str(error.value)
+    critical = jobset_body("critical")
+    critical_spec = critical["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    critical_spec["priorityClassName"] = "system-cluster-critical"
+    good = jobset_body("good", created="2026-11-30T11:05:00Z")
+    classes = [{"metadata": {"name": "system-cluster-critical"}, "value": 2_000_000_000}]
+    pods = all_pods("critical") + all_pods("good")
+    result = plan(
+        cluster(owners=[("JobSet", critical), ("JobSet", good)], others=pods, priority_classes=classes), NOW
+    )
+    said = [(e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)]
+    assert ("critical", "InvalidPolicy") in said
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert len(released) == 4 and all(name.startswith("good-") for name in released)
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "completions", "at_once"),
+    [(4, None, 4), (4, 2, 2), (2, 6, 2), (4, 4, 4)],
+)
+def test_a_child_jobs_gang_is_the_pods_it_runs_at_once(
+    parallelism: int, completions: int | None, at_once: int
+) -> None:
+    """The Job controller never runs more pods than completions are left: a child Job of fewer completions
+    than parallelism makes only that many, and a gang of its parallelism would wait for ever."""
+    jobset = jobset_body(replicated=(("workers", 1, parallelism),), gpus=1)
+    if completions is not None:
+        jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"] = completions
+    pods = [jobset_pod("train", "workers", 0, i, gpus=1) for i in range(at_once)]
+    result = plan(jobset_cluster([jobset], pods), NOW)
+    made = [a.pod_group.spec.scheduling_policy.gang for a in result.actions if isinstance(a, CreatePodGroup)]
+    assert [g.min_count for g in made if g is not None] == [at_once]
+    assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == at_once
+
+
+def test_keys_are_read_without_surrounding_whitespace() -> None:
+    """As a Job's annotations: a YAML accident, not a choice; the groups carry the key itself."""
+    spaced = {"phalanx.dev/topology-key": f" {NB}", "phalanx.dev/slice-topology-key": f"{LB} "}
+    GATE(body=kopf.Body(jobset_body(annotations=spaced, gated=False)), patch=kopf.Patch())
+    result = plan(jobset_cluster([jobset_body(annotations=spaced)], all_pods()), NOW)
+    keys = [
+        *(
+            a.group.spec.scheduling_constraints
+            for a in result.actions
+            if isinstance(a, CreateCompositePodGroup)
+        ),
+        *(a.pod_group.spec.scheduling_constraints for a in result.actions if isinstance(a, CreatePodGroup)),
+    ]
+    assert [k.topology[0].key for k in keys if k is not None and k.topology] == [NB, LB, LB]
 
 
 def test_a_managed_label_on_a_replicated_jobs_template_is_refused() -> None:

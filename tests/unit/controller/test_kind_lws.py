@@ -8,6 +8,7 @@ import datetime as dt
 from typing import Any
 
 import kopf
+import pytest
 from testkit import (
     LB,
     LOCAL,
@@ -34,6 +35,7 @@ from phalanx.controller.model.actions import (
     CreatePodGroup,
     DeletePod,
     PatchStatus,
+    PostEvent,
     RecordAdmission,
     ReleasePod,
     SuspendJob,
@@ -231,6 +233,90 @@ def test_the_lws_webhook_gates_both_templates_and_refuses_a_slice_key_without_su
         assert "spec.leaderWorkerTemplate.size" in str(e)
     else:
         raise AssertionError("a size change of a managed LWS was let through")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "subgroup_size", "message"),
+    [
+        (
+            {"phalanx.dev/topology-key": "bad key!"},
+            None,
+            'metadata.annotations[phalanx.dev/topology-key]: "bad key!" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": "a/b/c"},
+            2,
+            'metadata.annotations[phalanx.dev/slice-topology-key]: "a/b/c" is not a valid label key',
+        ),
+        (
+            {"phalanx.dev/topology-key": ""},
+            None,
+            'metadata.annotations[phalanx.dev/topology-key]: "" is not a valid label key: must not be empty',
+        ),
+    ],
+)
+def test_the_lws_webhook_refuses_a_key_that_is_no_label_key(
+    annotations: dict[str, str], subgroup_size: int | None, message: str
+) -> None:
+    body = lws_body(gated=False, annotations=annotations, subgroup_size=subgroup_size)
+    with pytest.raises(kopf.AdmissionError) as error:
+        Webhooks(StaticContext()).gate_owner(LwsKind())(body=kopf.Body(body), patch=kopf.Patch())
+    assert message in str(error.value)
+
+
+def test_an_lws_with_a_bad_key_made_around_the_webhook_is_said_invalid_and_the_others_are_placed() -> None:
+    bad = lws_body("bad", annotations={"phalanx.dev/topology-key": "bad key!"})
+    good = lws_body("good", created="2026-11-30T11:05:00Z")
+    pods = group_pods("bad", 0, 4) + group_pods("good", 0, 4)
+    result = plan(owner_cluster([("LeaderWorkerSet", bad), ("LeaderWorkerSet", good)], pods), NOW)
+    assert ("bad", "InvalidPolicy") in [
+        (e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)
+    ]
+    assert sorted(releases(result)) == ["good-0", "good-0-1", "good-0-2", "good-0-3"]
+
+
+def test_an_lws_of_a_system_priority_class_is_refused_and_said_invalid_if_made_around_the_webhook() -> None:
+    """No PodGroup may carry a system class's priority (above 1000000000, as upstream's)."""
+    body = lws_body(gated=False)
+    body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = (
+        "system-node-critical"
+    )
+    with pytest.raises(kopf.AdmissionError) as error:
+        Webhooks(StaticContext()).gate_owner(LwsKind())(body=kopf.Body(body), patch=kopf.Patch())
+    field = "spec.leaderWorkerTemplate.workerTemplate.spec.priorityClassName"
+    assert f'{field}: "system-node-critical" is a system PriorityClass' in str(error.value)
+    critical = lws_body("critical")
+    critical["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = (
+        "system-node-critical"
+    )
+    good = lws_body("good", created="2026-11-30T11:05:00Z")
+    classes = [{"metadata": {"name": "system-node-critical"}, "value": 2_000_001_000}]
+    result = plan(
+        cluster(
+            owners=[("LeaderWorkerSet", critical), ("LeaderWorkerSet", good)],
+            others=group_pods("critical", 0, 4) + group_pods("good", 0, 4),
+            priority_classes=classes,
+        ),
+        NOW,
+    )
+    assert ("critical", "InvalidPolicy") in [
+        (e.involved.name, e.reason) for e in result.actions if isinstance(e, PostEvent)
+    ]
+    assert sorted(releases(result)) == ["good-0", "good-0-1", "good-0-2", "good-0-3"]
+
+
+def test_lws_annotations_are_read_without_surrounding_whitespace() -> None:
+    spaced = {"phalanx.dev/topology-key": f" {NB} ", "phalanx.dev/topology-mode": "preferred "}
+    Webhooks(StaticContext()).gate_owner(LwsKind())(
+        body=kopf.Body(lws_body(gated=False, annotations=spaced)), patch=kopf.Patch()
+    )
+    result = plan(
+        owner_cluster([("LeaderWorkerSet", lws_body(annotations=spaced))], group_pods("serve", 0, 4)), NOW
+    )
+    (group,) = [a.pod_group for a in result.actions if isinstance(a, CreatePodGroup)]
+    constraints = group.spec.scheduling_constraints
+    assert constraints is not None and constraints.topology and constraints.topology[0].key == NB
+    assert len(releases(result)) == 4
 
 
 # ---------------------------------------------------------------------- JobSet InOrder

@@ -673,8 +673,11 @@ def test_a_job_without_kueue_tas_annotations_is_gated_as_before() -> None:
 
 
 def test_partial_admission_below_a_fixed_min_count_or_on_a_sliced_job_is_refused() -> None:
-    fixed = queued_job(annotations={"phalanx.dev/min-count": "3", "kueue.x-k8s.io/job-min-parallelism": "2"})
-    assert "fewer than the gang's phalanx.dev/min-count 3" in _refused(HOOKS.gate_job, fixed)
+    for min_count in ("3", " 3", "0" * 5000 + "3"):  # read as the policy reads it
+        fixed = queued_job(
+            annotations={"phalanx.dev/min-count": min_count, "kueue.x-k8s.io/job-min-parallelism": "2"}
+        )
+        assert "fewer than the gang's phalanx.dev/min-count 3" in _refused(HOOKS.gate_job, fixed)
     sliced = queued_job(
         count=4,
         annotations={

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from testkit import LB, NB, NOW, cluster, group_of, job_body, only, pod_body, status_of, with_status
 
 from phalanx.api import conditions as c
 from phalanx.api.status import GroupStatus
-from phalanx.controller.model.actions import PatchStatus, PostEvent, RecordAdmission, ReleasePod
+from phalanx.controller.model.actions import (
+    CreatePodGroup,
+    PatchStatus,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+)
+from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, plan
 
 LEVELS = {NB: (NB, LB), LB: (NB, LB)}
@@ -32,6 +40,27 @@ def _admitted(result: Plan) -> tuple[str, str, str]:
 def test_the_pod_group_keeps_the_auto_mode_it_was_made_with() -> None:
     group = group_of(_auto("local-4", 4))
     assert group.topology_mode == "auto"
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [("preferred", "preferred"), ("preferred ", "preferred"), (" auto", "auto"), ("required ", "required")],
+)
+def test_the_pod_group_keeps_the_mode_as_read_not_as_written(written: str, kept: str) -> None:
+    """Surrounding whitespace is ignored when the Job is read: the PodGroup keeps that mode, so the next
+    pass finds nothing changed (no ImmutableChangeIgnored) and the gang is decided in that mode."""
+    job = job_body(
+        "train", 2, annotations={"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": written}
+    )
+    pods = [pod_body("train", i) for i in range(2)]
+    (created,) = only(plan(cluster([(job, None, pods)]), NOW).actions, CreatePodGroup)
+    body = created.pod_group.to_api()
+    body["metadata"].update(uid="pg-train", creationTimestamp="2026-11-30T11:00:00Z")
+    group = PodGroupRecord.from_body(body)
+    assert group.topology_mode == kept
+    again = plan(cluster([(job, group, pods)]), NOW)
+    assert [e.reason for e in only(again.actions, PostEvent) if e.type == "Warning"] == []
+    assert len(only(again.actions, ReleasePod)) == 2
 
 
 def test_a_gang_that_can_never_fit_one_local_block_takes_one_network_block_and_says_why() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from phalanx.api.builders import build_pod_group
+from phalanx.api.job_layout import parse_job_layout
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller.cache.store import ClusterCache
@@ -164,7 +165,10 @@ def filler(node: str) -> dict[str, Any]:
 def group_of(job: dict[str, Any], status: PodGroupStatus | None = None) -> PodGroupRecord:
     """The PodGroup Phalanx made for a plain Job (with its Workload `<job>-wl`)."""
     policy = parse_job_policy(job, running=True)  # an existing Job (it may carry phalanx.dev/requeued)
-    body = build_pod_group(job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid")
+    layout = parse_job_layout(job, policy)  # its topology mode is kept on the PodGroup
+    body = build_pod_group(
+        job, f"{job['metadata']['name']}-wl", policy, None, workload_uid="wl-uid", layout=layout
+    )
     # made right after its Job, so as old as it (a group in the cache has a creationTimestamp)
     created = job["metadata"].get("creationTimestamp")
     body["metadata"].update(uid=f"pg-{job['metadata']['name']}", generation=1, creationTimestamp=created)

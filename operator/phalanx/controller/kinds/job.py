@@ -168,7 +168,9 @@ def _ensure_objects(
         actions.append(CreateWorkload(created))
         made = f"Workload {workload_name} and "
     pod_group = PodGroup.model_validate(
-        build_pod_group(job.body, workload_name, policy, priority, preemption_policy=preemption)
+        build_pod_group(
+            job.body, workload_name, policy, priority, preemption_policy=preemption, layout=job.layout
+        )
     )
     actions.append(CreatePodGroup(pod_group, workload_name))
     name = str(pod_group.metadata["name"])

@@ -1,10 +1,10 @@
 """JobSet (jobset.x-k8s.io/v1alpha2): a labelled JobSet is one unit, a tree placed all or nothing — a
-CompositePodGroup over one PodGroup per child Job (minCount: the child Job's parallelism), made from the
-JobSet's spec (api/jobset.py), not from the pods seen so far. Its pods are gated through the replicated
-Jobs' pod templates at the JobSet's creation (the webhook); the JobSet controller copies them into its
-child Jobs. It is requeued whole through `spec.suspend` (the JobSet controller suspends its Jobs, their
-pods go, no failure is counted), and resumed once its pods are gone. Its child Jobs are its own: the Job
-kind leaves them alone.
+CompositePodGroup over one PodGroup per child Job (minCount: the pods the child Job runs at once), made from
+the JobSet's spec (api/jobset.py), not from the pods seen so far. Its pods are gated through the replicated
+Jobs' pod templates at the JobSet's creation (the webhook); the JobSet controller copies them into its child
+Jobs. It is requeued whole through `spec.suspend` (the JobSet controller suspends its Jobs, their pods go, no
+failure is counted), and resumed once its pods are gone. Its child Jobs are its own: the Job kind leaves them
+alone.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     shown = f"{owner.kind}/{owner.ref.name}"  # the TrainJob that made it, else the JobSet
     workload, composite, groups = build_tree(
         OwnerIdentity(API_VERSION, KIND, jobset.namespace, jobset.name, jobset.uid, shown),
-        [LeafShape(f"{c.replicated_job}-{c.index}", c.parallelism, c.replicated_job) for c in children],
+        [LeafShape(f"{c.replicated_job}-{c.index}", c.at_once, c.replicated_job) for c in children],
         topology_key=policy.topology_key,
         leaf_topology_key=policy.slice_topology_key,
         priority_class_name=policy.priority_class_name,
@@ -327,7 +327,7 @@ def _leaves(
                 record,
                 pods,
                 ranks=tuple(_rank(p)[0] for p in pods),
-                expected=child.parallelism,
+                expected=child.at_once,
                 template=templates[child.replicated_job],
                 done=child.done(sum(1 for p in pods if p.succeeded), live),
             )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys as names
+from phalanx.api.job_policy import bounded_int
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Owner
 from phalanx.controller.kinds.common import announce_once
@@ -235,10 +236,13 @@ def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[st
             f"{field}: Kueue's partial admission would change the parallelism of a sliced Job, whose slices "
             f"({names.SLICE_SIZE_ANNOTATION}) Phalanx makes at creation; remove it, or the slices"
         ]
-    try:
-        lowest, fixed = int(str(raw)), int(str(annotations.get(names.MIN_COUNT_ANNOTATION)))
+    try:  # read as the policy reads min-count (no whitespace; zeros in front, but not thousands of digits)
+        lowest = bounded_int(str(raw).strip())
+        fixed = bounded_int(str(annotations.get(names.MIN_COUNT_ANNOTATION)).strip())
     except ValueError:
         return []  # none fixed (minCount follows parallelism), or a value the policy check refuses
+    if lowest is None or fixed is None:
+        return []  # a value the policy check (or Kueue's) refuses
     if lowest < fixed:
         return [
             f"{field}: Kueue may admit as few as {lowest} pods, fewer than the gang's "

@@ -116,12 +116,14 @@ class Webhooks:
                 spec = kind.admit_create(body)
             except JobPolicyError as e:
                 raise kopf.AdmissionError(str(e), code=422) from e
+            # Whether or not the templates still need the gate: YAML re-applied from `kubectl get -o yaml`
+            # carries it already, and its pods are held all the same.
+            problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+            problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
+            problems += self._dra_problems(body, str(body.get("kind") or "object"))
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
             if spec is not None:
-                problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
-                problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
-                problems += self._dra_problems(body, str(body.get("kind") or "object"))
-                if problems:
-                    raise kopf.AdmissionError("; ".join(problems), code=422)
                 patch.spec.update(spec)
 
         return gate
