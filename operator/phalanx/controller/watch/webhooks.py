@@ -12,6 +12,20 @@ from typing import Any, Protocol
 import kopf
 
 from phalanx.api import keys as names
+from phalanx.api.admission_checks import (
+    claim_problems,
+    dra_resource_problems,
+    partial_admission_problems,
+    pod_device_problems,
+    pod_group_namespace_problem,
+    preferred_affinity_warnings,
+    scheduler_problems,
+    slice_key_problem,
+    slice_key_warning,
+    tas_problems,
+    template_key_problems,
+    unlisted_resource_warnings,
+)
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import POD_GROUPS, TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
@@ -24,20 +38,7 @@ from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
-from phalanx.controller.kinds.kueue import partial_admission_problems, tas_problems
 from phalanx.controller.model.topology import label_conflicts
-from phalanx.controller.watch.admission_checks import (
-    claim_problems,
-    dra_resource_problems,
-    pod_device_problems,
-    pod_group_namespace_problem,
-    preferred_affinity_warnings,
-    scheduler_problems,
-    slice_key_problem,
-    slice_key_warning,
-    template_key_problems,
-    unlisted_resource_warnings,
-)
 
 log = logging.getLogger("phalanx.webhooks")
 
@@ -109,7 +110,7 @@ class Webhooks:
                 return  # another operator's namespace (--namespaces)
             if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
                 return  # opted out in so many words
-            kueue = tas_problems(kind.name, body)  # one placement engine per object (kinds/kueue.py)
+            kueue = tas_problems(kind.name, body)  # one placement engine per object (api/admission_checks.py)
             if kueue:
                 raise kopf.AdmissionError("; ".join(kueue), code=422)
             try:
@@ -155,7 +156,7 @@ class Webhooks:
             layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
-        # Kueue TAS or partial admission against the gang (kinds/kueue.py), template keys, schedulers, claims.
+        # Kueue TAS or partial admission against the gang, template keys, schedulers, claims (api/).
         problems = tas_problems(JOB_KIND, body) + partial_admission_problems(body, layout.sliced)
         problems += template_key_problems(body.get("spec"))
         if policy.is_gang:
