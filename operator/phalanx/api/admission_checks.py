@@ -29,6 +29,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from phalanx.api import keys
+from phalanx.api.job_layout import parse_job_layout
+from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.bodies import mapping
 from phalanx.placement import NodeInfo, pod_requests
 
@@ -374,3 +376,38 @@ def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[st
             "Kueue admits"
         ]
     return []
+
+
+# ---------------------------------------------------------------------- a Job, all of it
+
+
+def job_node_name_problems(spec: Any) -> list[str]:
+    """A gang Job whose pod template sets nodeName: such pods bypass scheduling and cannot carry a
+    scheduling gate, so the gang would never start."""
+    pod_spec = mapping(mapping(mapping(spec).get("template")).get("spec"))
+    if not pod_spec.get("nodeName"):
+        return []
+    return [
+        "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
+        f"gang-admitted; remove it, or set {keys.POLICY_ANNOTATION}: basic"
+    ]
+
+
+def job_creation_problems(body: Mapping[str, Any]) -> list[str]:
+    """What the Job webhook (controller/watch/webhooks.py gate_job) refuses in a Phalanx-managed Job that the
+    Job alone shows, each naming its field: its annotations (`parse_job_policy`, `parse_job_layout`; when they
+    are wrong, only they are said, as the webhook does), Kueue's TAS annotations and partial admission,
+    `phalanx.dev/` keys on its pod template and, for a gang, DRA ResourceClaims and a nodeName. Not what
+    depends on the installation or the cluster: `--scheduler-names`, DeviceClasses, Topologies, quotas."""
+    try:
+        policy = parse_job_policy(body)
+        layout = parse_job_layout(body, policy)
+    except JobPolicyError as e:
+        return [str(p) for p in e.problems]
+    spec = body.get("spec")
+    problems = tas_problems("Job", body) + partial_admission_problems(body, layout.sliced)
+    problems += template_key_problems(spec)
+    if policy.is_gang:
+        problems += claim_problems(spec)
+        problems += job_node_name_problems(spec)
+    return problems

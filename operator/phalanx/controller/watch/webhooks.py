@@ -15,6 +15,7 @@ from phalanx.api import keys as names
 from phalanx.api.admission_checks import (
     claim_problems,
     dra_resource_problems,
+    job_node_name_problems,
     partial_admission_problems,
     pod_device_problems,
     pod_group_namespace_problem,
@@ -145,7 +146,8 @@ class Webhooks:
     def gate_job(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
-        """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
+        """Validate the policy annotations and hold every pod of a gang Job behind the gate. What it refuses
+        that the Job alone shows is api/admission_checks.job_creation_problems too (`phalanx convert`)."""
         meta = mapping(body.get("metadata"))
         if not self.ctx.watches(str(meta.get("namespace") or "")):
             return  # another operator's namespace (--namespaces): no gate nobody would remove
@@ -167,13 +169,9 @@ class Webhooks:
             raise kopf.AdmissionError("; ".join(problems), code=422)
         self._refuse_what_would_wait_forever(body, policy, layout)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
-        if policy.is_gang and pod_spec.get("nodeName"):
-            # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
-            raise kopf.AdmissionError(
-                "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
-                f"gang-admitted; remove it, or set {names.POLICY_ANNOTATION}: basic",
-                code=422,
-            )
+        hand_bound = job_node_name_problems(body.get("spec")) if policy.is_gang else []
+        if hand_bound:
+            raise kopf.AdmissionError("; ".join(hand_bound), code=422)
         if warnings is not None:
             warnings.extend(self._priority_class_warnings(policy.priority_class_name))
             if policy.is_gang:
