@@ -56,6 +56,13 @@ class JobLayout:
 NO_LAYOUT: Final = JobLayout()
 
 
+def group_topology_mode(meta: Mapping[str, Any]) -> TopologyModeKind:
+    """The topology mode a PodGroup keeps in its `phalanx.dev/topology-mode` annotation (required if none):
+    a Job's mode as it was when Phalanx made the group (a later change on the Job is not applied)."""
+    mode = mapping(meta.get("annotations")).get(TOPOLOGY_MODE_ANNOTATION)
+    return PREFERRED if mode == PREFERRED else AUTO if mode == AUTO else REQUIRED
+
+
 def parse_job_layout(job: Mapping[str, Any], policy: JobPolicy) -> JobLayout:
     """The Job's topology mode and slices; raises JobPolicyError naming every field at fault."""
     meta = mapping(job.get("metadata"))

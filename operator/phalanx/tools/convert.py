@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from phalanx.api.admission_checks import DEFAULT_SCHEDULER, job_creation_problems, scheduler_problems
 from phalanx.api.job_policy import (
     MODE_ALL,
     MODE_SINGLE,
@@ -172,27 +173,28 @@ def _scheduling_group_problem(pod_spec: Any, path: str) -> list[str]:
 
 def _convert_job_parts(
     metadata: dict[str, Any], spec: dict[str, Any], *, spec_path: str = "spec"
-) -> tuple[bool, list[str]]:
-    """Rewrite one Job's metadata and spec in place: (changed, problems). No spec.scheduling: unchanged."""
+) -> tuple[bool, list[str], list[str]]:
+    """Rewrite one Job's metadata and spec in place: (changed, problems, warnings). No spec.scheduling:
+    unchanged. Nothing is changed when there are problems."""
     problems = _scheduling_group_problem(
         ((spec.get("template") or {}).get("spec")), f"{spec_path}.template.spec"
     )
     scheduling = spec.get("scheduling")
     if scheduling is None:  # absent, or null: a plain Job upstream too
-        return False, problems
+        return False, problems, []
     found = upstream_problems(scheduling)
     problems.extend(p.replace("spec.scheduling", f"{spec_path}.scheduling", 1) for p in found)
     parallelism = spec.get("parallelism")
     if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)):
         problems.append(f"{spec_path}.parallelism: {parallelism!r} is not an integer")
     if problems:
-        return False, problems
+        return False, problems, []
     template_spec = (spec.get("template") or {}).get("spec") or {}
     # Check the request as Phalanx's webhook will, in the words of its annotations.
     try:
         parse_job_policy({"metadata": {"annotations": _literal_annotations(scheduling)}, "spec": spec})
     except JobPolicyError as e:
-        return False, [f"{spec_path}.scheduling: Phalanx would refuse the converted Job: {e}"]
+        return False, [f"{spec_path}.scheduling: Phalanx would refuse the converted Job: {e}"], []
     policy = from_upstream_scheduling(
         scheduling, parallelism=parallelism, priority_class_name=template_spec.get("priorityClassName")
     )
@@ -214,14 +216,48 @@ def _convert_job_parts(
                 f"which asks for {asks}; remove the annotation or the field"
             )
     if problems:
-        return False, problems
+        return False, problems, []
     labels[MANAGED_LABEL] = MANAGED_VALUE
     annotations.update({name: wanted[name] for name in POLICY_ANNOTATIONS if name in wanted})
+    converted_spec = {k: v for k, v in spec.items() if k != "scheduling"}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**metadata, "labels": labels, "annotations": annotations},
+        "spec": converted_spec,
+    }
+    # The whole converted Job, as Phalanx's webhook will check it (its annotations already there too).
+    refused = [
+        f"Phalanx's webhook would refuse the converted Job: {_at(problem, spec_path)}"
+        for problem in job_creation_problems(job)
+    ]
+    if refused:
+        return False, refused, []
+    warnings = []
+    if policy.is_gang:
+        warnings = [
+            f"Phalanx's webhook refuses this gang unless it runs with --scheduler-names listing that "
+            f"scheduler (the default is {DEFAULT_SCHEDULER}): {_at(problem, spec_path)}"
+            for problem in scheduler_problems(converted_spec, (DEFAULT_SCHEDULER,))
+        ]
     metadata["labels"] = labels
     metadata["annotations"] = annotations
     del spec["scheduling"]
 
-    return True, []
+    return True, [], warnings
+
+
+def _at(problem: str, spec_path: str) -> str:
+    """A problem that names a field of a Job (`spec.…`, `metadata.…`) named where the Job is (a CronJob's
+    `spec.jobTemplate.spec.…`)."""
+    if spec_path == "spec":
+        return problem
+    meta_path = spec_path.removesuffix(".spec") + ".metadata"
+    if problem.startswith("spec."):
+        return spec_path + problem.removeprefix("spec")
+    if problem.startswith("metadata."):
+        return meta_path + problem.removeprefix("metadata")
+    return problem
 
 
 def _literal_annotations(scheduling: Mapping[str, Any]) -> dict[str, str]:
@@ -283,17 +319,17 @@ def convert_object(obj: Any) -> tuple[Any, list[str], list[str], list[str]]:
     if kind == "Job" and api_version.startswith("batch/") and isinstance(spec, dict):
         if not isinstance(metadata, dict):
             metadata = result["metadata"] = {}
-        changed, problems = _convert_job_parts(metadata, spec)
-        return (result if changed else obj), ([_where(obj)] if changed else []), problems, []
+        changed, problems, warnings = _convert_job_parts(metadata, spec)
+        return (result if changed else obj), ([_where(obj)] if changed else []), problems, warnings
     if kind == "CronJob" and api_version.startswith("batch/") and isinstance(spec, dict):
         template = spec.get("jobTemplate")
         if isinstance(template, dict) and isinstance(template.get("spec"), dict):
             if not isinstance(template.get("metadata"), dict):
                 template["metadata"] = {}
-            changed, problems = _convert_job_parts(
+            changed, problems, warnings = _convert_job_parts(
                 template["metadata"], template["spec"], spec_path="spec.jobTemplate.spec"
             )
-            return (result if changed else obj), ([_where(obj)] if changed else []), problems, []
+            return (result if changed else obj), ([_where(obj)] if changed else []), problems, warnings
     if kind == "Pod" and isinstance(spec, Mapping):
         return obj, [], _scheduling_group_problem(spec, "spec"), []
     if isinstance(spec, Mapping) and isinstance(spec.get("template"), Mapping):

@@ -19,6 +19,7 @@ from typing import Any
 from phalanx.api import conditions as c
 from phalanx.api import keys
 from phalanx.api.cluster_objects import node_info
+from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind, group_topology_mode
 from phalanx.bodies import mapping
 from phalanx.placement import (
     Admit,
@@ -34,6 +35,7 @@ from phalanx.placement import (
     decide,
     decide_composite,
     diagnose,
+    resolve_mode,
 )
 from phalanx.tools.kueue_view import KUEUE, KueueView, kueue_view
 from phalanx.tools.kueue_view import lines as kueue_lines
@@ -184,6 +186,9 @@ class GroupReport:
     conditions: tuple[ConditionView, ...]
     pods: Counts | None
     """None for a composite (its children hold the pods)."""
+    topology_mode: TopologyModeKind = REQUIRED
+    """The mode the engine decides it in: a PodGroup's `phalanx.dev/topology-mode` annotation (a Job's mode
+    as at the group's creation), a LeaderWorkerSet's own; a tree's groups are required."""
     now: str | None = None
     """The engine's verdict for this group in the tree's placement now (None: not run)."""
     reservation: ReservationView | None = None
@@ -275,6 +280,18 @@ def _topology_key(group: Mapping[str, Any]) -> str | None:
     return str(key) if key else None
 
 
+def _topology_mode(group: Mapping[str, Any]) -> TopologyModeKind:
+    """As the controller reads it (model/records.py): the group's annotation, required if none."""
+    return group_topology_mode(mapping(group.get("metadata")))
+
+
+def _last_domain(group: Mapping[str, Any]) -> str | None:
+    """`status.lastDomain`: where the group was placed before its pods were made anew; the engine tries it
+    first (`GroupRequest.preferred_domain`), as the controller does."""
+    last = mapping(group.get("status")).get("lastDomain")
+    return str(last) if last else None
+
+
 def counts_of(views: Sequence[PodView]) -> Counts:
     live = [p for p in views if not p.terminal and not p.deleting]
     gated = [p for p in live if p.gated]
@@ -309,6 +326,7 @@ def _report(
         min_count=minimum,
         effective=effective,
         topology_key=_topology_key(group),
+        topology_mode=_topology_mode(group),
         phase=str(status["phase"]) if status.get("phase") else None,
         domain=str(status["domain"]) if status.get("domain") else None,
         conditions=_conditions(group),
@@ -335,8 +353,15 @@ def _placed(pods: Sequence[PodView]) -> list[PodView]:
 
 
 def _request(
-    name: str, pods: Sequence[PodView], min_count: int, key: str | None, levels: tuple[str, ...]
+    name: str,
+    pods: Sequence[PodView],
+    min_count: int,
+    key: str | None,
+    levels: tuple[str, ...],
+    mode: TopologyModeKind = REQUIRED,
+    preferred_domain: str | None = None,
 ) -> GroupRequest:
+    """The engine's request, as the controller builds it (plan/decide.py: the mode and the domain it had)."""
     return GroupRequest(
         name=name,
         pending=tuple(
@@ -346,6 +371,8 @@ def _request(
         topology_key=key,
         bound_nodes=tuple(p.usage_node for p in _placed(pods)),
         levels=levels,
+        mode=mode,
+        preferred_domain=preferred_domain,
     )
 
 
@@ -369,11 +396,18 @@ def _single(snapshot: Snapshot, request: GroupRequest, holding: int, nodes: int,
         if not decision.assignments:
             verdict = f"its {placed} placed pods already meet minCount {request.min_count}; the rest wait"
             return dataclasses.replace(base, fits=True, verdict=verdict)
-        where = f" in {key}={decision.domain}" if decision.domain else ""
+        # As the controller's Admitted message (plan/decide.py admitted_message): a wider level says so.
+        at = key if decision.level is None else decision.level
+        where = f" in {at}={decision.domain}" if at and decision.domain else ""
+        how = ""
+        if decision.mode_note:
+            how = f" ({decision.mode_note})"
+        elif decision.level is not None:
+            how = f" (topology mode preferred: no domain of {key} has room for it)"
         on = ", ".join(node for _, node in decision.assignments)
         verdict = (
-            f"it fits now: {_plural(len(decision.assignments), 'pod')}{where} on {on}; Phalanx admits it at "
-            "its next scheduling pass (if it keeps waiting, check that `phalanx run` is running)"
+            f"it fits now: {_plural(len(decision.assignments), 'pod')}{where} on {on}{how}; Phalanx admits "
+            "it at its next scheduling pass (if it keeps waiting, check that `phalanx run` is running)"
         )
         return dataclasses.replace(base, fits=True, verdict=verdict, assignments=decision.assignments)
     assert isinstance(decision, Reject)
@@ -384,18 +418,45 @@ def _single(snapshot: Snapshot, request: GroupRequest, holding: int, nodes: int,
         )
         return dataclasses.replace(base, fits=False, verdict=verdict)
     if decision.reason != "Unschedulable":
-        return dataclasses.replace(base, fits=False, verdict=decision.message)  # the engine's words
-    diagnosis = diagnose(snapshot, request)
+        # The engine's words, with auto's note as in the controller's condition (plan/decide.py explained).
+        message = f"{decision.message} ({decision.mode_note})" if decision.mode_note else decision.message
+        return dataclasses.replace(base, fits=False, verdict=message)
+    diagnosis = diagnose(snapshot, request)  # an auto group at the level it is decided at
+    key = resolve_mode(snapshot, request).topology_key
     domains = tuple(
         DomainFit(r.domain, r.fit, r.reasons, domain_text(diagnosis, r)) for r in diagnosis.domains
     )
-    notes = []
+    notes = [decision.mode_note] if decision.mode_note else []
     pinned = domains[0].domain if placed and key is not None and len(domains) == 1 else None
     if pinned is not None:
         notes.append(f"{_plural(placed, 'pod')} of the gang already run in {pinned}: only it is considered")
     best = domains[0] if domains else None
     got = best.fit if best else 0
-    if diagnosis.never_fits:
+    never_fits, best_when_empty = diagnosis.never_fits, diagnosis.best_when_empty
+    if request.mode == PREFERRED and key is not None and pinned is None:
+        # The engine tried every wider level up to all nodes: what the whole cluster has room for decides.
+        whole = diagnose(
+            snapshot,
+            dataclasses.replace(request, topology_key=None, levels=(), mode=REQUIRED, preferred_domain=None),
+        )
+        never_fits, best_when_empty = whole.never_fits, whole.best_when_empty
+        widest = whole.domains[0] if whole.domains else None
+        room = widest.fit if widest is not None else 0
+        notes.append(
+            f"topology mode preferred: with no room in one domain of {key} the gang takes one of a wider "
+            f"level, or any nodes (the lines below are the domains of {key})"
+        )
+        if never_fits:
+            verdict = never_fits_text(whole)
+        elif widest is not None and room >= need:
+            together = domain_text(whole, widest)
+            verdict = f"no domain of {key} or wider takes all {need} pods together: {together}"
+        else:
+            verdict = (
+                f"no domain of {key} has room for {need} pods at once, nor does a wider level: the whole "
+                f"cluster has room for {room} of them"
+            )
+    elif diagnosis.never_fits:
         verdict = never_fits_text(diagnosis)
     elif best is not None and got >= need:
         verdict = f"no {key or 'cluster'} domain takes all {need} pods together: {best.text}"
@@ -416,8 +477,8 @@ def _single(snapshot: Snapshot, request: GroupRequest, holding: int, nodes: int,
         base,
         verdict=verdict,
         domains=domains,
-        never_fits=diagnosis.never_fits,
-        best_when_empty=diagnosis.best_when_empty,
+        never_fits=never_fits,
+        best_when_empty=best_when_empty,
         notes=tuple(notes),
     )
 
@@ -432,8 +493,9 @@ def _composite(
     asks: str,
 ) -> tuple[Placement, dict[str, str]]:
     """decide_composite for the tree; the engine's verdict per group."""
-    requests = {
-        name_of(g): _request(name_of(g), pods, need, _topology_key(g), ()) for g, pods, need in leaves
+    requests = {  # as the controller's request_of: each leaf's mode and the domain it had
+        name_of(g): _request(name_of(g), pods, need, _topology_key(g), (), _topology_mode(g), _last_domain(g))
+        for g, pods, need in leaves
     }
     parents = {name_of(g): parent_of(g) for g, _, _ in leaves}
     by_parent: dict[str | None, list[Mapping[str, Any]]] = {}
@@ -452,6 +514,7 @@ def _composite(
             min_count=min_count_of(comp) or 1,
             topology_key=_topology_key(comp),
             levels=levels if depth == 0 else (),
+            preferred_domain=_last_domain(comp),
         )
 
     root = build(composites[0], 0)
@@ -499,12 +562,16 @@ def explain(facts: Facts) -> Explanation:
 
     managed = row.managed(owner) if row is not None and owner is not None else True
     job_state = row.state(owner) if row is not None and owner is not None else ""
+    spec_gang = row.gang(owner) if row is not None and owner is not None else None
+    if row is not None and row.mode_from_owner and isinstance(spec_gang, Gang) and not composites:
+        # The loop decides its group in the mode the owner says now (kinds/lws.py), not a kept one.
+        groups = tuple(dataclasses.replace(r, topology_mode=spec_gang.topology_mode) for r in groups)
     gang: Gang | str
     if facts.groups:
         first = groups[0]
-        gang = Gang(first.policy == "Gang", first.effective or 1, first.topology_key)
-    elif row is not None and owner is not None:
-        gang = row.gang(owner)
+        gang = Gang(first.policy == "Gang", first.effective or 1, first.topology_key, first.topology_mode)
+    elif spec_gang is not None:
+        gang = spec_gang
         if isinstance(gang, Gang) and remaining is not None and gang.gang:
             gang = dataclasses.replace(gang, min_count=max(1, min(gang.min_count, remaining)))
     else:
@@ -548,6 +615,8 @@ def explain(facts: Facts) -> Explanation:
                 gang.min_count,
                 gang.topology_key,
                 levels_of_key(facts.topologies, gang.topology_key),
+                gang.topology_mode,  # as the controller: the group's (or, none yet, the spec's)
+                _last_domain(facts.groups[0]) if facts.groups else None,
             )
             placement = _single(snapshot, request, holding, len(facts.nodes), _asks(_ready(views)))
 
@@ -674,6 +743,8 @@ def _gang_text(report: GroupReport) -> str:
     if report.policy != "Gang":
         return " (Basic)"
     where = f", topology {report.topology_key}" if report.topology_key else ", no topology key"
+    if report.topology_key and report.topology_mode != REQUIRED:
+        where += f" ({report.topology_mode})"
     what = "minGroupCount" if report.kind == "CompositePodGroup" else "minCount"
     left = ""
     if report.effective is not None and report.min_count is not None and report.effective < report.min_count:
@@ -713,6 +784,8 @@ def render(e: Explanation) -> str:
             spec = ""
             if gang is not None:
                 where = f", topology {gang.topology_key}" if gang.topology_key else ", no topology key"
+                if gang.topology_key and gang.topology_mode != REQUIRED:
+                    where += f" ({gang.topology_mode})"
                 spec = f" (Gang, minCount {gang.min_count}{where})" if gang.gang else " (Basic)"
             lines.append(f"  PodGroup: none yet{spec}")
         lines.append(f"  Pods: {_counts_line(e.pods)}")
@@ -762,6 +835,7 @@ def _group_json(r: GroupReport) -> dict[str, Any]:
         "minCount": r.min_count,
         "effectiveMinCount": r.effective,
         "topologyKey": r.topology_key,
+        "topologyMode": r.topology_mode,
         "phase": r.phase,
         "domain": r.domain,
         "conditions": [

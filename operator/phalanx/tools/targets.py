@@ -22,6 +22,7 @@ from phalanx.api import jobset as js
 from phalanx.api import keys, lws
 from phalanx.api import trainjob as tj
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS
+from phalanx.api.job_layout import REQUIRED, TopologyModeKind, parse_job_layout
 from phalanx.api.job_policy import JobPolicyError, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.bodies import mapping
@@ -41,6 +42,8 @@ class Gang:
     gang: bool
     min_count: int
     topology_key: str | None
+    topology_mode: TopologyModeKind = REQUIRED
+    """How strictly the key holds (`phalanx.dev/topology-mode`): the engine's `GroupRequest.mode`."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class OwnerKind:
     """Its pods per leaf PodGroup of its tree (leaves in tree order)."""
     several: bool = False
     """It has several gangs (a LeaderWorkerSet: one per group): one of them is explained."""
+    mode_from_owner: bool = False
+    """The scheduling loop decides its gang in the topology mode its spec says now (a LeaderWorkerSet's),
+    not the one its PodGroup keeps in `phalanx.dev/topology-mode` (a Job's, as at the group's creation)."""
 
     def path(self, namespace: str, name: str | None = None) -> str:
         return _api_path(self.api_version, namespace, self.plural, name)
@@ -120,9 +126,10 @@ def _job_held(job: Body) -> bool:
 def _job_gang(job: Body) -> Gang | str:
     try:
         policy = parse_job_policy(job, running=True)
+        layout = parse_job_layout(job, policy)
     except JobPolicyError as e:
         return f"its annotations are invalid: {e}"
-    return Gang(policy.is_gang, policy.min_count or 1, policy.topology_key)
+    return Gang(policy.is_gang, policy.min_count or 1, policy.topology_key, layout.topology_mode)
 
 
 def _job_remaining(job: Body) -> int | None:
@@ -278,7 +285,7 @@ def _lws_gang(obj: Body) -> Gang | str:
         policy = lws.parse_lws_policy(obj)
     except JobPolicyError as e:
         return f"its annotations are invalid: {e}"
-    return Gang(True, policy.size, policy.topology_key)
+    return Gang(True, policy.size, policy.topology_key, policy.topology_mode)
 
 
 LEADER_WORKER_SET = OwnerKind(
@@ -295,6 +302,7 @@ LEADER_WORKER_SET = OwnerKind(
     remaining=lambda obj: None,
     members=lambda leaves, pods: members_by_label(leaves, pods),  # Phalanx labels each pod with its group
     several=True,
+    mode_from_owner=True,  # kinds/lws.py: a group's tree takes the LeaderWorkerSet's mode
 )
 
 OWNER_KINDS: tuple[OwnerKind, ...] = (JOB, JOBSET, TRAINJOB, LEADER_WORKER_SET)

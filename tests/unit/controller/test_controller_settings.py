@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,38 @@ def test_every_field_has_a_flag_and_a_variable() -> None:
     assert "A flag on the command line wins over its variable, a variable over the default" in " ".join(
         help_text.split()
     )
+
+
+OPERATIONS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
+
+
+def _documented_flags() -> dict[str, str]:
+    """flag -> environment variable, from the table under "Flags and environment variables"."""
+    text = OPERATIONS.read_text()
+    section = text.split("## Flags and environment variables", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `-"):
+            continue
+        flags_cell, env_cell = line.split(" | ")[:2]
+        flags = re.findall(r"`(--(?:\[no-\])?[a-z0-9-]+)", flags_cell)
+        assert len(flags) == 1, line
+        (env,) = re.findall(r"`(PHALANX_[A-Z0-9_]+)`", env_cell)
+        rows[flags[0].replace("[no-]", "")] = env
+    return rows
+
+
+def test_docs_operations_lists_every_flag_of_phalanx_run_with_its_variable() -> None:
+    """README promises docs/operations.md covers every flag and variable: its table is the real parser's."""
+    run = build_parser().parse_args(["run"]).run_parser
+    flags = {
+        flag
+        for action in run._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help" and not flag.startswith("--no-")
+    }
+    assert flags == {option.flag for option in OPTIONS}
+    assert _documented_flags() == {option.flag: option.env for option in OPTIONS}
 
 
 def test_environment_variables() -> None:

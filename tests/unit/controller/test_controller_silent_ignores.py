@@ -10,14 +10,14 @@ import kopf
 import pytest
 from testkit import NB, StaticContext, group_of, job_body, node_body
 
-from phalanx.api.cluster_objects import node_info
-from phalanx.controller.watch.admission_checks import (
+from phalanx.api.admission_checks import (
     pod_group_namespace_problem,
     preferred_affinity_warnings,
     slice_key_problem,
     slice_key_warning,
     unmanaged_here,
 )
+from phalanx.api.cluster_objects import node_info
 from phalanx.controller.watch.webhooks import Webhooks
 
 LB = "oci.oraclecloud.com/rdma.local_block_id"

@@ -10,6 +10,7 @@ import kopf
 import pytest
 from testkit import StaticContext
 
+from phalanx.api.admission_checks import job_creation_problems
 from phalanx.controller.watch.webhooks import Webhooks
 
 CONTEXT = StaticContext()
@@ -66,6 +67,43 @@ def test_bad_annotations_are_rejected_with_every_problem_named() -> None:
 def test_a_gang_of_hand_bound_pods_is_rejected() -> None:
     with pytest.raises(kopf.AdmissionError, match=r"spec\.template\.spec\.nodeName: must not be set"):
         gate_job(body=job(nodeName="n1"), patch=kopf.Patch())
+
+
+@pytest.mark.parametrize(
+    ("annotations", "pod_spec", "template_meta"),
+    [
+        ({}, {}, {}),
+        ({"phalanx.dev/topolgy-key": "x"}, {}, {}),
+        ({"phalanx.dev/topology-mode": "auto"}, {}, {}),
+        ({"phalanx.dev/topology-key": "zone", "phalanx.dev/topology-mode": "auto"}, {}, {}),
+        ({"phalanx.dev/slice-size": "2"}, {}, {}),
+        ({}, {"nodeName": "n1"}, {}),
+        ({"phalanx.dev/policy": "basic"}, {"nodeName": "n1"}, {}),
+        ({}, {"resourceClaims": [{"name": "gpu"}]}, {}),
+        ({"phalanx.dev/policy": "basic"}, {"resourceClaims": [{"name": "gpu"}]}, {}),
+        ({}, {}, {"annotations": {"phalanx.dev/topology-key": "zone"}}),
+        ({}, {}, {"annotations": {"kueue.x-k8s.io/podset-required-topology": "zone"}}),
+        ({"kueue.x-k8s.io/job-min-parallelism": "1", "phalanx.dev/min-count": "3"}, {}, {}),
+        ({}, {"nodeName": "n1", "resourceClaims": [{"name": "gpu"}]}, {}),
+    ],
+)
+def test_what_the_job_alone_shows_is_refused_by_the_webhook_and_by_job_creation_problems(
+    annotations: dict[str, str], pod_spec: dict[str, Any], template_meta: dict[str, Any]
+) -> None:
+    """api/admission_checks.job_creation_problems (what `phalanx convert` runs) refuses exactly what gate_job
+    refuses of a Job alone, in the same words (the webhook stops at its first refusing step: a gang's claims
+    are said before its nodeName; convert says them all)."""
+    body = job(annotations, **pod_spec)
+    if template_meta:
+        body["spec"]["template"]["metadata"].update(template_meta)
+    problems = job_creation_problems(body)
+    try:
+        gate_job(body=body, patch=kopf.Patch())
+    except kopf.AdmissionError as e:
+        said = [str(e) == "; ".join(problems[:n]) for n in range(1, len(problems) + 1)]
+        assert any(said), (problems, str(e))
+    else:
+        assert problems == []
 
 
 def test_a_priority_class_that_does_not_exist_is_a_warning_not_a_refusal(

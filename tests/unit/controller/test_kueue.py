@@ -31,10 +31,11 @@ from testkit import (
 )
 
 from phalanx.api import conditions as c
+from phalanx.api.admission_checks import TAS_ANNOTATIONS
 from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.jobset import JobSetKind
-from phalanx.controller.kinds.kueue import KUEUE_GATES, TAS_ANNOTATIONS, TAS_EVENT_REASON
+from phalanx.controller.kinds.kueue import KUEUE_GATES, TAS_EVENT_REASON
 from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.model.actions import (
     DeletePod,

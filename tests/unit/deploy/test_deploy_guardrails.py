@@ -17,6 +17,7 @@ import pytest
 from deploy_testkit import CHART, NAMESPACE, ROOT, helm, needs_helm, one, render, rules_of, verbs
 
 from phalanx.tools import chart_readme
+from phalanx.tools.targets import OWNER_KINDS
 
 pytestmark = needs_helm
 
@@ -162,7 +163,10 @@ def test_the_explain_role_reads_only_and_binds_the_given_subjects() -> None:
     for rule in role["rules"]:
         assert set(rule["verbs"]) <= {"get", "list"}, rule
     assert set(verbs(role["rules"], "", "nodes")) == set(verbs(role["rules"], "", "pods")) == {"get", "list"}
-    assert "get" in verbs(role["rules"], "batch", "jobs")
+    # Every owner kind explain reads (a target, or a PodGroup's owner): a new row of the table needs its rule.
+    for row in OWNER_KINDS:
+        group = row.api_version.rpartition("/")[0]
+        assert set(verbs(role["rules"], group, row.plural)) == {"get", "list"}, row.kind
     for kind in KINDS:
         assert set(verbs(role["rules"], PHALANX_GROUP, kind)) == {"get", "list"}
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"] == ["phalanx"]

@@ -260,6 +260,110 @@ def test_annotations_that_disagree_with_spec_scheduling_are_an_error_and_agreein
     assert problems_of(job) == []
 
 
+REFUSED = "Phalanx's webhook would refuse the converted Job: "
+
+
+def test_what_the_webhook_refuses_in_the_whole_converted_job_is_an_error() -> None:
+    """Not only the annotations converted from spec.scheduling: the whole Job, as gate_job checks it (the
+    review's cases: a misspelt annotation kept, a mode without a key, a gang's claims and nodeName)."""
+    gang = {"schedulingPolicy": {"gang": {}}}
+    misspelt = upstream_job(gang)
+    misspelt["metadata"]["annotations"] = {"phalanx.dev/topolgy-key": "x"}
+    assert problems_of(misspelt) == [
+        REFUSED + "metadata.annotations[phalanx.dev/topolgy-key]: unknown Phalanx annotation; did you mean "
+        "phalanx.dev/topology-key?"
+    ]
+    modeless = upstream_job({"schedulingPolicy": {"basic": {}}})
+    modeless["metadata"]["annotations"] = {"phalanx.dev/topology-mode": "preferred"}
+    assert problems_of(modeless) == [
+        REFUSED + "metadata.annotations[phalanx.dev/topology-mode]: needs phalanx.dev/topology-key: it says "
+        "how strictly that key holds"
+    ]
+    claims = upstream_job(gang)
+    claims["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    (found,) = problems_of(claims)
+    assert found.startswith(REFUSED + "spec.template.spec.resourceClaims: Phalanx does not model DRA")
+    pinned = upstream_job(gang)
+    pinned["spec"]["template"]["spec"]["nodeName"] = "n1"
+    assert problems_of(pinned) == [
+        REFUSED + "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
+        "gang-admitted; remove it, or set phalanx.dev/policy: basic"
+    ]
+    keyed_template = upstream_job(gang)
+    keyed_template["spec"]["template"]["metadata"] = {"annotations": {"phalanx.dev/topology-key": NB}}
+    (found,) = problems_of(keyed_template)
+    assert found.startswith(
+        REFUSED + "spec.template.metadata.annotations[phalanx.dev/topology-key]: Phalanx reads its keys"
+    )
+    tas = upstream_job(gang)
+    tas["spec"]["template"]["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": NB}}
+    (found,) = problems_of(tas)
+    assert found.startswith(REFUSED + "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required")
+    # A basic Job may have claims and a node: the webhook lets them through, and so does convert.
+    basic = upstream_job({"schedulingPolicy": {"basic": {}}})
+    basic["spec"]["template"]["spec"].update(nodeName="n1", resourceClaims=[{"name": "gpu"}])
+    assert problems_of(basic) == []
+
+
+def test_a_cronjobs_refusal_names_the_field_inside_its_job_template() -> None:
+    job = upstream_job({"schedulingPolicy": {"gang": {}}})
+    job["spec"]["template"]["spec"]["nodeName"] = "n1"
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "cj"},
+        "spec": {
+            "schedule": "* * * * *",
+            "jobTemplate": {
+                "metadata": {"annotations": {"phalanx.dev/topolgy-key": "x"}},
+                "spec": job["spec"],
+            },
+        },
+    }
+    assert problems_of(cron) == [
+        REFUSED + "spec.jobTemplate.metadata.annotations[phalanx.dev/topolgy-key]: unknown Phalanx "
+        "annotation; did you mean phalanx.dev/topology-key?"
+    ]
+    del cron["spec"]["jobTemplate"]["metadata"]
+    (found,) = problems_of(cron)
+    assert found.startswith(REFUSED + "spec.jobTemplate.spec.template.spec.nodeName: must not be set")
+
+
+def test_a_gangs_other_scheduler_is_a_warning_the_webhook_refuses_it_by_default() -> None:
+    job = upstream_job({"schedulingPolicy": {"gang": {}}})
+    job["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    new, done, problems, warnings = convert_object(job)
+    assert (done, problems) == (["Job j"], [])
+    (warning,) = warnings
+    assert warning.startswith(
+        "Phalanx's webhook refuses this gang unless it runs with --scheduler-names listing that scheduler "
+        "(the default is default-scheduler): spec.template.spec.schedulerName: 'volcano' is not a scheduler"
+    )
+    assert new["metadata"]["labels"] == {"phalanx.dev/managed": "true"}
+
+
+@pytest.mark.parametrize("name", ["c1", "c5", "c6", "c7"])
+def test_the_command_writes_nothing_for_a_job_the_webhook_refuses(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bodies = {
+        "c1": ({"phalanx.dev/topolgy-key": "x"}, {}),
+        "c5": ({"phalanx.dev/topology-mode": "preferred"}, {}),
+        "c6": ({}, {"nodeName": "n1"}),
+        "c7": ({}, {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}),
+    }
+    annotations, pod = bodies[name]
+    job = upstream_job({"schedulingPolicy": {"basic": {}} if name == "c5" else {"gang": {}}})
+    job["metadata"]["annotations"] = annotations
+    job["spec"]["template"]["spec"].update(pod)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["convert", "-f", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"phalanx convert: {path}: document 1 (Job j): {REFUSED}")
+
+
 def test_every_problem_of_every_document_is_reported_and_nothing_is_written() -> None:
     bad = upstream_job({"schedulingPolicy": {"gang": {"minCount": 0}}, "resourceClaims": []})
     source = yaml.safe_dump(bad) + "---\n" + article("slice-pod.yaml")

@@ -3,6 +3,7 @@ a sliced Job, the JSON shape, the table of kinds) on plain dicts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ from tools_testkit import (
     COMPOSITE_NAME,
     FIVE_BUSY,
     GROUP_NAME,
+    JOB_UID,
     LB,
     NB,
     NS,
@@ -27,9 +29,18 @@ from tools_testkit import (
 )
 
 from phalanx.api.cluster_objects import node_info
+from phalanx.api.naming import pod_group_label_value
 from phalanx.placement import GroupRequest, PodRequest, diagnose, pod_requirements
 from phalanx.tools.explain import domain_text, explain, format_amount, render, to_json
-from phalanx.tools.targets import JOB, OWNER_KINDS, Facts, Target, parse_target, target_forms
+from phalanx.tools.targets import (
+    JOB,
+    LEADER_WORKER_SET,
+    OWNER_KINDS,
+    Facts,
+    Target,
+    parse_target,
+    target_forms,
+)
 from phalanx.tools.topologies import ClusterTopology
 from phalanx.tools.view import PodView, snapshot_of
 
@@ -370,6 +381,133 @@ def test_with_a_topology_domains_are_paths_of_its_levels() -> None:
     assert placement_lines(text) == ["  lb-a2: 2 of 4 pods fit", "  lb-b1: 2 of 4 pods fit"]
 
 
+# ---------------------------------------------------------------------- the topology mode, as the loop has it
+
+
+OCI = ClusterTopology("oci", (NB, LB), True)
+
+
+def moded(mode: str, *, on_group: bool = True, busy: tuple[str, ...] = ()) -> Facts:
+    """A 3-pod gang keyed to the local block (2 nodes each: it can never fit one), in topology mode `mode`
+    (kept on its PodGroup as Phalanx writes it, or, `on_group` False, only on the Job: no group yet)."""
+    job = managed_job(key=LB, count=3)
+    job["metadata"]["annotations"]["phalanx.dev/topology-mode"] = mode
+    group = pod_group(3, key=LB)
+    group["metadata"]["annotations"] = {"phalanx.dev/topology-mode": mode}
+    return facts(
+        job=job,
+        group=group if on_group else None,
+        group_pods=[job_pod("gang-4", i) for i in range(3)],
+        busy=busy,
+        topologies=(OCI,),
+    )
+
+
+def test_topology_mode_auto_is_decided_at_the_level_the_engine_chooses() -> None:
+    """The review's case: required, the gang never fits a local block; auto, the loop admits it in a network
+    block (plan/decide.py passes the group's mode). explain says what the loop does."""
+    required = explain(moded("required"))
+    assert required.summary.startswith("waiting: it can never fit in this cluster")
+    result = explain(moded("auto"))
+    assert result.placement is not None and result.placement.fits
+    assert result.summary == (
+        f"waiting: it fits now: 3 pods in {NB}=nb-a on was-worker, was-worker2, was-worker3 (auto: 3 pods "
+        f"can never fit one domain of {LB} (at most 2 do), so one domain of {NB} with the fewest domains of "
+        f"{LB}); Phalanx admits it at its next scheduling pass (if it keeps waiting, check that "
+        "`phalanx run` is running)"
+    )
+    assert f"(Gang, minCount 3, topology {LB} (auto))" in render(result)
+    assert to_json(result)["groups"][0]["topologyMode"] == "auto"
+    # Waiting at that level: the diagnosis is of its domains, with auto's note.
+    busy = explain(moded("auto", busy=("was-worker", "was-worker3", "was-worker5", "was-worker7")))
+    closest = "the closest is nb-a, with room for 2"
+    assert busy.summary == f"waiting: no {NB} domain has room for 3 pods at once; {closest}"
+    assert busy.placement is not None and not busy.placement.never_fits
+    assert busy.placement.notes[0].startswith(f"auto: 3 pods can never fit one domain of {LB}")
+    assert [d.domain for d in busy.placement.domains] == ["nb-a", "nb-b"]
+
+
+def test_topology_mode_preferred_climbs_to_a_wider_level() -> None:
+    result = explain(moded("preferred"))
+    assert result.placement is not None and result.placement.fits
+    assert result.summary.startswith(
+        f"waiting: it fits now: 3 pods in {NB}=nb-a on was-worker, was-worker2, was-worker3 (topology mode "
+        f"preferred: no domain of {LB} has room for it); Phalanx admits it"
+    )
+    # Anywhere when no wider domain has room either.
+    spread = explain(moded("preferred", busy=("was-worker", "was-worker3", "was-worker5", "was-worker7")))
+    assert spread.placement is not None
+    assert spread.placement.assignments == (
+        ("ml/gang-4-0-x0", "was-worker2"),
+        ("ml/gang-4-1-x1", "was-worker4"),
+        ("ml/gang-4-2-x2", "was-worker6"),
+    )
+    # Nowhere: not "never fits" (the whole cluster could hold it), the whole cluster's room.
+    full = explain(moded("preferred", busy=tuple(f"was-worker{i}" for i in ("", 2, 3, 4, 5, 6, 7))))
+    assert full.placement is not None and not full.placement.never_fits
+    assert full.summary == (
+        f"waiting: no domain of {LB} has room for 3 pods at once, nor does a wider level: the whole cluster "
+        "has room for 1 of them"
+    )
+
+
+def test_without_a_podgroup_yet_the_mode_is_the_jobs() -> None:
+    result = explain(moded("preferred", on_group=False))
+    assert result.state == "waiting" and result.placement is not None and result.placement.fits
+    assert f"in {NB}=nb-a" in result.summary and "topology mode preferred" in result.summary
+    assert f"PodGroup: none yet (Gang, minCount 3, topology {LB} (preferred))" in render(result)
+    auto = explain(moded("auto", on_group=False))
+    assert auto.placement is not None and auto.placement.fits and "(auto: " in auto.summary
+
+
+def test_the_domain_a_group_had_is_tried_first_as_the_loop_does() -> None:
+    """status.lastDomain (a gang whose pods were made anew) is the engine's preferred_domain."""
+    group = pod_group()
+    group["status"]["lastDomain"] = "nb-b"
+    result = explain(facts(job=managed_job(), group=group, busy=()))
+    assert result.placement is not None
+    assert {node for _, node in result.placement.assignments} == {
+        "was-worker5",
+        "was-worker6",
+        "was-worker7",
+        "was-worker8",
+    }
+    assert f"in {NB}=nb-b" in result.summary
+
+
+def test_a_leaderworkersets_group_is_decided_in_the_mode_the_lws_says() -> None:
+    """kinds/lws.py: a group's tree takes the LeaderWorkerSet's mode (its PodGroup keeps none)."""
+    group = pod_group(3, key=LB)
+    group["metadata"]["ownerReferences"] = [
+        {"kind": LEADER_WORKER_SET.kind, "name": "serve", "uid": JOB_UID, "controller": True}
+    ]
+    label = pod_group_label_value(GROUP_NAME)
+    pods = [job_pod("serve", i) for i in range(3)]
+    for pod in pods:
+        pod["metadata"]["labels"]["phalanx.dev/pod-group"] = label
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": LEADER_WORKER_SET.kind,
+        "metadata": {
+            "name": "serve",
+            "namespace": NS,
+            "uid": JOB_UID,
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": {"phalanx.dev/topology-key": LB, "phalanx.dev/topology-mode": "auto"},
+        },
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {}}}},
+    }
+    f = dataclasses.replace(
+        facts(group=group, group_pods=pods, busy=(), topologies=(OCI,)),
+        target=Target("leaderworkerset", "serve"),
+        owner_kind=LEADER_WORKER_SET,
+        owner=lws,
+    )
+    result = explain(f)
+    assert result.placement is not None and result.placement.fits
+    assert f"in {NB}=nb-a" in result.summary and "(auto: " in result.summary
+
+
 # ---------------------------------------------------------------------- a sliced Job: every slice
 
 
@@ -425,6 +563,24 @@ def test_a_sliced_job_that_fits_now_says_so() -> None:
     assert result.summary.startswith(f"waiting: it fits now: 4 pods of 2 groups in {NB}=nb-")
     assert len(result.placement.assignments) == 4
     assert all(r.now and r.now.startswith("fits") for r in (*result.composites, *result.groups))
+
+
+def test_a_tree_goes_back_to_the_domain_it_had_as_the_loop_does() -> None:
+    """The root's status.lastDomain is the tree's preferred domain (plan/decide.py _composite_request)."""
+    pods = [indexed_pod("sliced-8", i) for i in range(4)]
+    root = composite(2)
+    root["status"]["lastDomain"] = "nb-b"
+    result = explain(
+        facts(
+            job=sliced_job(),
+            target=Target("job", "sliced-8"),
+            composites=(root,),
+            groups=(slice_group(0, 2), slice_group(1, 2)),
+            group_pods=pods,
+            busy=(),
+        )
+    )
+    assert result.summary.startswith(f"waiting: it fits now: 4 pods of 2 groups in {NB}=nb-b")
 
 
 def test_slices_are_assigned_by_label_first_then_by_completion_index() -> None:

@@ -15,7 +15,8 @@ A Phalanx-managed owner that Kueue's own Topology-Aware Scheduling places (or, q
 has a topologyName, would place) is warned of once: one placement engine per owner.
 
 At creation (the webhooks) a Phalanx-managed owner may not carry Kueue's Topology-Aware Scheduling
-annotations (one placement engine per Job), and a Job's partial admission must not go below its gang.
+annotations (one placement engine per Job), and a Job's partial admission must not go below its gang: those
+checks are pure functions of the body, in api/admission_checks.py (`phalanx convert` runs them too).
 Pure.
 """
 
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys as names
-from phalanx.api.job_policy import bounded_int
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Owner
 from phalanx.controller.kinds.common import announce_once
@@ -42,18 +42,6 @@ from phalanx.controller.model.kueue import (
 )
 from phalanx.controller.model.refs import ObjectRef
 
-# Kueue's Topology-Aware Scheduling annotations on a pod template (apis/kueue/v1beta2/topology_types.go).
-TAS_ANNOTATIONS = (
-    "kueue.x-k8s.io/podset-required-topology",
-    "kueue.x-k8s.io/podset-preferred-topology",
-    "kueue.x-k8s.io/podset-unconstrained-topology",
-    "kueue.x-k8s.io/podset-slice-required-topology",
-    "kueue.x-k8s.io/podset-slice-size",
-    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
-    "kueue.x-k8s.io/podset-group-name",
-)
-# Partial admission (pkg/controller/jobs/job): Kueue may lower parallelism down to this at admission.
-JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")  # Kueue's scheduling gates
 TAS_EVENT_REASON = "KueueTopologyConflict"
 
@@ -185,72 +173,6 @@ def kueue_notes(
         return []
     what = f"kueue-tas/{group}" if group else "kueue-tas"
     return announce_once(announced, ref, what, TAS_EVENT_REASON, message)
-
-
-# ---------------------------------------------------------------------- at creation (the webhooks)
-
-
-def _template_problems(template: Any, path: str) -> list[str]:
-    annotations = mapping(mapping(mapping(template).get("metadata")).get("annotations"))
-    return [
-        f"{path}.metadata.annotations[{key}]: Kueue's Topology-Aware Scheduling and Phalanx would both place "
-        f"these pods; a Phalanx-managed object ({names.MANAGED_LABEL}=true) takes its topology from "
-        f"{names.TOPOLOGY_KEY_ANNOTATION} (and Phalanx's Topology levels), and Kueue keeps quota and "
-        f"queueing: remove {key}, or the label {names.MANAGED_LABEL} to let Kueue place it"
-        for key in TAS_ANNOTATIONS
-        if key in annotations
-    ]
-
-
-def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
-    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, each naming its
-    field."""
-    spec = mapping(body.get("spec"))
-    if kind == "Job":
-        return _template_problems(spec.get("template"), "spec.template")
-    if kind == "JobSet":
-        out = []
-        for i, rjob in enumerate(spec.get("replicatedJobs") or []):
-            job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
-            path = f"spec.replicatedJobs[{i}].template.spec.template"
-            out += _template_problems(job_spec.get("template"), path)
-        return out
-    if kind == "LeaderWorkerSet":
-        lwt = mapping(spec.get("leaderWorkerTemplate"))
-        out = _template_problems(lwt.get("leaderTemplate"), "spec.leaderWorkerTemplate.leaderTemplate")
-        return out + _template_problems(lwt.get("workerTemplate"), "spec.leaderWorkerTemplate.workerTemplate")
-    return []
-
-
-def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[str]:
-    """Kueue's partial admission may lower a Job's parallelism to `kueue.x-k8s.io/job-min-parallelism`:
-    a gang's minCount follows the parallelism Kueue admits, unless `phalanx.dev/min-count` fixes it, which
-    must then not be above the lowest; a sliced Job's slices are fixed at creation, so not at all."""
-    annotations = mapping(mapping(body.get("metadata")).get("annotations"))
-    raw = annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
-    if raw is None:
-        return []
-    field = f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]"
-    if sliced:
-        return [
-            f"{field}: Kueue's partial admission would change the parallelism of a sliced Job, whose slices "
-            f"({names.SLICE_SIZE_ANNOTATION}) Phalanx makes at creation; remove it, or the slices"
-        ]
-    try:  # read as the policy reads min-count (no whitespace; zeros in front, but not thousands of digits)
-        lowest = bounded_int(str(raw).strip())
-        fixed = bounded_int(str(annotations.get(names.MIN_COUNT_ANNOTATION)).strip())
-    except ValueError:
-        return []  # none fixed (minCount follows parallelism), or a value the policy check refuses
-    if lowest is None or fixed is None:
-        return []  # a value the policy check (or Kueue's) refuses
-    if lowest < fixed:
-        return [
-            f"{field}: Kueue may admit as few as {lowest} pods, fewer than the gang's "
-            f"{names.MIN_COUNT_ANNOTATION} {fixed}, and such a gang would never start; set it to at least "
-            f"{fixed}, or leave {names.MIN_COUNT_ANNOTATION} out so that minCount follows the parallelism "
-            "Kueue admits"
-        ]
-    return []
 
 
 def owner_view(

@@ -4,7 +4,7 @@ one: since Kubernetes v1.37 (DRAExtendedResource, GA and locked on) kube-schedul
 `deviceclass.resource.kubernetes.io/<class>`, like any extended resource, and allocates devices of the
 class from the node's ResourceSlices when no node lists the resource in its allocatable. Phalanx does not
 model that allocation (the class's CEL selectors, the slices' devices, the allocated claims), so it refuses
-such a gang at creation with advice that can be followed (watch/admission_checks.py, docs/reliability.md).
+such a gang at creation with advice that can be followed (api/admission_checks.py, docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_K
 from phalanx.api.job_layout import (
     COMPLETION_INDEX_LABEL,
     TopologyModeKind,
+    group_topology_mode,
 )
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import SchedulingConstraints
@@ -235,12 +236,6 @@ def _topology_key(constraints: SchedulingConstraints | None) -> str | None:
     return constraints.topology[0].key
 
 
-def _topology_mode(meta: Mapping[str, Any]) -> TopologyModeKind:
-    """The topology mode a PodGroup keeps in its `phalanx.dev/topology-mode` annotation (required if none)."""
-    mode = (meta.get("annotations") or {}).get(names.TOPOLOGY_MODE_ANNOTATION)
-    return "preferred" if mode == "preferred" else "auto" if mode == "auto" else "required"
-
-
 @dataclass(frozen=True, slots=True)
 class PodGroupRecord:
     """A PodGroup as last seen, its spec and status parsed into the API models."""
@@ -294,7 +289,7 @@ class PodGroupRecord:
             spec=PodGroupSpec.model_validate(body.get("spec") or {}),
             status=PodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
-            topology_mode=_topology_mode(meta),
+            topology_mode=group_topology_mode(meta),
             created=parse_time(meta.get("creationTimestamp")),
         )
 

@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from phalanx import certs
+from phalanx.api.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
 from phalanx.api.crdgen import crd_documents
 from phalanx.controller import metrics
 from phalanx.controller.apply.events import EventRecorder
@@ -30,7 +31,6 @@ from phalanx.controller.process.leader import KubeLeaseStore, LeaderElector, Tim
 from phalanx.controller.process.looplag import watch_lag
 from phalanx.controller.process.settings import DEFAULT_WEBHOOK_CONFIG_NAME, Settings
 from phalanx.controller.process.webhook_tls import WebhookTLS
-from phalanx.controller.watch.admission_checks import DEFAULT_SCHEDULER, unmanaged_here
 from phalanx.controller.watch.informer import ApiTransport, Informer
 from phalanx.controller.watch.registry import WatchOnlyDiffBase, build_registry, reviewers
 from phalanx.controller.watch.relist import Lister, Relister

@@ -12,6 +12,21 @@ from typing import Any, Protocol
 import kopf
 
 from phalanx.api import keys as names
+from phalanx.api.admission_checks import (
+    claim_problems,
+    dra_resource_problems,
+    job_node_name_problems,
+    partial_admission_problems,
+    pod_device_problems,
+    pod_group_namespace_problem,
+    preferred_affinity_warnings,
+    scheduler_problems,
+    slice_key_problem,
+    slice_key_warning,
+    tas_problems,
+    template_key_problems,
+    unlisted_resource_warnings,
+)
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import POD_GROUPS, TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
@@ -24,20 +39,7 @@ from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
-from phalanx.controller.kinds.kueue import partial_admission_problems, tas_problems
 from phalanx.controller.model.topology import label_conflicts
-from phalanx.controller.watch.admission_checks import (
-    claim_problems,
-    dra_resource_problems,
-    pod_device_problems,
-    pod_group_namespace_problem,
-    preferred_affinity_warnings,
-    scheduler_problems,
-    slice_key_problem,
-    slice_key_warning,
-    template_key_problems,
-    unlisted_resource_warnings,
-)
 
 log = logging.getLogger("phalanx.webhooks")
 
@@ -109,7 +111,7 @@ class Webhooks:
                 return  # another operator's namespace (--namespaces)
             if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
                 return  # opted out in so many words
-            kueue = tas_problems(kind.name, body)  # one placement engine per object (kinds/kueue.py)
+            kueue = tas_problems(kind.name, body)  # one placement engine per object (api/admission_checks.py)
             if kueue:
                 raise kopf.AdmissionError("; ".join(kueue), code=422)
             try:
@@ -146,7 +148,8 @@ class Webhooks:
     def gate_job(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
-        """Validate the policy annotations and hold every pod of a gang Job behind the gate."""
+        """Validate the policy annotations and hold every pod of a gang Job behind the gate. What it refuses
+        that the Job alone shows is api/admission_checks.job_creation_problems too (`phalanx convert`)."""
         meta = mapping(body.get("metadata"))
         if not self.ctx.watches(str(meta.get("namespace") or "")):
             return  # another operator's namespace (--namespaces): no gate nobody would remove
@@ -157,7 +160,7 @@ class Webhooks:
             layout = parse_job_layout(body, policy)  # topology mode and slices
         except JobPolicyError as e:
             raise kopf.AdmissionError(str(e), code=422) from e
-        # Kueue TAS or partial admission against the gang (kinds/kueue.py), template keys, schedulers, claims.
+        # Kueue TAS or partial admission against the gang, template keys, schedulers, claims (api/).
         problems = tas_problems(JOB_KIND, body) + partial_admission_problems(body, layout.sliced)
         problems += template_key_problems(body.get("spec"))
         if policy.is_gang:
@@ -168,13 +171,9 @@ class Webhooks:
             raise kopf.AdmissionError("; ".join(problems), code=422)
         self._refuse_what_would_wait_forever(body, policy, layout)
         pod_spec = mapping(mapping(mapping(body.get("spec")).get("template")).get("spec"))
-        if policy.is_gang and pod_spec.get("nodeName"):
-            # Such pods bypass scheduling and cannot carry a scheduling gate: the Job would never start.
-            raise kopf.AdmissionError(
-                "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
-                f"gang-admitted; remove it, or set {names.POLICY_ANNOTATION}: basic",
-                code=422,
-            )
+        hand_bound = job_node_name_problems(body.get("spec")) if policy.is_gang else []
+        if hand_bound:
+            raise kopf.AdmissionError("; ".join(hand_bound), code=422)
         if warnings is not None:
             warnings.extend(self._priority_class_warnings(policy.priority_class_name))
             if policy.is_gang:

@@ -10,14 +10,17 @@ otherwise let through and never keep its promise for.
 - **DRA ResourceClaims on a gang's pods.** Device allocation is not modelled: such pods would never be
   released. Refused at creation, when `policy: basic` can still be chosen (issue 16 item 7, in part); an
   extended resource no node lists (one DRA serves, say) is said at creation.
+- **Kueue's Topology-Aware Scheduling on a managed owner's templates** (one placement engine per owner), and
+  **Kueue's partial admission below a gang's fixed min-count** (kinds/kueue.py says why).
 - **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
   nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
   --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
   (refused; none anywhere yet: said).
 
-Pod specs are found wherever the kind keeps them (a Job's `spec.template.spec`, a JobSet's replicated
-Jobs, a LeaderWorkerSet's leader and worker templates, a pod's own `spec`): any object with a
-`containers` list.
+Pure functions of the body, in api/ so that `phalanx convert` refuses what the webhooks would without the
+controller (tools/convert.py). Pod specs are found wherever the kind keeps them (a Job's
+`spec.template.spec`, a JobSet's replicated Jobs, a LeaderWorkerSet's leader and worker templates, a pod's
+own `spec`): any object with a `containers` list.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from phalanx.api import keys
+from phalanx.api.job_layout import parse_job_layout
+from phalanx.api.job_policy import JobPolicyError, bounded_int, parse_job_policy
 from phalanx.bodies import mapping
 from phalanx.placement import NodeInfo, pod_requests
 
@@ -294,3 +299,118 @@ def pod_group_namespace_problem(
         "stays "
         "gated until one does"
     )
+
+
+# ---------------------------------------------------------------------- Kueue (kinds/kueue.py)
+
+# Kueue's Topology-Aware Scheduling annotations on a pod template (apis/kueue/v1beta2/topology_types.go).
+TAS_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-unconstrained-topology",
+    "kueue.x-k8s.io/podset-slice-required-topology",
+    "kueue.x-k8s.io/podset-slice-size",
+    "kueue.x-k8s.io/podset-slice-required-topology-constraints",
+    "kueue.x-k8s.io/podset-group-name",
+)
+# Partial admission (pkg/controller/jobs/job): Kueue may lower parallelism down to this at admission.
+JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+
+
+def _tas_template_problems(template: Any, path: str) -> list[str]:
+    annotations = mapping(mapping(mapping(template).get("metadata")).get("annotations"))
+    return [
+        f"{path}.metadata.annotations[{key}]: Kueue's Topology-Aware Scheduling and Phalanx would both place "
+        f"these pods; a Phalanx-managed object ({keys.MANAGED_LABEL}=true) takes its topology from "
+        f"{keys.TOPOLOGY_KEY_ANNOTATION} (and Phalanx's Topology levels), and Kueue keeps quota and "
+        f"queueing: remove {key}, or the label {keys.MANAGED_LABEL} to let Kueue place it"
+        for key in TAS_ANNOTATIONS
+        if key in annotations
+    ]
+
+
+def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
+    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, each naming its
+    field."""
+    spec = mapping(body.get("spec"))
+    if kind == "Job":
+        return _tas_template_problems(spec.get("template"), "spec.template")
+    if kind == "JobSet":
+        out = []
+        for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+            job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
+            path = f"spec.replicatedJobs[{i}].template.spec.template"
+            out += _tas_template_problems(job_spec.get("template"), path)
+        return out
+    if kind == "LeaderWorkerSet":
+        lwt = mapping(spec.get("leaderWorkerTemplate"))
+        path = "spec.leaderWorkerTemplate"
+        out = _tas_template_problems(lwt.get("leaderTemplate"), f"{path}.leaderTemplate")
+        return out + _tas_template_problems(lwt.get("workerTemplate"), f"{path}.workerTemplate")
+    return []
+
+
+def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[str]:
+    """Kueue's partial admission may lower a Job's parallelism to `kueue.x-k8s.io/job-min-parallelism`:
+    a gang's minCount follows the parallelism Kueue admits, unless `phalanx.dev/min-count` fixes it, which
+    must then not be above the lowest; a sliced Job's slices are fixed at creation, so not at all."""
+    annotations = mapping(mapping(body.get("metadata")).get("annotations"))
+    raw = annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return []
+    field = f"metadata.annotations[{JOB_MIN_PARALLELISM_ANNOTATION}]"
+    if sliced:
+        return [
+            f"{field}: Kueue's partial admission would change the parallelism of a sliced Job, whose slices "
+            f"({keys.SLICE_SIZE_ANNOTATION}) Phalanx makes at creation; remove it, or the slices"
+        ]
+    try:  # read as the policy reads min-count (no whitespace; zeros in front, but not thousands of digits)
+        lowest = bounded_int(str(raw).strip())
+        fixed = bounded_int(str(annotations.get(keys.MIN_COUNT_ANNOTATION)).strip())
+    except ValueError:
+        return []  # none fixed (minCount follows parallelism), or a value the policy check refuses
+    if lowest is None or fixed is None:
+        return []  # a value the policy check (or Kueue's) refuses
+    if lowest < fixed:
+        return [
+            f"{field}: Kueue may admit as few as {lowest} pods, fewer than the gang's "
+            f"{keys.MIN_COUNT_ANNOTATION} {fixed}, and such a gang would never start; set it to at least "
+            f"{fixed}, or leave {keys.MIN_COUNT_ANNOTATION} out so that minCount follows the parallelism "
+            "Kueue admits"
+        ]
+    return []
+
+
+# ---------------------------------------------------------------------- a Job, all of it
+
+
+def job_node_name_problems(spec: Any) -> list[str]:
+    """A gang Job whose pod template sets nodeName: such pods bypass scheduling and cannot carry a
+    scheduling gate, so the gang would never start."""
+    pod_spec = mapping(mapping(mapping(spec).get("template")).get("spec"))
+    if not pod_spec.get("nodeName"):
+        return []
+    return [
+        "spec.template.spec.nodeName: must not be set for a gang: pods bound by hand cannot be "
+        f"gang-admitted; remove it, or set {keys.POLICY_ANNOTATION}: basic"
+    ]
+
+
+def job_creation_problems(body: Mapping[str, Any]) -> list[str]:
+    """What the Job webhook (controller/watch/webhooks.py gate_job) refuses in a Phalanx-managed Job that the
+    Job alone shows, each naming its field: its annotations (`parse_job_policy`, `parse_job_layout`; when they
+    are wrong, only they are said, as the webhook does), Kueue's TAS annotations and partial admission,
+    `phalanx.dev/` keys on its pod template and, for a gang, DRA ResourceClaims and a nodeName. Not what
+    depends on the installation or the cluster: `--scheduler-names`, DeviceClasses, Topologies, quotas."""
+    try:
+        policy = parse_job_policy(body)
+        layout = parse_job_layout(body, policy)
+    except JobPolicyError as e:
+        return [str(p) for p in e.problems]
+    spec = body.get("spec")
+    problems = tas_problems("Job", body) + partial_admission_problems(body, layout.sliced)
+    problems += template_key_problems(spec)
+    if policy.is_gang:
+        problems += claim_problems(spec)
+        problems += job_node_name_problems(spec)
+    return problems
