@@ -381,3 +381,55 @@ def test_the_listed_resources_are_those_some_node_lists_now(
             cache.upsert("Node", body)
         expected = {r for node in cache.nodes.values() for r in node.allocatable}
         assert set(cache.listed_resources) == expected
+
+
+def _job(version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "uid": "uid-train",
+            "resourceVersion": version,
+            "labels": {"phalanx.dev/managed": "true"},
+        },
+        "spec": {"parallelism": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+    }
+
+
+def _pod_group(version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "g",
+            "namespace": "ml",
+            "uid": "uid-g",
+            "resourceVersion": version,
+            "generation": 1,
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "held"),
+    [
+        ("Job", _job, lambda c: c.owners["Job"]),
+        ("PodGroup", _pod_group, lambda c: c.pod_groups.items),
+        ("Pod", lambda v: pod("a", int(v), selector="n1", group="g"), lambda c: c.pods),
+    ],
+)
+def test_the_answer_to_our_write_after_the_objects_deletion_does_not_bring_it_back(
+    kind: str, body: Any, held: Any
+) -> None:
+    """The user deletes an object while Phalanx's write of it is in flight; the DELETED event is handled
+    before the write's answer: the answer must not put the object back (a deleted Job back in the cache
+    had its Workload and PodGroup made again, pass after pass, until a relist)."""
+    cache = ClusterCache()
+    cache.upsert(kind, body("5"))
+    assert held(cache)
+    cache.delete(kind, body("5"))
+    cache.upsert(kind, body("6"), own_write=True)
+    assert not held(cache)

@@ -111,9 +111,9 @@ class ClusterCache:
         # its unit (loop/units.py plans it again).
         self.placement_generation = 0
         self.expectations = Expectations(clock=clock)
-        self.gone_pods: dict[
-            str, None
-        ] = {}  # uids of the latest pods deleted (oldest first), for our answers
+        # uids of the latest objects deleted (pods, owners, our groups; oldest first): the answer to a write
+        # of ours that comes after the object's DELETED event is not put back (it would bring it to life).
+        self.gone: dict[str, None] = {}
         self.live = LiveSnapshot()
         self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
         self.changed = asyncio.Event()
@@ -160,10 +160,12 @@ class ClusterCache:
         if kind in self.kinds:
             uid = uid_of(body) or self._owner_uids[kind].get(key, "")
             self._delete_owner(kind, uid)
+            self._went(uid)
         elif kind == POD:
             self._delete_pod(key, uid_of(body))
         elif kind in (POD_GROUP, COMPOSITE, WORKLOAD):
             self._delete_owned(kind, key)
+            self._went(uid_of(body))
         elif kind == TOPOLOGY:
             self.expectations.forget(TOPOLOGY, key)
             if self.topologies.pop(key, None) is not None:
@@ -324,9 +326,9 @@ class ClusterCache:
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
         record = PodRecord.from_body(body)
         held = self.pods.get(record.key)
-        if own_write and _stale_answer(record, held, self.gone_pods):
+        if own_write and _stale_answer(record, held, self.gone):
             return
-        if not own_write and _superseded(record, held, self.gone_pods):
+        if not own_write and _superseded(record, held, self.gone):
             return  # a late event of the pod its name had before (the watch orders events per object only)
         shown = own_write and held is not None and pod_marks(held) == pod_marks(record)
         if self._admitted(POD, record.key, body, own_write, pod_reflects(record), shown):
@@ -373,13 +375,17 @@ class ClusterCache:
             return
         self.expectations.forget(POD, key)
         del self.pods[key]
-        self.gone_pods[old.uid] = None
-        while len(self.gone_pods) > GONE_PODS_KEPT:
-            del self.gone_pods[next(iter(self.gone_pods))]
+        self._went(old.uid)
         self._unindex_pod(old)
         if old.usage_node:
             self.live.remove_pod(key)
         self._touch()
+
+    def _went(self, uid: str) -> None:
+        if uid:
+            self.gone[uid] = None
+            while len(self.gone) > GONE_KEPT:
+                del self.gone[next(iter(self.gone))]
 
     def pods_of(self, kind: str, index_key: str) -> Iterator[PodRecord]:
         """The pods of an owner of `kind`, by its index key (OwnerKind.index_key: usually its uid)."""
@@ -391,6 +397,8 @@ class ClusterCache:
     # ------------------------------------------------------------------ owners (Jobs, ...)
     def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
         record = kind.parse(body)
+        if own_write and record.uid in self.gone:
+            return  # our write's answer came after its DELETED event
         key = key_of(body)
         held = self.owners[kind.name].get(record.uid) if own_write else None
         shown = held is not None and owner_marks(held) == owner_marks(record)
@@ -447,6 +455,8 @@ class ClusterCache:
 
     def _upsert_written(self, kind: str, body: Mapping[str, Any], own_write: bool) -> None:
         key = key_of(body)
+        if own_write and uid_of(body) in self.gone:
+            return  # our write's answer came after its DELETED event
         reflects = same_uid(body) if kind == WORKLOAD else status_reflects(body)
         try:
             record = _parse(kind, body)
@@ -553,7 +563,7 @@ def _parse(kind: str, body: Mapping[str, Any]) -> Any:
     return TopologyRecord.from_body(body)
 
 
-GONE_PODS_KEPT = 4096
+GONE_KEPT = 4096
 
 
 def _stale_answer(written: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
