@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
-from phalanx.api.keys import MANAGED_BY_ANNOTATION, MANAGED_BY_VALUE, OWNER_ANNOTATION, PREFIX
+from phalanx.api.job_layout import PREFERRED, REQUIRED
+from phalanx.api.keys import (
+    MANAGED_BY_ANNOTATION,
+    MANAGED_BY_VALUE,
+    OWNER_ANNOTATION,
+    PREFIX,
+    TOPOLOGY_MODE_ANNOTATION,
+)
 from phalanx.api.naming import pod_group_name, pod_group_template_name, workload_name
 from phalanx.api.podgroup import PodGroup, PodGroupSpec
 from phalanx.api.scheduling import (
@@ -115,10 +122,12 @@ def build_tree(
     priority: int | None,
     preemption_policy: PreemptionPolicy = PREEMPT_LOWER_PRIORITY,
     suffix: str = "",
+    topology_mode: str = REQUIRED,
 ) -> tuple[Workload, CompositePodGroup, list[PodGroup]]:
     """One Workload with one composite template (a PodGroupTemplate per distinct leaf template), its
     CompositePodGroup (all leaves together: minGroupCount = the number of leaves) and one PodGroup per
-    leaf."""
+    leaf. A `preferred` topology mode is kept on the CompositePodGroup (`phalanx.dev/topology-mode`), as a
+    Job's on its PodGroup: what the plan reads, fixed at creation."""
     templates: dict[str, PodGroupTemplate] = {}
     for leaf in leaves:
         templates.setdefault(
@@ -156,8 +165,11 @@ def build_tree(
     composite_name = pod_group_name(wl_name, root.name)
     if suffix:  # one of several trees of the owner (a LeaderWorkerSet group)
         composite_name = f"{composite_name}-{suffix}"
+    composite_meta = metadata(owner, composite_name)
+    if topology_mode == PREFERRED and topology_key:
+        composite_meta["annotations"][TOPOLOGY_MODE_ANNOTATION] = PREFERRED
     composite = CompositePodGroup(
-        metadata=metadata(owner, composite_name),
+        metadata=composite_meta,
         spec=CompositePodGroupSpec(
             workload_ref=WorkloadRef(workload_name=wl_name, template_name=root.name),
             scheduling_policy=root.scheduling_policy,

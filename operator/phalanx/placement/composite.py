@@ -21,6 +21,7 @@ for every group of the tree, so conditions on the PodGroups and on the Composite
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -43,7 +44,7 @@ from .composite_search import OutOfStepsError, TreeSearch
 from .composite_tree import InvalidTreeError, TreeNode, flatten_tree
 from .constraints import GroupConstraints, Refusal
 from .diagnosis import diagnose
-from .levels import level_of
+from .levels import effective_levels, level_of, wider_levels
 from .model import Admit, GroupRequest, PodRequest
 from .packing import DecisionContext
 from .snapshot import Snapshot
@@ -89,7 +90,28 @@ def decide_composite(
     """Place a composite group's whole tree, all or nothing; pure and deterministic (module docstring).
 
     `explain=False`: a refusal for room carries no per-group verdicts (`groups` empty, the root's message
-    short) — for callers that only ask whether the tree fits, such as the victim search."""
+    short) — for callers that only ask whether the tree fits, such as the victim search.
+
+    A root of `mode: preferred` whose tree no domain of its key can hold (for room: not an invalid tree) is
+    placed in one domain of the next wider level, and so on up to all nodes, as `decide` does for a group;
+    `CompositeAdmit.level` names the level used. If none holds it, the refusal is the one at its key."""
+    first = _decide_tree(snapshot, root, max_steps, explain)
+    if root.mode != "preferred" or root.topology_key is None:
+        return first
+    if isinstance(first, CompositeAdmit) or first.reason != "Unschedulable":
+        return first
+    rungs = wider_levels(root.topology_key, effective_levels(root.levels, root.topology_key))
+    for key, _ in rungs[1:]:
+        wider = replace(root, topology_key=key, preferred_domain=None, mode="required")
+        decision = _decide_tree(snapshot, wider, max_steps, explain=False)
+        if isinstance(decision, CompositeAdmit):
+            return replace(decision, level=key or "")
+    return first
+
+
+def _decide_tree(
+    snapshot: Snapshot, root: CompositeRequest, max_steps: int, explain: bool
+) -> CompositeDecision:
     try:
         tree, pods = flatten_tree(snapshot, root)
     except InvalidTreeError as invalid:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from .model import Admit, AssumedPod, GroupRequest, RejectReason
+from .model import Admit, AssumedPod, GroupRequest, RejectReason, TopologyMode
 
 __all__ = [
     "COMPOSITE_PREFIX",
@@ -50,6 +50,9 @@ class CompositeRequest:
     preferred_domain: str | None = None
     """A domain of its key to try first (as `GroupRequest.preferred_domain`): the tree goes there when it
     fits there whole, else wherever the usual order finds room."""
+    mode: TopologyMode = "required"
+    """The root's only (`decide_composite`): `preferred` places the whole tree in one domain of a wider
+    level, or anywhere, when no domain of its key can hold it (its leaves keep their own keys)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,8 @@ class CompositeAdmit:
     admits: tuple[tuple[str, Admit], ...]
     """(leaf name, its Admit) of every leaf placed, in tree order; leaves left out (above the composites'
     min counts, when they do not fit) are absent."""
+    level: str | None = None
+    """A `preferred` root placed wider than its key: the level used ("" for all nodes); None otherwise."""
 
     def admit(self, name: str) -> Admit | None:
         return next((a for n, a in self.admits if n == name), None)

@@ -165,6 +165,10 @@ def choose_composite_victims(
     need = tree_need(snapshot, root)
     if isinstance(first, CompositeAdmit) or first.reason != "Unschedulable" or need is None:
         return None
+    if root.mode == "preferred":
+        # Preempted for in one domain of its key only, as a group (choose_victims): a set that lets the tree
+        # spread wider is no answer.
+        root = dataclasses.replace(root, mode="required")
     tree = leaves(root)
     flat = GroupRequest(
         root.name,

@@ -515,6 +515,7 @@ def _composite(
             topology_key=_topology_key(comp),
             levels=levels if depth == 0 else (),
             preferred_domain=_last_domain(comp),
+            mode=PREFERRED if _topology_mode(comp) == PREFERRED else REQUIRED,  # the root's is read
         )
 
     root = build(composites[0], 0)
@@ -524,7 +525,12 @@ def _composite(
     if isinstance(decision, CompositeAdmit):
         assignments = tuple(a for _, admit in decision.admits for a in admit.assignments)
         where = decision.domain(root.name)
-        where_text = f" in {root.topology_key}={where}" if where and root.topology_key else ""
+        at = root.topology_key if decision.level is None else decision.level
+        where_text = f" in {at}={where}" if where and at else ""
+        if decision.level is not None:
+            where_text += (
+                f" (no domain of {root.topology_key} has room for the whole tree: topology mode preferred)"
+            )
         verdict = (
             f"it fits now: {_plural(len(assignments), 'pod')} of {_plural(len(requests), 'group')}"
             f"{where_text}; Phalanx admits the tree at its next scheduling pass (if it keeps waiting, check "

@@ -376,3 +376,24 @@ def test_an_owner_whose_units_cannot_be_made_is_said_once_and_the_others_are_sti
         (warning,) = [a for a in result.actions if isinstance(a, PostEvent) and a.involved.name == "bad"]
         assert warning.reason == "InvalidPolicy" and "no units for this one" in warning.message
         assert "its pods stay gated" in warning.message
+
+
+@pytest.mark.parametrize(("mode", "released"), [("required", 0), ("preferred", 6)])
+def test_a_preferred_jobset_goes_wider_when_no_domain_of_its_key_holds_it(mode: str, released: int) -> None:
+    """6 pods of 8 GPUs; workers 1 and 5 busy leave 3 nodes per network block: required waits, preferred is
+    placed over both blocks and says so; the mode is kept on the CompositePodGroup it makes."""
+    js = jobset_body(
+        replicated=(("workers", 3, 2),),
+        annotations={"phalanx.dev/topology-key": NB, "phalanx.dev/topology-mode": mode},
+    )
+    pods = [jobset_pod("train", "workers", j, i, global_index=j) for j in range(3) for i in range(2)]
+    result = plan(jobset_cluster([js], pods, busy=(1, 5)), NOW)
+    assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == released
+    (root,) = [a.group for a in result.actions if isinstance(a, CreateCompositePodGroup)]
+    annotations = root.metadata["annotations"]
+    assert annotations.get("phalanx.dev/topology-mode") == (None if mode == "required" else "preferred")
+    if released:
+        (admitted,) = [
+            a for a in result.actions if isinstance(a, PostEvent) and a.involved.kind == "CompositePodGroup"
+        ]
+        assert "no domain of " + NB in admitted.message and "topology mode preferred" in admitted.message

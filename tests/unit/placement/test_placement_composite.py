@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, busy, worker
 
 from phalanx.placement import (
     BoundPod,
+    Candidate,
     CompositeAdmit,
     CompositeReject,
     CompositeRequest,
@@ -18,6 +21,7 @@ from phalanx.placement import (
     PodTraits,
     Snapshot,
     TopologyMode,
+    choose_composite_victims,
     composite_usage,
     decide_composite,
 )
@@ -292,3 +296,39 @@ def test_the_search_gives_up_after_its_step_budget_and_says_so() -> None:
     decision = decide_composite(snapshot, root, max_steps=1)
     assert isinstance(decision, CompositeReject) and decision.reason == "Unschedulable"
     assert "(gave up after 1 packings)" in decision.message
+
+
+def test_a_preferred_root_goes_wider_only_when_no_domain_of_its_key_holds_the_tree() -> None:
+    """Two slices of two in one network block; workers 1 and 5 busy leave 3 nodes per block. Required: the
+    tree waits. Preferred: it is placed over both blocks (anywhere: no level above the key), each slice still
+    in one local block, and the admit says the level used; with room in one block it stays there."""
+    crowded = Snapshot.build(article_nodes(), busy(1, 5))
+    tree = job(slice_("slices-0"), slice_("slices-1"))
+    assert isinstance(decide_composite(crowded, tree), CompositeReject)
+    preferred = replace(tree, mode="preferred")
+    decision = decide_composite(crowded, preferred)
+    assert isinstance(decision, CompositeAdmit) and decision.level == ""
+    where = blocks(crowded, decision)
+    assert len(where) == 4 and len({nb for nb, _ in where.values()}) == 2
+    assert len({where[f"slices-{s}-{i}"][1] for s in (0, 1) for i in (0, 1)}) == 2  # each slice whole
+    roomy = Snapshot.build(article_nodes(), busy(1))
+    kept = decide_composite(roomy, preferred)
+    assert isinstance(kept, CompositeAdmit) and kept.level is None
+    assert {nb for nb, _ in blocks(roomy, kept).values()} == {"nb-b"}
+
+
+def test_a_preferred_root_is_preempted_for_in_one_domain_of_its_key() -> None:
+    """One busy pod of lower priority in every local block: the tree of two slices fits nowhere, not even
+    spread. The victim search frees two local blocks of one network block, although the two cheapest
+    victims (priority 0, one per network block) would let it spread: a spread placement is no reason to
+    preempt."""
+    crowded = Snapshot.build(article_nodes(), busy(1, 3, 5, 7))
+    priority = {1: 0, 3: 50, 5: 0, 7: 50}
+    candidates = [Candidate(f"busy-{i}", worker(i), {GPU: 8}, p, 1.0) for i, p in priority.items()]
+    tree = replace(job(slice_("slices-0"), slice_("slices-1")), mode="preferred")
+    assert isinstance(decide_composite(crowded, tree), CompositeReject)
+    preemption = choose_composite_victims(crowded, tree, 100, candidates)
+    assert preemption is not None and len(preemption.victims) == 2
+    assert preemption.victims in (("busy-1", "busy-3"), ("busy-5", "busy-7"))
+    roomy = replace(tree, mode="required")
+    assert choose_composite_victims(crowded, roomy, 100, candidates) == preemption

@@ -15,7 +15,7 @@ from typing import Any
 from phalanx.api import keys
 from phalanx.api.builders import build_sliced_objects
 from phalanx.api.job_layout import REQUIRED, JobLayout
-from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.api.status import PodGroupStatus
 from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit
 from phalanx.controller.kinds.common import (
     announce_once,
@@ -125,15 +125,7 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
     if root is None:
         setup.append(CreateCompositePodGroup(composite))
         made.append(f"CompositePodGroup {composite.metadata['name']}")
-        root = CompositePodGroupRecord(
-            uid="",  # known once created; the applier fills it in where an event needs it
-            namespace=job.namespace,
-            name=str(composite.metadata["name"]),
-            owner_uid=job.uid,
-            generation=1,
-            spec=composite.spec,
-            status=CompositePodGroupStatus(),
-        )
+        root = CompositePodGroupRecord.to_be_made(composite, job.uid)
     leaves, created = _leaves(state, job, workload_name, groups, slices, layout.slice_size, setup)
     if created:
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")

@@ -30,7 +30,7 @@ from phalanx.api.jobset import (
 from phalanx.api.owned import Leaf as LeafShape
 from phalanx.api.owned import Owner as OwnerIdentity
 from phalanx.api.owned import build_tree
-from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.api.status import PodGroupStatus
 from phalanx.api.trainjob import KIND as TRAINJOB
 from phalanx.controller.kinds.base import (
     ClusterView,
@@ -249,6 +249,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
         priority_class_name=policy.priority_class_name,
         priority=priority,
         preemption_policy=preemption,
+        topology_mode=policy.topology_mode,
     )
     setup: list[Action] = []
     made: list[str] = []
@@ -259,16 +260,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     if root is None:
         setup.append(CreateCompositePodGroup(composite))
         made.append(f"CompositePodGroup {composite.metadata['name']}")
-        root = CompositePodGroupRecord(
-            uid="",
-            namespace=jobset.namespace,
-            name=str(composite.metadata["name"]),
-            owner_uid=jobset.uid,
-            generation=1,
-            spec=composite.spec,
-            status=CompositePodGroupStatus(),
-            owner_kind=KIND,
-        )
+        root = CompositePodGroupRecord.to_be_made(composite, jobset.uid, KIND)
     leaves = _leaves(state, policy, children, groups, str(workload.metadata["name"]), setup)
     created = sum(1 for a in setup if isinstance(a, CreatePodGroup))
     if created:

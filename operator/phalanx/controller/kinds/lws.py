@@ -32,7 +32,7 @@ from phalanx.api.lws import (
 from phalanx.api.owned import Leaf as LeafShape
 from phalanx.api.owned import Owner as OwnerIdentity
 from phalanx.api.owned import build_group, build_tree
-from phalanx.api.status import CompositePodGroupStatus, PodGroupStatus
+from phalanx.api.status import PodGroupStatus
 from phalanx.controller.kinds.base import (
     ClusterView,
     Leaf,
@@ -357,22 +357,14 @@ def _subgroup_tree(
         priority=priority,
         preemption_policy=preemption,
         suffix=suffix,
+        topology_mode=policy.topology_mode,
     )
     if state.workload is None:
         setup.append(CreateWorkload(workload))
     root = next((g for g in state.composites if g.name == composite.metadata["name"]), None)
     if root is None:
         setup.append(CreateCompositePodGroup(composite))
-        root = CompositePodGroupRecord(
-            uid="",
-            namespace=lws.namespace,
-            name=str(composite.metadata["name"]),
-            owner_uid=lws.uid,
-            generation=1,
-            spec=composite.spec,
-            status=CompositePodGroupStatus(),
-            owner_kind=KIND,
-        )
+        root = CompositePodGroupRecord.to_be_made(composite, lws.uid, KIND)
     existing = {g.name: g for g in state.pod_groups}
     leaves = []
     for (_, workers), group in zip(subgroups, groups, strict=True):

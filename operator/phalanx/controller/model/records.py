@@ -16,7 +16,7 @@ from typing import Any
 from phalanx.api import cluster_objects
 from phalanx.api import keys as names
 from phalanx.api.cluster_objects import HOSTNAME_KEY, TERMINAL_PHASES, placement_spec
-from phalanx.api.compositepodgroup import CompositePodGroupSpec
+from phalanx.api.compositepodgroup import CompositePodGroup, CompositePodGroupSpec
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUP_KIND, POD_GROUP_KIND, WORKLOAD_KIND
 from phalanx.api.job_layout import (
     COMPLETION_INDEX_LABEL,
@@ -308,6 +308,9 @@ class CompositePodGroupRecord:
     resource_version: str = field(default="", compare=False)
     created: dt.datetime | None = None  # a hand-made tree's age orders its unit
     owner_kind: str = ""  # the kind of its controlling owner ("" for none)
+    # A root's `phalanx.dev/topology-mode` (its owner's at creation): `preferred` lets the whole tree go to a
+    # wider level when no domain of its key holds it (placement/composite.py); anything else is required.
+    topology_mode: TopologyModeKind = "required"
 
     @property
     def key(self) -> str:
@@ -332,6 +335,25 @@ class CompositePodGroupRecord:
         return _topology_key(self.spec.scheduling_constraints)
 
     @classmethod
+    def to_be_made(
+        cls, composite: CompositePodGroup, owner_uid: str, owner_kind: str = ""
+    ) -> CompositePodGroupRecord:
+        """The record of a CompositePodGroup this pass creates (its uid known once created: the applier
+        fills it in where an event needs it), as the watch will show it."""
+        meta = composite.metadata
+        return cls(
+            uid="",
+            namespace=str(meta["namespace"]),
+            name=str(meta["name"]),
+            owner_uid=owner_uid,
+            generation=1,
+            spec=composite.spec,
+            status=CompositePodGroupStatus(),
+            owner_kind=owner_kind,
+            topology_mode="preferred" if group_topology_mode(meta) == "preferred" else "required",
+        )
+
+    @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> CompositePodGroupRecord:
         """Raises pydantic.ValidationError for an object our CRD schema should have refused."""
         meta = meta_of(body)
@@ -346,6 +368,7 @@ class CompositePodGroupRecord:
             status=CompositePodGroupStatus.model_validate(body.get("status") or {}),
             resource_version=str(meta.get("resourceVersion") or ""),
             created=parse_time(meta.get("creationTimestamp")),
+            topology_mode="preferred" if group_topology_mode(meta) == "preferred" else "required",
         )
 
 

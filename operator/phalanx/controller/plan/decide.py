@@ -217,6 +217,7 @@ def _composite_request(
         topology_key=g.topology_key,
         levels=levels,
         preferred_domain=g.status.last_domain,  # a restart's new pods go back there when the tree fits
+        mode=g.topology_mode,  # the root's is read (a preferred tree may go wider)
     )
 
 
@@ -263,7 +264,7 @@ def _admit_tree(
     if not everything:
         return  # min counts met by placed pods
     work.first_admission = never_admitted(root.status)
-    record = admission_of(decision.domain(root.name), everything, ctx, root.status)
+    record = admission_of(decision.domain(root.name), everything, ctx, root.status, decision.level)
     # One atomic write holds the whole tree's decision; a changed root (another writer) makes it fail.
     work.actions.append(RecordAdmission(root.ref, record, root.resource_version))
     work.admission, work.domain = record, record.domain
@@ -279,6 +280,12 @@ def _admit_tree(
         release(work, work.leaves[name], admit.assignments)
     ctx.snapshot = ctx.snapshot.assume(composite_usage(request, decision))
     where = f" in {record.domain}" if record.domain else ""
+    if decision.level is not None:  # a preferred root climbed: not what its key asked for
+        wider = f"one domain of {decision.level}" if decision.level else "anywhere"
+        where = (
+            f"{where}: no domain of {root.topology_key} had room for the whole tree, so it was placed in "
+            f"{wider} (topology mode preferred)"
+        )
     message = f"admitted {len(everything)} pod(s) of {len(decision.admits)} PodGroup(s){where}"
     work.outcome = st.Outcome(c.REASON_ADMITTED, message)
     work.actions.append(PostEvent(root.ref, "Normal", "Admitted", message))
