@@ -31,6 +31,7 @@ from testkit import (
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.kinds.lws import LwsKind
+from phalanx.controller.loop.scheduler import BIND_TIMEOUT_SECONDS as BIND_TIMEOUT
 from phalanx.controller.model.actions import (
     CreatePodGroup,
     DeletePod,
@@ -435,3 +436,31 @@ def test_a_running_lws_group_is_one_victim_of_a_higher_priority_job_taken_throug
     statuses = {a.group.name: a.status for a in result.actions if isinstance(a, PatchStatus)}
     preempting = [s.condition(c.ADMITTED) for n, s in statuses.items() if n.startswith("high")]
     assert preempting and preempting[0] is not None and preempting[0].reason == c.REASON_PREEMPTING
+
+
+def test_workers_released_long_after_the_decision_get_their_own_bind_timeout() -> None:
+    """LeaderReady: the leader took 3 minutes to become Ready, so its workers were made (and released into
+    their slots) long after the decision. The bind timeout runs from each pod's own creation: a second after
+    their release nothing is requeued; only if they stay unbound for the whole timeout is the group."""
+    lws = lws_body(leader_ready=True, annotations={"phalanx.dev/topology-key": NB})
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)]), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    slots = {a.pod: a.node for a in record.admission.assignments}
+    groups, name = made_groups(first), record.group.name
+    leader = lws_pod(
+        "serve", 0, 0, gated=False, released_to=slots["serve-0"], node=slots["serve-0"], pod_group=name
+    )
+    made = NOW + dt.timedelta(seconds=180)
+    workers = [
+        _born(
+            lws_pod("serve", 0, w, gated=False, released_to=slots[f"{name}-slot-{w}"], pod_group=name),
+            made.isoformat(),
+        )
+        for w in (1, 2, 3)
+    ]
+    for after, requeued in ((1, False), (BIND_TIMEOUT + 1, True)):
+        result = plan(
+            owner_cluster([("LeaderWorkerSet", lws)], [leader, *workers], groups=groups),
+            made + dt.timedelta(seconds=after),
+        )
+        assert bool([a for a in result.actions if isinstance(a, DeletePod)]) is requeued, after

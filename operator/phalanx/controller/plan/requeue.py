@@ -46,10 +46,18 @@ def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:
     decided = work.unit.tree.holder.status.admission
     if decided is None:
         return None
-    waited = (ctx.now - decided.admitted_at).total_seconds()
-    if waited < ctx.bind_timeout:
+    if (ctx.now - decided.admitted_at).total_seconds() < ctx.bind_timeout:
         return None
-    unbound = [p for leaf in work.leaves.values() for p in leaf.placed if p.released]
+    # Each pod from when it could be released: the decision, or its own creation if it came later (a
+    # staged unit's later pods go into their slots when they come, maybe long after the decision).
+    unbound = [
+        p
+        for leaf in work.leaves.values()
+        for p in leaf.placed
+        if p.released
+        and (ctx.now - max(decided.admitted_at, p.created or decided.admitted_at)).total_seconds()
+        >= ctx.bind_timeout
+    ]
     if not unbound:
         return None
     first = unbound[0]
