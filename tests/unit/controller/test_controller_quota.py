@@ -4,17 +4,20 @@ deterministically — `plan()` and the webhook as plain functions, through the r
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 from typing import Any
 
 import kopf
 import pytest
-from testkit import NOW, StaticContext, cluster, group_of, job_body, only, pod_body, with_status
+from test_kueue import QUEUE, workload
+from testkit import NOW, StaticContext, cluster, group_of, job_body, job_key, only, pod_body, with_status
 
 from phalanx.api import conditions as c
 from phalanx.api.conditions import Condition
 from phalanx.api.status import PodGroupStatus
-from phalanx.controller.model.actions import PostEvent, ReleasePod, ResumeJob, SuspendJob
+from phalanx.controller.model.actions import DeletePod, PostEvent, ReleasePod, ResumeJob, SuspendJob
+from phalanx.controller.model.kueue import KUEUE_WORKLOAD
 from phalanx.controller.model.quota import QUOTA_DEADLOCK, QuotaRecord, pod_quota_usage, shortfall
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.watch.webhooks import Webhooks
@@ -207,3 +210,33 @@ def test_a_gang_that_can_never_fit_its_namespaces_quota_is_refused_at_creation()
     assert f"ResourceQuota ml/gpus allows requests.{GPU} 24 in all" in str(refused.value)
     smaller = gpu_job("train", annotations={"phalanx.dev/min-count": "3"})
     hooks.gate_job(body=kopf.Body(smaller), patch=kopf.Patch())  # 3 x 8 = 24 fits
+
+
+def test_the_gang_to_requeue_is_chosen_among_all_also_when_it_is_backing_off() -> None:
+    """a, b and c deadlock on one quota; c comes last, so c gives its quota back. While c backs off (its
+    last write failed) nothing is suspended in its place: b, ranked before it, keeps its turn."""
+    gangs = [("a", 2, "09:00"), ("b", 1, "10:00"), ("c", 1, "11:00")]
+    jobs = []
+    for name, pods, at in gangs:
+        body = gpu_job(name, created=f"2026-11-30T{at}:00Z")
+        jobs.append((body, said(body, c.REASON_QUOTA_EXCEEDED), [pod_body(name, i) for i in range(pods)]))
+    state = cluster(jobs, objects=[quota(used="32")])
+    assert [s.job.name for s in only(plan(state, NOW).actions, SuspendJob)] == ["c"]
+    waiting = dataclasses.replace(state, backing_off=frozenset({job_key("c")}))
+    assert not only(plan(waiting, NOW).actions, SuspendJob)
+
+
+def test_kueue_gangs_deadlocked_on_a_quota_are_not_requeued_by_deleting_gated_pods() -> None:
+    """Two Kueue-managed Jobs hold a quota with gated pods only. Kueue owns their suspend; deleting their
+    gated pods would give nothing back (the Job controller makes them again at once). So neither is said
+    requeued: both say QuotaExceeded, pass after pass, and Phalanx deletes nothing."""
+    jobs = []
+    for name, pods, at in (("a", 3, "10:00"), ("b", 1, "11:00")):
+        body = gpu_job(name, created=f"2026-11-30T{at}:00Z")
+        body["metadata"]["labels"].update(QUEUE)
+        jobs.append((body, said(body, c.REASON_QUOTA_EXCEEDED), [pod_body(name, i) for i in range(pods)]))
+    kueue = [(KUEUE_WORKLOAD, workload("a")), (KUEUE_WORKLOAD, workload("b"))]
+    result = plan(cluster(jobs, objects=[quota()], owners=kueue), NOW)
+    assert not only(result.actions, SuspendJob) and not only(result.actions, DeletePod)
+    for body, _, _ in jobs:
+        assert admitted(result, group_of(body).name).reason == c.REASON_QUOTA_EXCEEDED

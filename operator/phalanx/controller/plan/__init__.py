@@ -52,7 +52,8 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         priority_classes=state.priority_classes,
         reported=state.reported,
     )
-    ctx.quota_deadlocks = deadlocked(units)  # gangs whose gated pods hold a quota others need
+    # Gangs whose gated pods hold a quota others need; the backing-off too (the one to requeue may be one).
+    ctx.quota_deadlocks = deadlocked(state.units)
     hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
     skip = state.skip - ctx.quota_deadlocks.keys()
     plans = []

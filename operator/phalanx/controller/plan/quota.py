@@ -42,10 +42,13 @@ def deadlocked(units: Iterable[Unit]) -> dict[str, str]:
             by_quota[quota].append(unit)
     out: dict[str, str] = {}
     for quota, members in sorted(by_quota.items()):
-        if len(members) < 2:
+        # Given back only through a suspend: a gang requeued by deleting its pods (Kueue's, whose suspend is
+        # Kueue's) holds only gated pods, which its controller would make again at once.
+        suspendable = [u for u in members if u.owner is not None and u.owner.requeue != "delete-pods"]
+        if len(members) < 2 or not suspendable:
             continue
-        last = members[-1]
-        others = ", ".join(f"{u.owner.kind}/{u.owner.ref.name}" for u in members[:-1] if u.owner)
+        last = suspendable[-1]
+        others = ", ".join(f"{u.owner.kind}/{u.owner.ref.name}" for u in members if u.owner and u is not last)
         out.setdefault(
             last.key,
             f"{QUOTA_DEADLOCK}: ResourceQuota {quota} has no room for the pods that {others} and this gang "
