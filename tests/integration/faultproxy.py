@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import ssl
 import threading
@@ -103,6 +104,7 @@ class FaultProxy:
         self._error: BaseException | None = None
         self._scripted: list[list[Any]] = []  # [method, path prefix, status, times left, Retry-After]
         self._stalls: list[tuple[str, str]] = []  # (method, path prefix) never answered
+        self._limits: list[list[Any]] = []  # [method, path prefix, seconds, window start or None, over]
         self._unstalled: asyncio.Event | None = None
         self._log: list[tuple[float, str, str, int]] = []  # (monotonic time, method, path, status)
         self._streams: dict[asyncio.Task[Any], tuple[str, web.Request]] = {}  # live watch streams
@@ -114,6 +116,14 @@ class FaultProxy:
         """Answer the next `times` requests `method` on a path starting with `prefix` with `status` (and a
         Retry-After header when given)."""
         self._scripted.append([method, prefix, status, times, retry_after])
+
+    def rate_limit(self, method: str, prefix: str, seconds: int) -> None:
+        """As a server that sheds load: the first request `method` on a path starting with `prefix` is
+        answered 429 with `Retry-After: seconds`, and so is every such request until that long has passed
+        (each told the seconds left); the first one after that goes through, and the rule is over. A client
+        that honours Retry-After is refused once (`requests` shows one 429); one that retries sooner is
+        refused again."""
+        self._limits.append([method, prefix, seconds, None, False])
 
     def stall(self, method: str, prefix: str) -> None:
         """From now on never answer requests `method` on a path starting with `prefix` (until `unstall`)."""
@@ -262,6 +272,18 @@ class FaultProxy:
         self._count("requests")
         if any(request.method == m and request.path.startswith(p) for m, p in self._stalls):
             return await self._held(request)
+        for limit in self._limits:
+            method, prefix, seconds, start, over = limit
+            if over or request.method != method or not request.path.startswith(prefix):
+                continue
+            now = time.monotonic()
+            if start is None:
+                limit[3] = start = now
+            if now - start < seconds:
+                self._note(request, 429)
+                left = str(max(1, math.ceil(seconds - (now - start))))
+                return self._fail(429, "TooManyRequests", "rate limited", "429 (rate limited)", left)
+            limit[4] = True
         for rule in self._scripted:
             method, prefix, status, left, retry_after = rule
             if left and request.method == method and request.path.startswith(prefix):
