@@ -1,18 +1,19 @@
 """Bounded API calls (issue 20 item 3), on the dev cluster through the fault proxy (faultproxy.py).
 
-- A connection that never answers: the proxy holds every release of one gang's pods without a word. Each
-  attempt ends at `--api-timeout-seconds`, the request is tried once more, then that unit backs off with a
-  Warning saying why, and the scheduling pass goes on: gangs created *after* the stall began are admitted
-  (run with DEADLINE = 3600, in effect none, this test fails: `first` is not bound after 180 s, the pass
-  waits on the silent request). None of the stalled gang's pods is released meanwhile, and once the
-  apiserver answers again it is admitted whole.
+- A connection that never answers: the proxy holds the release of one of a gang's two pods without a
+  word (the other's lands). Each attempt ends at `--api-timeout-seconds`, the request is tried once more,
+  then that unit backs off with a Warning saying why, and the scheduling pass goes on: gangs created
+  *after* the stall began are admitted (run with DEADLINE = 3600, in effect none, the test's earlier form,
+  which held every release, failed: `first` was not bound after 180 s, the pass waited on the silent
+  request), and once the apiserver answers again the gang is admitted whole. It must never be bound in part
+  meanwhile: today it is (the released pod binds), a known bug kept as a strict xfail.
 - A 429 with `Retry-After: 3` is retried once those 3 s have passed (not after the 0.1 s backoff): the proxy
   refuses every retry that comes sooner, so the release is refused exactly once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,38 +69,78 @@ def job_warnings(ns: Namespace, job: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("reason") == reason]
 
 
+class BoundInPartError(AssertionError):
+    """The stalled gang was seen bound in part: the product finding the xfail below records."""
+
+
+@pytest.mark.xfail(
+    raises=BoundInPartError,
+    strict=True,
+    reason="known product bug, found by this test: the release that lands is bound by kube-scheduler while "
+    "the other release gets no answer, so the gang runs split until the apiserver answers "
+    "(docs/reliability.md, A connection that never answers); every other assertion here fails as usual",
+)
 def test_a_request_that_never_answers_stalls_one_unit_and_the_pass_goes_on(
     ns: Namespace, behind_proxy: OperatorProcess, proxy: FaultProxy
 ) -> None:
-    prefix = f"/api/v1/namespaces/{ns.name}/pods/stuck-"
+    # Only the release of the gang's second pod (index 1) is held: the first one's lands, so the gang is
+    # released in part while the other release gets no answer.
+    prefix = f"/api/v1/namespaces/{ns.name}/pods/stuck-1-"
     proxy.stall("PATCH", prefix)
     ns.create(gpu_job("stuck", 2, labels=MANAGED))
-    wait_for("a release of stuck held by the proxy", lambda: proxy.counts().get("stalled PATCH", 0) >= 1, 90)
+    seen: list[int] = []  # how many of stuck's pods were bound, at every look during the stall
 
+    def stuck_bound() -> int:
+        count = len(bound(ns.job_pods("stuck")))
+        seen.append(count)
+        return count
+
+    def during_stall(probe: Callable[[], Any]) -> Callable[[], Any]:
+        def both() -> Any:
+            stuck_bound()
+            return probe()
+
+        return both
+
+    wait_for(
+        "a release of stuck held by the proxy",
+        during_stall(lambda: proxy.counts().get("stalled PATCH", 0) >= 1),
+        90,
+    )
     for name in ("first", "second"):  # created while a pass waits on the silent connection
         ns.create(gpu_job(name, 2, labels=MANAGED))
     for name in ("first", "second"):
-        wait_for(f"{name} bound", lambda name=name: len(bound(ns.job_pods(name))) == 2, timeout=180)
+        wait_for(
+            f"{name} bound", during_stall(lambda name=name: len(bound(ns.job_pods(name))) == 2), timeout=180
+        )
 
-    pods = ns.job_pods("stuck")
-    assert len(pods) == 2 and not bound(pods), "no pod of the stalled gang bound"
-    assert all(gated(p) and not p["spec"].get("nodeSelector") for p in pods), "none released: no partial gang"
     (warning,) = wait_for(
-        "a FailedSync warning on stuck", lambda: job_warnings(ns, "stuck", "FailedSync"), 90
+        "a FailedSync warning on stuck", during_stall(lambda: job_warnings(ns, "stuck", "FailedSync")), 90
     )
     print(warning["count"], warning["message"])
     assert f"no answer within {DEADLINE} s" in warning["message"]
     assert "retrying in" in warning["message"]
-    held = proxy.requests("PATCH", prefix)
-    assert len(held) >= 4, "each of its two releases was tried once more after its deadline"
+    wait_for(
+        "the held release tried once more after its deadline",
+        during_stall(lambda: len(proxy.requests("PATCH", prefix)) >= 2),
+        90,
+    )
     assert api_errors_without_answer(behind_proxy) >= 2
     log = behind_proxy.current_log()
     assert "scheduling pass failed" not in log
     assert f"no answer within {DEADLINE} s" in log
+    print(f"stuck's bound pods during the stall: {sorted(set(seen))}; pods {ns.where('job-name=stuck')}")
 
     proxy.unstall()
     wait_for("stuck admitted once the apiserver answers", lambda: len(bound(ns.job_pods("stuck"))) == 2, 180)
     assert len(job_warnings(ns, "stuck", "FailedSync")) == 1, "its retries counted on one Event"
+    # The gang never ran split while its other release got no answer: its released pod was rolled back
+    # (requeued) or left unbound, never bound beside a pod still gated. Checked last, so that the rest of
+    # the test holds while this is a known failure (BoundInPartError, the xfail above).
+    if 1 in seen:
+        raise BoundInPartError(
+            f"stuck was bound in part (1 of 2 pods) while the release of the other hung: {seen}"
+        )
 
 
 def test_a_429_is_retried_after_its_retry_after(
