@@ -37,7 +37,6 @@ KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 GPUS = 6  # a pod's GPUs: one pod a node, and room for a small filler beside it
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
-GRACE = 2.0  # phalanx run --node-failure-grace, so a broken gang is requeued soon
 KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
 
 
@@ -113,30 +112,19 @@ def kueue_queue(addons_cluster: ClusterState) -> Iterator[str]:
                     raise
 
 
-@pytest.fixture(scope="module")
-def phalanx_k(
-    addons_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    operator = OperatorProcess(
-        addons_cluster,
-        Path(tmp_path_factory.mktemp("operator-kueue")),
-        ["--node-failure-grace", str(GRACE)],
-        name="phalanx-kueue",
-    )
-    operator.start()
-    try:
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-
-
 @pytest.fixture
 def kns(
-    addons_cluster: ClusterState, kueue_queue: str, phalanx_k: OperatorProcess, request: pytest.FixtureRequest
+    addons_cluster: ClusterState,
+    kueue_queue: str,
+    phalanx_addons: OperatorProcess,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Namespace]:
     """A fresh namespace with a LocalQueue `lq` of the module's ClusterQueue; at the end its Jobs and their
-    Kueue Workloads are gone before the next test (their quota released)."""
+    Kueue Workloads are gone before the next test (their quota released). Phalanx is the session's one
+    operator on this cluster (`phalanx_addons`, restarted if a test stopped it): a second one beside it
+    would be a second scheduling loop on the same cluster (neither elects a leader)."""
+    if phalanx_addons.proc is None or phalanx_addons.proc.poll() is not None:
+        phalanx_addons.start()
     ns = new_namespace(addons_cluster, request.node.name)
     ns.api.request(
         "POST",
@@ -649,7 +637,7 @@ def test_a_gang_kueue_admitted_that_no_block_can_hold_is_reported_as_never_fitti
 
 
 def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
-    addons_cluster: ClusterState, kueue_queue: str, phalanx_k: OperatorProcess
+    addons_cluster: ClusterState, kueue_queue: str, phalanx_addons: OperatorProcess
 ) -> None:
     """`phalanx demo --steps kueue`: Kueue admits one gang of two queued, Phalanx places it, the other waits
     held by Kueue and runs once the first is deleted (the step's own checks; here its verdict)."""
