@@ -136,14 +136,15 @@ def check_preempt_single(upstream: Outcome, phalanx: Outcome) -> None:
 
 
 def check_preempt_all(upstream: Outcome, phalanx: Outcome) -> None:
-    # Upstream: the gang goes whole and the Job counts 4 failures; its new pods come after the Job
-    # controller's backoff (about 80 s), if within the bounded wait at all.
+    # Upstream: the gang goes whole and the Job counts 4 failures, so its new pods wait out the Job
+    # controller's backoff for them (about 80 s), if they come within the bounded wait at all. Phalanx
+    # requeues the gang whole without a failure counted (check_requeued_whole: failed 0), so no backoff
+    # holds its new pods back: that is the difference, checked on the Jobs' state rather than a stopwatch.
     victim, _ = victim_and_survivor(upstream)
     assert (victim.deleted, victim.running, victim.failed) == (4, 0, 4), upstream.line
     assert victim.new_after is None or victim.new_pending == 4, upstream.line
     ours = check_requeued_whole(phalanx)
-    assert ours.new_after is not None
-    assert victim.new_after is None or victim.new_after > ours.new_after, (upstream.line, phalanx.line)
+    assert ours.new_after is not None, phalanx.line
 
 
 def check_preempt_free_block(upstream: Outcome, phalanx: Outcome) -> None:
