@@ -27,7 +27,8 @@ fresh namespace with the same background; `verdict` compares them:
   system placing a different one (`OTHER_GANG`: which gang goes first and where it goes decide that).
 
 `tests/integration/test_differential.py` runs a few seeds in CI; `bench/differential.py` runs many and writes
-docs/differential.md. Every step waits for a state; "nothing happens" is watched with `hold`.
+docs/differential.md. Every step waits for a state; "nothing happens" is watched for HOLD_SECONDS (a gang
+Phalanx refused that is then released, bound or refused in other words is `unsteady`: `BUG`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from .kube import (
     bound,
     delete_namespace,
     gpu_job,
-    hold,
     new_namespace,
     pod_condition,
     wait_for,
@@ -76,6 +76,9 @@ PHALANX_GROUPS: Final = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/po
 UPSTREAM_GROUPS: Final = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
 PLACEMENTS_TRIED: Final = "placements are available"
 NOT_MODELLED: Final = "which Phalanx does not model"
+WAITS_FOR_BIND: Final = "to be bound first"
+"""Phalanx's words for a gang that waits until another released pod is bound (placement/constraints.py
+_unsettled): a wait, not a refusal, so not a decision to hold it to."""
 PAUSE: Final = "registry.k8s.io/pause:3.10"
 
 HOLD_SECONDS: Final = 3.0
@@ -506,7 +509,8 @@ class Observed:
 
     kind: str
     """placed | unschedulable | unsupported (Phalanx refused a field) | stuck (released, not bound) |
-    undecided (only next to a stuck gang)."""
+    undecided (only next to a stuck gang) | unsteady (Phalanx said it cannot fit, then released it, or
+    said so in other words, in a cluster that did not change)."""
     message: str = ""
     nodes: tuple[str, ...] = ()
 
@@ -750,8 +754,9 @@ def _watch(
     who: str,
 ) -> Run:
     """Wait until every gang is placed or said not to fit (`decided` gives the message); the latter then
-    watched with `hold`: nothing released or bound, the same message. Released pods that kube-scheduler
-    refuses for BIND_GRACE make their gang `stuck`."""
+    watched for HOLD_SECONDS: nothing released or bound, the same message. For Phalanx a change is the
+    outcome (`unsteady`, a BUG); upstream is watched on (it retries in a random node order). Released pods
+    that kube-scheduler refuses for BIND_GRACE make their gang `stuck`."""
     notes: list[str] = []
     deadline = time.monotonic() + DECIDE_TIMEOUT
     refused_since: float | None = None
@@ -783,24 +788,46 @@ def _watch(
             observed = [o for o in outcome if o is not None]
             waiting = [(g, o) for g, o in zip(scenario.gangs, observed, strict=True) if o.kind != "placed"]
 
-            def unchanged(waiting: list[tuple[Gang, Observed]] = waiting) -> bool:
+            def changes(waiting: list[tuple[Gang, Observed]] = waiting) -> dict[str, str]:
+                """What became of the gangs said not to fit: gang name -> what changed (empty: nothing)."""
                 groups = ns.get(groups_path)["items"]
+                changed: dict[str, str] = {}
                 for gang, o in waiting:
                     ps = ns.job_pods(gang.name)
-                    if bound(ps) or (who == "Phalanx" and any(_released(p) for p in ps)):
-                        return False
                     now = decided(gang, ps, groups)
-                    # Upstream's counts change from try to try (its node order is random): only
-                    # Phalanx's message must stay the same.
-                    if now is None or (who == "Phalanx" and now != o.message):
-                        return False
-                return True
+                    if bound(ps):
+                        changed[gang.name] = f"{len(bound(ps))} pod(s) bound after all"
+                    elif who == "Phalanx" and any(_released(p) for p in ps):
+                        changed[gang.name] = "pods released after all"
+                    elif now is None:
+                        changed[gang.name] = "no longer said not to fit"
+                    elif who == "Phalanx" and now != o.message:
+                        # Upstream's counts change from try to try (its node order is random): only
+                        # Phalanx's message must stay the same.
+                        changed[gang.name] = f"then said {now!r}"
+                return changed
 
-            try:
-                if waiting:
-                    hold(f"{who} keeps the gangs it refused waiting", unchanged, seconds=HOLD_SECONDS)
-            except AssertionError:
-                notes.append(f"{who} said {[o.message for _, o in waiting]!r}, then changed")
+            changed: dict[str, str] = {}
+            until = time.monotonic() + (HOLD_SECONDS if waiting else 0.0)
+            while not changed and time.monotonic() < until:
+                changed = changes()
+                time.sleep(0.5)
+            if changed and who == "Phalanx":
+                # A gang Phalanx refused must stay refused, with the same words, in a cluster that does
+                # not change: anything else is a failing outcome, not a note.
+                return Run(
+                    [
+                        Observed("unsteady", f"said {o.message!r}, {changed[g.name]}", o.nodes)
+                        if g.name in changed
+                        else o
+                        for g, o in zip(scenario.gangs, observed, strict=True)
+                    ],
+                    notes,
+                )
+            if changed:
+                # Upstream may place a gang it failed to place at first (it retries, in a random node
+                # order): watched on until it settles.
+                notes.append(f"{who} said {[o.message for _, o in waiting]!r}, then {changed!r}")
                 continue
             return Run(observed, notes)
         time.sleep(0.25)
@@ -827,7 +854,8 @@ def _stuck(gang: Gang, pods: list[dict[str, Any]], refusals: list[str]) -> Obser
 
 
 def _phalanx_decided(gang: Gang, pods: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str | None:
-    """Admitted=False/Unschedulable's message, once every pod exists and none is released."""
+    """Admitted=False/Unschedulable's message, once every pod exists and none is released (not one that
+    says the gang waits for another pod's binding: Phalanx decides again once it is bound)."""
     admitted = _group_condition(groups, gang.name, "Admitted")
     if (
         len(pods) == gang.count
@@ -835,6 +863,7 @@ def _phalanx_decided(gang: Gang, pods: list[dict[str, Any]], groups: list[dict[s
         and admitted
         and admitted["status"] == "False"
         and admitted["reason"] == "Unschedulable"
+        and WAITS_FOR_BIND not in admitted["message"]
     ):
         return str(admitted["message"])
     return None
@@ -864,7 +893,7 @@ def verdict(phalanx: Run, upstream: Run) -> str:
     disagreement: otherwise Phalanx decided the refused gang beside the other's pods, which upstream may
     have put elsewhere or not placed (the order and the nodes of the first gang decide the second)."""
     kinds = {o.kind for o in phalanx.gangs}
-    if kinds & {"stuck", "undecided"}:
+    if kinds & {"stuck", "undecided", "unsteady"}:
         return BUG
     if "unsupported" in kinds:
         return UNSUPPORTED

@@ -104,6 +104,8 @@ def _run(*kinds: str) -> Run:
         (("unschedulable", "unschedulable"), ("unschedulable", "placed"), DISAGREE),
         (("placed", "stuck"), ("placed", "placed"), BUG),
         (("placed", "undecided"), ("placed", "placed"), BUG),
+        (("unsteady",), ("unschedulable",), BUG),
+        (("placed", "unsteady"), ("placed", "unschedulable"), BUG),
     ],
 )
 def test_the_verdict(ours: tuple[str, ...], theirs: tuple[str, ...], expected: str) -> None:
