@@ -41,6 +41,7 @@ from phalanx.controller.model.actions import (
     ReleasePod,
     SuspendJob,
 )
+from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
@@ -464,3 +465,31 @@ def test_workers_released_long_after_the_decision_get_their_own_bind_timeout() -
             made + dt.timedelta(seconds=after),
         )
         assert bool([a for a in result.actions if isinstance(a, DeletePod)]) is requeued, after
+
+
+def test_an_lws_pod_labelled_into_a_hand_made_group_stays_its_lws_groups() -> None:
+    """A template's `phalanx.dev/pod-group` label is refused at creation; an LWS made around the webhook
+    with one still has its pods in its own group only: one unit, each pod released once (a hand-made
+    group of that name would otherwise claim them too, and both would place them)."""
+    labelled = lws_body(replicas=1, size=2, gated=False)
+    labelled["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] = {
+        "labels": {"phalanx.dev/pod-group": "shared"}
+    }
+    with pytest.raises(
+        kopf.AdmissionError, match=r"workerTemplate\.metadata\.labels\[phalanx\.dev/pod-group\]"
+    ):
+        Webhooks(StaticContext()).gate_owner(LwsKind())(body=kopf.Body(labelled), patch=kopf.Patch())
+    shared = PodGroupRecord.from_body(
+        {
+            "metadata": {"name": "shared", "namespace": "ml", "uid": "uid-shared"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        }
+    )
+    pods = [lws_pod("serve", 0, w) for w in range(2)]
+    for body in pods:
+        body["metadata"]["labels"]["phalanx.dev/pod-group"] = "shared"
+    result = plan(
+        owner_cluster([("LeaderWorkerSet", lws_body(replicas=1, size=2))], pods, groups=[shared]), NOW
+    )
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert sorted(released) == ["serve-0", "serve-0-1"]

@@ -121,6 +121,8 @@ class Webhooks:
             # Whether or not the templates still need the gate: YAML re-applied from `kubectl get -o yaml`
             # carries it already, and its pods are held all the same.
             problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+            # A pod template's `phalanx.dev/pod-group` label would make its pods join a hand-made group too.
+            problems += template_key_problems(body.get("spec"), kind.name)
             problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
             problems += self._dra_problems(body, str(body.get("kind") or "object"))
             if problems:
