@@ -37,7 +37,7 @@ from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
 from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
-from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
+from phalanx.controller.plan.requeue import pods_cannot_come, requeue, requeue_if_broken, stranded
 from phalanx.controller.plan.staging import placeholders
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
 
@@ -123,6 +123,8 @@ def place(work: UnitWork, ctx: Pass) -> None:
         requeue(work, why, "unbindable")
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):
+        if never_coming := pods_cannot_come(work):
+            requeue_if_broken(work, ctx, never_coming)
         return
     if _blocked_by_gates(work) or finish(work, ctx):
         return
