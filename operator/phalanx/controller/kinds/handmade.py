@@ -3,9 +3,9 @@ by hand or by another controller), and the pods that join them by the `phalanx.d
 
 A tree rooted at a CompositePodGroup (its child CompositePodGroups and PodGroups found by
 `parentCompositePodGroupName` in its namespace) is one unit; so is a standalone PodGroup. A group whose
-parent does not exist (yet), or whose parents form a cycle, is in no tree: its pods stay gated, and it says why
-(a Warning, once; so does the root of a tree too large to place). These units have no owner: nothing Phalanx
-knows would recreate their pods, so they are never preemption victims; broken (a member lost with its
+parent does not exist (yet), or whose parents form a cycle, is in no tree: its pods stay gated, and it says
+why (a Warning, once; so does the root of a tree too large to place). These units have no owner: nothing
+Phalanx knows would recreate their pods, so they are never preemption victims; broken (a member lost with its
 node, released pods that cannot bind) they are requeued whole by deleting their pods (plan/requeue.py),
 and they preempt like any gang of their pods' priority (plan/preempt.py).
 """
