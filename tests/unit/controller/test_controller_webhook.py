@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from typing import Any
 
@@ -284,3 +285,99 @@ def test_the_slice_key_warning_follows_the_nodes_labels() -> None:
     body["metadata"]["labels"][LB] = "lb-a1"
     ctx.cache.upsert("Node", body)
     assert said() == []
+
+
+# ---------------------------------------------------------------------- edits of the managed label
+def _review(webhook: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The answer to an UPDATE review, through the registered label filter (watch/review.py, as Kopf)."""
+    from phalanx.controller.watch.registry import reviewers
+    from phalanx.controller.watch.review import answer
+
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "operation": "UPDATE",
+            "object": new,
+            "oldObject": old,
+            "userInfo": {"username": "alice"},
+        },
+    }
+    answered = asyncio.run(answer(review, reviewers(StaticContext())[webhook]))
+    assert answered is not None
+    response: dict[str, Any] = answered["response"]
+    return response
+
+
+def _labelled(body: dict[str, Any], value: str | None) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    labels = out["metadata"].setdefault("labels", {})
+    labels.pop("phalanx.dev/managed", None)
+    if value is not None:
+        labels["phalanx.dev/managed"] = value
+    return out
+
+
+def _owner_bodies() -> dict[str, dict[str, Any]]:
+    from testkit import jobset_body, lws_body
+
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "llm", "namespace": "ml", "uid": "uid-tj", "labels": {}, "annotations": {}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    return {
+        "validate-job": dict(job()),
+        "validate-jobset": jobset_body(),
+        "validate-leaderworkerset": lws_body(),
+        "validate-trainjob": trainjob,
+    }
+
+
+BAD_VALUE = 'metadata.labels[phalanx.dev/managed]: "{}" is not one of true, false'
+
+
+@pytest.mark.parametrize(
+    ("webhook", "before", "after", "refused"),
+    [
+        # A misspelt value mid-admission would make plan() let go of the gang: refused, as at creation.
+        ("validate-job", "true", "True", BAD_VALUE.format("True")),
+        ("validate-job", "true", "yes", BAD_VALUE.format("yes")),
+        ("validate-jobset", "true", "True", BAD_VALUE.format("True")),
+        ("validate-leaderworkerset", "true", "yes", BAD_VALUE.format("yes")),
+        ("validate-leaderworkerset", "true", "TRUE", BAD_VALUE.format("TRUE")),
+        ("validate-trainjob", "true", "True", BAD_VALUE.format("True")),
+        ("validate-job", "false", "ture", BAD_VALUE.format("ture")),
+        # Leaving Phalanx stays allowed: false, or no label.
+        ("validate-job", "true", "false", None),
+        ("validate-job", "true", None, None),
+        ("validate-jobset", "true", "false", None),
+        ("validate-leaderworkerset", "true", "false", None),
+        ("validate-leaderworkerset", "true", None, None),
+        ("validate-trainjob", "true", None, None),
+        # A value it already had (made around the webhook) does not block its other edits.
+        ("validate-job", "True", "True", None),
+        ("validate-leaderworkerset", "yes", "yes", None),
+        # Fixing it is an edit like any other.
+        ("validate-job", "True", "true", None),
+    ],
+)
+def test_an_edit_of_the_managed_label_to_a_value_other_than_true_or_false_is_refused(
+    webhook: str, before: str | None, after: str | None, refused: str | None
+) -> None:
+    body = _owner_bodies()[webhook]
+    response = _review(webhook, _labelled(body, before), _labelled(body, after))
+    if refused is None:
+        assert response["allowed"] is True, response
+    else:
+        assert response["allowed"] is False and response["status"]["message"].startswith(refused), response
+
+
+def test_a_job_labelled_false_is_left_alone_in_an_edit_as_at_its_creation() -> None:
+    """false opts out in so many words: gate-job does not read its annotations, nor does validate-job."""
+    old = _labelled(dict(job()), "false")
+    new = _labelled(dict(job({"phalanx.dev/min-cont": "2"})), "false")
+    assert _review("validate-job", old, new)["allowed"] is True
+    assert _review("validate-job", _labelled(old, "true"), _labelled(new, "true"))["allowed"] is False

@@ -117,13 +117,15 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
             True, jobs, WEBHOOK_ID, ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, hooks.gate_job
         ),
         # Fails open: an operator outage must not block suspend, scale or label edits of running Jobs; the
-        # loop reports a bad edit with an event if one slips through.
+        # loop reports a bad edit with an event if one slips through. Any value of the label, as at
+        # creation: an edit from true to a misspelt value ("True", "yes") is refused, not taken as opting
+        # out mid-admission; removing the label (not selected) or false is how a Job leaves Phalanx.
         _Hook(
             False,
             jobs,
             VALIDATE_ID,
             ("UPDATE",),
-            {names.MANAGED_LABEL: "true"},
+            {names.MANAGED_LABEL: kopf.PRESENT},
             True,
             hooks.validate_job_update,
         ),
@@ -178,7 +180,8 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
 
 def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
     """For each owner kind with a webhook of its own (kinds.OWNER_KINDS: a JobSet), a gate at creation that
-    fails closed and an edit check that fails open, both only for objects carrying the managed label."""
+    fails closed and an edit check that fails open, both for objects carrying the managed label with any
+    value (a misspelt one is refused, at creation as in an edit)."""
     out: list[_Hook] = []
     for kind in OWNER_KINDS:
         if not isinstance(kind, AdmittingKind):
@@ -201,7 +204,7 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
                 r,
                 f"validate-{name}",
                 ("UPDATE",),
-                {names.MANAGED_LABEL: "true"},
+                {names.MANAGED_LABEL: kopf.PRESENT},
                 True,
                 hooks.validate_owner(kind),
             )

@@ -30,7 +30,13 @@ from phalanx.api.admission_checks import (
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import POD_GROUPS, TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.job_policy import (
+    JobPolicy,
+    JobPolicyError,
+    key_problems,
+    managed_label_problem,
+    parse_job_policy,
+)
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
@@ -134,11 +140,12 @@ class Webhooks:
         """The UPDATE handler of an owner kind: what an edit of a managed object may not change."""
 
         def validate(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+            _refuse_a_bad_managed_value(old, body)
             if old is None:
                 return
             labels = mapping(mapping(body.get("metadata")).get("labels"))
             if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
-                return  # released from Phalanx: its annotations no longer matter
+                return  # released from Phalanx (false): its annotations no longer matter
             problems = kind.update_problems(old, body)
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
@@ -245,13 +252,14 @@ class Webhooks:
         Only what the edit adds is refused: a Job that was already wrong (created around the webhook, or
         before a check existed) still takes Phalanx's own writes (suspend, resume) and the user's fixes.
         """
+        _refuse_a_bad_managed_value(old, body)
+        labels = mapping(mapping(body.get("metadata")).get("labels"))
+        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+            return  # released from Phalanx (false): its annotations no longer matter
         known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
         added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
         if added:
             raise kopf.AdmissionError("; ".join(added), code=422)
-        labels = mapping(mapping(body.get("metadata")).get("labels"))
-        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
-            return  # released from Phalanx: its annotations no longer matter
         old_policy = old_layout = None
         old_problems: set[str] = set()
         if old is not None:
@@ -426,6 +434,15 @@ class Webhooks:
         problems = label_conflicts(name, levels, others)
         if problems:
             raise kopf.AdmissionError(f"Topology {name}: " + "; ".join(problems), code=422)
+
+
+def _refuse_a_bad_managed_value(old: kopf.Body | None, new: kopf.Body) -> None:
+    """An edit setting the managed label to anything but true or false is refused, as at creation: plan()
+    would read "True" or "yes" as not managed and let go of the gang mid-admission (its pods ungated, its
+    PodGroup deleted). Removing the label, or false, is how an owner leaves Phalanx, and stays allowed."""
+    problem = managed_label_problem(old, new)
+    if problem:
+        raise kopf.AdmissionError(problem, code=422)
 
 
 def _text(value: int | None) -> str | None:
