@@ -116,7 +116,18 @@ def job(**changes: Any) -> dict[str, Any]:
     return body
 
 
+def pod_group(min_count: int, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "serve-0", "namespace": "ml", "labels": labels},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
 JOBS = ("batch", "v1", "jobs")
+POD_GROUPS = ("scheduling.phalanx.dev", "v1beta1", "podgroups")
+OWNED = {"phalanx.dev/owner-uid": "uid-lws", "phalanx.dev/owner-kind": "LeaderWorkerSet"}
 CASES = [
     ("gate-job", request(JOBS, "CREATE", job())),
     ("gate-job", request(JOBS, "CREATE", job(metadata__annotations={keys.POLICY_ANNOTATION: "nonsense"}))),
@@ -126,6 +137,9 @@ CASES = [
     ("validate-job", request(JOBS, "UPDATE", job(spec__parallelism=2), job())),
     ("validate-job", request(JOBS, "UPDATE", job(), job())),
     ("validate-job", request(JOBS, "UPDATE", job(metadata__labels={}), job())),  # the label filter
+    ("validate-job", request(JOBS, "UPDATE", job(metadata__labels={keys.MANAGED_LABEL: "True"}), job())),
+    ("validate-podgroup", request(POD_GROUPS, "UPDATE", pod_group(1, OWNED), pod_group(4, OWNED))),
+    ("validate-podgroup", request(POD_GROUPS, "UPDATE", pod_group(1, {}), pod_group(4, {}))),  # hand-made
 ]
 
 

@@ -288,7 +288,9 @@ def test_the_slice_key_warning_follows_the_nodes_labels() -> None:
 
 
 # ---------------------------------------------------------------------- edits of the managed label
-def _review(webhook: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def _review(
+    webhook: str, old: dict[str, Any], new: dict[str, Any], ctx: StaticContext | None = None
+) -> dict[str, Any]:
     """The answer to an UPDATE review, through the registered label filter (watch/review.py, as Kopf)."""
     from phalanx.controller.watch.registry import reviewers
     from phalanx.controller.watch.review import answer
@@ -304,7 +306,7 @@ def _review(webhook: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str,
             "userInfo": {"username": "alice"},
         },
     }
-    answered = asyncio.run(answer(review, reviewers(StaticContext())[webhook]))
+    answered = asyncio.run(answer(review, reviewers(ctx or StaticContext())[webhook]))
     assert answered is not None
     response: dict[str, Any] = answered["response"]
     return response
@@ -381,3 +383,107 @@ def test_a_job_labelled_false_is_left_alone_in_an_edit_as_at_its_creation() -> N
     new = _labelled(dict(job({"phalanx.dev/min-cont": "2"})), "false")
     assert _review("validate-job", old, new)["allowed"] is True
     assert _review("validate-job", _labelled(old, "true"), _labelled(new, "true"))["allowed"] is False
+
+
+# ---------------------------------------------------------------------- edits of the PodGroups Phalanx made
+def _made_groups() -> dict[str, dict[str, Any]]:
+    """A PodGroup as Phalanx makes it for each kind of owner (api/builders.py, api/owned.py)."""
+    from testkit import job_body
+
+    from phalanx.api.builders import build_pod_group
+    from phalanx.api.job_policy import parse_job_policy
+    from phalanx.api.owned import Leaf, Owner, build_group, build_tree
+
+    train = job_body("train", 4)
+    plain = build_pod_group(train, "train-wl", parse_job_policy(train), None, workload_uid="wl-uid")
+    lws = Owner("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ml", "serve", "uid-lws-serve")
+    _, lws_group = build_group(lws, "0-r1", 4, topology_key=None, priority_class_name=None, priority=None)
+    tree = {"topology_key": None, "leaf_topology_key": None, "priority_class_name": None, "priority": None}
+    _, _, (subgroup, _) = build_tree(lws, [Leaf("s0", 2, "subgroup"), Leaf("s1", 2, "subgroup")], **tree)
+    jobset = Owner("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "train", "uid-js-train")
+    _, _, (child,) = build_tree(jobset, [Leaf("workers-0", 4, "workers")], **tree)
+    of_trainjob = Owner("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "llm", "uid-js-llm", "TrainJob/llm")
+    _, _, (trainer,) = build_tree(of_trainjob, [Leaf("node-0", 4, "node")], **tree)
+    bodies = {
+        "Job": plain,
+        "LeaderWorkerSet": lws_group.to_api(),
+        "LeaderWorkerSet subgroup": subgroup.to_api(),
+        "JobSet": child.to_api(),
+        "TrainJob": trainer.to_api(),
+    }
+    hand_made = copy.deepcopy(bodies["LeaderWorkerSet"])
+    hand_made["metadata"] = {"name": "mine", "namespace": "ml"}
+    bodies["hand-made"] = hand_made
+    return bodies
+
+
+def _min_count(body: dict[str, Any], count: int) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    out["spec"]["schedulingPolicy"]["gang"]["minCount"] = count
+    return out
+
+
+def _unlabelled(body: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    out["metadata"]["labels"] = {}
+    return out
+
+
+MIN_COUNT = "spec.schedulingPolicy.gang.minCount: PodGroup "
+FOLLOWS_JOB = "follows its Job train: set the Job's phalanx.dev/min-count annotation (or its parallelism)"
+
+
+def _made_for(owner: str) -> str:
+    kind = owner.partition("/")[0]
+    return f"was made by Phalanx for {owner} and follows it: its gang size comes from the {kind}'s spec"
+
+
+@pytest.mark.parametrize(
+    ("group", "edit", "refused", "said"),
+    [
+        # A plain Job's PodGroup: only minCount, and only to the Job's (2, its min-count annotation).
+        ("Job", lambda b: _min_count(b, 2), None, ""),
+        ("Job", lambda b: _min_count(b, 1), MIN_COUNT + "train-", FOLLOWS_JOB),
+        (
+            "Job",
+            lambda b: {**b, "spec": {**b["spec"], "priority": 5}},
+            "spec.priority: PodGroup ",
+            FOLLOWS_JOB,
+        ),
+        # The groups of the other owner kinds: their gang sizes come from the owner's spec.
+        ("LeaderWorkerSet", lambda b: _min_count(b, 1), MIN_COUNT, _made_for("LeaderWorkerSet/serve")),
+        (
+            "LeaderWorkerSet",
+            lambda b: _unlabelled(_min_count(b, 1)),
+            MIN_COUNT,
+            _made_for("LeaderWorkerSet/serve"),
+        ),
+        (
+            "LeaderWorkerSet subgroup",
+            lambda b: _min_count(b, 1),
+            MIN_COUNT,
+            _made_for("LeaderWorkerSet/serve"),
+        ),
+        ("JobSet", lambda b: _min_count(b, 1), MIN_COUNT, _made_for("JobSet/train")),
+        ("TrainJob", lambda b: _min_count(b, 2), MIN_COUNT, _made_for("TrainJob/llm")),
+        # What stays allowed: metadata edits of Phalanx's groups, any edit of a hand-made one.
+        ("LeaderWorkerSet", lambda b: {**b, "metadata": {**b["metadata"], "finalizers": ["x"]}}, None, ""),
+        ("hand-made", lambda b: _min_count(b, 1), None, ""),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " not in v.strip() else None,
+)
+def test_the_spec_of_a_pod_group_phalanx_made_follows_its_owner_whatever_its_kind(
+    group: str, edit: Any, refused: str | None, said: str
+) -> None:
+    from testkit import job_body
+
+    ctx = StaticContext()
+    ctx.cache.upsert("Job", job_body("train", 4, annotations={"phalanx.dev/min-count": "2"}))
+    old = _made_groups()[group]
+    response = _review("validate-podgroup", old, edit(old), ctx)
+    if refused is None:
+        assert response["allowed"] is True, response
+        return
+    assert response["allowed"] is False, response
+    message = response["status"]["message"]
+    assert message.startswith(refused) and said in message, message

@@ -129,14 +129,18 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
             True,
             hooks.validate_job_update,
         ),
-        # Groups made for Jobs (hand-made ones stay editable). Fails open, as for Jobs: with Phalanx away,
-        # garbage collection's metadata updates must not block; the loop puts the gang size back first.
+        # Every PodGroup: the handler refuses spec edits of those Phalanx made, for a Job (labelled with
+        # its uid) or for any other owner kind (labelled with the owner's uid), and lets hand-made ones
+        # pass. No label selector: one cannot say "either label", and a selector on one of them left the
+        # groups of JobSets, LeaderWorkerSets and TrainJobs editable. Fails open, as for Jobs: with Phalanx
+        # away, garbage collection's metadata updates must not block; the loop puts a Job's gang size back
+        # and schedules the other owners' groups with the size their spec gives (kinds/).
         _Hook(
             False,
             Resource(GROUP, VERSION, POD_GROUPS),
             VALIDATE_POD_GROUP_ID,
             ("UPDATE",),
-            {names.JOB_UID_LABEL: kopf.PRESENT},
+            None,
             True,
             hooks.validate_pod_group_update,
         ),

@@ -38,6 +38,7 @@ from phalanx.api.job_policy import (
     parse_job_policy,
 )
 from phalanx.api.naming import pod_group_label_value
+from phalanx.api.owned import OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
@@ -310,23 +311,44 @@ class Webhooks:
             raise kopf.AdmissionError("; ".join(changed), code=422)
 
     def validate_pod_group_update(self, body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
-        """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the
-        Job's."""
+        """The spec of a PodGroup Phalanx made follows its owner, whatever the owner's kind. A plain Job's
+        PodGroup may only have its minCount become the Job's (upstream's one mutable field, which Phalanx
+        keeps in step with the Job); the groups of a JobSet, LeaderWorkerSet or TrainJob take their gang
+        sizes from the owner's spec, fixed while Phalanx manages it, so no spec change passes. PodGroups
+        made by hand (without the labels) stay editable."""
         new_spec, old_spec = mapping(body.get("spec")), mapping(old.get("spec") if old is not None else None)
         if old is None or dict(new_spec) == dict(old_spec):
             return
-        meta = mapping(body.get("metadata"))
-        labels = mapping(meta.get("labels"))
+        # Phalanx's labels as it made them: an edit that also drops them is still an edit of its group.
+        labels = {**mapping(mapping(body.get("metadata")).get("labels"))}
+        labels.update(mapping(mapping(old.get("metadata")).get("labels")))
         job_uid = str(labels.get(names.JOB_UID_LABEL) or "")
-        job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
-        job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
-        wanted = job.policy.min_count if job is not None and job.policy is not None else None
-        if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
-            return
+        owner_uid = str(labels.get(OWNER_UID_LABEL) or "")
+        if not job_uid and not owner_uid:
+            return  # made by hand
+        meta = mapping(body.get("metadata"))
+        fields = ", ".join(_changed_fields(old.get("spec"), body.get("spec"), "spec"))
+        if job_uid:
+            job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
+            job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
+            wanted = job.policy.min_count if job is not None and job.policy is not None else None
+            if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
+                return
+            raise kopf.AdmissionError(
+                f"{fields}: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
+                f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; "
+                "the other settings are fixed at the Job's creation (PodGroups made by hand, without a Job, "
+                "stay editable)",
+                code=422,
+            )
+        annotations = mapping(meta.get("annotations"))
+        kind = str(labels.get(OWNER_KIND_LABEL) or "owner")
+        owner = str(annotations.get(names.OWNER_ANNOTATION) or f"{kind}/{labels.get(OWNER_NAME_LABEL)}")
+        shown = owner.partition("/")[0] or kind
         raise kopf.AdmissionError(
-            f"spec: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
-            f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; the "
-            "other settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay "
+            f"{fields}: PodGroup {meta.get('name')} was made by Phalanx for {owner} and follows it: its "
+            f"gang size comes from the {shown}'s spec and, with the rest of its spec, is fixed while "
+            f"Phalanx manages the {shown}; recreate the {shown} to change it (PodGroups made by hand stay "
             "editable)",
             code=422,
         )
@@ -447,6 +469,15 @@ def _refuse_a_bad_managed_value(old: kopf.Body | None, new: kopf.Body) -> None:
 
 def _text(value: int | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _changed_fields(old: Any, new: Any, path: str) -> list[str]:
+    """The paths at which `new` differs from `old` (`spec.schedulingPolicy.gang.minCount`), objects walked
+    key by key, anything else (a list included) compared whole."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = [*old, *(k for k in new if k not in old)]
+        return [f for k in keys for f in _changed_fields(old.get(k), new.get(k), f"{path}.{k}")]
+    return [] if old == new else [path]
 
 
 def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:
