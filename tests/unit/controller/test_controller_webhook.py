@@ -390,7 +390,8 @@ def _made_groups() -> dict[str, dict[str, Any]]:
     """A PodGroup as Phalanx makes it for each kind of owner (api/builders.py, api/owned.py)."""
     from testkit import job_body
 
-    from phalanx.api.builders import build_pod_group
+    from phalanx.api.builders import build_pod_group, build_sliced_objects
+    from phalanx.api.job_layout import parse_job_layout
     from phalanx.api.job_policy import parse_job_policy
     from phalanx.api.owned import Leaf, Owner, build_group, build_tree
 
@@ -404,8 +405,12 @@ def _made_groups() -> dict[str, dict[str, Any]]:
     _, _, (child,) = build_tree(jobset, [Leaf("workers-0", 4, "workers")], **tree)
     of_trainjob = Owner("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "llm", "uid-js-llm", "TrainJob/llm")
     _, _, (trainer,) = build_tree(of_trainjob, [Leaf("node-0", 4, "node")], **tree)
+    sliced = job_body("sliced", 4, annotations=SLICED, indexed=True)
+    sliced_policy = parse_job_policy(sliced)
+    _, _, slices = build_sliced_objects(sliced, sliced_policy, parse_job_layout(sliced, sliced_policy), None)
     bodies = {
         "Job": plain,
+        "Job slice": slices[0].to_api(),
         "LeaderWorkerSet": lws_group.to_api(),
         "LeaderWorkerSet subgroup": subgroup.to_api(),
         "JobSet": child.to_api(),
@@ -430,6 +435,7 @@ def _unlabelled(body: dict[str, Any]) -> dict[str, Any]:
 
 
 MIN_COUNT = "spec.schedulingPolicy.gang.minCount: PodGroup "
+SLICE = "is a slice of the sliced Job sliced: its size (the Job's phalanx.dev/slice-size) and the rest"
 FOLLOWS_JOB = "follows its Job train: set the Job's phalanx.dev/min-count annotation (or its parallelism)"
 
 
@@ -450,6 +456,9 @@ def _made_for(owner: str) -> str:
             "spec.priority: PodGroup ",
             FOLLOWS_JOB,
         ),
+        # A sliced Job's slice: its minCount is the slice size (2), never the Job's min-count (4).
+        ("Job slice", lambda b: _min_count(b, 4), MIN_COUNT + "sliced-", SLICE),
+        ("Job slice", lambda b: _min_count(b, 1), MIN_COUNT + "sliced-", SLICE),
         # The groups of the other owner kinds: their gang sizes come from the owner's spec.
         ("LeaderWorkerSet", lambda b: _min_count(b, 1), MIN_COUNT, _made_for("LeaderWorkerSet/serve")),
         (
@@ -479,6 +488,7 @@ def test_the_spec_of_a_pod_group_phalanx_made_follows_its_owner_whatever_its_kin
 
     ctx = StaticContext()
     ctx.cache.upsert("Job", job_body("train", 4, annotations={"phalanx.dev/min-count": "2"}))
+    ctx.cache.upsert("Job", job_body("sliced", 4, annotations=SLICED, indexed=True))
     old = _made_groups()[group]
     response = _review("validate-podgroup", old, edit(old), ctx)
     if refused is None:
@@ -487,3 +497,21 @@ def test_the_spec_of_a_pod_group_phalanx_made_follows_its_owner_whatever_its_kin
     assert response["allowed"] is False, response
     message = response["status"]["message"]
     assert message.startswith(refused) and said in message, message
+
+
+def test_no_field_of_a_composite_pod_groups_spec_can_change_so_no_webhook_guards_them() -> None:
+    """The CompositePodGroups Phalanx makes (a sliced Job's, a JobSet's, a LeaderWorkerSet's) need no
+    validating webhook: the CRD refuses every change of their spec (upstream freezes the whole policy,
+    minGroupCount included). Should a field become mutable, a webhook would have to refuse its edits on
+    Phalanx's composites, as validate-podgroup does on its PodGroups."""
+    from pathlib import Path
+
+    import yaml
+
+    crd = yaml.safe_load(
+        (Path(__file__).parents[3] / "crds" / "scheduling.phalanx.dev_compositepodgroups.yaml").read_text()
+    )
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    frozen = {r["message"].removesuffix(" is immutable") for r in spec["x-kubernetes-validations"]}
+    assert set(spec["properties"]) <= frozen, set(spec["properties"]) - frozen

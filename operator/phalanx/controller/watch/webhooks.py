@@ -313,9 +313,10 @@ class Webhooks:
     def validate_pod_group_update(self, body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
         """The spec of a PodGroup Phalanx made follows its owner, whatever the owner's kind. A plain Job's
         PodGroup may only have its minCount become the Job's (upstream's one mutable field, which Phalanx
-        keeps in step with the Job); the groups of a JobSet, LeaderWorkerSet or TrainJob take their gang
-        sizes from the owner's spec, fixed while Phalanx manages it, so no spec change passes. PodGroups
-        made by hand (without the labels) stay editable."""
+        keeps in step with the Job); a sliced Job's slices are fixed at its creation; the groups of a
+        JobSet, LeaderWorkerSet or TrainJob take their gang sizes from the owner's spec, fixed while
+        Phalanx manages it, so no spec change passes. PodGroups made by hand (without the labels) stay
+        editable."""
         new_spec, old_spec = mapping(body.get("spec")), mapping(old.get("spec") if old is not None else None)
         if old is None or dict(new_spec) == dict(old_spec):
             return
@@ -330,6 +331,15 @@ class Webhooks:
         fields = ", ".join(_changed_fields(old.get("spec"), body.get("spec"), "spec"))
         if job_uid:
             job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
+            if old_spec.get("parentCompositePodGroupName") or new_spec.get("parentCompositePodGroupName"):
+                # A slice of a sliced Job: its minCount is the slice size, which the plan reads back from
+                # the slices (job_slices.kept_slices), never the Job's min-count; nothing in it may change.
+                raise kopf.AdmissionError(
+                    f"{fields}: PodGroup {meta.get('name')} is a slice of the sliced Job {job_name}: its "
+                    f"size (the Job's {names.SLICE_SIZE_ANNOTATION}) and the rest of its spec are fixed at "
+                    "the Job's creation; recreate the Job to change its slices",
+                    code=422,
+                )
             job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
             wanted = job.policy.min_count if job is not None and job.policy is not None else None
             if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
