@@ -464,3 +464,69 @@ def test_workers_released_long_after_the_decision_get_their_own_bind_timeout() -
             made + dt.timedelta(seconds=after),
         )
         assert bool([a for a in result.actions if isinstance(a, DeletePod)]) is requeued, after
+
+
+# ---------------------------------------------------------------------- minCount edited around the webhook
+def _edited(groups: list[Any], min_counts: dict[str, int]) -> list[Any]:
+    """The groups, with the minCount of those whose name ends in a key set as if edited by hand."""
+    import dataclasses
+
+    from phalanx.api.scheduling import SchedulingPolicy
+    from phalanx.controller.model.records import PodGroupRecord
+
+    out = []
+    for g in groups:
+        count = next((n for end, n in min_counts.items() if g.name.endswith(end)), None)
+        if isinstance(g, PodGroupRecord) and count is not None:
+            g = dataclasses.replace(
+                g, spec=g.spec.model_copy(update={"scheduling_policy": SchedulingPolicy.of_gang(count)})
+            )
+        out.append(g)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("subgroup_size", "edits", "free", "released", "ignored"),
+    [
+        # Size 4, minCount edited to 1 (validate-podgroup fails open): one free node places nobody.
+        (
+            None,
+            {"-0-r1": 1},
+            1,
+            0,
+            ["-0-r1: spec.schedulingPolicy.gang.minCount 1 differs from 4"],
+        ),
+        (
+            None,
+            {"-0-r1": 1},
+            8,
+            4,
+            ["-0-r1: spec.schedulingPolicy.gang.minCount 1 differs from 4"],
+        ),
+        (None, {"-0-r1": 4}, 1, 0, []),  # the size it was made with: nothing to say
+        # With subgroups of 2, each subgroup's PodGroup keeps 2.
+        (2, {"-s0": 1}, 1, 0, ["-s0: spec.schedulingPolicy.gang.minCount 1 differs from 2"]),
+        (2, {"-s0": 1, "-s1": 1}, 8, 4, ["-s0: spec.schedulingPolicy", "-s1: spec.schedulingPolicy"]),
+    ],
+)
+def test_an_lws_groups_gang_size_is_its_size_whatever_its_pod_group_was_edited_to(
+    subgroup_size: int | None, edits: dict[str, int], free: int, released: int, ignored: list[str]
+) -> None:
+    lws = lws_body(replicas=1, size=4, subgroup_size=subgroup_size)
+    pods = group_pods("serve", 0, 4)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, busy=range(1, 9)), NOW)
+    groups = _edited(made_groups(first), edits)
+    result = plan(
+        owner_cluster([("LeaderWorkerSet", lws)], pods, groups=groups, busy=range(free + 1, 9)), NOW
+    )
+    assert len(releases(result)) == released
+    said = [
+        e.message for e in result.actions if isinstance(e, PostEvent) and e.reason == "ImmutableChangeIgnored"
+    ]
+    assert len(said) == len(ignored), said
+    for part, message in zip(ignored, sorted(said), strict=True):
+        assert part in message, message
+        assert message.endswith(
+            "which the LeaderWorkerSet's spec gives and Phalanx keeps (the gang sizes of a LeaderWorkerSet's "
+            "groups follow its spec; recreate the LeaderWorkerSet to change them)"
+        )

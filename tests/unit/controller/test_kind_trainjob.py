@@ -120,3 +120,31 @@ def test_bad_jobset_annotations_on_a_trainjob_are_refused_at_its_creation() -> N
         assert "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of" in str(e)
     else:
         raise AssertionError("a bad topology mode on a TrainJob was let through")
+
+
+def test_its_jobsets_gang_keeps_its_size_when_its_pod_group_was_edited_and_the_trainjob_is_told() -> None:
+    """validate-podgroup fails open: a minCount edited with Phalanx away is said on the TrainJob, not used."""
+    import dataclasses
+
+    from testkit import made_groups
+
+    from phalanx.api.scheduling import SchedulingPolicy
+    from phalanx.controller.model.records import PodGroupRecord
+
+    pods = [jobset_pod("llm", "node", 0, i) for i in range(4)]
+    owners = [("TrainJob", trainjob()), ("JobSet", its_jobset())]
+    first = plan(owner_cluster(owners, pods, busy=range(1, 9)), NOW)
+    edited = SchedulingPolicy.of_gang(1)
+    groups = [
+        dataclasses.replace(g, spec=g.spec.model_copy(update={"scheduling_policy": edited}))
+        if isinstance(g, PodGroupRecord)
+        else g
+        for g in made_groups(first)
+    ]
+    result = plan(owner_cluster(owners, pods, groups=groups, busy=range(2, 9)), NOW)
+    assert not [a for a in result.actions if isinstance(a, ReleasePod)]  # one free node: not 1 of 4
+    (said,) = [e for e in result.actions if isinstance(e, PostEvent) and e.reason == "ImmutableChangeIgnored"]
+    assert (said.involved.kind, said.involved.name) == ("TrainJob", "llm")
+    assert (
+        "spec.schedulingPolicy.gang.minCount 1 differs from 4, which the JobSet's spec gives" in said.message
+    )

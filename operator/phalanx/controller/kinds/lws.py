@@ -45,6 +45,7 @@ from phalanx.controller.kinds.base import (
 )
 from phalanx.controller.kinds.common import (
     announce_once,
+    kept_gang_size,
     let_go,
     owners_units,
     preemption_policy_of,
@@ -288,7 +289,10 @@ def _group_unit(
         if state.workload is None:
             setup.append(CreateWorkload(workload))
         record = existing.get(str(group.metadata["name"]))
-        if record is None:
+        if record is not None:
+            record, notes = kept_gang_size(record, group.spec, KIND, lws.ref, view.announced)
+            setup.extend(notes)
+        else:
             setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
             setup.append(
                 PostEvent(
@@ -307,7 +311,7 @@ def _group_unit(
         made = {record.name}
     else:
         tree, made = _subgroup_tree(
-            state, identity, policy, suffix, pods, priority, preemption, setup, template
+            state, view, identity, policy, suffix, pods, priority, preemption, setup, template
         )
     unit = Unit(
         key=unit_key(KIND, lws.namespace, lws.name, suffix),
@@ -337,6 +341,7 @@ def _planned_group(lws: LwsRecord, group: Any) -> PodGroupRecord:
 
 def _subgroup_tree(
     state: OwnerState,
+    view: ClusterView,
     identity: OwnerIdentity,
     policy: LwsPolicy,
     suffix: str,
@@ -369,7 +374,10 @@ def _subgroup_tree(
     leaves = []
     for (_, workers), group in zip(subgroups, groups, strict=True):
         record = existing.get(str(group.metadata["name"]))
-        if record is None:
+        if record is not None:
+            record, notes = kept_gang_size(record, group.spec, KIND, lws.ref, view.announced)
+            setup.extend(notes)
+        else:
             setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
             record = _planned_group(lws, group)
         members = sorted((p for p in pods if _rank(p) in workers), key=lambda p: (_rank(p), p.name))
