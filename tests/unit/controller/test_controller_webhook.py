@@ -515,3 +515,157 @@ def test_no_field_of_a_composite_pod_groups_spec_can_change_so_no_webhook_guards
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     frozen = {r["message"].removesuffix(" is immutable") for r in spec["x-kubernetes-validations"]}
     assert set(spec["properties"]) <= frozen, set(spec["properties"]) - frozen
+
+
+# ---------------------------------------------------------------------- Phalanx's gate taken off in an edit
+GATE_REMOVED = "{}.schedulingGates: phalanx.dev/admission cannot be removed while Phalanx manages the {}: "
+JOB_POD = "spec.template.spec"
+RJOB_POD = "spec.replicatedJobs[{}].template.spec.template.spec"
+WORKER = "spec.leaderWorkerTemplate.workerTemplate.spec"
+LEADER = "spec.leaderWorkerTemplate.leaderTemplate.spec"
+
+
+def _spec_at(body: dict[str, Any], path: str) -> dict[str, Any]:
+    """The pod spec at a field path (`spec.replicatedJobs[1].template.spec.template.spec`)."""
+    node: Any = body["spec"]
+    for part in path.removeprefix("spec.").replace("]", "").replace("[", ".").split("."):
+        node = node[int(part)] if part.isdigit() else node[part]
+    return node  # type: ignore[no-any-return]
+
+
+def _gates(body: dict[str, Any], path: str) -> list[str]:
+    return [g["name"] for g in _spec_at(body, path).get("schedulingGates") or []]
+
+
+def _edit(body: dict[str, Any], *, drop: tuple[str, ...] = (), label: str | None = "true", **add: Any) -> Any:
+    """The body edited: the Phalanx gate dropped from the pod specs at `drop`, the managed label set (None:
+    removed), and `add`'s templates added (leaderTemplate)."""
+    out = _labelled(body, label)
+    for path in drop:
+        spec = _spec_at(out, path)
+        spec["schedulingGates"] = [g for g in spec.get("schedulingGates") or [] if g["name"] != GATE]
+    if "leader" in add:
+        out["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = add["leader"]
+    return out
+
+
+GATE = "phalanx.dev/admission"
+
+
+def _gate_cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any], str | None, dict[str, bool]]]:
+    from testkit import job_body, jobset_body, lws_body
+
+    suspended = job_body(suspend=True)
+    two_gates = copy.deepcopy(suspended)
+    two_gates["spec"]["template"]["spec"]["schedulingGates"].insert(0, {"name": "other.io/gate"})
+    only_other = copy.deepcopy(two_gates)
+    only_other["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+    js = jobset_body(replicated=(("driver", 1, 1), ("workers", 2, 2)), suspend=True)
+    lws = lws_body()
+    leader = {"spec": {"containers": [{"name": "l", "image": "x"}]}}
+    return [
+        # Jobs (while suspended, the only time a Job's template may change) and JobSets: refused.
+        (
+            "job",
+            "validate-job",
+            suspended,
+            _edit(suspended, drop=(JOB_POD,)),
+            GATE_REMOVED.format(JOB_POD, "Job"),
+            {},
+        ),
+        ("job-other-gate", "validate-job", two_gates, only_other, None, {JOB_POD: True}),
+        ("job-false", "validate-job", suspended, _edit(suspended, drop=(JOB_POD,), label="false"), None, {}),
+        (
+            "job-unlabelled",
+            "validate-job",
+            suspended,
+            _edit(suspended, drop=(JOB_POD,), label=None),
+            None,
+            {},
+        ),
+        (
+            "job-labelled-late",
+            "validate-job",
+            job_body(suspend=True, labelled_late=True),
+            _edit(job_body(labelled_late=True)),
+            None,
+            {JOB_POD: False},
+        ),
+        (
+            "jobset",
+            "validate-jobset",
+            js,
+            _edit(js, drop=(RJOB_POD.format(1),)),
+            GATE_REMOVED.format(RJOB_POD.format(1), "JobSet"),
+            {},
+        ),
+        (
+            "jobset-false",
+            "validate-jobset",
+            js,
+            _edit(js, drop=(RJOB_POD.format(0),), label="false"),
+            None,
+            {},
+        ),
+        # LeaderWorkerSets (templates change at any time): the gate is put back, the edit passes.
+        ("lws", "regate-leaderworkerset", lws, _edit(lws, drop=(WORKER,)), None, {WORKER: True}),
+        (
+            "lws-leader",
+            "regate-leaderworkerset",
+            lws,
+            _edit(lws, leader=leader),
+            None,
+            {LEADER: True, WORKER: True},
+        ),
+        ("lws-kept", "regate-leaderworkerset", lws, _edit(lws), None, {WORKER: True}),
+        (
+            "lws-never-gated",
+            "regate-leaderworkerset",
+            lws_body(gated=False),
+            _edit(lws_body(gated=False)),
+            None,
+            {WORKER: False},
+        ),
+        (
+            "lws-false",
+            "regate-leaderworkerset",
+            lws,
+            _edit(lws, drop=(WORKER,), label="false"),
+            None,
+            {WORKER: False},
+        ),
+        ("lws-validated", "validate-leaderworkerset", lws, _edit(lws, drop=(WORKER,)), None, {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("webhook", "old", "new", "refused", "gated"),
+    [case[1:] for case in _gate_cases()],
+    ids=[case[0] for case in _gate_cases()],
+)
+def test_phalanxs_gate_taken_off_a_managed_owners_template_is_refused_or_put_back(
+    webhook: str,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    refused: str | None,
+    gated: dict[str, bool],
+) -> None:
+    import base64
+    import json
+
+    import jsonpatch
+
+    response = _review(webhook, old, new)
+    if refused is not None:
+        assert response["allowed"] is False and response["status"]["message"].startswith(refused), response
+        return
+    assert response["allowed"] is True, response
+    after = new
+    if "patch" in response:
+        after = jsonpatch.apply_patch(copy.deepcopy(new), json.loads(base64.b64decode(response["patch"])))
+    for path, held in gated.items():
+        assert (GATE in _gates(after, path)) is held, (path, _gates(after, path))
+    if webhook.startswith("regate-") and not any(
+        held and GATE not in _gates(new, p) for p, held in gated.items()
+    ):
+        assert "patch" not in response, "nothing to put back: no patch"

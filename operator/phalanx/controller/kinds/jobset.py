@@ -185,6 +185,13 @@ class JobSetKind:
         gated = admit_create(body)
         return None if gated is None else {"replicatedJobs": gated}
 
+    # Refused, not put back (api/jobset.update_problems): a JobSet's templates change only while it is
+    # suspended, as a Job's.
+    regates_on_update = False
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         return update_problems(old, new)
 

@@ -27,6 +27,7 @@ from phalanx.api.lws import (
     LwsPolicy,
     admit_create,
     parse_lws_policy,
+    regated,
     update_problems,
 )
 from phalanx.api.owned import Leaf as LeafShape
@@ -163,6 +164,14 @@ class LwsKind:
 
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         return update_problems(old, new)
+
+    # Put back, not refused: an LWS's templates change at any time (a rolling update), often by replacing
+    # the whole object from a manifest, or by a controller above it, that never had the gate; refusing
+    # would block those updates. Kueue's own LWS webhook defaults its templates on UPDATE for that reason.
+    regates_on_update = True
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return regated(old, new)
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
         return owners_units(self, view)

@@ -92,6 +92,11 @@ class TrainJobKind:
         patches = runtime_patches(body)
         return None if patches is None else {"runtimePatches": patches}
 
+    regates_on_update = False  # its pods' templates are its JobSet's
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         before = mapping(mapping(old.get("metadata")).get("annotations"))
         after = mapping(mapping(new.get("metadata")).get("annotations"))

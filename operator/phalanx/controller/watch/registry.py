@@ -185,7 +185,8 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
 def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
     """For each owner kind with a webhook of its own (kinds.OWNER_KINDS: a JobSet), a gate at creation that
     fails closed and an edit check that fails open, both for objects carrying the managed label with any
-    value (a misspelt one is refused, at creation as in an edit)."""
+    value (a misspelt one is refused, at creation as in an edit); for a kind whose templates change at any
+    time (a LeaderWorkerSet), a mutating edit hook that puts the gate back, failing open."""
     out: list[_Hook] = []
     for kind in OWNER_KINDS:
         if not isinstance(kind, AdmittingKind):
@@ -202,6 +203,24 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
                 hooks.gate_owner(kind),
             )
         )
+        if kind.regates_on_update:
+            # Phalanx's gate put back into an edited template. Mutating, not refusing, where the kind's
+            # templates change at any time (an LWS rolling update from a replaced manifest or a controller
+            # above it that never had the gate; Kueue's LWS webhook defaults on UPDATE too); a Job's or
+            # JobSet's templates change only while suspended, and their validators refuse the removal
+            # instead, as Kueue, which mutates those only at creation, validates their edits. Fails open:
+            # an outage must not block rolling updates or scaling; an edit then is said NotGated.
+            out.append(
+                _Hook(
+                    True,
+                    r,
+                    f"regate-{name}",
+                    ("UPDATE",),
+                    {names.MANAGED_LABEL: names.MANAGED_VALUE},
+                    True,
+                    hooks.regate_owner(kind),
+                )
+            )
         out.append(
             _Hook(
                 False,

@@ -20,6 +20,7 @@ from phalanx.api.admission_checks import (
     pod_device_problems,
     pod_group_namespace_problem,
     preferred_affinity_warnings,
+    removed_gate_problems,
     scheduler_problems,
     slice_key_problem,
     slice_key_warning,
@@ -136,6 +137,22 @@ class Webhooks:
                 patch.spec.update(spec)
 
         return gate
+
+    def regate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The mutating UPDATE handler of an owner kind whose templates may change at any time (a
+        LeaderWorkerSet): Phalanx's gate put back into the templates of a managed object that had it."""
+
+        def regate(body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: Any) -> None:
+            meta = mapping(body.get("metadata"))
+            if old is None or not self.ctx.watches(str(meta.get("namespace") or "")):
+                return
+            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+                return  # leaving Phalanx (or refused by its validator): nothing to hold
+            spec = kind.regated(old, body)
+            if spec is not None:
+                patch.spec.update(spec)
+
+        return regate
 
     def validate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
         """The UPDATE handler of an owner kind: what an edit of a managed object may not change."""
@@ -261,6 +278,13 @@ class Webhooks:
         added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
         if added:
             raise kopf.AdmissionError("; ".join(added), code=422)
+        # Phalanx's gate taken off the template (possible only while the Job is suspended and was never
+        # started): refused, not put back. A Job's template is fixed but for that window, in which Kueue
+        # changes it too, and Kueue mutates a Job only at its creation and validates its edits; an edit
+        # there is deliberate, and a refusal naming the field says what it would break.
+        removed = removed_gate_problems(old.get("spec"), body.get("spec")) if old is not None else []
+        if removed:
+            raise kopf.AdmissionError("; ".join(removed), code=422)
         old_policy = old_layout = None
         old_problems: set[str] = set()
         if old is not None:
