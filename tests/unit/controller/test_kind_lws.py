@@ -530,3 +530,32 @@ def test_an_lws_groups_gang_size_is_its_size_whatever_its_pod_group_was_edited_t
             "which the LeaderWorkerSet's spec gives and Phalanx keeps (the gang sizes of a LeaderWorkerSet's "
             "groups follow its spec; recreate the LeaderWorkerSet to change them)"
         )
+
+
+@pytest.mark.parametrize(
+    ("kind", "owner", "pods"),
+    [
+        ("Job", job_body(labelled_late=True), [pod_body("train", i, gated=False) for i in range(4)]),
+        ("LeaderWorkerSet", lws_body(gated=False), group_pods("serve", 0, 4)),  # lost its gate in an edit
+    ],
+)
+def test_an_owner_whose_template_lacks_the_gate_is_said_not_gated_with_both_causes(
+    kind: str, owner: dict[str, Any], pods: list[dict[str, Any]]
+) -> None:
+    state = (
+        cluster([(owner, group_of(owner), pods)]) if kind == "Job" else owner_cluster([(kind, owner)], pods)
+    )
+    result = plan(state, NOW)
+    said = [
+        cond
+        for a in result.actions
+        if isinstance(a, PatchStatus)
+        for cond in a.status.conditions
+        if cond.reason == c.REASON_NOT_GATED
+    ]
+    assert said, [type(a).__name__ for a in result.actions]
+    assert said[0].message.startswith(
+        f"the {kind}'s pod template does not carry phalanx.dev/admission: the {kind} was labelled "
+        "phalanx.dev/managed after its creation, or the gate was taken off its template by an edit made "
+        "while Phalanx's webhooks were not answering"
+    ), said[0].message
