@@ -475,6 +475,8 @@ def _made_for(owner: str) -> str:
         ),
         ("JobSet", lambda b: _min_count(b, 1), MIN_COUNT, _made_for("JobSet/train")),
         ("TrainJob", lambda b: _min_count(b, 2), MIN_COUNT, _made_for("TrainJob/llm")),
+        # A key added, even with a null value, is named.
+        ("JobSet", lambda b: {**b, "spec": {**b["spec"], "x": None}}, "spec.x: PodGroup ", "JobSet/train"),
         # What stays allowed: metadata edits of Phalanx's groups, any edit of a hand-made one.
         ("LeaderWorkerSet", lambda b: {**b, "metadata": {**b["metadata"], "finalizers": ["x"]}}, None, ""),
         ("hand-made", lambda b: _min_count(b, 1), None, ""),

@@ -505,12 +505,19 @@ def _text(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+_ABSENT = object()
+
+
 def _changed_fields(old: Any, new: Any, path: str) -> list[str]:
     """The paths at which `new` differs from `old` (`spec.schedulingPolicy.gang.minCount`), objects walked
-    key by key, anything else (a list included) compared whole."""
+    key by key (a key added or removed, with any value, is a change), anything else (a list included)
+    compared whole; `path` itself when nothing finer names the change."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         keys = [*old, *(k for k in new if k not in old)]
-        return [f for k in keys for f in _changed_fields(old.get(k), new.get(k), f"{path}.{k}")]
+        changed = [
+            f for k in keys for f in _changed_fields(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{path}.{k}")
+        ]
+        return changed or ([] if dict(old) == dict(new) else [path])
     return [] if old == new else [path]
 
 
