@@ -12,6 +12,8 @@ otherwise let through and never keep its promise for.
   extended resource no node lists (one DRA serves, say) is said at creation.
 - **Kueue's Topology-Aware Scheduling on a managed owner's templates** (one placement engine per owner), and
   **Kueue's partial admission below a gang's fixed min-count** (kinds/kueue.py says why).
+- **Phalanx's gate taken off a managed owner's template in an edit** (a Job's or JobSet's): its pods made
+  afterwards would be placed one by one, outside the gang (`removed_gate_problems`).
 - **A slice key not finer than the Job's key** (refused where a Topology orders them, said where only the
   nodes show it), **scoring-only terms** Phalanx does not model (said), **a labelled owner outside
   --namespaces** that nothing gated (a Warning event), **a pod joining a PodGroup of another namespace**
@@ -126,6 +128,30 @@ def pod_device_problems(
                 f"allocation, so it would never release this pod of gang PodGroup {group!r}; {advice}"
             )
     return problems
+
+
+def has_gate(pod_spec: Mapping[str, Any]) -> bool:
+    """The pod spec carries Phalanx's gate `phalanx.dev/admission`."""
+    gates = pod_spec.get("schedulingGates")
+    return isinstance(gates, list) and any(
+        isinstance(g, Mapping) and g.get("name") == keys.ADMISSION_GATE for g in gates
+    )
+
+
+def removed_gate_problems(old: Any, new: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:
+    """Each pod template of a managed owner that carried Phalanx's gate before an edit and does not after
+    it, naming its `schedulingGates` field. Phalanx holds a gang's pods behind that gate from their
+    creation; pods its controller makes from a template without it are placed one by one by
+    kube-scheduler, and the owner's unit says NotGated instead of admitting the gang."""
+    held = {path for path, spec in pod_specs(old, root) if has_gate(spec)}
+    return [
+        f"{path}.schedulingGates: {keys.ADMISSION_GATE} cannot be removed while Phalanx manages the {owner}: "
+        f"the {owner}'s pods are held behind it until Phalanx admits the whole gang, and pods made without "
+        f"it would be placed one by one; keep it (remove the {keys.MANAGED_LABEL} label, or set it to "
+        f"false, to take the {owner} out of Phalanx)"
+        for path, spec in pod_specs(new, root)
+        if path in held and not has_gate(spec)
+    ]
 
 
 def template_key_problems(spec: Any, owner: str = "Job", *, root: str = "spec") -> list[str]:

@@ -28,7 +28,8 @@ REASON_ADMITTED = "Admitted"
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 # Other controllers' gates are still on pods: releasing them would hold room kube-scheduler cannot see.
 REASON_WAITING_FOR_GATES = "WaitingForGates"
-# A Job labelled after its creation: its pods were never gated, so Phalanx admits nothing for it.
+# A Job labelled after its creation (or whose template lost the gate in an edit the webhooks did not see):
+# its pods were never gated, so Phalanx admits nothing for it.
 REASON_NOT_GATED = "NotGated"
 REASON_SUSPENDED = "Suspended"
 # Kueue holds its owner: queued, not admitted yet, or being evicted (docs/kueue.md); nothing is held for it.

@@ -245,6 +245,21 @@ def _place_of(key: str) -> str:
     return "label" if key in JOB_LABELS else "annotation"
 
 
+def managed_label_problem(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
+    """What an edit of an object's managed label does wrong ("" when nothing): a value other than true or
+    false, as at creation (a misspelt value would let go of the gang in silence). A value the object
+    already had (made around the webhook) is not said again: its other edits and Phalanx's writes pass."""
+    labels = mapping(mapping(new.get("metadata")).get("labels"))
+    if MANAGED_LABEL not in labels:
+        return ""  # removed: opting out is allowed
+    value = labels[MANAGED_LABEL]
+    before = mapping(mapping(old.get("metadata")).get("labels")) if old is not None else {}
+    if MANAGED_LABEL in before and str(before[MANAGED_LABEL]) == str(value):
+        return ""
+    problem = _managed_value_problem(value)
+    return str(PolicyProblem(MANAGED_LABEL, problem, "label")) if problem else ""
+
+
 def _managed_value_problem(value: Any) -> str:
     text = str(value)
     if text in (MANAGED_VALUE, UNMANAGED_VALUE):

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from phalanx.api.admission_checks import removed_gate_problems
 from phalanx.api.job_layout import PREFERRED, REQUIRED, TopologyModeKind
 from phalanx.api.job_policy import (
     JobPolicyError,
@@ -348,7 +349,10 @@ def admit_create(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 
 def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """What the update webhook refuses of a managed JobSet: Phalanx annotations changed after creation (the
-    JobSet's groups were made from them), and unknown keys the edit adds."""
+    JobSet's groups were made from them), unknown keys the edit adds, and Phalanx's gate taken off a
+    replicated Job's pod template (refused, not put back: as a Job's, a JobSet's templates change only
+    while it is suspended, by whoever suspended it, and Kueue too mutates a JobSet only at creation and
+    validates its edits; see watch/registry.py)."""
     known = {str(p) for p in key_problems(old, creating=False, annotations=JOBSET_ANNOTATIONS)}
     problems = [
         str(p)
@@ -363,4 +367,5 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
                 f"metadata.annotations[{key}]: cannot change from {before.get(key)!r} to {after.get(key)!r} "
                 "after creation (recreate the JobSet to change it)"
             )
+    problems += removed_gate_problems(old.get("spec"), new.get("spec"), KIND)
     return problems

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from phalanx.api.admission_checks import has_gate
 from phalanx.api.job_layout import AUTO, PREFERRED, REQUIRED, TOPOLOGY_MODES, TopologyModeKind
 from phalanx.api.job_policy import (
     JobPolicyError,
@@ -202,6 +203,28 @@ def admit_create(body: Mapping[str, Any]) -> dict[str, Any] | None:
         spec, changed = gated_pod_spec(mapping(pod_template.get("spec")), ADMISSION_GATE)
         if changed:
             patched[part] = {**pod_template, "spec": spec}
+    return {"leaderWorkerTemplate": patched} if patched else None
+
+
+def _templates(body: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The LWS's pod templates by part (leaderTemplate, when it has one, and workerTemplate)."""
+    template = mapping(mapping(body.get("spec")).get("leaderWorkerTemplate"))
+    parts = ("leaderTemplate", "workerTemplate")
+    return {part: mapping(template[part]) for part in parts if template.get(part)}
+
+
+def regated(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The spec patch that puts Phalanx's gate back into an edited LWS whose templates all carried it: in
+    every template the edit left without it (a leader template the edit adds included). None: nothing to
+    put back, or the LWS was never gated (labelled after its creation: its unit says NotGated)."""
+    before = _templates(old)
+    if not before or not all(has_gate(mapping(t.get("spec"))) for t in before.values()):
+        return None
+    patched: dict[str, Any] = {}
+    for part, template in _templates(new).items():
+        spec, added = gated_pod_spec(mapping(template.get("spec")), ADMISSION_GATE)
+        if added:
+            patched[part] = {"spec": {"schedulingGates": spec["schedulingGates"]}}
     return {"leaderWorkerTemplate": patched} if patched else None
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from phalanx.api import keys
 from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.owned import OWNER_UID_LABEL
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.suggest import closest, did_you_mean, edit_distance
 from phalanx.api.workload import WorkloadSpec, workload_problems
@@ -575,14 +576,15 @@ _specs = st.one_of(
 
 
 @FUZZ
-@given(_specs, _specs, st.sampled_from(["", "uid-1"]))
-def test_the_pod_group_webhook_accepts_or_refuses_any_pair(old: Any, new: Any, uid: str) -> None:
-    labels = {keys.JOB_UID_LABEL: uid} if uid else {}
+@given(_specs, _specs, st.sampled_from(["", keys.JOB_UID_LABEL, OWNER_UID_LABEL]))
+def test_the_pod_group_webhook_accepts_or_refuses_any_pair(old: Any, new: Any, label: str) -> None:
+    labels = {label: "uid-1"} if label else {}
     body = {"metadata": {"name": "g", "labels": labels}, "spec": new}
     try:
         validate_pod_group_update(body=kopf.Body(body), old=kopf.Body({"spec": old}))
     except kopf.AdmissionError as e:
-        assert str(e).startswith("spec: ")
+        assert str(e).startswith("spec") and ": PodGroup g " in str(e), str(e)
+        assert label, "a hand-made PodGroup stays editable"
 
 
 _templates = st.lists(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import testkit
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -384,18 +385,9 @@ def test_the_listed_resources_are_those_some_node_lists_now(
 
 
 def _job(version: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": "train",
-            "namespace": "ml",
-            "uid": "uid-train",
-            "resourceVersion": version,
-            "labels": {"phalanx.dev/managed": "true"},
-        },
-        "spec": {"parallelism": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
-    }
+    body = testkit.job_body("train")
+    body["metadata"]["resourceVersion"] = version
+    return body
 
 
 def _pod_group(version: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from phalanx.controller import metrics
 from phalanx.controller.apply.applier import Applier, Backoff, Requeues
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.model.actions import PatchStatus, SuspendJob, UngatePod, UnitPlan
+from phalanx.controller.model.actions import PatchStatus, SuspendJob, UngatePod, UnitPlan, status_write
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import plan
 from phalanx.controller.process.health import Health
@@ -83,6 +83,42 @@ def test_the_rest_of_a_gang_joining_its_placed_pods_is_no_new_admission() -> Non
     (unit,) = plan(cluster([(job, group_of(job, status), pods)]), NOW).units
     assert unit.admitted_pods == 2
     assert unit.admitted is None
+
+
+def test_a_replacement_joining_a_running_gang_is_no_new_admission() -> None:
+    """train ran 3 pods; train-2 went with its node, so Admitted turned False (waiting for its pods); the
+    replacement is released beside the two still running: Admitted True again, but no admission counted."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    lost = PodGroupStatus(
+        conditions=[
+            condition(c.POD_GROUP_INITIALLY_SCHEDULED),
+            Condition(
+                type=c.ADMITTED,
+                status=c.FALSE,
+                reason=c.REASON_WAITING_FOR_PODS,
+                message="",
+                last_transition_time=NOW - dt.timedelta(seconds=5),
+            ),
+        ]
+    )
+    group = group_of(job, lost)
+    running = [
+        pod_body("train", i, gated=False, node=f"n{i + 1}", phase="Running", group=group.name)
+        for i in range(2)
+    ]
+    (unit,) = plan(cluster([(job, group, [*running, pod_body("train", 3, group=group.name)])]), NOW).units
+    assert unit.admitted_pods == 1
+    assert admitted_after(unit) == c.TRUE
+    assert unit.admitted is None
+
+
+def admitted_after(unit: UnitPlan) -> str:
+    """The Admitted condition's status the unit's status write says."""
+    for action in unit.actions:
+        written = status_write(action)
+        if written is not None and (admitted := written[1].condition(c.ADMITTED)) is not None:
+            return admitted.status
+    return ""
 
 
 def condition(kind: str, status: str = c.TRUE, at: dt.datetime = CREATED) -> Condition:

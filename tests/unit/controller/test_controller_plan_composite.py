@@ -19,6 +19,7 @@ from testkit import member as pod
 
 from phalanx.api import conditions as c
 from phalanx.api.status import Admission, Assignment, CompositePodGroupStatus, GroupStatus, PodGroupStatus
+from phalanx.controller.kinds.handmade import MAX_GROUPS
 from phalanx.controller.model.actions import Action, PatchStatus, PostEvent, RecordAdmission, ReleasePod
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, PlanInput, plan
@@ -321,7 +322,7 @@ def test_a_standalone_hand_made_pod_group_is_placed_whole_in_one_domain() -> Non
 
 def test_a_pod_group_whose_parent_does_not_exist_is_in_no_tree_and_its_pods_stay_gated() -> None:
     result = plan(cluster([], [pod_group("slices-0")], article_pods()[:2]), NOW)
-    assert result.actions == []
+    assert kinds(result.actions) == ["PostEvent", "RememberAnnounced"]  # why, once (below), nothing placed
 
 
 def test_levels_make_a_rack_domain_a_path_so_a_rack_gang_never_spans_blocks() -> None:
@@ -805,3 +806,43 @@ def test_pods_of_a_hand_made_tree_are_never_preemption_victims() -> None:
     assert not only(result.actions, ReleasePod)
     (patch,) = [a for a in only(result.actions, PatchStatus) if a.group.name.startswith("high")]
     assert admitted(patch.status)[1] == c.REASON_UNSCHEDULABLE
+
+
+def _hand_made(name: str, parent: str | None) -> CompositePodGroupRecord:
+    spec: dict[str, Any] = {
+        "workloadRef": {"workloadName": "w", "templateName": "t"},
+        "schedulingPolicy": {"gang": {"minGroupCount": 1}},
+    }
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
+    return CompositePodGroupRecord.from_body(
+        {"metadata": {"name": name, "namespace": "ml", "uid": f"u-{name}", **CREATED}, "spec": spec}
+    )
+
+
+@pytest.mark.parametrize(
+    ("composites", "said"),
+    [
+        ([("a", "b"), ("b", "a")], "they form a cycle"),  # the parent field is immutable: it stays so
+        ([("a", "gone")], "no CompositePodGroup 'gone' made by hand in ml"),
+    ],
+)
+def test_groups_no_root_reaches_say_why_once_and_release_nothing(
+    composites: list[tuple[str, str]], said: str
+) -> None:
+    made = [_hand_made(name, parent) for name, parent in composites]
+    pods = [pod("leaf-0", "leaf"), pod("leaf-1", "leaf")]
+    result = plan(cluster(made, [pod_group("leaf", parent="a", min_count=2)], pods), NOW)
+    assert not only(result.actions, ReleasePod)
+    warned = {a.involved.name: a for a in only(result.actions, PostEvent)}
+    assert set(warned) == {*(name for name, _ in composites), "leaf"}
+    assert all(a.reason == "NotInATree" and a.type == "Warning" for a in warned.values())
+    assert said in warned["leaf"].message or said in warned["a"].message
+
+
+def test_a_tree_of_more_composite_groups_than_phalanx_places_says_so_on_its_root() -> None:
+    made = [_hand_made("root", None), *(_hand_made(f"c{i}", "root") for i in range(MAX_GROUPS))]
+    result = plan(cluster(made, [], []), NOW)
+    (warning,) = only(result.actions, PostEvent)
+    assert warning.involved.name == "root" and warning.reason == "TreeNotPlaced"
+    assert f"more than the {MAX_GROUPS}" in warning.message

@@ -5,6 +5,7 @@ deterministically — `plan()` and the webhook as plain functions, through the r
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from fractions import Fraction
 from typing import Any
 
@@ -240,3 +241,25 @@ def test_kueue_gangs_deadlocked_on_a_quota_are_not_requeued_by_deleting_gated_po
     assert not only(result.actions, SuspendJob) and not only(result.actions, DeletePod)
     for body, _, _ in jobs:
         assert admitted(result, group_of(body).name).reason == c.REASON_QUOTA_EXCEEDED
+
+
+@pytest.mark.parametrize(("after", "requeued"), [(5, False), (60, True)])
+def test_a_running_gang_whose_replacement_a_quota_refuses_is_requeued_after_the_grace(
+    after: float, requeued: bool
+) -> None:
+    """a ran 4 pods; one went with its node, and b's gated pod took the quota back, so a's Job controller
+    cannot make the replacement: no pod of a waits. After the grace a is requeued whole (its quota goes
+    back) instead of holding 3 nodes short for ever."""
+    a = gpu_job("a", created="2026-11-30T10:00:00Z")
+    b = gpu_job("b", created="2026-11-30T11:00:00Z")
+    group = said(a, c.REASON_WAITING_FOR_PODS)
+    running = [
+        pod_body("a", i, gated=False, node=f"n{i + 1}", phase="Running", group=group.name) for i in range(3)
+    ]
+    jobs = [(a, group, running), (b, said(b, c.REASON_QUOTA_EXCEEDED), [pod_body("b", 0)])]
+    result = plan(cluster(jobs, objects=[quota()]), NOW + dt.timedelta(seconds=after))
+    suspended = [(s.job.name, s.cause) for s in only(result.actions, SuspendJob)]
+    assert suspended == ([("a", "below-min-count")] if requeued else [])
+    if requeued:
+        (suspend,) = only(result.actions, SuspendJob)
+        assert "a ResourceQuota refuses the Job controller the missing pods" in suspend.why

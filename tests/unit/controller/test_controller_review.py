@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kopf._cogs.structs import ephemera, references
 from kopf._core.engines.admission import serve_admission_request
 from kopf._core.reactor.inventory import ResourceMemories
-from testkit import StaticContext
+from testkit import StaticContext, lws_body
 
 from phalanx.api import keys
 from phalanx.controller.watch.registry import build_registry, reviewers
@@ -31,6 +31,7 @@ RESOURCES = {
     ("scheduling.phalanx.dev", "v1beta1", "podgroups"): "PodGroup",
     ("scheduling.phalanx.dev", "v1beta1", "workloads"): "Workload",
     ("scheduling.phalanx.dev", "v1beta1", "topologies"): "Topology",
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"): "LeaderWorkerSet",
 }
 
 
@@ -116,7 +117,19 @@ def job(**changes: Any) -> dict[str, Any]:
     return body
 
 
+def pod_group(min_count: int, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "serve-0", "namespace": "ml", "labels": labels},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
 JOBS = ("batch", "v1", "jobs")
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+POD_GROUPS = ("scheduling.phalanx.dev", "v1beta1", "podgroups")
+OWNED = {"phalanx.dev/owner-uid": "uid-lws", "phalanx.dev/owner-kind": "LeaderWorkerSet"}
 CASES = [
     ("gate-job", request(JOBS, "CREATE", job())),
     ("gate-job", request(JOBS, "CREATE", job(metadata__annotations={keys.POLICY_ANNOTATION: "nonsense"}))),
@@ -126,6 +139,11 @@ CASES = [
     ("validate-job", request(JOBS, "UPDATE", job(spec__parallelism=2), job())),
     ("validate-job", request(JOBS, "UPDATE", job(), job())),
     ("validate-job", request(JOBS, "UPDATE", job(metadata__labels={}), job())),  # the label filter
+    ("validate-job", request(JOBS, "UPDATE", job(metadata__labels={keys.MANAGED_LABEL: "True"}), job())),
+    ("validate-podgroup", request(POD_GROUPS, "UPDATE", pod_group(1, OWNED), pod_group(4, OWNED))),
+    ("validate-podgroup", request(POD_GROUPS, "UPDATE", pod_group(1, {}), pod_group(4, {}))),  # hand-made
+    ("regate-leaderworkerset", request(LWS, "UPDATE", lws_body(gated=False), lws_body())),  # put back
+    ("regate-leaderworkerset", request(LWS, "UPDATE", lws_body(), lws_body())),
 ]
 
 

@@ -14,7 +14,7 @@ from test_controller_plan import admitted_reason
 from testkit import NOW, TOPOLOGY, cluster, filler, group_of, job_body, only, pod_body
 
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
-from phalanx.controller.model.actions import PatchStatus, ReleasePod, SuspendJob
+from phalanx.controller.model.actions import PatchStatus, RecordAdmission, ReleasePod, SuspendJob
 from phalanx.controller.plan import Plan, plan
 
 REQUEUE = {**TOPOLOGY, "phalanx.dev/on-scale-up": "requeue"}
@@ -124,3 +124,35 @@ def test_with_on_scale_up_requeue_a_gang_that_lost_a_pod_keeps_its_grace_period(
     ]
     result = plan(cluster([(job, group, pods)], others=[filler("n3"), filler("n4")]), NOW)
     assert not only(result.actions, SuspendJob)
+
+
+def test_a_scale_up_after_a_replacement_is_not_taken_for_a_loss() -> None:
+    """train ran 3 pods (n1-n3); train-1 went with n2 and its replacement train-3 was placed on n4: the
+    record names the three placed pods, not the replacement alone. Then parallelism went to 4 with no room
+    left in nb-a: the new pod waits and the running ones are never requeued for it."""
+    first_decision = Admission(
+        domain="nb-a",
+        assignments=[Assignment(pod=f"train-{i}", node=f"n{i + 1}") for i in range(3)],
+        admitted_at=NOW - dt.timedelta(hours=1),
+        attempt=0,
+    )
+    three = job_body("train", 3, annotations=TOPOLOGY)
+    group = group_of(three, PodGroupStatus(admission=first_decision, domain="nb-a"))
+    running = [
+        pod_body("train", i, gated=False, node=n, released_to=n, phase="Running", group=group.name)
+        for i, n in ((0, "n1"), (2, "n3"))
+    ]
+    replaced = plan(cluster([(three, group, [*running, pod_body("train", 3, group=group.name)])]), NOW)
+    (record,) = only(replaced.actions, RecordAdmission)
+    where = {a.pod: a.node for a in record.admission.assignments}
+    assert sorted(where) == ["train-0", "train-2", "train-3"] and where["train-3"] in {"n2", "n4"}
+    four = job_body("train", 4, annotations=TOPOLOGY)
+    group = group_of(four, PodGroupStatus(admission=record.admission, domain="nb-a"))
+    node = where["train-3"]
+    moved = pod_body("train", 3, gated=False, node=node, released_to=node, phase="Running", group=group.name)
+    scaled_up = [*running, moved, pod_body("train", 4, group=group.name)]
+    busy = [filler("n4" if node == "n2" else "n2")]  # nb-a full
+    first = plan(cluster([(four, group, scaled_up)], others=busy), NOW)
+    later = group_of(four, only(first.actions, PatchStatus)[0].status)
+    result = plan(cluster([(four, later, scaled_up)], others=busy), NOW + dt.timedelta(seconds=3600))
+    assert not only(result.actions, SuspendJob) and not only(result.actions, ReleasePod)

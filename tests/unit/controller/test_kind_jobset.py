@@ -23,6 +23,7 @@ from testkit import (
 )
 
 from phalanx.api import conditions as c
+from phalanx.api.scheduling import SchedulingPolicy
 from phalanx.controller.kinds.jobset import JobSetKind
 from phalanx.controller.loop.incremental import UnitMemo
 from phalanx.controller.model.actions import (
@@ -397,3 +398,39 @@ def test_a_preferred_jobset_goes_wider_when_no_domain_of_its_key_holds_it(mode: 
             a for a in result.actions if isinstance(a, PostEvent) and a.involved.kind == "CompositePodGroup"
         ]
         assert "no domain of " + NB in admitted.message and "topology mode preferred" in admitted.message
+
+
+# ---------------------------------------------------------------------- minCount edited around the webhook
+@pytest.mark.parametrize(
+    ("edits", "free", "released", "ignored"),
+    [
+        # Two child Jobs of 2 pods; workers-0's PodGroup edited to 1 (validate-podgroup fails open).
+        ({"-workers-0": 1}, 1, 0, ["-workers-0: spec.schedulingPolicy.gang.minCount 1 differs from 2"]),
+        ({"-workers-0": 1}, 3, 0, ["-workers-0: spec.schedulingPolicy.gang.minCount 1 differs from 2"]),
+        ({"-workers-0": 1, "-workers-1": 1}, 8, 4, ["-workers-0: ", "-workers-1: "]),
+        ({"-workers-1": 2}, 3, 0, []),  # the size it was made with: nothing to say
+    ],
+)
+def test_a_child_jobs_gang_size_is_its_jobsets_whatever_its_pod_group_was_edited_to(
+    edits: dict[str, int], free: int, released: int, ignored: list[str]
+) -> None:
+    js = jobset_body()
+    first = plan(jobset_cluster([js], all_pods(), busy=range(1, 9)), NOW)
+    groups = []
+    for g in made(first):
+        count = next((n for end, n in edits.items() if g.name.endswith(end)), None)
+        if isinstance(g, PodGroupRecord) and count is not None:
+            gang = SchedulingPolicy.of_gang(count)
+            g = dataclasses.replace(g, spec=g.spec.model_copy(update={"scheduling_policy": gang}))
+        groups.append(g)
+    result = plan(jobset_cluster([js], all_pods(), groups=groups, busy=range(free + 1, 9)), NOW)
+    assert len([a for a in result.actions if isinstance(a, ReleasePod)]) == released
+    said = sorted(
+        e.message for e in result.actions if isinstance(e, PostEvent) and e.reason == "ImmutableChangeIgnored"
+    )
+    assert len(said) == len(ignored), said
+    for part, message in zip(ignored, said, strict=True):
+        assert part in message and message.endswith(
+            "which the JobSet's spec gives and Phalanx keeps (the gang sizes of a JobSet's groups follow its "
+            "spec; recreate the JobSet to change them)"
+        ), message

@@ -41,6 +41,7 @@ from phalanx.controller.model.actions import (
     ReleasePod,
     SuspendJob,
 )
+from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
@@ -464,3 +465,126 @@ def test_workers_released_long_after_the_decision_get_their_own_bind_timeout() -
             made + dt.timedelta(seconds=after),
         )
         assert bool([a for a in result.actions if isinstance(a, DeletePod)]) is requeued, after
+
+
+def test_an_lws_pod_labelled_into_a_hand_made_group_stays_its_lws_groups() -> None:
+    """A template's `phalanx.dev/pod-group` label is refused at creation; an LWS made around the webhook
+    with one still has its pods in its own group only: one unit, each pod released once (a hand-made
+    group of that name would otherwise claim them too, and both would place them)."""
+    labelled = lws_body(replicas=1, size=2, gated=False)
+    labelled["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] = {
+        "labels": {"phalanx.dev/pod-group": "shared"}
+    }
+    with pytest.raises(
+        kopf.AdmissionError, match=r"workerTemplate\.metadata\.labels\[phalanx\.dev/pod-group\]"
+    ):
+        Webhooks(StaticContext()).gate_owner(LwsKind())(body=kopf.Body(labelled), patch=kopf.Patch())
+    shared = PodGroupRecord.from_body(
+        {
+            "metadata": {"name": "shared", "namespace": "ml", "uid": "uid-shared"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        }
+    )
+    pods = [lws_pod("serve", 0, w) for w in range(2)]
+    for body in pods:
+        body["metadata"]["labels"]["phalanx.dev/pod-group"] = "shared"
+    result = plan(
+        owner_cluster([("LeaderWorkerSet", lws_body(replicas=1, size=2))], pods, groups=[shared]), NOW
+    )
+    released = [a.pod.name for a in result.actions if isinstance(a, ReleasePod)]
+    assert sorted(released) == ["serve-0", "serve-0-1"]
+
+
+# ---------------------------------------------------------------------- minCount edited around the webhook
+def _edited(groups: list[Any], min_counts: dict[str, int]) -> list[Any]:
+    """The groups, with the minCount of those whose name ends in a key set as if edited by hand."""
+    import dataclasses
+
+    from phalanx.api.scheduling import SchedulingPolicy
+    from phalanx.controller.model.records import PodGroupRecord
+
+    out = []
+    for g in groups:
+        count = next((n for end, n in min_counts.items() if g.name.endswith(end)), None)
+        if isinstance(g, PodGroupRecord) and count is not None:
+            g = dataclasses.replace(
+                g, spec=g.spec.model_copy(update={"scheduling_policy": SchedulingPolicy.of_gang(count)})
+            )
+        out.append(g)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("subgroup_size", "edits", "free", "released", "ignored"),
+    [
+        # Size 4, minCount edited to 1 (validate-podgroup fails open): one free node places nobody.
+        (
+            None,
+            {"-0-r1": 1},
+            1,
+            0,
+            ["-0-r1: spec.schedulingPolicy.gang.minCount 1 differs from 4"],
+        ),
+        (
+            None,
+            {"-0-r1": 1},
+            8,
+            4,
+            ["-0-r1: spec.schedulingPolicy.gang.minCount 1 differs from 4"],
+        ),
+        (None, {"-0-r1": 4}, 1, 0, []),  # the size it was made with: nothing to say
+        # With subgroups of 2, each subgroup's PodGroup keeps 2.
+        (2, {"-s0": 1}, 1, 0, ["-s0: spec.schedulingPolicy.gang.minCount 1 differs from 2"]),
+        (2, {"-s0": 1, "-s1": 1}, 8, 4, ["-s0: spec.schedulingPolicy", "-s1: spec.schedulingPolicy"]),
+    ],
+)
+def test_an_lws_groups_gang_size_is_its_size_whatever_its_pod_group_was_edited_to(
+    subgroup_size: int | None, edits: dict[str, int], free: int, released: int, ignored: list[str]
+) -> None:
+    lws = lws_body(replicas=1, size=4, subgroup_size=subgroup_size)
+    pods = group_pods("serve", 0, 4)
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, busy=range(1, 9)), NOW)
+    groups = _edited(made_groups(first), edits)
+    result = plan(
+        owner_cluster([("LeaderWorkerSet", lws)], pods, groups=groups, busy=range(free + 1, 9)), NOW
+    )
+    assert len(releases(result)) == released
+    said = [
+        e.message for e in result.actions if isinstance(e, PostEvent) and e.reason == "ImmutableChangeIgnored"
+    ]
+    assert len(said) == len(ignored), said
+    for part, message in zip(ignored, sorted(said), strict=True):
+        assert part in message, message
+        assert message.endswith(
+            "which the LeaderWorkerSet's spec gives and Phalanx keeps (the gang sizes of a LeaderWorkerSet's "
+            "groups follow its spec; recreate the LeaderWorkerSet to change them)"
+        )
+
+
+@pytest.mark.parametrize(
+    ("kind", "owner", "pods"),
+    [
+        ("Job", job_body(labelled_late=True), [pod_body("train", i, gated=False) for i in range(4)]),
+        ("LeaderWorkerSet", lws_body(gated=False), group_pods("serve", 0, 4)),  # lost its gate in an edit
+    ],
+)
+def test_an_owner_whose_template_lacks_the_gate_is_said_not_gated_with_both_causes(
+    kind: str, owner: dict[str, Any], pods: list[dict[str, Any]]
+) -> None:
+    state = (
+        cluster([(owner, group_of(owner), pods)]) if kind == "Job" else owner_cluster([(kind, owner)], pods)
+    )
+    result = plan(state, NOW)
+    said = [
+        cond
+        for a in result.actions
+        if isinstance(a, PatchStatus)
+        for cond in a.status.conditions
+        if cond.reason == c.REASON_NOT_GATED
+    ]
+    assert said, [type(a).__name__ for a in result.actions]
+    assert said[0].message.startswith(
+        f"the {kind}'s pod template does not carry phalanx.dev/admission: the {kind} was labelled "
+        "phalanx.dev/managed after its creation, or the gate was taken off its template by an edit made "
+        "while Phalanx's webhooks were not answering"
+    ), said[0].message

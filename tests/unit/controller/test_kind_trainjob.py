@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+import pytest
 from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, owner_cluster
 
 from phalanx.api.trainjob import PATCH_MANAGER
@@ -120,3 +121,71 @@ def test_bad_jobset_annotations_on_a_trainjob_are_refused_at_its_creation() -> N
         assert "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of" in str(e)
     else:
         raise AssertionError("a bad topology mode on a TrainJob was let through")
+
+
+def test_its_jobsets_gang_keeps_its_size_when_its_pod_group_was_edited_and_the_trainjob_is_told() -> None:
+    """validate-podgroup fails open: a minCount edited with Phalanx away is said on the TrainJob, not used."""
+    import dataclasses
+
+    from testkit import made_groups
+
+    from phalanx.api.scheduling import SchedulingPolicy
+    from phalanx.controller.model.records import PodGroupRecord
+
+    pods = [jobset_pod("llm", "node", 0, i) for i in range(4)]
+    owners = [("TrainJob", trainjob()), ("JobSet", its_jobset())]
+    first = plan(owner_cluster(owners, pods, busy=range(1, 9)), NOW)
+    edited = SchedulingPolicy.of_gang(1)
+    groups = [
+        dataclasses.replace(g, spec=g.spec.model_copy(update={"scheduling_policy": edited}))
+        if isinstance(g, PodGroupRecord)
+        else g
+        for g in made_groups(first)
+    ]
+    result = plan(owner_cluster(owners, pods, groups=groups, busy=range(2, 9)), NOW)
+    assert not [a for a in result.actions if isinstance(a, ReleasePod)]  # one free node: not 1 of 4
+    (said,) = [e for e in result.actions if isinstance(e, PostEvent) and e.reason == "ImmutableChangeIgnored"]
+    assert (said.involved.kind, said.involved.name) == ("TrainJob", "llm")
+    assert (
+        "spec.schedulingPolicy.gang.minCount 1 differs from 4, which the JobSet's spec gives" in said.message
+    )
+
+
+def _ours() -> dict[str, Any]:
+    """Phalanx's runtime patch entry, as the gate writes it for `trainjob()`."""
+    patch = kopf.Patch()
+    Webhooks(StaticContext()).gate_owner(TrainJobKind())(body=kopf.Body(trainjob()), patch=patch)
+    return dict(patch["spec"]["runtimePatches"][-1])
+
+
+KUEUE = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
+ENTRY_KEPT = "spec.runtimePatches: the entry of manager phalanx.dev/manager cannot be removed or changed"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "label", "refused"),
+    [
+        (["ours"], [], "true", ENTRY_KEPT),
+        (["kueue", "ours"], ["kueue"], "true", ENTRY_KEPT),
+        (["ours"], ["ours-changed"], "true", ENTRY_KEPT),
+        (["ours"], ["kueue", "ours"], "true", None),  # another manager's entry added: fine
+        (["ours"], [], "false", None),  # leaving Phalanx
+        ([], [], "true", None),  # never had it (made around the webhook): nothing to keep
+    ],
+)
+def test_phalanxs_runtime_patch_entry_stays_on_a_managed_trainjob(
+    before: list[str], after: list[str], label: str, refused: str | None
+) -> None:
+    ours = _ours()
+    changed = {**ours, "trainingRuntimeSpec": {"template": {"metadata": {"labels": {}}}}}
+    entries = {"ours": ours, "kueue": KUEUE, "ours-changed": changed}
+    old = trainjob(suspend=True, patches=[entries[e] for e in before])
+    new = trainjob(suspend=True, patches=[entries[e] for e in after])
+    new["metadata"]["labels"]["phalanx.dev/managed"] = label
+    validate = Webhooks(StaticContext()).validate_owner(TrainJobKind())
+    if refused is None:
+        validate(body=kopf.Body(new), old=kopf.Body(old))
+        return
+    with pytest.raises(kopf.AdmissionError) as error:
+        validate(body=kopf.Body(new), old=kopf.Body(old))
+    assert str(error.value).startswith(refused), error.value

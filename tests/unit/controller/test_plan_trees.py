@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
 from testkit import (
     LB,
     NB,
@@ -300,3 +301,19 @@ def test_the_waiting_since_is_when_the_group_stopped_being_admitted() -> None:
     since = NOW - dt.timedelta(seconds=42)
     assert waiting_since(waiting_status(since)) == since
     assert waiting_since(PodGroupStatus()) is None
+
+
+@pytest.mark.parametrize(("waited", "requeued"), [(5, False), (31, True)])
+def test_a_hand_made_tree_that_lost_a_member_for_good_is_requeued_after_the_grace(
+    waited: float, requeued: bool
+) -> None:
+    """As above, but the member made by hand is gone with its node and nothing makes it again (no pod
+    waits): after the grace the tree is requeued whole instead of holding its nodes short for ever."""
+    groups, pods = _broken_tree(waited)
+    result = plan(cluster(groups=groups, pods=pods[:3], busy=(4,)), NOW)
+    deleted = sorted(a.pod.name for a in only(result.actions, DeletePod))
+    assert deleted == (["slices-0-0", "slices-0-1", "slices-1-0"] if requeued else [])
+    if requeued:
+        assert (
+            "nothing makes its lost pods again" in _status(result, "CompositePodGroup").conditions[-1].message
+        )

@@ -342,9 +342,10 @@ class ClusterCache:
         if old is not None:
             self._unindex_pod(old)
         self.pods[record.key] = record
-        for owner in self._pod_owners(record):
+        owners = self._pod_owners(record)
+        for owner in owners:
             self.pods_by_owner[owner].add(record.key)
-        if record.joins_group:
+        if record.joins_group and not owners:  # an owner's pod is its owner's, whatever its label says
             self.pods_by_group_label[f"{record.namespace}/{record.joins_group}"].add(record.key)
         if old != record:
             usage = record.bound_pod()
@@ -355,13 +356,14 @@ class ClusterCache:
             self._touch(wake)
 
     def _unindex_pod(self, old: PodRecord) -> None:
-        for owner in self._pod_owners(old):
+        owners = self._pod_owners(old)
+        for owner in owners:
             keys = self.pods_by_owner.get(owner)
             if keys is not None:
                 keys.discard(old.key)
                 if not keys:
                     del self.pods_by_owner[owner]
-        if old.joins_group:
+        if old.joins_group and not owners:
             index = f"{old.namespace}/{old.joins_group}"
             labelled = self.pods_by_group_label.get(index)
             if labelled is not None:

@@ -281,3 +281,15 @@ class AdmittingKind(OwnerKind, Protocol):
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         """What an edit of a managed object may not change (each naming its field)."""
         ...
+
+    @property
+    def regates_on_update(self) -> bool:
+        """Its pod templates may change at any time (a LeaderWorkerSet's rolling update): a mutating UPDATE
+        webhook puts Phalanx's gate back into them (`regated`). Else an edit taking the gate away is
+        refused (`update_problems`), or the kind has no template of its own (a TrainJob)."""
+        ...
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The spec patch that puts Phalanx's gate back into the templates of an edited managed object that
+        had it (None: nothing to put back)."""
+        ...

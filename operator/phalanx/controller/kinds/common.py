@@ -3,15 +3,17 @@ policy, notes said once per change, and letting go of an owner that is no longer
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 
 from phalanx.api import keys
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
+from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
 from phalanx.controller.kinds.base import ClusterView, OwnerKind, OwnerState, Unit
 from phalanx.controller.model.actions import Action, DeleteObject, PostEvent, RememberAnnounced, UngatePod
 from phalanx.controller.model.keys import unit_key
-from phalanx.controller.model.records import PodRecord, PriorityClassRecord
+from phalanx.controller.model.records import PodGroupRecord, PodRecord, PriorityClassRecord
 from phalanx.controller.model.refs import ObjectRef
 
 
@@ -44,6 +46,31 @@ def announce_once(
     if announced.get(key) == message:
         return []
     return [PostEvent(owner, "Warning", reason, message), RememberAnnounced(key, message)]
+
+
+def kept_gang_size(
+    group: PodGroupRecord,
+    made: PodGroupSpec,
+    kind: str,
+    owner: ObjectRef,
+    announced: Mapping[str, str],
+) -> tuple[PodGroupRecord, list[Action]]:
+    """An existing PodGroup of an owner whose groups follow its spec (a JobSet, a LeaderWorkerSet), with
+    the gang size that spec gives (`made`: the group as Phalanx would make it now). validate-podgroup
+    refuses an edit of it, but fails open: a minCount edited around it (with Phalanx away) would have the
+    gang placed partly. As a Job's annotations changed after creation, the edit is said once
+    (ImmutableChangeIgnored, per group), not applied; the group is scheduled with its owner's size."""
+    have, want = group.gang_min_count, made.scheduling_policy.gang
+    if want is None or have is None or have == want.min_count:
+        return group, []
+    message = (
+        f"PodGroup {group.name}: spec.schedulingPolicy.gang.minCount {have} differs from {want.min_count}, "
+        f"which the {kind}'s spec gives and Phalanx keeps (the gang sizes of a {kind}'s groups follow its "
+        f"spec; recreate the {kind} to change them)"
+    )
+    spec = group.spec.model_copy(update={"scheduling_policy": made.scheduling_policy})
+    notes = announce_once(announced, owner, f"immutable/{group.name}", "ImmutableChangeIgnored", message)
+    return dataclasses.replace(group, spec=spec), notes
 
 
 def unit_priority(pods: tuple[PodRecord, ...], default: int | None) -> int:

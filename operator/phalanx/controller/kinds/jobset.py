@@ -9,6 +9,7 @@ alone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from phalanx.controller.kinds.base import (
 )
 from phalanx.controller.kinds.common import (
     announce_once,
+    kept_gang_size,
     let_go,
     owners_units,
     preemption_policy_of,
@@ -183,6 +185,13 @@ class JobSetKind:
         gated = admit_create(body)
         return None if gated is None else {"replicatedJobs": gated}
 
+    # Refused, not put back (api/jobset.update_problems): a JobSet's templates change only while it is
+    # suspended, as a Job's.
+    regates_on_update = False
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         return update_problems(old, new)
 
@@ -262,6 +271,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
         made.append(f"CompositePodGroup {composite.metadata['name']}")
         root = CompositePodGroupRecord.to_be_made(composite, jobset.uid, KIND)
     leaves = _leaves(state, policy, children, groups, str(workload.metadata["name"]), setup)
+    leaves = _kept_sizes(leaves, groups, owner.ref, view.announced, setup)
     created = sum(1 for a in setup if isinstance(a, CreatePodGroup))
     if created:
         made.append(f"{created} PodGroup(s) (one per child Job)")
@@ -325,6 +335,18 @@ def _leaves(
             )
         )
     return leaves
+
+
+def _kept_sizes(
+    leaves: list[Leaf], groups: list[Any], owner: ObjectRef, announced: Mapping[str, str], setup: list[Action]
+) -> list[Leaf]:
+    """Each child Job's gang of the size the JobSet's spec gives, whatever its PodGroup was edited to."""
+    out = []
+    for leaf, group in zip(leaves, groups, strict=True):
+        record, notes = kept_gang_size(leaf.group, group.spec, KIND, owner, announced)
+        setup.extend(notes)
+        out.append(leaf if record is leaf.group else dataclasses.replace(leaf, group=record))
+    return out
 
 
 def _pods_by_child(pods: Iterable[PodRecord], jobset: str) -> dict[str, list[PodRecord]]:

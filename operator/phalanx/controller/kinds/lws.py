@@ -27,6 +27,7 @@ from phalanx.api.lws import (
     LwsPolicy,
     admit_create,
     parse_lws_policy,
+    regated,
     update_problems,
 )
 from phalanx.api.owned import Leaf as LeafShape
@@ -45,6 +46,7 @@ from phalanx.controller.kinds.base import (
 )
 from phalanx.controller.kinds.common import (
     announce_once,
+    kept_gang_size,
     let_go,
     owners_units,
     preemption_policy_of,
@@ -162,6 +164,14 @@ class LwsKind:
 
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         return update_problems(old, new)
+
+    # Put back, not refused: an LWS's templates change at any time (a rolling update), often by replacing
+    # the whole object from a manifest, or by a controller above it, that never had the gate; refusing
+    # would block those updates. Kueue's own LWS webhook defaults its templates on UPDATE for that reason.
+    regates_on_update = True
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return regated(old, new)
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
         return owners_units(self, view)
@@ -288,7 +298,10 @@ def _group_unit(
         if state.workload is None:
             setup.append(CreateWorkload(workload))
         record = existing.get(str(group.metadata["name"]))
-        if record is None:
+        if record is not None:
+            record, notes = kept_gang_size(record, group.spec, KIND, lws.ref, view.announced)
+            setup.extend(notes)
+        else:
             setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
             setup.append(
                 PostEvent(
@@ -307,7 +320,7 @@ def _group_unit(
         made = {record.name}
     else:
         tree, made = _subgroup_tree(
-            state, identity, policy, suffix, pods, priority, preemption, setup, template
+            state, view, identity, policy, suffix, pods, priority, preemption, setup, template
         )
     unit = Unit(
         key=unit_key(KIND, lws.namespace, lws.name, suffix),
@@ -337,6 +350,7 @@ def _planned_group(lws: LwsRecord, group: Any) -> PodGroupRecord:
 
 def _subgroup_tree(
     state: OwnerState,
+    view: ClusterView,
     identity: OwnerIdentity,
     policy: LwsPolicy,
     suffix: str,
@@ -369,7 +383,10 @@ def _subgroup_tree(
     leaves = []
     for (_, workers), group in zip(subgroups, groups, strict=True):
         record = existing.get(str(group.metadata["name"]))
-        if record is None:
+        if record is not None:
+            record, notes = kept_gang_size(record, group.spec, KIND, lws.ref, view.announced)
+            setup.extend(notes)
+        else:
             setup.append(CreatePodGroup(group, str(workload.metadata["name"])))
             record = _planned_group(lws, group)
         members = sorted((p for p in pods if _rank(p) in workers), key=lambda p: (_rank(p), p.name))

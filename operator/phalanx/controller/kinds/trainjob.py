@@ -19,7 +19,14 @@ from typing import Any
 from phalanx.api import keys as names
 from phalanx.api.job_policy import JobPolicyError, key_problems
 from phalanx.api.jobset import JOBSET_ANNOTATIONS, annotation_problems
-from phalanx.api.trainjob import API_VERSION, KIND, finished_how, runtime_patches
+from phalanx.api.trainjob import (
+    API_VERSION,
+    KIND,
+    PATCH_MANAGER,
+    finished_how,
+    phalanx_patch,
+    runtime_patches,
+)
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, OwnerState, Resource, Unit
 from phalanx.controller.model.records import PodRecord, meta_of, parse_time
@@ -92,15 +99,32 @@ class TrainJobKind:
         patches = runtime_patches(body)
         return None if patches is None else {"runtimePatches": patches}
 
+    regates_on_update = False  # its pods' templates are its JobSet's
+
+    def regated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
     def update_problems(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         before = mapping(mapping(old.get("metadata")).get("annotations"))
         after = mapping(mapping(new.get("metadata")).get("annotations"))
-        return [
+        problems = [
             f"metadata.annotations[{key}]: cannot change from {before.get(key)!r} to {after.get(key)!r} "
             "after creation (its JobSet was made with it; recreate the TrainJob to change it)"
             for key in JOBSET_ANNOTATIONS
             if key != names.REQUEUED_ANNOTATION and before.get(key) != after.get(key)
         ]
+        # Its gate, in effect: the entry that makes its JobSet managed (and so gated). Trainer applies the
+        # TrainJob's runtimePatches to the JobSet while suspended; without the entry the JobSet would lose
+        # the label and be let go while the TrainJob still says it is managed.
+        ours = phalanx_patch(old)
+        if ours is not None and phalanx_patch(new) != ours:
+            problems.append(
+                f"spec.runtimePatches: the entry of manager {PATCH_MANAGER} cannot be removed or changed "
+                "while Phalanx manages the TrainJob: it carries the managed label and Phalanx's annotations "
+                f"to its JobSet; remove the {names.MANAGED_LABEL} label, or set it to false, to take the "
+                "TrainJob out of Phalanx"
+            )
+        return problems
 
     def units(self, view: ClusterView) -> Iterable[Unit]:
         return ()  # its JobSet's unit is its gang (kinds/jobset.py)

@@ -40,7 +40,11 @@ def admitted_policy(work: UnitWork) -> str | None:
             if after is None or after.status != c.TRUE:
                 return None
             single = work.single
-            return BASIC if single is not None and not single.gang else GANG
+            if single is not None and not single.gang:
+                return BASIC
+            # Pods of it were placed before this pass: a replacement (or the rest of a decision) joins a gang
+            # still running, no admission of its own (after a requeue none is placed).
+            return None if work.placed else GANG
     return None
 
 

@@ -148,8 +148,13 @@ def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest
 def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision: Admit, ctx: Pass) -> None:
     group = leaf.group
     work.first_admission = never_admitted(group.status)
+    # A replacement joins the pods still placed by the decisions before it: the record names them all, so
+    # a later scale-up (placed == recorded, more pods waiting) is not taken for a loss (requeue.grown).
+    placed = {p.name for p in leaf.placed}
+    before = group.status.admission.assignments if group.status.admission is not None and placed else []
+    kept = [(f"{group.namespace}/{a.pod}", a.node) for a in before if a.pod in placed]
     admission = admission_of(
-        decision.domain, decision.assignments, ctx, group.status, decision.level, decision.mode_note
+        decision.domain, [*kept, *decision.assignments], ctx, group.status, decision.level, decision.mode_note
     )
     work.actions.append(RecordAdmission(group.ref, admission, group.resource_version))
     release(work, leaf, decision.assignments)

@@ -7,7 +7,8 @@ For one unit, in this order (the first step that concludes ends placement for th
 2. *Cannot have its pods*: its PriorityClass does not exist, or a ResourceQuota refuses them (and a
    deadlock of gangs on one quota is broken: quota.py), so its owner cannot create them.
 3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
-4. *Not held by us*: the owner was labelled after its creation, its pods were born ungated.
+4. *Not held by us*: the owner was labelled after its creation (or its template lost the gate in an edit
+   the webhooks did not see), its pods were born ungated.
 5. *Stranded*: released pods kube-scheduler refuses to bind, or no scheduler binds in time — the unit
    is requeued whole.
 6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
@@ -37,7 +38,7 @@ from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
 from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
-from phalanx.controller.plan.requeue import requeue, requeue_if_broken, stranded
+from phalanx.controller.plan.requeue import pods_cannot_come, requeue, requeue_if_broken, stranded
 from phalanx.controller.plan.staging import placeholders
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
 
@@ -123,6 +124,8 @@ def place(work: UnitWork, ctx: Pass) -> None:
         requeue(work, why, "unbindable")
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):
+        if never_coming := pods_cannot_come(work):
+            requeue_if_broken(work, ctx, never_coming)
         return
     if _blocked_by_gates(work) or finish(work, ctx):
         return
@@ -169,11 +172,15 @@ def _missing_priority_class(work: UnitWork, ctx: Pass) -> st.Outcome | None:
 
 
 def _not_gated(kind: str) -> st.Outcome:
+    """Its template lacks the gate: never gated (labelled late), or the gate taken off by an edit the
+    webhooks did not see (they refuse or mend such an edit, but fail open while no replica answers)."""
     return st.Outcome(
         c.REASON_NOT_GATED,
-        f"the {kind} was labelled {keys.MANAGED_LABEL} after its creation, so its pods are not held by "
-        f"{keys.ADMISSION_GATE} and Phalanx admits nothing for it (kube-scheduler places them one by "
-        f"one); create the {kind} with the label to gang-schedule it",
+        f"the {kind}'s pod template does not carry {keys.ADMISSION_GATE}: the {kind} was labelled "
+        f"{keys.MANAGED_LABEL} after its creation, or the gate was taken off its template by an edit made "
+        "while Phalanx's webhooks were not answering; so its pods are not held and Phalanx admits nothing "
+        f"for it (kube-scheduler places them one by one); create the {kind} with the label, and keep the "
+        "gate in its template, to gang-schedule it",
     )
 
 

@@ -118,10 +118,26 @@ def _requeue_scaled_up(work: UnitWork, leaf: LeafWork) -> None:
     requeue(work, why, "scale-up")
 
 
-def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
+def pods_cannot_come(work: UnitWork) -> str:
+    """Why a running unit short of its min counts, with no pod waiting, will never get the missing ones
+    ("" when they may still come): nothing makes them again (hand-made groups), or a ResourceQuota refuses
+    its owner's controller the pods. Such a unit is requeued like one whose pods no longer fit."""
+    if not work.placed or work.whole() or any(leaf.waiting for leaf in work.leaves.values()):
+        return ""
+    owner = work.owner
+    if owner is None:
+        return "nothing makes its lost pods again"
+    if owner.pods_refused is not None:
+        return f"a ResourceQuota refuses the {owner.kind} controller the missing pods"
+    return ""
+
+
+def requeue_if_broken(work: UnitWork, ctx: Pass, never_coming: str = "") -> None:
     """A running unit left short of its min counts (a node failed, its pods went) whose other pods no longer
     fit in its domains holds nodes for nothing: after the grace period (at once for disruptionMode all),
-    requeue it whole so that it is placed again as a whole, possibly in another domain."""
+    requeue it whole so that it is placed again as a whole, possibly in another domain. `never_coming`: the
+    missing pods will not come at all (pods_cannot_come): the grace counts from when it stopped being
+    admitted, whatever it said since."""
     owner, tree = work.owner, work.unit.tree
     assert tree is not None
     placed = work.placed
@@ -133,7 +149,8 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
         return  # scaled up: the new pods wait for room beside the running ones, which keep running
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
-    if admitted is not None and admitted.status == c.FALSE and admitted.reason == c.REASON_UNSCHEDULABLE:
+    counted = admitted is not None and admitted.status == c.FALSE
+    if admitted is not None and counted and (never_coming or admitted.reason == c.REASON_UNSCHEDULABLE):
         since = admitted.last_transition_time
     waited = (ctx.now - since).total_seconds()
     at_once = owner.disruption_all if owner is not None else tree.holder.spec.disruption_mode.all is not None
@@ -144,15 +161,15 @@ def requeue_if_broken(work: UnitWork, ctx: Pass) -> None:
         where = f" in {single.domain}" if single.domain else ""
         why = (
             f"{REQUEUED_BELOW_MIN_COUNT}: {placed} of its {single.min_count} pods were left{where} "
-            f"and the others no longer fit there (after {waited:.0f} s)"
+            f"and {never_coming or 'the others no longer fit there'} (after {waited:.0f} s)"
         )
     else:
         short = [leaf.group.name for leaf in work.leaves.values() if not leaf.whole]
+        missing = never_coming or "the missing pods no longer fit there"
         domain = work.domain or (work.admission.domain if work.admission is not None else None)
         where = f" in {domain}" if domain else ""
         why = (
             f"{REQUEUED_BELOW_MIN_COUNT}: {placed} pod(s) of the tree were left{where}, "
-            f"{', '.join(short)} short of its minCount, and the missing pods no longer fit there "
-            f"(after {waited:.0f} s)"
+            f"{', '.join(short)} short of its minCount, and {missing} (after {waited:.0f} s)"
         )
     requeue(work, why, "below-min-count")

@@ -117,24 +117,30 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
             True, jobs, WEBHOOK_ID, ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, hooks.gate_job
         ),
         # Fails open: an operator outage must not block suspend, scale or label edits of running Jobs; the
-        # loop reports a bad edit with an event if one slips through.
+        # loop reports a bad edit with an event if one slips through. Any value of the label, as at
+        # creation: an edit from true to a misspelt value ("True", "yes") is refused, not taken as opting
+        # out mid-admission; removing the label (not selected) or false is how a Job leaves Phalanx.
         _Hook(
             False,
             jobs,
             VALIDATE_ID,
             ("UPDATE",),
-            {names.MANAGED_LABEL: "true"},
+            {names.MANAGED_LABEL: kopf.PRESENT},
             True,
             hooks.validate_job_update,
         ),
-        # Groups made for Jobs (hand-made ones stay editable). Fails open, as for Jobs: with Phalanx away,
-        # garbage collection's metadata updates must not block; the loop puts the gang size back first.
+        # Every PodGroup: the handler refuses spec edits of those Phalanx made, for a Job (labelled with
+        # its uid) or for any other owner kind (labelled with the owner's uid), and lets hand-made ones
+        # pass. No label selector: one cannot say "either label", and a selector on one of them left the
+        # groups of JobSets, LeaderWorkerSets and TrainJobs editable. Fails open, as for Jobs: with Phalanx
+        # away, garbage collection's metadata updates must not block; the loop puts a Job's gang size back
+        # and schedules the other owners' groups with the size their spec gives (kinds/).
         _Hook(
             False,
             Resource(GROUP, VERSION, POD_GROUPS),
             VALIDATE_POD_GROUP_ID,
             ("UPDATE",),
-            {names.JOB_UID_LABEL: kopf.PRESENT},
+            None,
             True,
             hooks.validate_pod_group_update,
         ),
@@ -178,7 +184,9 @@ def _hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
 
 def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
     """For each owner kind with a webhook of its own (kinds.OWNER_KINDS: a JobSet), a gate at creation that
-    fails closed and an edit check that fails open, both only for objects carrying the managed label."""
+    fails closed and an edit check that fails open, both for objects carrying the managed label with any
+    value (a misspelt one is refused, at creation as in an edit); for a kind whose templates change at any
+    time (a LeaderWorkerSet), a mutating edit hook that puts the gate back, failing open."""
     out: list[_Hook] = []
     for kind in OWNER_KINDS:
         if not isinstance(kind, AdmittingKind):
@@ -195,13 +203,31 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
                 hooks.gate_owner(kind),
             )
         )
+        if kind.regates_on_update:
+            # Phalanx's gate put back into an edited template. Mutating, not refusing, where the kind's
+            # templates change at any time (an LWS rolling update from a replaced manifest or a controller
+            # above it that never had the gate; Kueue's LWS webhook defaults on UPDATE too); a Job's or
+            # JobSet's templates change only while suspended, and their validators refuse the removal
+            # instead, as Kueue, which mutates those only at creation, validates their edits. Fails open:
+            # an outage must not block rolling updates or scaling; an edit then is said NotGated.
+            out.append(
+                _Hook(
+                    True,
+                    r,
+                    f"regate-{name}",
+                    ("UPDATE",),
+                    {names.MANAGED_LABEL: names.MANAGED_VALUE},
+                    True,
+                    hooks.regate_owner(kind),
+                )
+            )
         out.append(
             _Hook(
                 False,
                 r,
                 f"validate-{name}",
                 ("UPDATE",),
-                {names.MANAGED_LABEL: "true"},
+                {names.MANAGED_LABEL: kopf.PRESENT},
                 True,
                 hooks.validate_owner(kind),
             )

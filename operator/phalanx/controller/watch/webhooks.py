@@ -20,6 +20,7 @@ from phalanx.api.admission_checks import (
     pod_device_problems,
     pod_group_namespace_problem,
     preferred_affinity_warnings,
+    removed_gate_problems,
     scheduler_problems,
     slice_key_problem,
     slice_key_warning,
@@ -30,8 +31,15 @@ from phalanx.api.admission_checks import (
 from phalanx.api.formats import dns_subdomain_problems
 from phalanx.api.group import POD_GROUPS, TOPOLOGIES
 from phalanx.api.job_layout import JobLayout, parse_job_layout
-from phalanx.api.job_policy import JobPolicy, JobPolicyError, key_problems, parse_job_policy
+from phalanx.api.job_policy import (
+    JobPolicy,
+    JobPolicyError,
+    key_problems,
+    managed_label_problem,
+    parse_job_policy,
+)
 from phalanx.api.naming import pod_group_label_value
+from phalanx.api.owned import OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
@@ -121,6 +129,8 @@ class Webhooks:
             # Whether or not the templates still need the gate: YAML re-applied from `kubectl get -o yaml`
             # carries it already, and its pods are held all the same.
             problems = scheduler_problems(body.get("spec"), self.ctx.scheduler_names)
+            # A pod template's `phalanx.dev/pod-group` label would make its pods join a hand-made group too.
+            problems += template_key_problems(body.get("spec"), kind.name)
             problems += claim_problems(body.get("spec"), str(body.get("kind") or "object"))
             problems += self._dra_problems(body, str(body.get("kind") or "object"))
             if problems:
@@ -130,15 +140,32 @@ class Webhooks:
 
         return gate
 
+    def regate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
+        """The mutating UPDATE handler of an owner kind whose templates may change at any time (a
+        LeaderWorkerSet): Phalanx's gate put back into the templates of a managed object that had it."""
+
+        def regate(body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: Any) -> None:
+            meta = mapping(body.get("metadata"))
+            if old is None or not self.ctx.watches(str(meta.get("namespace") or "")):
+                return
+            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+                return  # leaving Phalanx (or refused by its validator): nothing to hold
+            spec = kind.regated(old, body)
+            if spec is not None:
+                patch.spec.update(spec)
+
+        return regate
+
     def validate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
         """The UPDATE handler of an owner kind: what an edit of a managed object may not change."""
 
         def validate(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
+            _refuse_a_bad_managed_value(old, body)
             if old is None:
                 return
             labels = mapping(mapping(body.get("metadata")).get("labels"))
             if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
-                return  # released from Phalanx: its annotations no longer matter
+                return  # released from Phalanx (false): its annotations no longer matter
             problems = kind.update_problems(old, body)
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
@@ -245,13 +272,21 @@ class Webhooks:
         Only what the edit adds is refused: a Job that was already wrong (created around the webhook, or
         before a check existed) still takes Phalanx's own writes (suspend, resume) and the user's fixes.
         """
+        _refuse_a_bad_managed_value(old, body)
+        labels = mapping(mapping(body.get("metadata")).get("labels"))
+        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+            return  # released from Phalanx (false): its annotations no longer matter
         known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
         added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
         if added:
             raise kopf.AdmissionError("; ".join(added), code=422)
-        labels = mapping(mapping(body.get("metadata")).get("labels"))
-        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
-            return  # released from Phalanx: its annotations no longer matter
+        # Phalanx's gate taken off the template (possible only while the Job is suspended and was never
+        # started): refused, not put back. A Job's template is fixed but for that window, in which Kueue
+        # changes it too, and Kueue mutates a Job only at its creation and validates its edits; an edit
+        # there is deliberate, and a refusal naming the field says what it would break.
+        removed = removed_gate_problems(old.get("spec"), body.get("spec")) if old is not None else []
+        if removed:
+            raise kopf.AdmissionError("; ".join(removed), code=422)
         old_policy = old_layout = None
         old_problems: set[str] = set()
         if old is not None:
@@ -302,23 +337,54 @@ class Webhooks:
             raise kopf.AdmissionError("; ".join(changed), code=422)
 
     def validate_pod_group_update(self, body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
-        """A Job-owned PodGroup's spec follows its Job: the one change allowed is minCount becoming the
-        Job's."""
+        """The spec of a PodGroup Phalanx made follows its owner, whatever the owner's kind. A plain Job's
+        PodGroup may only have its minCount become the Job's (upstream's one mutable field, which Phalanx
+        keeps in step with the Job); a sliced Job's slices are fixed at its creation; the groups of a
+        JobSet, LeaderWorkerSet or TrainJob take their gang sizes from the owner's spec, fixed while
+        Phalanx manages it, so no spec change passes. PodGroups made by hand (without the labels) stay
+        editable."""
         new_spec, old_spec = mapping(body.get("spec")), mapping(old.get("spec") if old is not None else None)
         if old is None or dict(new_spec) == dict(old_spec):
             return
-        meta = mapping(body.get("metadata"))
-        labels = mapping(meta.get("labels"))
+        # Phalanx's labels as it made them: an edit that also drops them is still an edit of its group.
+        labels = {**mapping(mapping(body.get("metadata")).get("labels"))}
+        labels.update(mapping(mapping(old.get("metadata")).get("labels")))
         job_uid = str(labels.get(names.JOB_UID_LABEL) or "")
-        job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
-        job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
-        wanted = job.policy.min_count if job is not None and job.policy is not None else None
-        if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
-            return
+        owner_uid = str(labels.get(OWNER_UID_LABEL) or "")
+        if not job_uid and not owner_uid:
+            return  # made by hand
+        meta = mapping(body.get("metadata"))
+        fields = ", ".join(_changed_fields(old.get("spec"), body.get("spec"), "spec"))
+        if job_uid:
+            job_name = str(labels.get(names.JOB_NAME_LABEL) or job_uid)
+            if old_spec.get("parentCompositePodGroupName") or new_spec.get("parentCompositePodGroupName"):
+                # A slice of a sliced Job: its minCount is the slice size, which the plan reads back from
+                # the slices (job_slices.kept_slices), never the Job's min-count; nothing in it may change.
+                raise kopf.AdmissionError(
+                    f"{fields}: PodGroup {meta.get('name')} is a slice of the sliced Job {job_name}: its "
+                    f"size (the Job's {names.SLICE_SIZE_ANNOTATION}) and the rest of its spec are fixed at "
+                    "the Job's creation; recreate the Job to change its slices",
+                    code=422,
+                )
+            job = self.ctx.cache.owners[JOB_KIND].get(job_uid)
+            wanted = job.policy.min_count if job is not None and job.policy is not None else None
+            if wanted is not None and _only_min_count_changed(old_spec, new_spec, wanted):
+                return
+            raise kopf.AdmissionError(
+                f"{fields}: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
+                f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; "
+                "the other settings are fixed at the Job's creation (PodGroups made by hand, without a Job, "
+                "stay editable)",
+                code=422,
+            )
+        annotations = mapping(meta.get("annotations"))
+        kind = str(labels.get(OWNER_KIND_LABEL) or "owner")
+        owner = str(annotations.get(names.OWNER_ANNOTATION) or f"{kind}/{labels.get(OWNER_NAME_LABEL)}")
+        shown = owner.partition("/")[0] or kind
         raise kopf.AdmissionError(
-            f"spec: PodGroup {meta.get('name')} follows its Job {job_name}: set the Job's "
-            f"{names.MIN_COUNT_ANNOTATION} annotation (or its parallelism) to change the gang size; the "
-            "other settings are fixed at the Job's creation (PodGroups made by hand, without a Job, stay "
+            f"{fields}: PodGroup {meta.get('name')} was made by Phalanx for {owner} and follows it: its "
+            f"gang size comes from the {shown}'s spec and, with the rest of its spec, is fixed while "
+            f"Phalanx manages the {shown}; recreate the {shown} to change it (PodGroups made by hand stay "
             "editable)",
             code=422,
         )
@@ -428,8 +494,33 @@ class Webhooks:
             raise kopf.AdmissionError(f"Topology {name}: " + "; ".join(problems), code=422)
 
 
+def _refuse_a_bad_managed_value(old: kopf.Body | None, new: kopf.Body) -> None:
+    """An edit setting the managed label to anything but true or false is refused, as at creation: plan()
+    would read "True" or "yes" as not managed and let go of the gang mid-admission (its pods ungated, its
+    PodGroup deleted). Removing the label, or false, is how an owner leaves Phalanx, and stays allowed."""
+    problem = managed_label_problem(old, new)
+    if problem:
+        raise kopf.AdmissionError(problem, code=422)
+
+
 def _text(value: int | None) -> str | None:
     return None if value is None else str(value)
+
+
+_ABSENT = object()
+
+
+def _changed_fields(old: Any, new: Any, path: str) -> list[str]:
+    """The paths at which `new` differs from `old` (`spec.schedulingPolicy.gang.minCount`), objects walked
+    key by key (a key added or removed, with any value, is a change), anything else (a list included)
+    compared whole; `path` itself when nothing finer names the change."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = [*old, *(k for k in new if k not in old)]
+        changed = [
+            f for k in keys for f in _changed_fields(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{path}.{k}")
+        ]
+        return changed or ([] if dict(old) == dict(new) else [path])
+    return [] if old == new else [path]
 
 
 def _only_min_count_changed(old: Mapping[str, Any], new: Mapping[str, Any], wanted: int) -> bool:
