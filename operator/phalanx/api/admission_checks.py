@@ -27,7 +27,7 @@ own `spec`): any object with a `containers` list.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from phalanx.api import keys
@@ -39,30 +39,29 @@ from phalanx.placement import NodeInfo, pod_requests
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
-def pod_specs(value: Any, path: str = "spec") -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(field path, pod spec) of every pod spec inside `value` (the body's spec)."""
+def _walk(
+    value: Any, path: str, found: Callable[[Mapping[str, Any]], bool]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, object) of every mapping inside `value` that `found` accepts (not searched further)."""
     if isinstance(value, Mapping):
-        if isinstance(value.get("containers"), list):
+        if found(value):
             yield path, value
             return
         for key, item in value.items():
-            yield from pod_specs(item, f"{path}.{key}")
+            yield from _walk(item, f"{path}.{key}", found)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from pod_specs(item, f"{path}[{i}]")
+            yield from _walk(item, f"{path}[{i}]", found)
+
+
+def pod_specs(value: Any, path: str = "spec") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, pod spec) of every pod spec inside `value` (the body's spec)."""
+    return _walk(value, path, lambda m: isinstance(m.get("containers"), list))
 
 
 def pod_templates(value: Any, path: str = "spec") -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(field path, template) of every pod template (an object whose `spec` is a pod spec)."""
-    if isinstance(value, Mapping):
-        if isinstance(mapping(value.get("spec")).get("containers"), list):
-            yield path, value
-            return
-        for key, item in value.items():
-            yield from pod_templates(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from pod_templates(item, f"{path}[{i}]")
+    return _walk(value, path, lambda m: isinstance(mapping(m.get("spec")).get("containers"), list))
 
 
 def scheduler_problems(spec: Any, allowed: tuple[str, ...], *, root: str = "spec") -> list[str]:
