@@ -210,6 +210,7 @@ def cluster(
     nodes: Iterable[dict[str, Any]] | None = None,
     busy: Iterable[int | str] = (),
     backing_off: frozenset[str] = frozenset(),
+    failing: frozenset[str] = frozenset(),
     announced: dict[str, str] | None = None,
     priority_classes: Iterable[dict[str, Any]] = (),
     levels: dict[str, tuple[str, ...]] | None = None,
@@ -250,7 +251,7 @@ def cluster(
     for kind, body in owners:  # owners of other kinds (JobSets, LeaderWorkerSets), as (kind, body)
         cache.upsert(kind, body)
     cache.announced.update(announced or {})
-    state = plan_input(cache, backing_off, node_failure_grace, starvation_age=starvation_age)
+    state = plan_input(cache, backing_off, node_failure_grace, starvation_age=starvation_age, failing=failing)
     if levels is not None:
         state = dataclasses.replace(state, levels=levels)
     return state

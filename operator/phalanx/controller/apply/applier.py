@@ -105,6 +105,10 @@ class Backoff:
         now = self.clock()
         return frozenset(k for k, t in self.until.items() if t > now)
 
+    def failing(self) -> frozenset[str]:
+        """Keys whose last try failed, inside their backoff window or past it (not yet succeeded since)."""
+        return frozenset(self.failures)
+
     def next_retry_in(self) -> float | None:
         """Seconds until the earliest backing-off key may run again (None: none waits)."""
         now = self.clock()

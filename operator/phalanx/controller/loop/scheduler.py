@@ -69,6 +69,7 @@ def plan_input(
     bind_timeout: float = BIND_TIMEOUT_SECONDS,
     memo: UnitMemo | None = None,
     detached: bool = False,
+    failing: frozenset[str] = frozenset(),
 ) -> PlanInput:
     """One consistent view of the cache for `plan()`: every kind's units, and the cluster (records and the
     snapshot are immutable; the mappings are read-only views, read synchronously before the applier
@@ -94,6 +95,7 @@ def plan_input(
         node_failure_grace=node_failure_grace,
         starvation_age=starvation_age,
         backing_off=backing_off,
+        failing=failing,
         kueue=cache.kueue.copy() if detached else cache.kueue,
         bind_timeout=bind_timeout,
         reported=_view(cache.reported, detached),
@@ -207,6 +209,7 @@ class Scheduler:
             bind_timeout=self.bind_timeout,
             memo=self.memo,
             detached=self._planner is not None,
+            failing=backoff.failing(),
         )
         backoff.forget_missing(
             {unit.key for unit in state.units} | {unit_key(TOPOLOGY_KIND, "", t.name) for t in topologies}

@@ -19,7 +19,7 @@ from phalanx.api.workload import Workload
 from phalanx.controller.model.refs import ObjectRef
 
 EventType = Literal["Normal", "Warning"]
-RequeueCause = Literal["preempted", "below-min-count", "unbindable", "quota", "scale-up"]
+RequeueCause = Literal["preempted", "below-min-count", "unbindable", "released-in-part", "quota", "scale-up"]
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         node_failure_grace=state.node_failure_grace,
         starvation_age=state.starvation_age,
         bind_timeout=state.bind_timeout,
+        failing=state.failing,
         levels=state.levels,
         priority_classes=state.priority_classes,
         reported=state.reported,

@@ -23,6 +23,9 @@ class PlanInput:
     nodes: Mapping[str, NodeInfo]
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     backing_off: frozenset[str] = frozenset()  # unit keys that wait before their next try
+    # Unit keys whose last apply failed (in their backoff window or out of it): a recorded decision such a
+    # unit released only in part is requeued whole after the bind timeout (requeue.released_in_part).
+    failing: frozenset[str] = frozenset()
     pods: Mapping[str, PodRecord] = field(default_factory=dict)  # every pod, for victim choice
     unevictable: frozenset[str] = frozenset()  # pods a PodDisruptionBudget protected recently
     node_failure_grace: float = 30.0  # seconds a running gang may stay below minCount before a requeue

@@ -9,8 +9,9 @@ For one unit, in this order (the first step that concludes ends placement for th
 3. *Basic*: a one-leaf basic group's pods are never held: ungated, kube-scheduler places them.
 4. *Not held by us*: the owner was labelled after its creation (or its template lost the gate in an edit
    the webhooks did not see), its pods were born ungated.
-5. *Stranded*: released pods kube-scheduler refuses to bind, or no scheduler binds in time — the unit
-   is requeued whole.
+5. *Stranded*: released pods kube-scheduler refuses to bind, or no scheduler binds in time, or a recorded
+   decision released in part whose other releases keep failing past the bind timeout — the unit is
+   requeued whole.
 6. *Other gates*: pods still carry other controllers' scheduling gates while short of minCount.
 7. *Finish a recorded decision*: gated pods a recorded decision names go where it says, if they still fit.
 8. *Short of pods*: fewer pods exist than the min counts need — wait for them.
@@ -38,7 +39,13 @@ from phalanx.controller.plan.kueue import never_fits
 from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
 from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
-from phalanx.controller.plan.requeue import pods_cannot_come, requeue, requeue_if_broken, stranded
+from phalanx.controller.plan.requeue import (
+    pods_cannot_come,
+    released_in_part,
+    requeue,
+    requeue_if_broken,
+    stranded,
+)
 from phalanx.controller.plan.staging import placeholders
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
 
@@ -122,6 +129,9 @@ def place(work: UnitWork, ctx: Pass) -> None:
         return
     if (why := stranded(work, ctx)) is not None:
         requeue(work, why, "unbindable")
+        return
+    if (why := released_in_part(work, ctx)) is not None:
+        requeue(work, why, "released-in-part")
         return
     if not any(leaf.waiting for leaf in work.leaves.values()):
         if never_coming := pods_cannot_come(work):

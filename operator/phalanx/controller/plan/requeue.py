@@ -15,10 +15,12 @@ from phalanx.api import conditions as c
 from phalanx.api.keys import ON_SCALE_UP_ANNOTATION
 from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.staging import slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 REQUEUED_BELOW_MIN_COUNT = "below its minCount"  # the requeue note of a gang that lost pods
 REQUEUED_UNBINDABLE = "released but not bound"  # the requeue note of a release kube-scheduler refused
+REQUEUED_RELEASED_IN_PART = "released in part"  # the requeue note of a decision whose releases did not land
 ON_SCALE_UP = f"{ON_SCALE_UP_ANNOTATION}: requeue"
 REQUEUED_SCALED_UP = "scaled up"  # the requeue note of a scale-up the owner asked to be placed whole
 
@@ -39,6 +41,44 @@ def stranded(work: UnitWork, ctx: Pass) -> str | None:
             f"them ({first.name} on {first.node_selector_host}: {first.unschedulable})"
         )
     return _unbound_too_long(work, ctx)
+
+
+def released_in_part(work: UnitWork, ctx: Pass) -> str | None:
+    """Some pods of a recorded decision were released (kube-scheduler binds them at once) while releasing
+    the others keeps failing (the API gives no answer for them, or refuses the patch): the gang runs split.
+    No release of several pods is atomic (each pod's gate is its own), so the window cannot be closed, only
+    bounded: once a pod the decision names has been waiting `ctx.bind_timeout` for its release (from the
+    decision, or from its own creation if it came later) and the unit's last apply failed, the unit is
+    requeued whole. Not while its releases may still land: a unit whose last apply did not fail (a process
+    that restarted after a crash between releases) finishes its decision first (step 7), which makes the
+    gang whole at once."""
+    decided = work.unit.tree.holder.status.admission if work.unit.tree is not None else None
+    if (
+        decided is None
+        or work.unit.key not in ctx.failing
+        or (work.owner is not None and work.owner.requeued)
+    ):
+        return None
+    released = [p for leaf in work.leaves.values() for p in leaf.placed]
+    if not released:
+        return None  # nothing runs: the gang is not split, its release is only late
+    nodes = {a.pod: a.node for a in decided.assignments}
+    pending = [
+        (p, node)
+        for leaf in work.leaves.values()
+        for p in leaf.ready
+        if (node := nodes.get(p.name) or nodes.get(slot_of(leaf, p), ""))
+        and (ctx.now - max(decided.admitted_at, p.created or decided.admitted_at)).total_seconds()
+        >= ctx.bind_timeout
+    ]
+    if not pending:
+        return None
+    first, node = pending[0]
+    return (
+        f"{REQUEUED_RELEASED_IN_PART}: {len(pending)} pod(s) of the recorded decision could not be released "
+        f"within {ctx.bind_timeout:.0f} s while {len(released)} of its pods were ({first.name} to {node}: "
+        "its release keeps failing); requeued whole so that the gang does not run split"
+    )
 
 
 def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:

@@ -36,6 +36,7 @@ class Pass:
     node_failure_grace: float = 30.0
     starvation_age: float = 60.0  # seconds a gang waits before the room it needs is held (starvation.py)
     bind_timeout: float = 120.0  # released pods no scheduler bound for this long are rolled back
+    failing: frozenset[str] = frozenset()  # keys of units whose last apply failed (requeue.released_in_part)
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     priority_classes: Mapping[str, PriorityClassRecord] = field(default_factory=dict)
     decision_seconds: list[float] = field(default_factory=list)
