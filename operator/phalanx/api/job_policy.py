@@ -260,6 +260,24 @@ def managed_label_problem(old: Mapping[str, Any] | None, new: Mapping[str, Any])
     return str(PolicyProblem(MANAGED_LABEL, problem, "label")) if problem else ""
 
 
+def managed_by_label(labels: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether an object's managed label keeps it managed, and what is wrong with its value ("" when
+    nothing): `true` manages it, no label or `false` lets it go. Any other value is refused by the webhooks
+    (a misspelt `true` would let its gang go pod by pod), but they fail open while no replica answers: such
+    an object stays managed — its pods stay held, its gangs placed whole — and says why."""
+    if MANAGED_LABEL not in labels:
+        return False, ""
+    value = labels[MANAGED_LABEL]
+    problem = _managed_value_problem(value)
+    if not problem:
+        return str(value) == MANAGED_VALUE, ""
+    said = str(PolicyProblem(MANAGED_LABEL, problem, "label"))
+    return True, (
+        f"{said}{' ' if said.endswith('?') else '; '}Phalanx goes on holding its pods and placing its gangs "
+        f"whole until the label is {MANAGED_VALUE}, or {UNMANAGED_VALUE} (or removed) to let it go"
+    )
+
+
 def _managed_value_problem(value: Any) -> str:
     text = str(value)
     if text in (MANAGED_VALUE, UNMANAGED_VALUE):

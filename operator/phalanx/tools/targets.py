@@ -23,7 +23,7 @@ from phalanx.api import keys, lws
 from phalanx.api import trainjob as tj
 from phalanx.api.group import API_VERSION, COMPOSITE_POD_GROUPS, GROUP, POD_GROUPS
 from phalanx.api.job_layout import REQUIRED, TopologyModeKind, parse_job_layout
-from phalanx.api.job_policy import JobPolicyError, parse_job_policy
+from phalanx.api.job_policy import JobPolicyError, managed_by_label, parse_job_policy
 from phalanx.api.naming import pod_group_label_value
 from phalanx.bodies import mapping
 from phalanx.tools.kube import KubeError, NotFoundError, Reader
@@ -106,7 +106,8 @@ def _job_pods(job: Body) -> str:
 
 
 def _job_managed(job: Body) -> bool:
-    return mapping(_meta(job).get("labels")).get(keys.MANAGED_LABEL) == keys.MANAGED_VALUE
+    """As the controller reads it (a value the webhooks refuse keeps an owner managed)."""
+    return managed_by_label(mapping(_meta(job).get("labels")))[0]
 
 
 def _job_state(job: Body) -> str:

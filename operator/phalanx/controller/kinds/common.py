@@ -111,7 +111,7 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
     the webhook or before an upgrade; a bug), a Warning on the owner once and nothing scheduled for it: its
     pods stay gated, so it never runs partly, and every other owner is still scheduled in this pass."""
     try:
-        return tuple(kind.owner_units(state, view))
+        units = tuple(kind.owner_units(state, view))
     except Exception as error:
         owner = state.owner
         first = str(error).strip().splitlines()
@@ -124,3 +124,23 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
         return (
             Unit(unit_key(kind.name, owner.namespace, owner.name), None, None, tuple(notes), created=created),
         )
+    return _said_managed_problem(units, kind, state, view)
+
+
+def _said_managed_problem(
+    units: tuple[Unit, ...], kind: OwnerKind, state: OwnerState, view: ClusterView
+) -> tuple[Unit, ...]:
+    """An owner whose managed label has a value the webhooks refuse (edited while they did not answer) is
+    still managed (api managed_by_label): its first unit says so on the owner, once."""
+    owner = state.owner
+    problem: str = getattr(owner, "managed_problem", "")
+    if not problem:
+        return units
+    notes = announce_once(view.announced, owner.ref, "managed-label", "InvalidPolicy", problem)
+    if not notes:
+        return units
+    if not units:
+        key = unit_key(kind.name, owner.namespace, owner.name)
+        return (Unit(key, None, None, tuple(notes), created=getattr(owner, "created", None)),)
+    first = units[0]
+    return (dataclasses.replace(first, setup=(*first.setup, *notes)), *units[1:])

@@ -11,7 +11,13 @@ from typing import Any
 
 from phalanx.api import keys as names
 from phalanx.api.job_layout import NO_LAYOUT, JobLayout, parse_job_layout
-from phalanx.api.job_policy import SCALE_UP_REQUEUE, JobPolicy, JobPolicyError, parse_job_policy
+from phalanx.api.job_policy import (
+    SCALE_UP_REQUEUE,
+    JobPolicy,
+    JobPolicyError,
+    managed_by_label,
+    parse_job_policy,
+)
 from phalanx.api.scheduling import PREEMPT_NEVER
 from phalanx.controller.kinds.base import Owner, OwnerState, Resource
 from phalanx.controller.model.actions import (
@@ -50,6 +56,7 @@ class JobRecord:
     controlled_by: str = ""  # the kind of its controller owner (a JobSet's child Job: "JobSet")
     failed: int = 0  # status.failed: what its backoffLimit has already spent (job_budget.py)
     succeeded: int = 0  # status.succeeded (the Job controller counts a pod's completion a moment later)
+    managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
 
     @property
     def key(self) -> str:
@@ -87,11 +94,13 @@ class JobRecord:
         template_spec = (spec.get("template") or {}).get("spec") or {}
         gates = [g.get("name") for g in template_spec.get("schedulingGates") or []]
         finished_how = _finished_how(status)
+        managed, managed_problem = managed_by_label(meta.get("labels") or {})
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            managed=managed,
+            managed_problem=managed_problem,
             gated_template=names.ADMISSION_GATE in gates,
             policy=policy,
             policy_error=error,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.api import keys as names
-from phalanx.api.job_policy import JobPolicyError
+from phalanx.api.job_policy import JobPolicyError, managed_by_label
 from phalanx.api.lws import (
     API_VERSION,
     GROUP_INDEX_LABEL,
@@ -89,6 +89,7 @@ class LwsRecord:
     resource_version: str = field(default="", compare=False)
     suspended: bool = False  # LWS has none (kinds/base.OwnerRecord)
     requeued: str = ""
+    managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
 
     @property
     def key(self) -> str:
@@ -116,11 +117,13 @@ class LwsRecord:
             "kind": KIND,
             "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations")},
         }
+        managed, managed_problem = managed_by_label(meta.get("labels") or {})
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            managed=managed,
+            managed_problem=managed_problem,
             gated_template=gated,
             policy=policy,
             policy_error=error,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.api import keys as names
-from phalanx.api.job_policy import JobPolicyError, key_problems
+from phalanx.api.job_policy import JobPolicyError, key_problems, managed_by_label
 from phalanx.api.jobset import JOBSET_ANNOTATIONS, annotation_problems
 from phalanx.api.trainjob import (
     API_VERSION,
@@ -47,6 +47,7 @@ class TrainJobRecord:
     requeued: str
     created: dt.datetime | None
     resource_version: str = field(default="", compare=False)
+    managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
 
     @property
     def ref(self) -> ObjectRef:
@@ -56,11 +57,13 @@ class TrainJobRecord:
     def from_body(cls, body: Mapping[str, Any]) -> TrainJobRecord:
         meta, spec, status = meta_of(body), body.get("spec") or {}, body.get("status") or {}
         how = finished_how(status)
+        managed, managed_problem = managed_by_label(meta.get("labels") or {})
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            managed=(meta.get("labels") or {}).get(names.MANAGED_LABEL) == names.MANAGED_VALUE,
+            managed=managed,
+            managed_problem=managed_problem,
             suspended=bool(spec.get("suspend")),
             finished=bool(how),
             finished_how=how,
