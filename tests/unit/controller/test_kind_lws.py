@@ -129,6 +129,20 @@ def test_leader_ready_places_the_whole_group_with_its_leader_and_holds_the_worke
         )
         assert not [r for r in releases(both) if r.startswith("other")], "the held room went to another gang"
         assert sorted(releases(both)) == sorted(p["metadata"]["name"] for p in made)
+    # Also while the group backs off (a write of it failed): its turn comes later, its leader runs.
+    (key,) = [u.key for u in state.units]
+    backing_off = plan(
+        cluster(
+            [(job, group_of(job), competing)],
+            busy=busy,
+            groups=groups,
+            pods=[leader],
+            owners=[("LeaderWorkerSet", lws)],
+            backing_off=frozenset({key}),
+        ),
+        NOW,
+    )
+    assert not releases(backing_off), "the held room went to another gang while the group backed off"
 
     # The workers come (LeaderReady): each goes to its slot's node.
     later = plan(owner_cluster([("LeaderWorkerSet", lws)], [leader, *workers], groups=groups), NOW)

@@ -55,7 +55,9 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
     )
     # Gangs whose gated pods hold a quota others need; the backing-off too (the one to requeue may be one).
     ctx.quota_deadlocks = deadlocked(state.units)
-    hold(units, ctx)  # staged units' slots: their room is taken before any unit decides
+    # Staged units' slots: their room is taken before any unit decides — of those backing off too (their
+    # leaders run; a slot given away meanwhile would leave them short when their later pods come).
+    hold(state.units, ctx)
     skip = state.skip - ctx.quota_deadlocks.keys()
     plans = []
     for unit in sorted(units, key=lambda u: u.order):
