@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+import pytest
 from test_controller_schedulers import hooks, job, refusal
 from testkit import NODES, StaticContext, jobset_body, node_body
 
@@ -140,3 +141,62 @@ def test_a_hand_made_pod_with_devices_joining_a_gang_is_refused_and_joining_a_ba
     patch = kopf.Patch()
     hooks.gate_pod(body=hand_made_pod("gang"), patch=patch)  # no devices: gated as always
     assert patch.spec["schedulingGates"] == [{"name": "phalanx.dev/admission"}]
+
+
+@pytest.mark.parametrize(
+    ("live", "passes"),
+    [
+        ("basic", True),  # created just now as a basic group: the cache has not seen it yet
+        ("gang", False),  # a gang's pod: refused
+        ("none", False),  # no such group yet: it counts as a gang's
+        ("error", False),  # the API cannot say: the cache's refusal stands
+    ],
+)
+async def test_a_device_refusal_for_a_group_the_cache_has_not_seen_is_confirmed_live(
+    live: str, passes: bool
+) -> None:
+    """A pod with devices joining a PodGroup created just before it: the webhook's cache may not have it
+    yet, and a group it does not know counts as a gang's — so the pod was refused although its group is
+    basic (seen in CI: test_dra.py created `loose`, then its pod, at once). The refusal is confirmed with
+    the API first."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from phalanx.controller.apply.kube import Kube
+    from phalanx.kubeclient import ApiClient, Credentials
+
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    cache.upsert("DeviceClass", device_class("gpu.example.com", "example.com/dra-gpu"))
+    context = StaticContext(cache=cache, cache_primed=True)
+    asked: list[str] = []
+
+    async def list_pod_groups(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        if live == "error":
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
+        items = [] if live == "none" else [hand_made_group("fresh", gang=live == "gang")]
+        return web.json_response({"kind": "PodGroupList", "items": items})
+
+    app = web.Application()
+    app.router.add_get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/ml/podgroups", list_pod_groups)
+    server = TestServer(app)
+    await server.start_server()
+    dra = {"containers": [{"name": "w", "image": "x", "resources": {"limits": {"example.com/dra-gpu": "1"}}}]}
+    patch = kopf.Patch()
+    try:
+        async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
+            context.kube = Kube(api)
+            confirmed = Webhooks(context).gate_pod_confirmed(body=hand_made_pod("fresh", **dra), patch=patch)
+            if passes:
+                await confirmed
+            else:
+                with pytest.raises(
+                    kopf.AdmissionError, match=r"which no node lists .* gang PodGroup 'fresh'"
+                ):
+                    await confirmed
+    finally:
+        await server.close()
+    assert asked == ["/apis/scheduling.phalanx.dev/v1beta1/namespaces/ml/podgroups"]
+    assert (patch.get("spec", {}).get("schedulingGates") == [{"name": "phalanx.dev/admission"}]) is passes

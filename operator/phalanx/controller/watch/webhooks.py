@@ -47,6 +47,7 @@ from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.base import AdmittingKind
 from phalanx.controller.kinds.job_quota import creation_refusal
 from phalanx.controller.kinds.job_record import KIND as JOB_KIND
+from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.model.topology import label_conflicts
 
 log = logging.getLogger("phalanx.webhooks")
@@ -87,6 +88,11 @@ class GroupElsewhereError(kopf.AdmissionError):
         super().__init__(message, code=422)
         self.namespace = namespace
         self.group = group
+
+
+class GroupUnseenError(GroupElsewhereError):
+    """A pod refused as one of a gang (devices Phalanx does not model) because the cache has not seen its
+    PodGroup in its namespace, and a group not created yet counts as a gang."""
 
 
 class Webhooks:
@@ -240,13 +246,14 @@ class Webhooks:
         if refusal:
             raise kopf.AdmissionError(refusal, code=422)
 
-    def _joins_basic_group(self, namespace: str, group: str) -> bool:
+    def _joins_basic_group(self, namespace: str, group: str) -> bool | None:
         """The pod's PodGroup is known and has no gang policy: its pods are never held (placed one by one
-        by kube-scheduler, devices included). A group not created yet counts as a gang."""
+        by kube-scheduler, devices included). None: the cache has not seen it (a group not created yet
+        counts as a gang; gate_pod_confirmed asks the API)."""
         for record in self.ctx.cache.pod_groups.items.values():
             if record.namespace == namespace and pod_group_label_value(record.name) == group:
                 return record.gang_min_count is None
-        return False
+        return None
 
     def _dra_problems(self, body: kopf.Body, owner: str = "Job") -> list[str]:
         """A gang's requests of extended resources a DRA DeviceClass serves (admission_checks.py)."""
@@ -398,27 +405,56 @@ class Webhooks:
     async def gate_pod_confirmed(
         self, body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **_: Any
     ) -> None:
-        """`gate_pod`, with its one refusal that rests on the cache alone confirmed live: the group known
-        only in other namespaces. A PodGroup created just before its pods may not have reached the cache
-        yet while one of the same name elsewhere has (a name reused in a new namespace, the old one still
-        being deleted); that pod is gated, not refused. Only on that path: the rest needs no request."""
-        try:
-            self.gate_pod(body=body, patch=patch, warnings=warnings)
-        except GroupElsewhereError as refusal:
-            if self.ctx.kube is None or not await self._group_exists_live(refusal.namespace, refusal.group):
-                raise
-            self.gate_pod(body=body, patch=patch, warnings=warnings, group_seen_live=True)
+        """`gate_pod`, with its refusals that rest on the cache alone confirmed live. A PodGroup created just
+        before its pods may not have reached the cache yet: while one of the same name elsewhere has (a name
+        reused in a new namespace, the old one still being deleted), that pod is gated, not refused; and a
+        pod asking for DRA devices that joins it is refused only if it is a gang's (a basic group's pods are
+        never held). Only on those paths: the rest needs no request."""
+        seen_live, basic_live = False, False
+        items: list[dict[str, Any]] | None = None
+        while True:
+            try:
+                self.gate_pod(
+                    body=body,
+                    patch=patch,
+                    warnings=warnings,
+                    group_seen_live=seen_live,
+                    basic_seen_live=basic_live,
+                )
+                return
+            except GroupElsewhereError as refusal:
+                if self.ctx.kube is None:
+                    raise
+                if items is None:
+                    items = await self._groups_live(refusal.namespace, refusal.group)
+                live = next(
+                    (
+                        i
+                        for i in items or ()
+                        if pod_group_label_value(str(i["metadata"]["name"])) == refusal.group
+                    ),
+                    None,
+                )
+                if live is None:
+                    raise
+                if isinstance(refusal, GroupUnseenError):
+                    if basic_live or PodGroupRecord.from_body(live).gang_min_count is not None:
+                        raise
+                    basic_live = True
+                elif seen_live:
+                    raise
+                else:
+                    seen_live = True
 
-    async def _group_exists_live(self, namespace: str, group: str) -> bool:
-        """Whether the API has a PodGroup of that label value in `namespace` now. An API that does not
-        answer leaves the cache's answer standing."""
+    async def _groups_live(self, namespace: str, group: str) -> list[dict[str, Any]] | None:
+        """The PodGroups the API has in `namespace` now (None: it did not answer, and the cache's answer
+        stands)."""
         assert self.ctx.kube is not None
         try:
-            items = await self.ctx.kube.list_objects(POD_GROUPS, namespace)
+            return await self.ctx.kube.list_objects(POD_GROUPS, namespace)
         except Exception as e:  # the API's failure: the cache's refusal stands
             log.warning("could not confirm PodGroup %s/%s live: %s", namespace, group, e)
-            return False
-        return any(pod_group_label_value(str(i["metadata"]["name"])) == group for i in items)
+            return None
 
     def gate_pod(
         self,
@@ -426,9 +462,11 @@ class Webhooks:
         patch: kopf.Patch,
         warnings: list[str] | None = None,
         group_seen_live: bool = False,
+        basic_seen_live: bool = False,
         **_: Any,
     ) -> None:
-        """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted."""
+        """Hold a pod that joins a PodGroup by label behind the gate until its group is admitted.
+        `group_seen_live`, `basic_seen_live`: the API showed its group in its namespace, a basic one."""
         meta = body.get("metadata", {}) or {}
         namespace = str(meta.get("namespace") or "")
         if namespace == "kube-system" or not self.ctx.watches(namespace):
@@ -455,10 +493,13 @@ class Webhooks:
                 raise GroupElsewhereError(refusal, namespace, group)
             if said and warnings is not None:
                 warnings.append(said)
-        if self.ctx.cache_primed and not self._joins_basic_group(namespace, group):
+        basic = self._joins_basic_group(namespace, group)
+        if self.ctx.cache_primed and not basic and not basic_seen_live:
             problems = pod_device_problems(
                 spec, group, self.ctx.cache.listed_resources, self.ctx.cache.device_classes
             )
+            if problems and basic is None:
+                raise GroupUnseenError("; ".join(problems), namespace, group)
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
         if spec.get("nodeName"):
