@@ -846,3 +846,25 @@ def test_a_tree_of_more_composite_groups_than_phalanx_places_says_so_on_its_root
     (warning,) = only(result.actions, PostEvent)
     assert warning.involved.name == "root" and warning.reason == "TreeNotPlaced"
     assert f"more than the {MAX_GROUPS}" in warning.message
+
+
+def test_a_slice_whose_min_count_was_edited_around_the_webhook_keeps_the_slice_size() -> None:
+    """validate-podgroup refuses the edit but fails open: a slice edited to minCount 1 would have its
+    slice placed with one of its two pods (a partial gang). The slice size stays the gang size, said once."""
+    job, made, pods = _sliced_spec(8, created=True)
+    assert made is not None
+    root, first, second = made
+    gang = first.spec.scheduling_policy.gang
+    assert gang is not None and gang.min_count == 2
+    edited = gang.model_copy(update={"min_count": 1})
+    policy = first.spec.scheduling_policy.model_copy(update={"gang": edited})
+    first = dataclasses.replace(first, spec=first.spec.model_copy(update={"scheduling_policy": policy}))
+    without_index_0 = [
+        p for p in pods if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] != "0"
+    ]
+    result = plan(cluster([], [], [], jobs=[(job, [root, first, second], without_index_0)]), NOW)
+    assert not only(result.actions, ReleasePod), "a slice placed with 1 of its 2 pods"
+    (said,) = [e for e in only(result.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
+    assert said.message.startswith(
+        f"PodGroup {first.name}: spec.schedulingPolicy.gang.minCount 1 differs from 2"
+    )

@@ -19,6 +19,7 @@ from phalanx.api.status import PodGroupStatus
 from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerState, Tree, Unit
 from phalanx.controller.kinds.common import (
     announce_once,
+    kept_gang_size,
     preemption_policy_of,
     priority_class_of,
     unit_priority,
@@ -73,10 +74,15 @@ def kept_slices(
             "slices)"
         )
     first = min(slices, key=lambda g: g.name)
-    size, key = first.gang_min_count, first.topology_key
+    layout = job.layout
+    # The slice size as both records of the creation still say it — the annotation and a slice's minCount —
+    # else the first slice's: one of them edited around the webhook does not change the Job's slices (a
+    # slice whose minCount was edited keeps the slice size: _leaves).
+    sizes = {g.gang_min_count for g in slices}
+    size = layout.slice_size if layout.slice_size in sizes else first.gang_min_count
+    key = first.topology_key
     if size is None or key is None:
         return job, ""
-    layout = job.layout
     each = "PodGroup of each slice"
     changes = [
         f"{annotation}: {after!r} differs from {before!r}, which the {holder} keeps"
@@ -126,7 +132,7 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
         setup.append(CreateCompositePodGroup(composite))
         made.append(f"CompositePodGroup {composite.metadata['name']}")
         root = CompositePodGroupRecord.to_be_made(composite, job.uid)
-    leaves, created = _leaves(state, job, workload_name, groups, slices, layout.slice_size, setup)
+    leaves, created = _leaves(state, job, workload_name, groups, slices, layout.slice_size, setup, view)
     if created:
         made.append(f"{created} PodGroup(s) (slices of {layout.slice_size} pods)")
     if made:
@@ -155,9 +161,12 @@ def _leaves(
     slices: Sequence[PodGroupRecord],
     size: int,
     setup: list[Action],
+    view: ClusterView,
 ) -> tuple[list[Leaf], int]:
     """One leaf per slice, its pods by completion index (`size` per slice); the PodGroups still missing
-    are created (their actions go to `setup`); returns the leaves and how many were created."""
+    are created (their actions go to `setup`); returns the leaves and how many were created. A slice's
+    gang size is the slice size whatever its PodGroup was edited to around validate-podgroup (said once:
+    common.kept_gang_size)."""
     existing = {g.name: g for g in slices}
     leaves = []
     created = 0
@@ -176,6 +185,9 @@ def _leaves(
                 spec=group.spec,
                 status=PodGroupStatus(),
             )
+        else:
+            record, notes = kept_gang_size(record, group.spec, "Job", job.ref, view.announced)
+            setup.extend(notes)
         pods = tuple(
             sorted(
                 (p for p in state.pods if p.completion_index is not None and p.completion_index // size == i),
