@@ -16,6 +16,7 @@ from .kinds import (
     JOBSETS,
     RUNTIMES,
     TRAINJOBS,
+    condition,
     ensure,
     explain,
     gated,
@@ -32,6 +33,8 @@ from .kinds import (
     whole_gangs,
 )
 from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
+
+FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +118,89 @@ def test_a_trainjob_with_a_bad_phalanx_annotation_is_refused_naming_the_field(ki
         "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of required, preferred"
         in message
     )
+
+
+# ---------------------------------------------------------------------- the user's suspend and resume
+def _suspend(ns: Namespace, name: str, on: bool) -> None:
+    ns.api.request(
+        "PATCH",
+        f"{TRAINJOBS.replace('{ns}', ns.name)}/{name}",
+        {"spec": {"suspend": on}},
+        "application/merge-patch+json",
+    )
+
+
+def _phalanx_objects(ns: Namespace, owner: str) -> dict[str, list[str]]:
+    """The uids of Phalanx's groups naming `owner`, by plural (each made once: the same uids after a
+    suspend and resume, none duplicated)."""
+    return {
+        plural: sorted(g["metadata"]["uid"] for g in owned(ns, owner, plural))
+        for plural in ("podgroups", "compositepodgroups")
+    }
+
+
+def _made_once(ns: Namespace, owner: str) -> dict[str, list[str]] | None:
+    made = _phalanx_objects(ns, owner)
+    return made if [len(uids) for uids in made.values()] == [1, 1] else None
+
+
+def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_whole_again(
+    kinds_ns: Namespace,
+) -> None:
+    """The TrainJob runs whole in nb-a; its user suspends it (spec.suspend true): Trainer suspends its JobSet,
+    the JobSet controller its child Jobs, and every pod goes. While it is suspended five nodes fill up, so on
+    resume its new pods are born gated and wait, whole, until nb-a has four free nodes again; then all four
+    start together. Its groups are the same objects throughout, and say Suspended, then why it waits, then
+    Admitted."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    with whole_gangs(ns, {"pause": 4}, jobset_gang):
+        ns.create(trainjob("pause", RUNTIME, KEY))
+        first = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+        made = wait_for("one CompositePodGroup and one PodGroup", lambda: _made_once(ns, "TrainJob/pause"))
+        _suspend(ns, "pause", True)
+        wait_for(
+            "its JobSet suspended and every pod gone",
+            lambda: (
+                (
+                    ns.get(f"{JOBSETS}/pause")["spec"].get("suspend") is True
+                    and not ns.pods("jobset.sigs.k8s.io/jobset-name=pause")
+                )
+                or None
+            ),
+            timeout=90,
+        )
+        wait_for(
+            "the root says Suspended",
+            lambda: (
+                condition(owned(ns, "TrainJob/pause", "compositepodgroups")[0]).get("reason") == "Suspended"
+                or None
+            ),
+        )
+        ns.fill(*FIVE_BUSY)
+        _suspend(ns, "pause", False)
+        wait_unschedulable(ns, "TrainJob/pause")
+        hold("no resumed pod bound", lambda: not bound(jobset_pods(ns, "pause")), seconds=2)
+        resumed = jobset_pods(ns, "pause")
+        assert len(gated(resumed)) == 4, ns.where("jobset.sigs.k8s.io/jobset-name=pause")
+        assert not {p["metadata"]["uid"] for p in first} & {p["metadata"]["uid"] for p in resumed}
+        ns.unfill("was-worker")
+        pods = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    assert _phalanx_objects(ns, "TrainJob/pause") == made  # the same groups, none made again
+    root = wait_for(
+        "the root Admitted again",
+        lambda: (
+            r
+            if condition(r := owned(ns, "TrainJob/pause", "compositepodgroups")[0]).get("status") == "True"
+            else None
+        ),
+        timeout=60,
+    )
+    assert root["status"].get("phase") in ("Admitted", "Running"), root["status"]
+    body = ns.get(f"{TRAINJOBS}/pause")
+    assert not body["spec"].get("suspend") and "phalanx.dev/requeued" not in body["metadata"].get(
+        "annotations", {}
+    )
+    assert int(ns.get(f"{JOBSETS}/pause").get("status", {}).get("restarts") or 0) == 0
