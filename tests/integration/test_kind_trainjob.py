@@ -13,18 +13,22 @@ import pytest
 from phalanx.devcluster.http import ApiError
 
 from .kinds import (
+    JOBSET_NAME,
     JOBSETS,
     RUNTIMES,
     TRAINJOBS,
     condition,
     ensure,
+    events_of,
     explain,
     gated,
     jobset_gang,
     jobset_pods,
     kubectl,
     label_of,
+    objects_made,
     owned,
+    phalanx_objects,
     reasons_of,
     torch_runtime,
     trainjob,
@@ -130,18 +134,10 @@ def _suspend(ns: Namespace, name: str, on: bool) -> None:
     )
 
 
-def _phalanx_objects(ns: Namespace, owner: str) -> dict[str, list[str]]:
-    """The uids of Phalanx's groups naming `owner`, by plural (each made once: the same uids after a
-    suspend and resume, none duplicated)."""
-    return {
-        plural: sorted(g["metadata"]["uid"] for g in owned(ns, owner, plural))
-        for plural in ("podgroups", "compositepodgroups")
-    }
-
-
 def _made_once(ns: Namespace, owner: str) -> dict[str, list[str]] | None:
-    made = _phalanx_objects(ns, owner)
-    return made if [len(uids) for uids in made.values()] == [1, 1] else None
+    """One Workload, one CompositePodGroup and one PodGroup for `owner` (their uids), else None."""
+    made = phalanx_objects(ns, owner)
+    return made if [len(uids) for uids in made.values()] == [1, 1, 1] else None
 
 
 def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_whole_again(
@@ -157,7 +153,9 @@ def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_
     with whole_gangs(ns, {"pause": 4}, jobset_gang):
         ns.create(trainjob("pause", RUNTIME, KEY))
         first = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
-        made = wait_for("one CompositePodGroup and one PodGroup", lambda: _made_once(ns, "TrainJob/pause"))
+        made = wait_for(
+            "one Workload, CompositePodGroup and PodGroup", lambda: _made_once(ns, "TrainJob/pause")
+        )
         _suspend(ns, "pause", True)
         wait_for(
             "its JobSet suspended and every pod gone",
@@ -188,7 +186,7 @@ def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_
         pods = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
     labels = node_labels(ns.api)
     assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
-    assert _phalanx_objects(ns, "TrainJob/pause") == made  # the same groups, none made again
+    assert phalanx_objects(ns, "TrainJob/pause") == made  # the same groups, none made again
     root = wait_for(
         "the root Admitted again",
         lambda: (
@@ -204,3 +202,36 @@ def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_
         "annotations", {}
     )
     assert int(ns.get(f"{JOBSETS}/pause").get("status", {}).get("restarts") or 0) == 0
+
+
+def test_a_trainjob_deleted_while_its_gang_waits_leaves_nothing_of_phalanxs_behind(
+    kinds_ns: Namespace,
+) -> None:
+    """A TrainJob waits whole (three free nodes of each block for four pods) and its user deletes it
+    (foreground, as `kubectl delete --cascade=foreground`): the TrainJob, its JobSet, their Jobs and gated
+    pods, and every Workload and group Phalanx made go, and nothing is made again while they go."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    ns.fill("was-worker", "was-worker5")
+    ns.create(trainjob("gone", RUNTIME, KEY))
+    wait_unschedulable(ns, "TrainJob/gone")
+    made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/gone"))
+    with objects_made(ns, "TrainJob/gone") as seen:
+        ns.api.request(
+            "DELETE",
+            f"{TRAINJOBS.replace('{ns}', ns.name)}/gone",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"},
+        )
+
+        def all_gone() -> bool:
+            left = [p for p in (f"{TRAINJOBS}/gone", f"{JOBSETS}/gone") if _get(ns, p) is not None]
+            return (
+                not left
+                and not ns.pods(f"{JOBSET_NAME}=gone")
+                and not any(phalanx_objects(ns, "TrainJob/gone").values())
+            )
+
+        wait_for("the TrainJob deleted with everything it had", all_gone, timeout=90)
+    assert {p: sorted(uids) for p, uids in seen.items()} == made  # nothing made again while it went
+    created = [e for e in events_of(ns, "TrainJob", "gone") if e["reason"] == "PodGroupCreated"]
+    assert [e.get("count", 1) for e in created] == [1], created
