@@ -396,3 +396,18 @@ def garbage_collector_knows_podgroups(ns: Namespace) -> None:
         return False
 
     wait_for("the garbage collector to delete a PodGroup whose owner is gone", gone, timeout=120)
+
+
+# ---------------------------------------------------------------------- failures
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
+    """Ask the simulated kubelet to end a running pod with exit code 1 (kwok stage pod-complete)."""
+    notes = {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "1"}
+    ns.api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": notes}},
+        "application/merge-patch+json",
+    )

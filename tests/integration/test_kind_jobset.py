@@ -21,9 +21,11 @@ from .kinds import (
     JOBSET_NAME,
     JOBSETS,
     PHALANX_PLURALS,
+    RESTART_ATTEMPT,
     condition,
     events_of,
     explain,
+    fail_pod,
     garbage_collector_knows_podgroups,
     gated,
     jobset,
@@ -210,20 +212,6 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
 
 
 # ---------------------------------------------------------------------- a failurePolicy restart
-RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-
-
-def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
-    """Ask the simulated kubelet to end a running pod with exit code 1 (kwok stage pod-complete)."""
-    notes = {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "1"}
-    ns.api.request(
-        "PATCH",
-        f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}",
-        {"metadata": {"annotations": notes}},
-        "application/merge-patch+json",
-    )
-
-
 def cordon(ns: Namespace, node: str, on: bool) -> None:
     ns.api.request(
         "PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": on}}, "application/merge-patch+json"

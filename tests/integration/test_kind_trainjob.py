@@ -7,6 +7,7 @@ network block; `kubectl get podgroups`, events and `phalanx explain trainjob/NAM
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -15,12 +16,14 @@ from phalanx.devcluster.http import ApiError
 from .kinds import (
     JOBSET_NAME,
     JOBSETS,
+    RESTART_ATTEMPT,
     RUNTIMES,
     TRAINJOBS,
     condition,
     ensure,
     events_of,
     explain,
+    fail_pod,
     gated,
     jobset_gang,
     jobset_pods,
@@ -235,3 +238,79 @@ def test_a_trainjob_deleted_while_its_gang_waits_leaves_nothing_of_phalanxs_behi
     assert {p: sorted(uids) for p, uids in seen.items()} == made  # nothing made again while it went
     created = [e for e in events_of(ns, "TrainJob", "gone") if e["reason"] == "PodGroupCreated"]
     assert [e.get("count", 1) for e in created] == [1], created
+
+
+# ---------------------------------------------------------------------- failed and deleted pods
+RESTARTING = "torch-distributed-4x8-restart"
+
+
+def restarting_runtime() -> dict[str, Any]:
+    """The torch runtime whose JobSet restarts once when a node's Job fails (failurePolicy maxRestarts 1),
+    each Job failing at its first failed pod (backoffLimit 0)."""
+    runtime = torch_runtime(RESTARTING, 4)
+    spec = runtime["spec"]["template"]["spec"]
+    spec["failurePolicy"] = {"maxRestarts": 1}
+    spec["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    return runtime
+
+
+def test_a_trainjob_whose_pod_fails_is_restarted_by_its_jobset_and_placed_whole_again(
+    kinds_ns: Namespace,
+) -> None:
+    """A pod of a running TrainJob fails: its Job fails, and the JobSet's failurePolicy restarts it (every
+    child Job deleted and made again). The new pods are born gated and placed whole, in one network block,
+    by a second decision on the same groups; the TrainJob neither fails nor is suspended."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, restarting_runtime())
+    with whole_gangs(ns, {"again": 4}, jobset_gang):
+        ns.create(trainjob("again", RESTARTING, KEY))
+        first = wait_bound(ns, "again", lambda: jobset_pods(ns, "again"), 4)
+        made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/again"))
+    fail_pod(ns, first[0])  # the gang is one short until the JobSet restarts: watched again after that
+    wait_for("the restart's first pod", lambda: _restarted(ns, "again"), timeout=120)
+    with whole_gangs(ns, {"again": 4}, jobset_gang):
+        pods = wait_bound(ns, "again", lambda: _restarted(ns, "again"), 4, timeout=180)
+    print(ns.where(f"{JOBSET_NAME}=again"))
+    labels = node_labels(ns.api)
+    assert len({label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods}) == 1
+    assert int(ns.get(f"{JOBSETS}/again").get("status", {}).get("restarts") or 0) == 1
+    assert phalanx_objects(ns, "TrainJob/again") == made  # the same groups, none made again
+    (root,) = owned(ns, "TrainJob/again", "compositepodgroups")
+    assert root["status"]["admission"]["attempt"] == 1  # a second decision, for the new pods
+    body = ns.get(f"{TRAINJOBS}/again")
+    assert not body["spec"].get("suspend")
+    assert not [c for c in body.get("status", {}).get("conditions", []) if c["type"] == "Failed"]
+    assert "Requeued" not in reasons_of(ns, "TrainJob", "again")
+
+
+def _restarted(ns: Namespace, name: str) -> list[dict[str, Any]]:
+    return [p for p in jobset_pods(ns, name) if p["metadata"]["labels"].get(RESTART_ATTEMPT) == "1"]
+
+
+def test_a_pod_of_a_running_trainjob_deleted_by_hand_is_replaced_in_the_gangs_block(
+    kinds_ns: Namespace,
+) -> None:
+    """A pod of a running TrainJob is deleted by hand: its Job (backoffLimit left to Trainer's runtime) makes
+    a replacement, born gated, which Phalanx places beside the three still running, in their network block:
+    the gang is whole again, on the same groups."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    ns.fill("was-worker5")  # nb-b has three free nodes: the gang and its replacement can only be in nb-a
+    with whole_gangs(ns, {"hand": 4}, jobset_gang):
+        ns.create(trainjob("hand", RUNTIME, KEY))
+        first = wait_bound(ns, "hand", lambda: jobset_pods(ns, "hand"), 4)
+        made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/hand"))
+    ns.delete_pod(first[0]["metadata"]["name"])  # one short until its replacement binds
+
+    def replaced() -> list[dict[str, Any]] | None:
+        pods = jobset_pods(ns, "hand")
+        names = {p["metadata"]["name"] for p in pods}
+        whole = len(pods) == 4 and len(bound(pods)) == 4
+        return pods if whole and first[0]["metadata"]["name"] not in names else None
+
+    pods = wait_for("the replacement bound beside the other three", replaced, timeout=120)
+    print(ns.where(f"{JOBSET_NAME}=hand"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    assert phalanx_objects(ns, "TrainJob/hand") == made
+    assert not ns.get(f"{TRAINJOBS}/hand")["spec"].get("suspend")
