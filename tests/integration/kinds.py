@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -329,3 +330,84 @@ def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[
     recorder.check_all(time.monotonic(), final=True)
     assert not recorder.partial_gangs(), recorder.partial_gangs()
     assert recorder.events > 0, "the pod watch saw nothing"
+
+
+# ---------------------------------------------------------------------- Phalanx's objects, made once
+PHALANX_PLURALS = ("workloads", "compositepodgroups", "podgroups")
+
+
+def phalanx_objects(ns: Namespace, owner: str) -> dict[str, list[str]]:
+    """The uids of the Workloads and groups Phalanx made for `owner` (`Kind/name`), by plural."""
+    return {
+        plural: sorted(g["metadata"]["uid"] for g in owned(ns, owner, plural)) for plural in PHALANX_PLURALS
+    }
+
+
+@contextmanager
+def objects_made(ns: Namespace, owner: str) -> Iterator[dict[str, set[str]]]:
+    """Every Workload, CompositePodGroup and PodGroup naming `owner` that the block saw (listed, then
+    watched: one made and deleted again at once is seen too), their uids by plural."""
+    seen: dict[str, set[str]] = {plural: set() for plural in PHALANX_PLURALS}
+    watches = []
+
+    def see(plural: str) -> Any:
+        def handle(_kind: str, obj: dict[str, Any], _now: float) -> None:
+            if (obj["metadata"].get("annotations") or {}).get("phalanx.dev/owner") == owner:
+                seen[plural].add(str(obj["metadata"]["uid"]))
+
+        return handle
+
+    try:
+        for plural in PHALANX_PLURALS:
+            watch = PodWatch(
+                ns.cluster, ns.name, see(plural), f"apis/scheduling.phalanx.dev/v1beta1/{plural}"
+            )
+            watch.start()
+            watches.append(watch)
+        yield seen
+    finally:
+        for watch in watches:
+            watch.stop()
+
+
+def garbage_collector_knows_podgroups(ns: Namespace) -> None:
+    """Wait until the garbage collector watches Phalanx's kinds: it learns new CRDs (installed by the
+    operator at its start) only at its next resync, and until then deletes no Workload or group of a
+    deleted owner. A ConfigMap owning a probe PodGroup is deleted, and the PodGroup must go with it."""
+    probe = f"gc-probe-{uuid.uuid4().hex[:6]}"
+    owner = ns.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": probe}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": probe, "uid": owner["metadata"]["uid"]}
+    group = {
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": probe, "ownerReferences": [ref]},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }
+    ns.create(group)
+    ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}/configmaps/{probe}")
+
+    def gone() -> bool:
+        try:
+            ns.get(f"{PHALANX_API}/podgroups/{probe}")
+        except ApiError as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for("the garbage collector to delete a PodGroup whose owner is gone", gone, timeout=120)
+
+
+# ---------------------------------------------------------------------- failures
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
+    """Ask the simulated kubelet to end a running pod with exit code 1 (kwok stage pod-complete)."""
+    notes = {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "1"}
+    ns.api.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": notes}},
+        "application/merge-patch+json",
+    )

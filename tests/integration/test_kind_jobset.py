@@ -18,15 +18,23 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kinds import (
+    JOBSET_NAME,
     JOBSETS,
+    PHALANX_PLURALS,
+    RESTART_ATTEMPT,
     condition,
+    events_of,
     explain,
+    fail_pod,
+    garbage_collector_knows_podgroups,
     gated,
     jobset,
     jobset_gang,
     jobset_pods,
     label_of,
+    objects_made,
     owned,
+    phalanx_objects,
     priority_classes,
     reasons_of,
     replicated_job,
@@ -204,20 +212,6 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
 
 
 # ---------------------------------------------------------------------- a failurePolicy restart
-RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-
-
-def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
-    """Ask the simulated kubelet to end a running pod with exit code 1 (kwok stage pod-complete)."""
-    notes = {"sim.phalanx.dev/complete-after": "1s", "sim.phalanx.dev/exit-code": "1"}
-    ns.api.request(
-        "PATCH",
-        f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}",
-        {"metadata": {"annotations": notes}},
-        "application/merge-patch+json",
-    )
-
-
 def cordon(ns: Namespace, node: str, on: bool) -> None:
     ns.api.request(
         "PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": on}}, "application/merge-patch+json"
@@ -350,3 +344,146 @@ def test_exclusive_topology_with_phalanxs_key_is_refused_at_the_webhook_naming_t
     print(message)
     assert message.startswith('admission webhook "gate-jobset.phalanx.dev" denied the request: ')
     assert "metadata.annotations[alpha.jobset.sigs.k8s.io/exclusive-topology]" in message
+
+
+# ---------------------------------------------------------------------- the user's suspend, resume, delete
+def suspend_jobset(ns: Namespace, name: str, on: bool) -> None:
+    ns.api.request(
+        "PATCH",
+        f"{JOBSETS.replace('{ns}', ns.name)}/{name}",
+        {"spec": {"suspend": on}},
+        "application/merge-patch+json",
+    )
+
+
+def root_reason(ns: Namespace, name: str, reason: str) -> dict[str, Any] | None:
+    root = root_of(ns, name)
+    return root if condition(root).get("reason") == reason else None
+
+
+def test_a_jobset_suspended_and_resumed_by_its_user_is_held_whole_each_time_and_keeps_its_groups(
+    kinds_ns: Namespace,
+) -> None:
+    """The JobSet (two child Jobs of two pods) runs whole; its user suspends it: every pod goes and the
+    groups say Suspended. Resumed while five nodes are busy, its new pods are born gated and wait whole;
+    suspended again while they wait, they go (none was released); resumed once a fourth node is free, all
+    four start together. One Workload, one CompositePodGroup and two PodGroups throughout."""
+    ns = kinds_ns
+    with whole_gangs(ns, {"pause": 4}, jobset_gang):
+        ns.create(jobset("pause", replicated_job("workers", 2, 2)))
+        first = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+        made = phalanx_objects(ns, "JobSet/pause")
+        assert [len(made[p]) for p in PHALANX_PLURALS] == [1, 1, 2], made
+
+        suspend_jobset(ns, "pause", True)
+        wait_for("every pod gone", lambda: not ns.pods(f"{JOBSET_NAME}=pause") or None, timeout=90)
+        wait_for("the root says Suspended", lambda: root_reason(ns, "pause", "Suspended"))
+        assert not (root_of(ns, "pause").get("status") or {}).get("admission")  # nothing held for it
+
+        ns.fill(*FIVE_BUSY)
+        suspend_jobset(ns, "pause", False)
+        wait_for("the root Unschedulable", lambda: root_reason(ns, "pause", "Unschedulable"))
+        hold("no resumed pod bound", lambda: not bound(jobset_pods(ns, "pause")), seconds=2)
+        waiting = jobset_pods(ns, "pause")
+        assert len(gated(waiting)) == 4, ns.where(f"{JOBSET_NAME}=pause")
+        assert not {p["metadata"]["uid"] for p in first} & {p["metadata"]["uid"] for p in waiting}
+
+        suspend_jobset(ns, "pause", True)  # while its gang waits
+        wait_for("the waiting pods gone", lambda: not ns.pods(f"{JOBSET_NAME}=pause") or None, timeout=90)
+        wait_for("the root says Suspended again", lambda: root_reason(ns, "pause", "Suspended"))
+        ns.unfill("was-worker")
+        wait_for("the filler gone", lambda: len(ns.pods("app=filler")) == 4 or None, timeout=60)
+        suspend_jobset(ns, "pause", False)
+        pods = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+    print(ns.where(f"{JOBSET_NAME}=pause"))
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    assert phalanx_objects(ns, "JobSet/pause") == made  # the same objects, none made again
+    wait_for("the root Admitted", lambda: root_reason(ns, "pause", "Admitted"), timeout=60)
+    body = ns.get(f"{JOBSETS}/pause")
+    assert not body["spec"].get("suspend")
+    assert "phalanx.dev/requeued" not in (body["metadata"].get("annotations") or {})
+    assert int(body.get("status", {}).get("restarts") or 0) == 0
+    assert "Requeued" not in reasons_of(ns, "JobSet", "pause")  # the user's suspend, not Phalanx's requeue
+
+
+HOLD = "test.phalanx.dev/hold"  # a finalizer of the test's own, as a user's tool may keep on a JobSet
+
+
+@pytest.mark.parametrize("propagation", ["Foreground", "Background"])
+def test_a_jobset_deleted_while_its_gang_waits_leaves_nothing_of_phalanxs_behind(
+    kinds_ns: Namespace, propagation: str
+) -> None:
+    """A JobSet waits whole (three free nodes for four pods) and its user deletes it while a finalizer of
+    another tool still holds it: the JobSet stays, being deleted, until that finalizer goes. Meanwhile
+    (Foreground) the garbage collector deletes its child Jobs, their gated pods and every Workload and group
+    Phalanx made for it; Phalanx makes none of them again for a JobSet being deleted. Once the finalizer
+    goes, the JobSet and everything it had are gone, and nothing is made again."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    held = jobset("gone", replicated_job("workers", 2, 2))
+    held["metadata"]["finalizers"] = [HOLD]
+    ns.create(held)
+    wait_unschedulable(ns, "JobSet/gone")
+    assert len(gated(jobset_pods(ns, "gone"))) == 4
+    made = phalanx_objects(ns, "JobSet/gone")
+    assert [len(made[p]) for p in PHALANX_PLURALS] == [1, 1, 2], made
+    path = f"{JOBSETS.replace('{ns}', ns.name)}/gone"
+    garbage_collector_knows_podgroups(ns)
+    with objects_made(ns, "JobSet/gone") as seen:
+        ns.api.request(
+            "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        )
+        if propagation == "Foreground":
+            try:
+                wait_for("its dependents gone, the JobSet held", lambda: _dependents_gone(ns), timeout=90)
+            except AssertionError as e:
+                made_since = {p: len(uids - set(made[p])) for p, uids in seen.items()}
+                left = phalanx_objects(ns, "JobSet/gone")
+                raise AssertionError(
+                    f"{e}; objects made since the delete: {made_since}; left: {left}"
+                ) from None
+            hold(
+                "nothing made again for the JobSet being deleted",
+                lambda: not any(phalanx_objects(ns, "JobSet/gone").values()),
+                seconds=3,
+            )
+            assert {p: sorted(uids) for p, uids in seen.items()} == made
+        else:  # its dependents stay until it is gone: Phalanx's objects with them
+            hold("its objects kept", lambda: phalanx_objects(ns, "JobSet/gone") == made, seconds=3)
+        ns.api.request("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+        wait_for(f"the JobSet deleted ({propagation}) with everything it had", lambda: _all_gone(ns), 90)
+        hold(
+            "nothing made again for it",
+            lambda: not any(phalanx_objects(ns, "JobSet/gone").values()),
+            seconds=2,
+        )
+    # Nothing was made again for it while it was being deleted (a watch sees an object made and deleted
+    # again at once), and no event says it was.
+    assert {p: sorted(uids) for p, uids in seen.items()} == made
+    created = [e for e in events_of(ns, "JobSet", "gone") if e["reason"] == "PodGroupCreated"]
+    assert [e.get("count", 1) for e in created] == [1], created
+
+
+def _dependents_gone(ns: Namespace) -> bool:
+    """The JobSet, held by the test's finalizer, is being deleted; its Jobs, pods and our objects gone."""
+    body = ns.get(f"{JOBSETS}/gone")
+    jobs = ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+    left = phalanx_objects(ns, "JobSet/gone")
+    return (
+        bool(body["metadata"].get("deletionTimestamp"))
+        and not jobs
+        and not ns.pods(f"{JOBSET_NAME}=gone")
+        and not any(left.values())
+    )
+
+
+def _all_gone(ns: Namespace) -> bool:
+    try:
+        ns.get(f"{JOBSETS}/gone")
+        return False
+    except ApiError as e:
+        if e.status != 404:
+            raise
+    jobs = ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+    left = phalanx_objects(ns, "JobSet/gone")
+    return not jobs and not ns.pods(f"{JOBSET_NAME}=gone") and not any(left.values())

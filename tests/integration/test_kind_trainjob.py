@@ -7,23 +7,31 @@ network block; `kubectl get podgroups`, events and `phalanx explain trainjob/NAM
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from phalanx.devcluster.http import ApiError
 
 from .kinds import (
+    JOBSET_NAME,
     JOBSETS,
+    RESTART_ATTEMPT,
     RUNTIMES,
     TRAINJOBS,
+    condition,
     ensure,
+    events_of,
     explain,
+    fail_pod,
     gated,
     jobset_gang,
     jobset_pods,
     kubectl,
     label_of,
+    objects_made,
     owned,
+    phalanx_objects,
     reasons_of,
     torch_runtime,
     trainjob,
@@ -32,6 +40,8 @@ from .kinds import (
     whole_gangs,
 )
 from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
+
+FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +125,192 @@ def test_a_trainjob_with_a_bad_phalanx_annotation_is_refused_naming_the_field(ki
         "metadata.annotations[phalanx.dev/topology-mode]: 'sometimes' is not one of required, preferred"
         in message
     )
+
+
+# ---------------------------------------------------------------------- the user's suspend and resume
+def _suspend(ns: Namespace, name: str, on: bool) -> None:
+    ns.api.request(
+        "PATCH",
+        f"{TRAINJOBS.replace('{ns}', ns.name)}/{name}",
+        {"spec": {"suspend": on}},
+        "application/merge-patch+json",
+    )
+
+
+def _made_once(ns: Namespace, owner: str) -> dict[str, list[str]] | None:
+    """One Workload, one CompositePodGroup and one PodGroup for `owner` (their uids), else None."""
+    made = phalanx_objects(ns, owner)
+    return made if [len(uids) for uids in made.values()] == [1, 1, 1] else None
+
+
+def test_a_trainjob_suspended_and_resumed_by_its_user_comes_back_gated_and_runs_whole_again(
+    kinds_ns: Namespace,
+) -> None:
+    """The TrainJob runs whole in nb-a; its user suspends it (spec.suspend true): Trainer suspends its JobSet,
+    the JobSet controller its child Jobs, and every pod goes. While it is suspended five nodes fill up, so on
+    resume its new pods are born gated and wait, whole, until nb-a has four free nodes again; then all four
+    start together. Its groups are the same objects throughout, and say Suspended, then why it waits, then
+    Admitted."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    with whole_gangs(ns, {"pause": 4}, jobset_gang):
+        ns.create(trainjob("pause", RUNTIME, KEY))
+        first = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+        made = wait_for(
+            "one Workload, CompositePodGroup and PodGroup", lambda: _made_once(ns, "TrainJob/pause")
+        )
+        _suspend(ns, "pause", True)
+        wait_for(
+            "its JobSet suspended and every pod gone",
+            lambda: (
+                (
+                    ns.get(f"{JOBSETS}/pause")["spec"].get("suspend") is True
+                    and not ns.pods("jobset.sigs.k8s.io/jobset-name=pause")
+                )
+                or None
+            ),
+            timeout=90,
+        )
+        wait_for(
+            "the root says Suspended",
+            lambda: (
+                condition(owned(ns, "TrainJob/pause", "compositepodgroups")[0]).get("reason") == "Suspended"
+                or None
+            ),
+        )
+        ns.fill(*FIVE_BUSY)
+        _suspend(ns, "pause", False)
+        wait_unschedulable(ns, "TrainJob/pause")
+        hold("no resumed pod bound", lambda: not bound(jobset_pods(ns, "pause")), seconds=2)
+        resumed = jobset_pods(ns, "pause")
+        assert len(gated(resumed)) == 4, ns.where("jobset.sigs.k8s.io/jobset-name=pause")
+        assert not {p["metadata"]["uid"] for p in first} & {p["metadata"]["uid"] for p in resumed}
+        ns.unfill("was-worker")
+        pods = wait_bound(ns, "pause", lambda: jobset_pods(ns, "pause"), 4)
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    assert phalanx_objects(ns, "TrainJob/pause") == made  # the same groups, none made again
+    root = wait_for(
+        "the root Admitted again",
+        lambda: (
+            r
+            if condition(r := owned(ns, "TrainJob/pause", "compositepodgroups")[0]).get("status") == "True"
+            else None
+        ),
+        timeout=60,
+    )
+    assert root["status"].get("phase") in ("Admitted", "Running"), root["status"]
+    body = ns.get(f"{TRAINJOBS}/pause")
+    assert not body["spec"].get("suspend") and "phalanx.dev/requeued" not in body["metadata"].get(
+        "annotations", {}
+    )
+    assert int(ns.get(f"{JOBSETS}/pause").get("status", {}).get("restarts") or 0) == 0
+
+
+def test_a_trainjob_deleted_while_its_gang_waits_leaves_nothing_of_phalanxs_behind(
+    kinds_ns: Namespace,
+) -> None:
+    """A TrainJob waits whole (three free nodes of each block for four pods) and its user deletes it
+    (foreground, as `kubectl delete --cascade=foreground`): the TrainJob, its JobSet, their Jobs and gated
+    pods, and every Workload and group Phalanx made go, and nothing is made again while they go."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    ns.fill("was-worker", "was-worker5")
+    ns.create(trainjob("gone", RUNTIME, KEY))
+    wait_unschedulable(ns, "TrainJob/gone")
+    made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/gone"))
+    with objects_made(ns, "TrainJob/gone") as seen:
+        ns.api.request(
+            "DELETE",
+            f"{TRAINJOBS.replace('{ns}', ns.name)}/gone",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"},
+        )
+
+        def all_gone() -> bool:
+            left = [p for p in (f"{TRAINJOBS}/gone", f"{JOBSETS}/gone") if _get(ns, p) is not None]
+            return (
+                not left
+                and not ns.pods(f"{JOBSET_NAME}=gone")
+                and not any(phalanx_objects(ns, "TrainJob/gone").values())
+            )
+
+        wait_for("the TrainJob deleted with everything it had", all_gone, timeout=90)
+    assert {p: sorted(uids) for p, uids in seen.items()} == made  # nothing made again while it went
+    created = [e for e in events_of(ns, "TrainJob", "gone") if e["reason"] == "PodGroupCreated"]
+    assert [e.get("count", 1) for e in created] == [1], created
+
+
+# ---------------------------------------------------------------------- failed and deleted pods
+RESTARTING = "torch-distributed-4x8-restart"
+
+
+def restarting_runtime() -> dict[str, Any]:
+    """The torch runtime whose JobSet restarts once when a node's Job fails (failurePolicy maxRestarts 1),
+    each Job failing at its first failed pod (backoffLimit 0)."""
+    runtime = torch_runtime(RESTARTING, 4)
+    spec = runtime["spec"]["template"]["spec"]
+    spec["failurePolicy"] = {"maxRestarts": 1}
+    spec["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    return runtime
+
+
+def test_a_trainjob_whose_pod_fails_is_restarted_by_its_jobset_and_placed_whole_again(
+    kinds_ns: Namespace,
+) -> None:
+    """A pod of a running TrainJob fails: its Job fails, and the JobSet's failurePolicy restarts it (every
+    child Job deleted and made again). The new pods are born gated and placed whole, in one network block,
+    by a second decision on the same groups; the TrainJob neither fails nor is suspended."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, restarting_runtime())
+    with whole_gangs(ns, {"again": 4}, jobset_gang):
+        ns.create(trainjob("again", RESTARTING, KEY))
+        first = wait_bound(ns, "again", lambda: jobset_pods(ns, "again"), 4)
+        made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/again"))
+    fail_pod(ns, first[0])  # the gang is one short until the JobSet restarts: watched again after that
+    wait_for("the restart's first pod", lambda: _restarted(ns, "again"), timeout=120)
+    with whole_gangs(ns, {"again": 4}, jobset_gang):
+        pods = wait_bound(ns, "again", lambda: _restarted(ns, "again"), 4, timeout=180)
+    print(ns.where(f"{JOBSET_NAME}=again"))
+    labels = node_labels(ns.api)
+    assert len({label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods}) == 1
+    assert int(ns.get(f"{JOBSETS}/again").get("status", {}).get("restarts") or 0) == 1
+    assert phalanx_objects(ns, "TrainJob/again") == made  # the same groups, none made again
+    (root,) = owned(ns, "TrainJob/again", "compositepodgroups")
+    assert root["status"]["admission"]["attempt"] == 1  # a second decision, for the new pods
+    body = ns.get(f"{TRAINJOBS}/again")
+    assert not body["spec"].get("suspend")
+    assert not [c for c in body.get("status", {}).get("conditions", []) if c["type"] == "Failed"]
+    assert "Requeued" not in reasons_of(ns, "TrainJob", "again")
+
+
+def _restarted(ns: Namespace, name: str) -> list[dict[str, Any]]:
+    return [p for p in jobset_pods(ns, name) if p["metadata"]["labels"].get(RESTART_ATTEMPT) == "1"]
+
+
+def test_a_pod_of_a_running_trainjob_deleted_by_hand_is_replaced_in_the_gangs_block(
+    kinds_ns: Namespace,
+) -> None:
+    """A pod of a running TrainJob is deleted by hand: its Job (backoffLimit left to Trainer's runtime) makes
+    a replacement, born gated, which Phalanx places beside the three still running, in their network block:
+    the gang is whole again, on the same groups."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    ns.fill("was-worker5")  # nb-b has three free nodes: the gang and its replacement can only be in nb-a
+    with whole_gangs(ns, {"hand": 4}, jobset_gang):
+        ns.create(trainjob("hand", RUNTIME, KEY))
+        first = wait_bound(ns, "hand", lambda: jobset_pods(ns, "hand"), 4)
+        made = wait_for("its groups", lambda: _made_once(ns, "TrainJob/hand"))
+    ns.delete_pod(first[0]["metadata"]["name"])  # one short until its replacement binds
+
+    def replaced() -> list[dict[str, Any]] | None:
+        pods = jobset_pods(ns, "hand")
+        names = {p["metadata"]["name"] for p in pods}
+        whole = len(pods) == 4 and len(bound(pods)) == 4
+        return pods if whole and first[0]["metadata"]["name"] not in names else None
+
+    pods = wait_for("the replacement bound beside the other three", replaced, timeout=120)
+    print(ns.where(f"{JOBSET_NAME}=hand"))
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    assert phalanx_objects(ns, "TrainJob/hand") == made
+    assert not ns.get(f"{TRAINJOBS}/hand")["spec"].get("suspend")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from phalanx.controller.apply.events import COMPONENT
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
@@ -654,3 +655,120 @@ def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
         "OK kueue (" in result.stdout and "queue-b Admitted=False HeldByKueue: held by Kueue" in result.stdout
     )
     assert "walk-through: 1 OK, 0 skipped, 0 failed" in result.stdout
+
+
+class JobSetSuspendWatch(SuspendWatch):
+    """Every version of a JobSet's spec.suspend (listed, then watched)."""
+
+    def __init__(self, ns: Namespace, name: str) -> None:
+        self.job = name
+        self.seen = []
+        self._watch = PodWatch(
+            ns.cluster, ns.name, self._see, collection="apis/jobset.x-k8s.io/v1alpha2/jobsets"
+        )
+        self._watch.start()
+
+
+def _flips(seen: list[tuple[float, bool]]) -> list[bool]:
+    """The values spec.suspend went through, each change once."""
+    out: list[bool] = []
+    for _, value in seen:
+        if not out or out[-1] != value:
+            out.append(value)
+    return out
+
+
+def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_whole_when_readmitted(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    """A low-priority JobSet (two child Jobs of two pods) queued in Kueue runs whole in one network block; a
+    high-priority Job takes the other half of the quota, a second one needs the JobSet's: Kueue preempts the
+    JobSet (suspends it), and Phalanx lets Kueue hold it — it never resumes it, nor marks it requeued — while
+    the second Job runs in the freed block. Once that Job is deleted Kueue readmits the JobSet, and its new
+    pods, born gated, are placed whole again in one block."""
+    suffix = kueue_queue.removeprefix("cq-")
+    pod_spec = _pod_spec() | {"priorityClassName": f"low-{suffix}"}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _both("train"),
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "backoffLimit": 0,
+                            "template": {"spec": pod_spec},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    selector = "jobset.sigs.k8s.io/jobset-name=train"
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets/train"
+
+    def whole() -> str | None:
+        pods = [p for p in kns.pods(selector) if not p["metadata"].get("deletionTimestamp")]
+        if len(pods) != 4 or len(bound(pods)) != 4:
+            return None
+        blocks = domains_of(kns.api, pods, NB_KEY)
+        return next(iter(blocks)) if len(blocks) == 1 else None
+
+    watch = JobSetSuspendWatch(kns, "train")
+    try:
+        kns.create(jobset, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{kns.name}/jobsets")
+        first = wait_for("the JobSet whole in one block", whole, timeout=180)
+        old = {p["metadata"]["name"] for p in kns.pods(selector)}
+        kns.create(queued_job("high-a", 4, priority=f"high-{suffix}"))
+        other = wait_for("high-a whole in one block", lambda: whole_in_one_block(kns, "high-a", 4), 120)
+        assert other != first
+        kns.create(queued_job("high-b", 4, priority=f"high-{suffix}"))
+        wait_for(
+            "Kueue to preempt the JobSet",
+            lambda: kueue_condition(workload_of(kns, "train"), "Preempted").get("status") == "True" or None,
+            timeout=120,
+        )
+        block = wait_for("high-b whole in the freed block", lambda: whole_in_one_block(kns, "high-b", 4), 180)
+        assert block == first
+        assert not old & {p["metadata"]["name"] for p in kns.pods(selector)}  # the JobSet's pods all went
+        assert kns.get(path)["spec"]["suspend"] is True  # Kueue's suspension, kept
+        root = wait_for(
+            "the JobSet's groups say Kueue holds it",
+            lambda: next(
+                (
+                    g
+                    for g in kns.get(
+                        "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}/compositepodgroups"
+                    )["items"]
+                    if g["metadata"].get("annotations", {}).get("phalanx.dev/owner") == "JobSet/train"
+                    and any(
+                        c["type"] == "Admitted" and c.get("reason") == "HeldByKueue"
+                        for c in g.get("status", {}).get("conditions", [])
+                    )
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        assert not root["status"].get("admission")  # nothing held for it while Kueue holds it
+        kns.api.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{kns.name}/jobs/high-b",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+        )
+        again = wait_for("the JobSet whole again once Kueue readmits it", whole, timeout=180)
+        assert again == first
+        assert kueue_condition(workload_of(kns, "train"), "Admitted").get("status") == "True"
+    finally:
+        seen = watch.stop()
+        kns.api.request("DELETE", path)
+    # Created suspended by Kueue, started, preempted, started again: no other change, no tug-of-war.
+    assert _flips(seen) == [True, False, True, False], _flips(seen)
+    ours = [e for e in kns.events("involvedObject.name=train") if e.get("reportingComponent") == COMPONENT]
+    assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted")], ours  # Kueue's preemption
+    assert not [e for e in kns.events() if e["reason"] == "Preempting"]  # Phalanx preempted nothing

@@ -367,6 +367,16 @@ def test_a_suspended_job_holds_nothing_and_says_so() -> None:
     assert not only(resumed.actions, ReleasePod)
 
 
+def test_a_job_being_deleted_gets_nothing_made_again_and_nothing_placed() -> None:
+    """Deleted in the foreground, its Workload and PodGroup are deleted before it (blockOwnerDeletion):
+    they are not made again for a Job that is going, and its gated pods are not placed."""
+    job = job_body()
+    job["metadata"].update(deletionTimestamp="2026-11-30T11:59:00Z", finalizers=["foregroundDeletion"])
+    actions = plan(state([(job, None, GATED4)]), NOW).actions
+    assert not only(actions, CreateWorkload) and not only(actions, CreatePodGroup)
+    assert not only(actions, ReleasePod) and not only(actions, PostEvent), actions
+
+
 def test_a_finished_job_releases_nothing_and_is_finished() -> None:
     job = job_body(finished=True)
     result = plan(state([(job, group_of(job), [])]), NOW)

@@ -434,3 +434,25 @@ def test_a_child_jobs_gang_size_is_its_jobsets_whatever_its_pod_group_was_edited
             "which the JobSet's spec gives and Phalanx keeps (the gang sizes of a JobSet's groups follow its "
             "spec; recreate the JobSet to change them)"
         ), message
+
+
+def deleting(body: dict[str, Any]) -> dict[str, Any]:
+    """The body as it is while its deletion waits (foreground: for its dependents; or a finalizer)."""
+    body["metadata"]["deletionTimestamp"] = "2026-11-30T11:59:00Z"
+    body["metadata"]["finalizers"] = ["foregroundDeletion"]
+    return body
+
+
+def test_a_jobset_being_deleted_gets_nothing_made_again_and_nothing_placed() -> None:
+    """Deleted in the foreground (or held by another tool's finalizer), the garbage collector deletes its
+    Workload and groups before it: they are not made again (nor said to be), and its gated pods, which go
+    with it, are not placed even where they would fit whole."""
+    result = plan(jobset_cluster([deleting(jobset_body())], all_pods()), NOW)
+    assert not [a for a in result.actions if isinstance(a, (CreateWorkload, CreateCompositePodGroup))]
+    assert not [a for a in result.actions if isinstance(a, (CreatePodGroup, ReleasePod, PatchStatus))]
+    assert not [a for a in result.actions if isinstance(a, PostEvent)], result.actions
+    # With its groups still there (a background deletion held by a finalizer), nothing is placed either.
+    groups = made(plan(jobset_cluster([jobset_body()], all_pods()), NOW))
+    held = plan(jobset_cluster([deleting(jobset_body())], all_pods(), groups=groups), NOW)
+    assert not [a for a in held.actions if isinstance(a, ReleasePod)]
+    assert not [a for a in held.actions if isinstance(a, (CreateWorkload, CreatePodGroup))]

@@ -178,6 +178,12 @@ class OwnerRecord(Protocol):
         """Why Phalanx requeued it ("" when it did not): written with the suspension."""
         ...
 
+    @property
+    def deleting(self) -> bool:
+        """Its deletion waits (a foreground deletion for its dependents, or a finalizer): nothing is made
+        again or placed for it (kinds/common.py owner_units_of)."""
+        ...
+
 
 @dataclass(frozen=True)
 class OwnerState:

@@ -109,7 +109,13 @@ def owners_units(kind: OwnerKind, view: ClusterView) -> Iterator[Unit]:
 def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tuple[Unit, ...]:
     """One owner's units — or, when they cannot be made (an object no admission check foresaw, made around
     the webhook or before an upgrade; a bug), a Warning on the owner once and nothing scheduled for it: its
-    pods stay gated, so it never runs partly, and every other owner is still scheduled in this pass."""
+    pods stay gated, so it never runs partly, and every other owner is still scheduled in this pass.
+
+    An owner being deleted has none: the garbage collector deletes its Workload and groups (owned by it,
+    blockOwnerDeletion) before it in a foreground deletion, or with it, and its pods go too; made again,
+    they would be deleted again, or left behind once a finalizer let it go."""
+    if getattr(state.owner, "deleting", False):
+        return ()
     try:
         units = tuple(kind.owner_units(state, view))
     except Exception as error:

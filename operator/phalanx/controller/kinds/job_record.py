@@ -57,6 +57,7 @@ class JobRecord:
     failed: int = 0  # status.failed: what its backoffLimit has already spent (job_budget.py)
     succeeded: int = 0  # status.succeeded (the Job controller counts a pod's completion a moment later)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
+    deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
 
     @property
     def key(self) -> str:
@@ -121,6 +122,7 @@ class JobRecord:
                 template_spec.get("priorityClassName"),
             ),
             resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 

@@ -95,6 +95,7 @@ class JobSetRecord:
     resource_version: str = field(default="", compare=False)
     controller: tuple[str, str] = ("", "")  # (kind, uid) of its controller owner (a TrainJob)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
+    deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
 
     @property
     def key(self) -> str:
@@ -141,6 +142,7 @@ class JobSetRecord:
             created=parse_time(meta.get("creationTimestamp")),
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
             controller=controller_of(meta),
         )
 

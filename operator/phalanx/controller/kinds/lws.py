@@ -90,6 +90,7 @@ class LwsRecord:
     suspended: bool = False  # LWS has none (kinds/base.OwnerRecord)
     requeued: str = ""
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
+    deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
 
     @property
     def key(self) -> str:
@@ -130,6 +131,7 @@ class LwsRecord:
             created=parse_time(meta.get("creationTimestamp")),
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 

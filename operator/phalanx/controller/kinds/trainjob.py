@@ -48,6 +48,7 @@ class TrainJobRecord:
     created: dt.datetime | None
     resource_version: str = field(default="", compare=False)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
+    deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
 
     @property
     def ref(self) -> ObjectRef:
@@ -70,6 +71,7 @@ class TrainJobRecord:
             requeued=str((meta.get("annotations") or {}).get(names.REQUEUED_ANNOTATION) or ""),
             created=parse_time(meta.get("creationTimestamp")),
             resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 
