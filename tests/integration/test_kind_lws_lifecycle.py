@@ -9,6 +9,7 @@ away, of a deleted LWS go), and the statuses and events say so."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from .kinds import (
     GATE,
     LWS_GROUP,
     LWS_REVISION,
+    LWS_WORKER,
     LWSS,
     PHALANX_API,
     condition,
@@ -330,4 +332,58 @@ def test_deleting_an_lws_takes_every_phalanx_object_and_pod_with_it(kinds_ns: Na
         print(ns.where())
         print(phalanx_objects(ns))
         print_events(ns)
+        raise
+
+
+def remade(ns: Namespace, name: str, rev: str, before: set[str]) -> Any:
+    """settled() with one group, every pod of it new (none of the uids `before`)."""
+    found = settled(ns, name, 1, 2, rev)
+    if not found or before & {p["metadata"]["uid"] for p in found[0][0]}:
+        return None
+    return found
+
+
+def test_a_group_restarted_by_hand_is_made_again_whole_in_the_block_it_had(kinds_ns: Namespace) -> None:
+    """replicas 1, size 2, topology-key. nb-a has one free node (three filled), so the group goes to nb-b.
+    Then a node of nb-a frees: nb-a (2 free) is now the tighter fit for a new group of 2. The user deletes
+    the leader: LWS makes the group again (gated), and Phalanx places it whole, back in nb-b, the block it had
+    (its PodGroup's status.lastDomain: docs/integrations.md). Then the user deletes a worker: LWS
+    (RecreateGroupOnPodRestart) deletes the leader and makes the whole group again: whole, in nb-b again."""
+    ns, name = kinds_ns, "restart"
+    ns.fill("was-worker", "was-worker2", "was-worker3")
+    labels = node_labels(ns.api)
+    try:
+        with whole_lws_groups(ns, name, 2, NB_KEY):
+            ns.create(lws(name, 2, replicas=1, annotations=KEY))
+            groups, rev = wait_for("the group running", lambda: settled(ns, name, 1, 2), timeout=120)
+            assert one_block_each(ns, groups) == {0: "nb-b"}
+            (group,) = owned(ns, f"LeaderWorkerSet/{name}")
+            ns.unfill("was-worker3")
+            wait_for(
+                "was-worker3 free",
+                lambda: all(p["metadata"]["name"] != "filler-was-worker3" for p in ns.pods("app=filler")),
+            )
+            for victim in ("leader", "worker"):
+                before = {p["metadata"]["uid"] for p in groups[0]}
+                pod = next(
+                    p
+                    for p in groups[0]
+                    if (p["metadata"]["labels"][LWS_WORKER] == "0") == (victim == "leader")
+                )
+                ns.delete_pod(pod["metadata"]["name"])
+                groups, _ = wait_for(
+                    f"the group made again after its {victim} was deleted, bound whole",
+                    functools.partial(remade, ns, name, rev, before),
+                    timeout=120,
+                )
+                print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+                nodes = {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in groups[0]}
+                assert nodes == {"nb-b"}, (victim, nodes)
+        (again,) = wait_for(
+            "its PodGroup Admitted and Running", lambda: admitted_groups(ns, name, 1)
+        ).values()
+        print(again["metadata"]["name"], again["metadata"]["uid"], group["metadata"]["uid"])
+        assert again["metadata"]["name"] == group["metadata"]["name"]
+    except AssertionError:
+        diagnose(ns, name)
         raise
