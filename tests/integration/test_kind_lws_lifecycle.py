@@ -134,6 +134,12 @@ def event_of(ns: Namespace, name: str, reason: str) -> dict[str, Any]:
     return found[0] if found else {}
 
 
+def said_made(ns: Namespace, name: str, groups: list[str]) -> dict[str, Any] | None:
+    """The PodGroupCreated Event on the LWS once its message names every one of `groups`."""
+    found = event_of(ns, name, "PodGroupCreated")
+    return found if all(g in found.get("message", "") for g in groups) else None
+
+
 def one_block_each(ns: Namespace, groups: dict[int, list[dict[str, Any]]]) -> dict[int, str]:
     labels = node_labels(ns.api)
     blocks = {g: {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in ps} for g, ps in groups.items()}
@@ -254,37 +260,22 @@ def test_a_rolling_update_with_max_surge_places_the_surge_group_whole_and_delete
 def test_scaling_an_lws_up_gangs_each_new_group_whole_and_down_deletes_the_removed_groups_podgroups(
     kinds_ns: Namespace,
 ) -> None:
-    """size 2, topology-key, replicas 1 -> 5 on 8 nodes: groups 1 to 3 are placed whole, each in one
-    block, and group 4 waits, all its pods gated (none bound), its PodGroup saying why. Then 5 -> 2: LWS
-    deletes groups 2 to 4 (the waiting one too); their PodGroups go, nothing of them is left."""
+    """size 2, topology-key, replicas 1 -> 5 on 8 nodes: LWS makes groups 1 to 4 at once; four groups are
+    placed whole, each in one block, and one (whichever Phalanx saw last) waits, all its pods gated (none
+    bound), its PodGroup saying why. Then 5 -> 2: LWS deletes groups 2 to 4; their PodGroups go, nothing
+    of them is left, and groups 0 and 1 run (the waiting one placed whole if it was group 1)."""
     ns, name = kinds_ns, "scale"
     try:
         with whole_lws_groups(ns, name, 2, NB_KEY):
             ns.create(lws(name, 2, replicas=1, annotations=KEY))
             _, rev = wait_for("1 group running", lambda: settled(ns, name, 1, 2), timeout=120)
             patch_lws(ns, name, {"spec": {"replicas": 5}})
-
-            def four_run_one_waits() -> Any:
-                pods = lws_pods(ns, name)
-                groups = by_group(pods)
-                if sorted(groups) != [0, 1, 2, 3, 4] or any(len(ps) != 2 for ps in groups.values()):
-                    return None
-                if len(bound(pods)) != 8 or len(gated(groups[4])) != 2:
-                    return None
-                waiting = [
-                    g for g in owned(ns, f"LeaderWorkerSet/{name}") if f"-4-{rev}" in g["metadata"]["name"]
-                ]
-                if not waiting or condition(waiting[0]).get("reason") != "Unschedulable":
-                    return None
-                return groups, waiting[0]
-
             groups, waiting = wait_for(
-                "groups 0-3 running, group 4 gated whole", four_run_one_waits, timeout=120
+                "4 groups running, 1 gated whole", lambda: four_run_one_waits(ns, name, rev), timeout=120
             )
             print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-            print(condition(waiting)["message"])
-            one_block_each(ns, {g: ps for g, ps in groups.items() if g != 4})
-            assert not bound(groups[4])
+            print(f"group {waiting[0]} waits:", condition(waiting[1])["message"])
+            one_block_each(ns, {g: ps for g, ps in groups.items() if g != waiting[0]})
             patch_lws(ns, name, {"spec": {"replicas": 2}})
             groups, _ = wait_for("2 groups left", lambda: settled(ns, name, 2, 2, rev), timeout=120)
         one_block_each(ns, groups)
@@ -295,6 +286,23 @@ def test_scaling_an_lws_up_gangs_each_new_group_whole_and_down_deletes_the_remov
     except AssertionError:
         diagnose(ns, name)
         raise
+
+
+def four_run_one_waits(ns: Namespace, name: str, rev: str) -> Any:
+    """Groups 0 to 4 of 2 pods each, four of them bound whole and one all gated, its PodGroup Admitted=False
+    Unschedulable: (group index -> pods, (the waiting index, its PodGroup)), or None."""
+    pods = lws_pods(ns, name)
+    groups = by_group(pods)
+    if sorted(groups) != [0, 1, 2, 3, 4] or any(len(ps) != 2 for ps in groups.values()):
+        return None
+    waiting = [g for g, ps in groups.items() if len(gated(ps)) == 2 and not bound(ps)]
+    if len(bound(pods)) != 8 or len(waiting) != 1:
+        return None
+    (index,) = waiting
+    group = [g for g in owned(ns, f"LeaderWorkerSet/{name}") if f"-{index}-{rev}" in g["metadata"]["name"]]
+    if not group or condition(group[0]).get("reason") != "Unschedulable":
+        return None
+    return groups, (index, group[0])
 
 
 def test_deleting_an_lws_takes_every_phalanx_object_and_pod_with_it(kinds_ns: Namespace) -> None:
@@ -320,6 +328,12 @@ def test_deleting_an_lws_takes_every_phalanx_object_and_pod_with_it(kinds_ns: Na
     made = phalanx_objects(ns)
     print(made)
     assert set(made) == set(OWNED_KINDS), made
+    wanted = made["compositepodgroups"] + [n for n in made["podgroups"] if n.startswith("wait-")]
+    said = wait_for(
+        "PodGroupCreated on wait, naming its CompositePodGroup and its 2 PodGroups",
+        lambda: said_made(ns, "wait", wanted),
+    )
+    print(said["message"])
     try:
         ns.api.request("DELETE", lws_path(ns, "wait"), {"propagationPolicy": "Foreground"})
         ns.api.request("DELETE", lws_path(ns, "run"), {"propagationPolicy": "Background"})

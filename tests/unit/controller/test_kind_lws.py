@@ -150,6 +150,26 @@ def test_subgroups_are_slices_each_in_one_local_block() -> None:
     assert local["serve-0"] == local["serve-0-1"] != local["serve-0-2"] == local["serve-0-3"]
 
 
+def test_each_group_made_says_pod_group_created_on_the_lws_with_or_without_subgroups() -> None:
+    """A flat group's PodGroup, and a subgrouped group's CompositePodGroup and PodGroups, are said made on
+    the LWS (PodGroupCreated, naming the group), once: not again on the next pass."""
+    for subgroup_size, names in ((None, 1), (2, 3)):
+        lws = lws_body(size=4, replicas=2, subgroup_size=subgroup_size)
+        pods = group_pods("serve", 0, 4) + group_pods("serve", 1, 4)
+        first = plan(owner_cluster([("LeaderWorkerSet", lws)], pods), NOW)
+        said = sorted(
+            a.message for a in first.actions if isinstance(a, PostEvent) and a.reason == "PodGroupCreated"
+        )
+        assert len(said) == 2, (subgroup_size, said)
+        made = made_groups(first)
+        for index, message in enumerate(said):
+            mine = [g.name for g in made if f"-{index}-r1" in g.name]
+            assert len(mine) == names and all(n in message for n in mine), (message, mine)
+            assert message.endswith(f"for group {index}"), message
+        again = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, groups=made), NOW)
+        assert not [a for a in again.actions if isinstance(a, PostEvent) and a.reason == "PodGroupCreated"]
+
+
 def test_a_group_is_requeued_by_deleting_its_pods_not_by_a_suspend() -> None:
     lws = lws_body(size=2)
     first = plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2)), NOW)

@@ -365,6 +365,7 @@ def _group_unit(
         tree, made = _subgroup_tree(
             state, view, identity, policy, suffix, pods, priority, preemption, setup, template
         )
+        setup.extend(_said_made(lws, index, setup))
     unit = Unit(
         key=unit_key(KIND, lws.namespace, lws.name, suffix),
         owner=owner,
@@ -376,6 +377,20 @@ def _group_unit(
         requeue_pods=leader_of(pods),
     )
     return unit, made
+
+
+def _said_made(lws: LwsRecord, index: int, setup: list[Action]) -> list[Action]:
+    """PodGroupCreated on the LWS for the CompositePodGroup and PodGroups a subgrouped group's setup makes
+    (a flat group's one PodGroup is said where it is made)."""
+    made = [
+        f"CompositePodGroup {a.group.metadata['name']}"
+        for a in setup
+        if isinstance(a, CreateCompositePodGroup)
+    ]
+    made += [f"PodGroup {a.pod_group.metadata['name']}" for a in setup if isinstance(a, CreatePodGroup)]
+    if not made:
+        return []
+    return [PostEvent(lws.ref, "Normal", "PodGroupCreated", f"created {', '.join(made)} for group {index}")]
 
 
 def _planned_group(lws: LwsRecord, group: Any) -> PodGroupRecord:
