@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +35,10 @@ from .kinds import (
     whole_lws_groups,
 )
 from .kube import NB_KEY, Namespace, bound, node_labels, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from scale_watch import PodWatch
 
 pytestmark = pytest.mark.integration
 
@@ -334,6 +340,24 @@ def test_deleting_an_lws_takes_every_phalanx_object_and_pod_with_it(kinds_ns: Na
         lambda: said_made(ns, "wait", wanted),
     )
     print(said["message"])
+    # Every Phalanx object the namespace ever has from now on, by uid (a watch each: one made and deleted
+    # again between two reads is seen too).
+    seen: list[str] = []
+    watches = [
+        PodWatch(
+            ns.cluster,
+            ns.name,
+            lambda _kind, obj, _now: seen.append(
+                f"{obj['kind']}/{obj['metadata']['name']}/{obj['metadata']['uid']}"
+            ),
+            f"apis/scheduling.phalanx.dev/v1beta1/{plural}",
+        )
+        for plural in OWNED_KINDS
+    ]
+    for watch in watches:
+        watch.start()
+    before = set(seen)
+    assert len(before) == sum(len(names) for names in made.values()), (before, made)
     try:
         ns.api.request("DELETE", lws_path(ns, "wait"), {"propagationPolicy": "Foreground"})
         ns.api.request("DELETE", lws_path(ns, "run"), {"propagationPolicy": "Background"})
@@ -342,11 +366,16 @@ def test_deleting_an_lws_takes_every_phalanx_object_and_pod_with_it(kinds_ns: Na
             lambda: not ns.get(LWSS)["items"] and not live(ns.pods()) and not phalanx_objects(ns),
             timeout=120,
         )
+        assert all(w.thread.is_alive() for w in watches), [w.errors for w in watches]
+        assert set(seen) == before, sorted(set(seen) - before)  # nothing made for an LWS being deleted
     except AssertionError:
         print(ns.where())
         print(phalanx_objects(ns))
         print_events(ns)
         raise
+    finally:
+        for watch in watches:
+            watch.stop()
 
 
 def remade(ns: Namespace, name: str, rev: str, before: set[str]) -> Any:

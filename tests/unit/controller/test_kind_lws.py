@@ -42,7 +42,7 @@ from phalanx.controller.model.actions import (
     ReleasePod,
     SuspendJob,
 )
-from phalanx.controller.model.records import PodGroupRecord
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
@@ -287,6 +287,25 @@ def test_the_pod_group_of_a_group_scaled_away_or_of_an_old_revision_goes_once_it
     assert _deleted(updated) == names  # group 0 runs r2 now; group 1 is scaled away
     none = plan(owner_cluster([("LeaderWorkerSet", lws_body(size=2, replicas=0))], [], groups=groups), NOW)
     assert _deleted(none) == names
+
+
+def test_an_lws_being_deleted_gets_no_new_object_of_phalanx() -> None:
+    """Deleted in the foreground, an LWS stays (deletionTimestamp set) while the garbage collector deletes
+    what blocks it: Phalanx's Workload and groups, its StatefulSets and pods. Its pods are still there for a
+    while; Phalanx makes nothing for it again (the collector would only have it to delete too, and the LWS
+    would be told PodGroupCreated while it goes), with or without subgroups, and places none of its pods."""
+    for subgroup_size in (None, 2):
+        lws = lws_body(size=4, subgroup_size=subgroup_size)
+        pods = group_pods("serve", 0, 4)
+        made = made_groups(plan(owner_cluster([("LeaderWorkerSet", lws)], pods), NOW))
+        lws["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+        for groups in ([], [g for g in made if isinstance(g, CompositePodGroupRecord)]):
+            result = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, groups=groups), NOW)
+            kinds = {type(a).__name__ for a in result.actions}
+            assert not kinds & {"CreateWorkload", "CreatePodGroup", "CreateCompositePodGroup", "PostEvent"}, (
+                kinds
+            )
+            assert not releases(result)
 
 
 def test_the_lws_webhook_gates_both_templates_and_refuses_a_slice_key_without_subgroups() -> None:

@@ -90,6 +90,7 @@ class LwsRecord:
     suspended: bool = False  # LWS has none (kinds/base.OwnerRecord)
     requeued: str = ""
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
+    deleting: bool = False  # deletionTimestamp set: the garbage collector is taking it and what it owns
 
     @property
     def key(self) -> str:
@@ -130,6 +131,7 @@ class LwsRecord:
             created=parse_time(meta.get("creationTimestamp")),
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 
@@ -181,6 +183,11 @@ class LwsKind:
 
     def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
         lws: LwsRecord = state.owner
+        if lws.deleting:
+            # Deleted in the foreground, it stays while the garbage collector deletes what blocks it (our
+            # Workload and groups, its StatefulSets, then its pods): nothing is made for it again, none of
+            # its pods placed.
+            return
         if not lws.managed:
             actions = let_go(state, KIND)
             if actions:
