@@ -17,11 +17,11 @@ from typing import Any
 
 from phalanx.devcluster.http import ApiError
 
-from .kube import GPU_KEY, Namespace, bound, wait_for
+from .kube import GPU_KEY, Namespace, bound, node_labels, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from scale_watch import PodWatch, Recorder
+from scale_watch import Gang, PodWatch, Recorder
 
 PAUSE = "registry.k8s.io/pause:3.10"
 MANAGED = {"phalanx.dev/managed": "true"}
@@ -34,6 +34,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 GATE = "phalanx.dev/admission"
 SETTLE = 5.0
 """Seconds a gang may be bound in part while kube-scheduler binds its released pods one by one."""
@@ -316,7 +317,56 @@ def _settled(recorder: Recorder) -> bool:
 def whole_gangs(ns: Namespace, sizes: dict[str, int], gang_of: Any) -> Iterator[Recorder]:
     """Watch every pod of the namespace for the block: a gang (`gang_of(pod)`, `sizes[gang]` pods) bound in
     part for more than SETTLE seconds, or when the block ends, fails the test."""
-    recorder = Recorder(sizes, SETTLE, gang_of=gang_of)
+    with _watched(ns, Recorder(sizes, SETTLE, gang_of=gang_of)) as recorder:
+        yield recorder
+
+
+def lws_revision_gang(pod: dict[str, Any]) -> str:
+    """An LWS group of one template revision: `<lws>/<group index>/<revision>` (a rolling update or a
+    scale makes groups whose revision or index no test knows before they appear)."""
+    labels = pod["metadata"].get("labels") or {}
+    if not labels.get(LWS_NAME):
+        return ""
+    return f"{labels[LWS_NAME]}/{labels.get(LWS_GROUP, '')}/{labels.get(LWS_REVISION, '')}"
+
+
+class LwsGroups(Recorder):
+    """A Recorder of every group of one LWS (`size` pods each), one gang per group index and template
+    revision, each learnt when its first pod appears; with `domain` (node -> domain of the LWS's
+    topology-key), a group whose live pods sit in two domains at once is reported too. A pod being deleted
+    counts as gone: LWS tears a group down (a rolling update, a scale down, a group restart) by deleting its
+    leader, and the garbage collector takes the workers a moment later; that is LWS ending a group, not a
+    group placed in part."""
+
+    def __init__(self, name: str, size: int, domain: dict[str, str] | None = None) -> None:
+        super().__init__({}, SETTLE, domain=domain, gang_of=lws_revision_gang)
+        self.name, self.size = name, size
+
+    def on_pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        gang = lws_revision_gang(pod)
+        if gang.startswith(f"{self.name}/"):
+            with self.lock:
+                self.gangs.setdefault(gang, Gang(gang, self.size))
+        deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        super().on_pod("DELETED" if deleting else kind, pod, now)
+
+
+@contextmanager
+def whole_lws_groups(
+    ns: Namespace, name: str, size: int, domain_key: str | None = None
+) -> Iterator[Recorder]:
+    """whole_gangs for every group of LWS `name`, of any revision and index: each bound whole or not at all
+    (and, with `domain_key`, never in two domains of it at once)."""
+    domain = None
+    if domain_key is not None:
+        domain = {node: labels.get(domain_key, "-") for node, labels in node_labels(ns.api).items()}
+    with _watched(ns, LwsGroups(name, size, domain)) as recorder:
+        yield recorder
+    assert not recorder.split_gangs(), recorder.split_gangs()
+
+
+@contextmanager
+def _watched(ns: Namespace, recorder: Recorder) -> Iterator[Recorder]:
     watch = PodWatch(ns.cluster, ns.name, recorder.on_pod)
     watch.start()
     try:

@@ -89,6 +89,17 @@ class Leaf:
     template: str  # the Workload's PodGroupTemplate it comes from (a DNS label)
 
 
+def root_name(owner: Owner, suffix: str, *, tree: bool) -> str:
+    """The name of the root group `build_group` (tree False: its PodGroup) or `build_tree` (its
+    CompositePodGroup) makes for the owner and `suffix` (one of several gangs of the owner: a LeaderWorkerSet
+    group; `build_group` always has one)."""
+    wl_name = workload_name(owner.name, owner.uid)
+    if not tree:
+        return f"{wl_name}-{suffix}"
+    name = pod_group_name(wl_name, pod_group_template_name(owner.name))
+    return f"{name}-{suffix}" if suffix else name  # one of several trees of the owner
+
+
 def metadata(owner: Owner, name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -162,9 +173,7 @@ def build_tree(
             composite_pod_group_templates=[root],
         ),
     )
-    composite_name = pod_group_name(wl_name, root.name)
-    if suffix:  # one of several trees of the owner (a LeaderWorkerSet group)
-        composite_name = f"{composite_name}-{suffix}"
+    composite_name = root_name(owner, suffix, tree=True)
     composite_meta = metadata(owner, composite_name)
     if topology_mode == PREFERRED and topology_key:
         composite_meta["annotations"][TOPOLOGY_MODE_ANNOTATION] = PREFERRED
@@ -232,7 +241,7 @@ def build_group(
         ),
     )
     group = PodGroup(
-        metadata=metadata(owner, f"{wl_name}-{suffix}"),
+        metadata=metadata(owner, root_name(owner, suffix, tree=False)),
         spec=PodGroupSpec(
             workload_ref=WorkloadRef(workload_name=wl_name, template_name=template),
             scheduling_policy=group_template.scheduling_policy,

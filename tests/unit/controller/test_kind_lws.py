@@ -34,6 +34,7 @@ from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.loop.scheduler import BIND_TIMEOUT_SECONDS as BIND_TIMEOUT
 from phalanx.controller.model.actions import (
     CreatePodGroup,
+    DeleteObject,
     DeletePod,
     PatchStatus,
     PostEvent,
@@ -41,7 +42,7 @@ from phalanx.controller.model.actions import (
     ReleasePod,
     SuspendJob,
 )
-from phalanx.controller.model.records import PodGroupRecord
+from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord
 from phalanx.controller.plan import Plan, plan
 from phalanx.controller.plan.status import SETTLE_SECONDS
 from phalanx.controller.watch.webhooks import Webhooks
@@ -163,6 +164,26 @@ def test_subgroups_are_slices_each_in_one_local_block() -> None:
     assert local["serve-0"] == local["serve-0-1"] != local["serve-0-2"] == local["serve-0-3"]
 
 
+def test_each_group_made_says_pod_group_created_on_the_lws_with_or_without_subgroups() -> None:
+    """A flat group's PodGroup, and a subgrouped group's CompositePodGroup and PodGroups, are said made on
+    the LWS (PodGroupCreated, naming the group), once: not again on the next pass."""
+    for subgroup_size, names in ((None, 1), (2, 3)):
+        lws = lws_body(size=4, replicas=2, subgroup_size=subgroup_size)
+        pods = group_pods("serve", 0, 4) + group_pods("serve", 1, 4)
+        first = plan(owner_cluster([("LeaderWorkerSet", lws)], pods), NOW)
+        said = sorted(
+            a.message for a in first.actions if isinstance(a, PostEvent) and a.reason == "PodGroupCreated"
+        )
+        assert len(said) == 2, (subgroup_size, said)
+        made = made_groups(first)
+        for index, message in enumerate(said):
+            mine = [g.name for g in made if f"-{index}-r1" in g.name]
+            assert len(mine) == names and all(n in message for n in mine), (message, mine)
+            assert message.endswith(f"for group {index}"), message
+        again = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, groups=made), NOW)
+        assert not [a for a in again.actions if isinstance(a, PostEvent) and a.reason == "PodGroupCreated"]
+
+
 def test_a_group_is_requeued_by_deleting_its_pods_not_by_a_suspend() -> None:
     lws = lws_body(size=2)
     first = plan(owner_cluster([("LeaderWorkerSet", lws)], group_pods("serve", 0, 2)), NOW)
@@ -222,6 +243,83 @@ def test_a_rolling_update_makes_fresh_gangs_and_drops_the_old_revisions_group() 
     deleted = [a.target.name for a in updated.actions if type(a).__name__ == "DeleteObject"]
     assert deleted == [groups[0].name]
     assert len(releases(updated)) == 2
+
+
+def _deleted(result: Plan) -> list[str]:
+    return sorted(a.target.name for a in result.actions if isinstance(a, DeleteObject))
+
+
+def test_a_group_lws_makes_again_keeps_its_pod_group_and_goes_back_to_the_block_it_had() -> None:
+    """A group whose pods are all gone for a moment (its leader deleted by hand, or by LWS's own group
+    restart; the garbage collector took the workers) is made again by LWS, of the same index and revision:
+    its PodGroup stays (waiting for the pods, its status.lastDomain kept), and the new pods go back to the
+    block the group had, although another block is now the tighter fit (docs/integrations.md)."""
+    lws = lws_body(size=2, annotations={"phalanx.dev/topology-key": NB})
+    owners = [("LeaderWorkerSet", lws)]
+    first = plan(owner_cluster(owners, group_pods("serve", 0, 2), busy=[1, 2, 3]), NOW)
+    placed = releases(first)
+    assert {BLOCK[n] for n in placed.values()} == {"nb-b"}  # nb-a has one free node
+    groups = made_groups(first)
+    running = [
+        lws_pod("serve", 0, w, gated=False, node=placed[n], released_to=placed[n], pod_group=groups[0].name)
+        for w, n in ((0, "serve-0"), (1, "serve-0-1"))
+    ]
+    groups = written(plan(owner_cluster(owners, running, groups=groups, busy=[1, 2, 3]), NOW), groups)
+    assert groups[0].status.last_domain == "nb-b"
+    # A node of nb-a frees; the group's pods are all gone (LWS is making it again).
+    gone = plan(owner_cluster(owners, [], groups=groups, busy=[1, 2]), NOW)
+    assert _deleted(gone) == []
+    groups = written(gone, groups)
+    assert groups[0].status.last_domain == "nb-b"
+    admitted = groups[0].status.condition(c.ADMITTED)
+    assert admitted is not None and admitted.reason != c.REASON_ADMITTED  # it no longer says it runs
+    again = plan(owner_cluster(owners, group_pods("serve", 0, 2), groups=groups, busy=[1, 2]), NOW)
+    assert {BLOCK[n] for n in releases(again).values()} == {"nb-b"}, releases(again)
+    # (a group without that past goes to the tighter nb-a)
+    fresh = plan(owner_cluster(owners, group_pods("serve", 0, 2), busy=[1, 2]), NOW)
+    assert {BLOCK[n] for n in releases(fresh).values()} == {"nb-a"}
+
+
+def test_the_pod_group_of_a_group_scaled_away_or_of_an_old_revision_goes_once_its_pods_are_gone() -> None:
+    """replicas 2 -> 1: group 1's PodGroup goes with its pods; a group whose index now runs another revision
+    (a rolling update) loses its old revision's PodGroup, while the present revision's stays."""
+    two = lws_body(size=2, replicas=2)
+    first = plan(
+        owner_cluster([("LeaderWorkerSet", two)], group_pods("serve", 0, 2) + group_pods("serve", 1, 2)), NOW
+    )
+    groups = made_groups(first)
+    names = sorted(g.name for g in groups)
+    one = lws_body(size=2, replicas=1)
+    scaled = plan(owner_cluster([("LeaderWorkerSet", one)], group_pods("serve", 0, 2), groups=groups), NOW)
+    assert _deleted(scaled) == [n for n in names if n.endswith("-1-r1")]
+    empty = plan(owner_cluster([("LeaderWorkerSet", one)], [], groups=groups), NOW)
+    assert _deleted(empty) == [n for n in names if n.endswith("-1-r1")]  # group 0 is still wanted
+    updated = plan(
+        owner_cluster([("LeaderWorkerSet", one)], group_pods("serve", 0, 1, revision="r2"), groups=groups),
+        NOW,
+    )
+    assert _deleted(updated) == names  # group 0 runs r2 now; group 1 is scaled away
+    none = plan(owner_cluster([("LeaderWorkerSet", lws_body(size=2, replicas=0))], [], groups=groups), NOW)
+    assert _deleted(none) == names
+
+
+def test_an_lws_being_deleted_gets_no_new_object_of_phalanx() -> None:
+    """Deleted in the foreground, an LWS stays (deletionTimestamp set) while the garbage collector deletes
+    what blocks it: Phalanx's Workload and groups, its StatefulSets and pods. Its pods are still there for a
+    while; Phalanx makes nothing for it again (the collector would only have it to delete too, and the LWS
+    would be told PodGroupCreated while it goes), with or without subgroups, and places none of its pods."""
+    for subgroup_size in (None, 2):
+        lws = lws_body(size=4, subgroup_size=subgroup_size)
+        pods = group_pods("serve", 0, 4)
+        made = made_groups(plan(owner_cluster([("LeaderWorkerSet", lws)], pods), NOW))
+        lws["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+        for groups in ([], [g for g in made if isinstance(g, CompositePodGroupRecord)]):
+            result = plan(owner_cluster([("LeaderWorkerSet", lws)], pods, groups=groups), NOW)
+            kinds = {type(a).__name__ for a in result.actions}
+            assert not kinds & {"CreateWorkload", "CreatePodGroup", "CreateCompositePodGroup", "PostEvent"}, (
+                kinds
+            )
+            assert not releases(result)
 
 
 def test_the_lws_webhook_gates_both_templates_and_refuses_a_slice_key_without_subgroups() -> None:

@@ -32,7 +32,7 @@ from phalanx.api.lws import (
 )
 from phalanx.api.owned import Leaf as LeafShape
 from phalanx.api.owned import Owner as OwnerIdentity
-from phalanx.api.owned import build_group, build_tree
+from phalanx.api.owned import build_group, build_tree, root_name
 from phalanx.api.status import PodGroupStatus
 from phalanx.controller.kinds.base import (
     ClusterView,
@@ -222,6 +222,8 @@ def lws_units(state: OwnerState, view: ClusterView) -> Iterable[Unit]:
         yield Unit(key, owner, None, tuple(notes), created=lws.created)
         return
     groups = _groups(state.pods)
+    for remade in _being_remade(state, policy, groups):
+        groups[remade] = []
     wanted: set[str] = set()
     for (index, revision), pods in sorted(groups.items()):
         unit, names_ = _group_unit(state, view, owner, policy, index, revision, pods)
@@ -242,6 +244,44 @@ def _groups(pods: Iterable[PodRecord]) -> dict[tuple[int, str], list[PodRecord]]
         if index.isascii() and index.isdigit():
             out.setdefault((int(index), pod.label(REVISION_LABEL)), []).append(pod)
     return {key: _of_present_leader(members) for key, members in out.items()}
+
+
+def _being_remade(
+    state: OwnerState, policy: LwsPolicy, groups: Mapping[tuple[int, str], list[PodRecord]]
+) -> list[tuple[int, str]]:
+    """The groups LWS is making again: an index below `spec.replicas` none of whose pods is live (its leader
+    was deleted — by hand, by LWS's group restart, by a requeue — and the garbage collector took its
+    workers), whose root group (PodGroup, or CompositePodGroup with subgroups) exists. Its group stays, a
+    unit waiting for its pods: deleting it now would lose its `status.lastDomain` (where the pods made
+    again go back) and make it again a moment later. Of several revisions' roots, the newest (a rolling
+    update's); once pods of another revision appear at that index, the old one is stale."""
+    lws: LwsRecord = state.owner
+    identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
+    tree = policy.subgroup_size is not None
+    roots: Mapping[str, PodGroupRecord | CompositePodGroupRecord] = {
+        g.name: g for g in (state.composites if tree else state.pod_groups)
+    }
+    revisions = sorted({name.rsplit("-", 1)[-1] for name in roots} | {""})
+    present = {index for index, _ in groups}
+    out: list[tuple[int, str]] = []
+    for index in range(policy.replicas):
+        found = [
+            (record.created or _EPOCH, revision)
+            for revision in revisions
+            if index not in present
+            and (record := roots.get(root_name(identity, _suffix(index, revision), tree=tree))) is not None
+        ]
+        if found:
+            out.append((index, max(found)[1]))
+    return out
+
+
+def _suffix(index: int, revision: str) -> str:
+    """What tells one group of the LWS from another in its groups' names and its unit's key."""
+    return f"{index}-{revision}" if revision else str(index)
+
+
+_EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def _of_present_leader(pods: list[PodRecord]) -> list[PodRecord]:
@@ -283,7 +323,7 @@ def _group_unit(
     priority = chosen.value if chosen is not None else None
     preemption = preemption_policy_of(policy.preemption_policy, chosen)
     identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
-    suffix = f"{index}-{revision}" if revision else str(index)
+    suffix = _suffix(index, revision)
     # Kueue admits each group as a Workload of its own (kinds/kueue.py); its pods wait behind Kueue's gate.
     kueue = owner_view(lws, view, index=str(index))
     owner = kueue_owner(owner, kueue)
@@ -327,6 +367,7 @@ def _group_unit(
         tree, made = _subgroup_tree(
             state, view, identity, policy, suffix, pods, priority, preemption, setup, template
         )
+        setup.extend(_said_made(lws, index, setup))
     unit = Unit(
         key=unit_key(KIND, lws.namespace, lws.name, suffix),
         owner=owner,
@@ -338,6 +379,20 @@ def _group_unit(
         requeue_pods=leader_of(pods),
     )
     return unit, made
+
+
+def _said_made(lws: LwsRecord, index: int, setup: list[Action]) -> list[Action]:
+    """PodGroupCreated on the LWS for the CompositePodGroup and PodGroups a subgrouped group's setup makes
+    (a flat group's one PodGroup is said where it is made)."""
+    made = [
+        f"CompositePodGroup {a.group.metadata['name']}"
+        for a in setup
+        if isinstance(a, CreateCompositePodGroup)
+    ]
+    made += [f"PodGroup {a.pod_group.metadata['name']}" for a in setup if isinstance(a, CreatePodGroup)]
+    if not made:
+        return []
+    return [PostEvent(lws.ref, "Normal", "PodGroupCreated", f"created {', '.join(made)} for group {index}")]
 
 
 def _planned_group(lws: LwsRecord, group: Any) -> PodGroupRecord:
