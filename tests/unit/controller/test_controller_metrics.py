@@ -292,3 +292,18 @@ async def test_metrics_speak_openmetrics_and_gzip_when_asked() -> None:
         raw = await http.get("/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False)
         assert raw.headers.get("Content-Encoding") == "gzip"
         assert b"phalanx_build_info" in gzip.decompress(await raw.read())
+
+
+def test_docs_operations_lists_every_requeue_reason() -> None:
+    """`phalanx_requeues_total{reason}`: docs/operations.md names every value the applier counts under."""
+    import re
+    import typing
+    from pathlib import Path
+
+    from phalanx.controller.model.actions import RequeueCause
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| `phalanx_requeues_total`")]
+    listed = re.search(r"the first: ([^)]*)\)", row)
+    assert listed is not None, row
+    assert set(re.findall(r"`([a-z-]+)`", listed.group(1))) == set(typing.get_args(RequeueCause))
