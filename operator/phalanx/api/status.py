@@ -61,6 +61,9 @@ class Admission(ApiModel):
     """Preferred topology: the wider level (node label, "" anywhere) used as no domain of the key fit."""
     mode_note: str | None = None
     """Topology mode auto: which level applied and why (as the Admitted condition says it)."""
+    scaled_up: bool | None = None
+    """Made for the new pods of a gang scaled up while it ran whole: the pods it names from the decisions
+    before it ran whole without them, so they are not taken back if its new pods' releases fail."""
 
     @model_validator(mode="after")
     def _pods_unique(self) -> Self:

@@ -188,9 +188,12 @@ async def test_a_device_refusal_for_a_group_the_cache_has_not_seen_is_confirmed_
     try:
         async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
             context.kube = Kube(api)
-            confirmed = Webhooks(context).gate_pod_confirmed(body=hand_made_pod("fresh", **dra), patch=patch)
+            said: list[str] = []
+            pod = hand_made_pod("fresh", **dra)
+            confirmed = Webhooks(context).gate_pod_confirmed(body=pod, patch=patch, warnings=said)
             if passes:
                 await confirmed
+                assert said == [], "the API showed the group: no 'not created yet' warning, once or twice"
             else:
                 with pytest.raises(
                     kopf.AdmissionError, match=r"which no node lists .* gang PodGroup 'fresh'"

@@ -116,3 +116,18 @@ def test_false_or_no_label_lets_the_owner_go(owner: Any, value: str | None) -> N
 def test_managed_by_label(labels: dict[str, str], managed: bool, said: bool) -> None:
     got, problem = managed_by_label(labels)
     assert (got, bool(problem)) == (managed, said)
+
+
+# ---------------------------------------------------------------------- the webhooks read it the same way
+def test_the_update_webhooks_hold_an_owner_with_a_refused_value_as_managed() -> None:
+    """The controller keeps an owner whose label says `True` managed; once the webhooks answer again they
+    must too: a Job's gate taken off its template is refused, an LWS's is put back (through the served
+    webhooks, their selectors included)."""
+    from test_controller_webhook import JOB_POD, WORKER, _edit, _review
+
+    old = _edit(job_body(suspend=True), label="True")  # edited around the webhook earlier
+    new = _edit(old, drop=(JOB_POD,), label="True")  # now its gate is taken off
+    assert _review("validate-job", old, new)["allowed"] is False
+    old = _edit(lws_body(), label="True")
+    new = _edit(old, drop=(WORKER,), label="True")
+    assert "patch" in _review("regate-leaderworkerset", old, new)

@@ -848,23 +848,54 @@ def test_a_tree_of_more_composite_groups_than_phalanx_places_says_so_on_its_root
     assert f"more than the {MAX_GROUPS}" in warning.message
 
 
-def test_a_slice_whose_min_count_was_edited_around_the_webhook_keeps_the_slice_size() -> None:
-    """validate-podgroup refuses the edit but fails open: a slice edited to minCount 1 would have its
-    slice placed with one of its two pods (a partial gang). The slice size stays the gang size, said once."""
-    job, made, pods = _sliced_spec(8, created=True)
-    assert made is not None
-    root, first, second = made
-    gang = first.spec.scheduling_policy.gang
-    assert gang is not None and gang.min_count == 2
-    edited = gang.model_copy(update={"min_count": 1})
-    policy = first.spec.scheduling_policy.model_copy(update={"gang": edited})
-    first = dataclasses.replace(first, spec=first.spec.model_copy(update={"scheduling_policy": policy}))
-    without_index_0 = [
-        p for p in pods if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] != "0"
+def _edited_slice(slice_size: int) -> tuple[dict[str, Any], list[Any], list[dict[str, Any]]]:
+    """Job `sliced` (4 pods of 4 GPUs, slices of `slice_size`) with its objects made, and its first slice's
+    PodGroup edited to minCount 1 around validate-podgroup."""
+    from phalanx.api.builders import build_sliced_objects
+    from phalanx.api.job_layout import parse_job_layout
+    from phalanx.api.job_policy import parse_job_policy
+
+    annotations = {"phalanx.dev/topology-key": NB, "phalanx.dev/slice-size": str(slice_size)}
+    job = _job({**annotations, "phalanx.dev/slice-topology-key": LB})
+    job["metadata"].update(name="sliced", uid="uid-sliced")
+    policy = parse_job_policy(job)
+    _, root, groups = build_sliced_objects(job, policy, parse_job_layout(job, policy), None)
+    body = root.to_api()
+    body["metadata"].update(uid="uid-root", resourceVersion="9")
+    made: list[Any] = [CompositePodGroupRecord.from_body(body)]
+    made += [
+        PodGroupRecord.from_body({**g.to_api(), "metadata": {**g.to_api()["metadata"], "uid": f"u{i}"}})
+        for i, g in enumerate(groups)
     ]
-    result = plan(cluster([], [], [], jobs=[(job, [root, first, second], without_index_0)]), NOW)
-    assert not only(result.actions, ReleasePod), "a slice placed with 1 of its 2 pods"
+    first = made[1]
+    gang = first.spec.scheduling_policy.gang
+    assert gang is not None and gang.min_count == slice_size
+    edited = first.spec.scheduling_policy.model_copy(
+        update={"gang": gang.model_copy(update={"min_count": 1})}
+    )
+    made[1] = dataclasses.replace(first, spec=first.spec.model_copy(update={"scheduling_policy": edited}))
+    pods = []
+    for i in range(4):
+        p = pod(f"sliced-{i}-x{i}", "", gpus=4)
+        p["metadata"]["labels"] = {
+            "batch.kubernetes.io/controller-uid": "uid-sliced",
+            "batch.kubernetes.io/job-completion-index": str(i),
+        }
+        pods.append(p)
+    return job, made, pods
+
+
+@pytest.mark.parametrize("slice_size", [2, 4], ids=["two slices", "one slice"])
+def test_a_slice_whose_min_count_was_edited_around_the_webhook_keeps_the_slice_size(slice_size: int) -> None:
+    """validate-podgroup refuses the edit but fails open: a slice edited to minCount 1 would remake the
+    Job's slices (slices of 1) and place a slice in part, or across local blocks. The slice size stays the
+    gang size, said once. Pod 0 is missing: its slice must wait; with one slice, every local block has room
+    for 2 of its 4 pods only (n1, n3, n5, n7 full): it must wait too."""
+    job, made, pods = _edited_slice(slice_size)
+    result = plan(cluster([], [], [], jobs=[(job, made, pods[1:])], busy=(1, 3, 5, 7)), NOW)
+    assert not only(result.actions, ReleasePod), "a slice placed in part, or across local blocks"
+    assert not [a for a in result.actions if type(a).__name__ == "CreatePodGroup"], "the Job was sliced anew"
     (said,) = [e for e in only(result.actions, PostEvent) if e.reason == "ImmutableChangeIgnored"]
     assert said.message.startswith(
-        f"PodGroup {first.name}: spec.schedulingPolicy.gang.minCount 1 differs from 2"
+        f"PodGroup {made[1].name}: spec.schedulingPolicy.gang.minCount 1 differs from {slice_size}"
     )

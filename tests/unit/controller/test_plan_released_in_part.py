@@ -35,7 +35,14 @@ from phalanx.controller.apply.applier import Backoff
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.loop.scheduler import Scheduler
-from phalanx.controller.model.actions import DeletePod, PostEvent, ReleasePod, SuspendJob, UngatePod
+from phalanx.controller.model.actions import (
+    DeletePod,
+    PostEvent,
+    RecordAdmission,
+    ReleasePod,
+    SuspendJob,
+    UngatePod,
+)
 from phalanx.controller.model.records import PodGroupRecord, WorkloadRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import PlanInput, plan
@@ -114,7 +121,7 @@ def test_a_job_released_in_part(case: str, state: PlanInput, requeued: bool) -> 
     assert suspend.cause == "released-in-part"
     assert suspend.why == (
         "released in part: 1 pod(s) of the recorded decision could not be released within 120 s while 1 of "
-        "its pods were (train-1 to n2: its release keeps failing); requeued whole so that the gang does not "
+        "its pods run (train-1 to n2: its release keeps failing); requeued whole so that the gang does not "
         "run split"
     )
     assert not only(result.actions, ReleasePod), "nothing released to the gang it takes back"
@@ -260,3 +267,55 @@ async def test_the_loop_requeues_a_gang_whose_release_keeps_failing_once_the_bin
     assert ("owner", '{"suspend": true}') in kube.calls[calls:]
     assert ("release", "train-1") not in kube.calls[calls:]
     assert backoff.failing() == frozenset()
+
+
+# ---------------------------------------------------------------------- decisions made while pods run
+def _later(decision: Admission, ago: float) -> Admission:
+    return decision.model_copy(update={"admitted_at": NOW - dt.timedelta(seconds=ago)})
+
+
+def _running_gang(recorded: list[str], pods: list[dict[str, Any]], count: int) -> PlanInput:
+    job = job_body("train", count)
+    group = group_of(job)
+    record = decision(600, {name: f"n{int(name.split('-')[1]) + 1}" for name in recorded})
+    group = with_group_status(group, group.status.model_copy(update={"admission": record}))
+    return cluster([(job, group, pods)])
+
+
+def _run(i: int) -> dict[str, Any]:
+    return pod_body("train", i, gated=False, released_to=f"n{i + 1}", node=f"n{i + 1}", phase="Running")
+
+
+@pytest.mark.parametrize(
+    ("case", "recorded", "count", "requeued"),
+    [
+        # Scaled up from 2 to 4 while it ran whole: the decision for its 2 new pods is recorded (scaledUp);
+        # their releases fail past the bind timeout. The 2 running pods were the whole gang before: they
+        # keep running and the new pods wait, as any scale-up (docs/reliability.md), never requeued for it.
+        ("scale-up", ["train-0", "train-1"], 4, False),
+        # A node failure took pod 3 of a running gang of 4; its replacement is decided beside the other 3
+        # and its release keeps failing: the gang runs short of its minCount, so it is requeued whole.
+        ("replacement", ["train-0", "train-1", "train-2", "train-3"], 4, True),
+    ],
+)
+def test_a_decision_made_while_pods_run(case: str, recorded: list[str], count: int, requeued: bool) -> None:
+    running = [_run(i) for i in range(3 if case == "replacement" else 2)]
+    new = [pod_body("train", i, group="train") for i in range(len(running), count)]
+    if case == "replacement":
+        new[0]["metadata"]["name"] = "train-3-again"  # made again by the Job controller under another name
+    first = plan(_running_gang(recorded, [*running, *new], count), NOW)
+    (made,) = only(first.actions, RecordAdmission)
+    assert made.admission.scaled_up is (True if case == "scale-up" else None)
+    assert {r.pod.name for r in only(first.actions, ReleasePod)} == {p["metadata"]["name"] for p in new}
+    # Its releases fail; 121 s later the unit is failing still.
+    job = job_body("train", count)
+    group = group_of(job)
+    group = with_group_status(
+        group, group.status.model_copy(update={"admission": _later(made.admission, 121)})
+    )
+    later = plan(failing(cluster([(job, group, [*running, *new])])), NOW)
+    suspends = only(later.actions, SuspendJob)
+    assert bool(suspends) is requeued, [s.why for s in suspends]
+    if requeued:
+        assert suspends[0].why.startswith("released in part: 1 pod(s) of the recorded decision could not be ")
+        assert "while 3 of its pods run (train-3-again to n4" in suspends[0].why

@@ -75,11 +75,17 @@ def kept_slices(
         )
     first = min(slices, key=lambda g: g.name)
     layout = job.layout
-    # The slice size as both records of the creation still say it — the annotation and a slice's minCount —
-    # else the first slice's: one of them edited around the webhook does not change the Job's slices (a
-    # slice whose minCount was edited keeps the slice size: _leaves).
+    # The slice size as the records of the creation still say it, one of them edited around the webhook
+    # changing nothing (a slice whose minCount was edited keeps the slice size: _leaves): the Job's
+    # parallelism over its number of slices (the CompositePodGroup's minGroupCount, immutable by its CRD),
+    # else the annotation if a slice agrees, else the first slice's minCount.
+    count = root.min_group_count or len(slices)
+    parallelism = job.policy.parallelism
     sizes = {g.gang_min_count for g in slices}
-    size = layout.slice_size if layout.slice_size in sizes else first.gang_min_count
+    if count and parallelism % count == 0 and parallelism // count in sizes | {layout.slice_size}:
+        size: int | None = parallelism // count
+    else:
+        size = layout.slice_size if layout.slice_size in sizes else first.gang_min_count
     key = first.topology_key
     if size is None or key is None:
         return job, ""

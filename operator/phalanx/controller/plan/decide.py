@@ -22,6 +22,7 @@ from phalanx.api.suggest import closest
 from phalanx.controller.model.actions import PostEvent, RecordAdmission, ReleasePod
 from phalanx.controller.model.records import CompositePodGroupRecord, PodRecord
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.requeue import grown
 from phalanx.controller.plan.staging import held_slots, slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import (
@@ -156,6 +157,8 @@ def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision:
     admission = admission_of(
         decision.domain, [*kept, *decision.assignments], ctx, group.status, decision.level, decision.mode_note
     )
+    if grown(leaf):  # the running pods were the whole gang before it was scaled up (requeue.released_in_part)
+        admission = admission.model_copy(update={"scaled_up": True})
     work.actions.append(RecordAdmission(group.ref, admission, group.resource_version))
     release(work, leaf, decision.assignments)
     leaf.admission = admission

@@ -59,6 +59,8 @@ def released_in_part(work: UnitWork, ctx: Pass) -> str | None:
         or (work.owner is not None and work.owner.requeued)
     ):
         return None
+    if decided.scaled_up:
+        return None  # its running pods were the whole gang before a scale-up: the new pods wait (grown)
     released = [p for leaf in work.leaves.values() for p in leaf.placed]
     if not released:
         return None  # nothing runs: the gang is not split, its release is only late
@@ -76,7 +78,7 @@ def released_in_part(work: UnitWork, ctx: Pass) -> str | None:
     first, node = pending[0]
     return (
         f"{REQUEUED_RELEASED_IN_PART}: {len(pending)} pod(s) of the recorded decision could not be released "
-        f"within {ctx.bind_timeout:.0f} s while {len(released)} of its pods were ({first.name} to {node}: "
+        f"within {ctx.bind_timeout:.0f} s while {len(released)} of its pods run ({first.name} to {node}: "
         "its release keeps failing); requeued whole so that the gang does not run split"
     )
 

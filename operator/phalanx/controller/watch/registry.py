@@ -216,7 +216,7 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
                     r,
                     f"regate-{name}",
                     ("UPDATE",),
-                    {names.MANAGED_LABEL: names.MANAGED_VALUE},
+                    {names.MANAGED_LABEL: kopf.PRESENT},  # the handler reads the value (managed_by_label)
                     True,
                     hooks.regate_owner(kind),
                 )

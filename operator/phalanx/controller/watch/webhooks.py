@@ -35,6 +35,7 @@ from phalanx.api.job_policy import (
     JobPolicy,
     JobPolicyError,
     key_problems,
+    managed_by_label,
     managed_label_problem,
     parse_job_policy,
 )
@@ -154,8 +155,9 @@ class Webhooks:
             meta = mapping(body.get("metadata"))
             if old is None or not self.ctx.watches(str(meta.get("namespace") or "")):
                 return
-            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
-                return  # leaving Phalanx (or refused by its validator): nothing to hold
+            if not managed_by_label(mapping(meta.get("labels")))[0]:
+                return  # leaving Phalanx: nothing to hold (a refused value made around the validator is
+                # still managed by the controller, so its gate is put back too)
             spec = kind.regated(old, body)
             if spec is not None:
                 patch.spec.update(spec)
@@ -170,7 +172,7 @@ class Webhooks:
             if old is None:
                 return
             labels = mapping(mapping(body.get("metadata")).get("labels"))
-            if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+            if not managed_by_label(labels)[0]:
                 return  # released from Phalanx (false): its annotations no longer matter
             problems = kind.update_problems(old, body)
             if problems:
@@ -281,7 +283,7 @@ class Webhooks:
         """
         _refuse_a_bad_managed_value(old, body)
         labels = mapping(mapping(body.get("metadata")).get("labels"))
-        if labels.get(names.MANAGED_LABEL) != names.MANAGED_VALUE:
+        if not managed_by_label(labels)[0]:
             return  # released from Phalanx (false): its annotations no longer matter
         known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
         added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
@@ -413,14 +415,17 @@ class Webhooks:
         seen_live, basic_live = False, False
         items: list[dict[str, Any]] | None = None
         while True:
+            said: list[str] = []  # this try's warnings: only the last try's are the answer's
             try:
                 self.gate_pod(
                     body=body,
                     patch=patch,
-                    warnings=warnings,
+                    warnings=said,
                     group_seen_live=seen_live,
                     basic_seen_live=basic_live,
                 )
+                if warnings is not None:
+                    warnings.extend(said)
                 return
             except GroupElsewhereError as refusal:
                 if self.ctx.kube is None:
@@ -440,7 +445,7 @@ class Webhooks:
                 if isinstance(refusal, GroupUnseenError):
                     if basic_live or PodGroupRecord.from_body(live).gang_min_count is not None:
                         raise
-                    basic_live = True
+                    basic_live = seen_live = True  # there, in its namespace: no "not created yet" warning
                 elif seen_live:
                     raise
                 else:
