@@ -9,6 +9,9 @@ import testkit
 from hypothesis import given
 from hypothesis import strategies as st
 
+from phalanx.api.builders import build_pod_group
+from phalanx.api.job_layout import parse_job_layout
+from phalanx.api.job_policy import parse_job_policy
 from phalanx.controller.cache.store import ClusterCache, Expectations
 from phalanx.controller.kinds.job_record import JobRecord
 from phalanx.controller.model.records import PodRecord
@@ -425,3 +428,41 @@ def test_the_answer_to_our_write_after_the_objects_deletion_does_not_bring_it_ba
     cache.delete(kind, body("5"))
     cache.upsert(kind, body("6"), own_write=True)
     assert not held(cache)
+
+
+def _pod_group_of(job: dict[str, Any]) -> dict[str, Any]:
+    """The PodGroup Phalanx makes for a plain Job (owned by it: build_pod_group)."""
+    policy = parse_job_policy(job, running=True)
+    body = build_pod_group(
+        job, "a-wl", policy, None, workload_uid="wl-uid", layout=parse_job_layout(job, policy)
+    )
+    body["metadata"].update(uid="pg-a", generation=1, creationTimestamp=job["metadata"]["creationTimestamp"])
+    return body
+
+
+@pytest.mark.parametrize(
+    ("owner_seen", "bereft"),
+    [("alive", True), ("being deleted", False), ("deleted", False), ("deleted after", False)],
+)
+def test_an_owner_whose_object_goes_while_it_seems_alive_is_asked_about_before_one_is_made_again(
+    owner_seen: str, bereft: bool
+) -> None:
+    """The garbage collector deletes an owner's objects once the owner is deleted, and the two watches keep
+    no order: an object of ours deleted while the cache still holds its owner alive marks the owner (the
+    applier asks the API before making one again); one deleted after the owner's deletion was seen does
+    not, and an owner deleted from the cache is forgotten there too."""
+    job = testkit.job_body("a")
+    if owner_seen == "being deleted":
+        job["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    cache = ClusterCache()
+    cache.upsert("Job", job)
+    group = _pod_group_of(job)
+    cache.upsert("PodGroup", group)
+    if owner_seen == "deleted":
+        cache.delete("Job", job)
+    cache.delete("PodGroup", group)
+    if owner_seen == "deleted after":
+        cache.delete("Job", job)
+    assert (job["metadata"]["uid"] in cache.bereft) is bereft
+    cache.bereft.discard(job["metadata"]["uid"])  # the API showed it alive (apply/owners.py)
+    assert not cache.bereft

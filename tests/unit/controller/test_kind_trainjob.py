@@ -96,6 +96,21 @@ def test_its_jobset_is_one_gang_that_names_the_trainjob() -> None:
     assert {m.metadata["annotations"]["phalanx.dev/owner"] for m in made} == {"TrainJob/llm"}
 
 
+def test_the_jobset_of_a_trainjob_being_deleted_makes_nothing_again_and_releases_nothing() -> None:
+    """Its TrainJob's deletion (foreground, or held by a finalizer) is seen before its JobSet's, and the
+    garbage collector may take the JobSet's groups before the JobSet's own deletion reaches the cache: the
+    JobSet then makes none again, nor lets its gated pods go."""
+    pods = [jobset_pod("llm", "node", 0, i) for i in range(4)]
+    going = trainjob()
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for owner, expected in ((trainjob(), 1), (going, 0)):
+        state = owner_cluster([("TrainJob", owner), ("JobSet", its_jobset())], pods)
+        result = plan(state, NOW)
+        made = [a for a in result.actions if isinstance(a, CreateWorkload)]
+        released = [a for a in result.actions if isinstance(a, ReleasePod)]
+        assert (len(made), len(released)) == (expected, 4 * expected)
+
+
 def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_gone() -> None:
     state = owner_cluster(
         [

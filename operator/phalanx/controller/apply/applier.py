@@ -36,6 +36,7 @@ from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller import metrics
 from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 from phalanx.controller.apply.kube import Kube
+from phalanx.controller.apply.owners import OwnerGoneError, owner_alive
 from phalanx.controller.cache.store import POD, ClusterCache
 from phalanx.controller.model.actions import (
     CONCURRENT,
@@ -226,8 +227,8 @@ def _api_message(body: str) -> str:
 
 def _gone(error: BaseException) -> bool:
     """A 404: the object written, or its namespace, no longer exists (writes of pods and owners answer
-    None for that already)."""
-    return isinstance(error, ApiException) and error.status == 404
+    None for that already); or the owner of one about to be made is going."""
+    return isinstance(error, OwnerGoneError) or (isinstance(error, ApiException) and error.status == 404)
 
 
 def _written(action: Action) -> ObjectRef | None:
@@ -452,6 +453,8 @@ class Applier:
     async def _ours(self, action: Action) -> None:
         """Writes of Phalanx's own objects: Workloads, groups, their status, Topologies' status."""
         cache, kube = self.cache, self.kube
+        if isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup):
+            await owner_alive(cache, kube, action)
         match action:
             case CreateWorkload(workload=workload):
                 created = await kube.create_object(WORKLOADS, workload.to_api())

@@ -136,6 +136,14 @@ def _pods(namespace: str, name: str, sub: str | None = None) -> str:
     return resource_path("", "v1", "pods", namespace=namespace, name=name, subresource=sub)
 
 
+def _owner_path(owner: ObjectRef) -> str:
+    """The path of an owner of a kind Phalanx admits (a Job, JobSet, LeaderWorkerSet, TrainJob: each
+    plural is its kind's name, lower case, with an s)."""
+    group, _, version = owner.api_version.rpartition("/")
+    plural = owner.kind.lower() + "s"
+    return resource_path(group, version, plural, namespace=owner.namespace, name=owner.name)
+
+
 class Kube:
     """The controller's verbs, as plain JSON (no generated models: phalanx.kubeclient says why)."""
 
@@ -322,19 +330,23 @@ class Kube:
         return True
 
     # -- owners
+    async def get_owner(self, owner: ObjectRef) -> dict[str, Any] | None:
+        """An owner as the API holds it now; None if gone."""
+        try:
+            found: dict[str, Any] = await retrying(lambda: self._json("GET", _owner_path(owner)), verb="get")
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return found
+
     async def patch_owner(self, owner: ObjectRef, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """A merge patch of an owner (a batch/v1 Job, or a custom kind such as a JobSet); None if gone."""
         if owner.api_version == "batch/v1" and owner.kind == "Job":
             return await self.patch_job(owner.namespace, owner.name, patch)
-        group, _, version = owner.api_version.rpartition("/")
-        plural = owner.kind.lower() + "s"
         try:
             patched: dict[str, Any] = await retrying(
-                lambda: self._json(
-                    "PATCH",
-                    resource_path(group, version, plural, namespace=owner.namespace, name=owner.name),
-                    dict(patch),
-                ),
+                lambda: self._json("PATCH", _owner_path(owner), dict(patch)),
                 verb="patch",
             )
         except ApiException as e:

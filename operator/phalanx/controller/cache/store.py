@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
 from phalanx.controller.cache.owned import GroupRecord, Owned
+from phalanx.controller.cache.recent import RecentUids
 from phalanx.controller.cache.shown import owner_marks, owner_reflects, pod_marks, pod_reflects, status_shown
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
@@ -113,7 +114,11 @@ class ClusterCache:
         self.expectations = Expectations(clock=clock)
         # uids of the latest objects deleted (pods, owners, our groups; oldest first): the answer to a write
         # of ours that comes after the object's DELETED event is not put back (it would bring it to life).
-        self.gone: dict[str, None] = {}
+        self.gone = RecentUids()
+        # Owners an object of ours went from while the cache held them alive: the garbage collector's doing
+        # when the owner's deletion is not seen yet (two watches keep no order), or a user's. The applier
+        # asks the API before making one again for them (apply/owners.py).
+        self.bereft = RecentUids()
         self.live = LiveSnapshot()
         self.volumes = VolumeCatalog()  # claims resolved for the volume filters, fed into `live`
         self.changed = asyncio.Event()
@@ -384,10 +389,7 @@ class ClusterCache:
         self._touch()
 
     def _went(self, uid: str) -> None:
-        if uid:
-            self.gone[uid] = None
-            while len(self.gone) > GONE_KEPT:
-                del self.gone[next(iter(self.gone))]
+        self.gone.add(uid)
 
     def pods_of(self, kind: str, index_key: str) -> Iterator[PodRecord]:
         """The pods of an owner of `kind`, by its index key (OwnerKind.index_key: usually its uid)."""
@@ -435,12 +437,17 @@ class ClusterCache:
             del self.announced[key]
             self.view_generation += 1
         old = self.owners[kind].pop(uid, None)
+        self.bereft.discard(uid)
         if old is not None:
             if self.kinds[kind].read_by_other_kinds:
                 self.view_generation += 1
             self._owner_uids[kind].pop(f"{old.namespace}/{old.name}", None)
             self.expectations.forget(kind, f"{old.namespace}/{old.name}")
             self._touch()
+
+    def _alive(self, uid: str) -> bool:
+        records = (self.owners[name].get(uid) for name in self.kinds) if uid else ()
+        return any(r is not None and not r.deleting for r in records)  # held, not seen being deleted
 
     def _recheck_owner(self, uid: str) -> None:
         """An object of ours is gone: an owner kept only to be let go of may go too."""
@@ -485,6 +492,8 @@ class ClusterCache:
         self.reported.pop(kind_key(kind, key), None)
         old = self._store(kind).pop(key)
         if old is not None:
+            if self._alive(old.owner_uid):
+                self.bereft.add(old.owner_uid)
             self._recheck_owner(old.owner_uid)
             self._touch()
 
@@ -565,10 +574,7 @@ def _parse(kind: str, body: Mapping[str, Any]) -> Any:
     return TopologyRecord.from_body(body)
 
 
-GONE_KEPT = 4096
-
-
-def _stale_answer(written: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
+def _stale_answer(written: PodRecord, held: PodRecord | None, gone: RecentUids) -> bool:
     """The API's answer to our write of a pod came after the pod was deleted (its DELETED event applied)
     or made anew under its name (a StatefulSet's pod): putting it back, and expecting its version, would
     hold back every event of its successor until the expectation lapsed."""
@@ -577,7 +583,7 @@ def _stale_answer(written: PodRecord, held: PodRecord | None, gone: Mapping[str,
     return written.uid in gone
 
 
-def _superseded(seen: PodRecord, held: PodRecord | None, gone: Mapping[str, None]) -> bool:
+def _superseded(seen: PodRecord, held: PodRecord | None, gone: RecentUids) -> bool:
     """A watch event of a pod older than the one the cache holds under its name, or of one deleted already.
     Events of one object come in order, not those of two objects under one name (a StatefulSet's pod made
     anew): a late event of the old pod must not replace its successor (its DELETED event would then drop the

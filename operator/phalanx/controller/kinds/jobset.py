@@ -205,12 +205,23 @@ class JobSetKind:
 
     def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
         jobset: JobSetRecord = state.owner
+        if _trainjob_deleting(jobset, view):
+            return  # as an owner being deleted (common.owner_units_of): its JobSet and groups go with it
         if not jobset.managed:
             actions = let_go(state, KIND)
             if actions:
                 yield Unit(jobset.unit_key, None, None, tuple(actions), created=jobset.created)
         else:
             yield jobset_unit(state, view)
+
+
+def _trainjob_deleting(jobset: JobSetRecord, view: ClusterView) -> bool:
+    """The TrainJob that made it is being deleted: the garbage collector deletes the JobSet and its groups
+    next, and the TrainJob's deletion is seen first — the JobSet's may be seen after its groups are gone."""
+    if jobset.controller[0] != TRAINJOB_KIND:
+        return False
+    trainjob = view.owner_record(TRAINJOB_KIND, jobset.controller[1])
+    return trainjob is not None and bool(trainjob.deleting)
 
 
 def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:

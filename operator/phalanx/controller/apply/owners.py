@@ -1,0 +1,57 @@
+"""Whether an owner still is, asked of the API before one of its objects is made again.
+
+The garbage collector deletes an owner's Workload and groups once the owner is deleted (at once, or while a
+foreground deletion or a finalizer holds it), and the watch of the owners may tell of that after the watch
+of the Workloads tells of theirs: two watches keep no order between them. A pass in between sees a live
+owner without its objects and would make them again — to be deleted again, with a second PodGroupCreated
+(a TrainJob's foreground deletion did this in CI). So once one of an owner's objects went while the cache
+held the owner alive (cache `bereft`), the applier asks the API before making one for it: gone or being
+deleted, nothing is made (the cache learns what the API said; the next pass plans without the owner);
+alive (a user deleted the object by hand), it is made again and the owner is no longer asked about. One
+read, only after such a deletion: a Workload's first creation asks nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import CreateCompositePodGroup, CreatePodGroup, CreateWorkload
+from phalanx.controller.model.refs import ObjectRef
+
+Creation = CreateWorkload | CreatePodGroup | CreateCompositePodGroup
+
+
+class OwnerGoneError(RuntimeError):
+    """The owner an object of ours was about to be made for is gone, or being deleted: not a failure."""
+
+
+async def owner_alive(cache: ClusterCache, kube: Kube, action: Creation) -> None:
+    """Return if the object may be made; raise OwnerGoneError if its owner is gone or going."""
+    meta = _metadata(action)
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    if owner is None or str(owner.get("uid", "")) not in cache.bereft:
+        return
+    uid, kind = str(owner["uid"]), str(owner.get("kind", ""))
+    if kind not in cache.kinds:  # marked only for owners the cache holds (cache/store.py `_alive`)
+        return
+    namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
+    found = await kube.get_owner(ObjectRef(str(owner.get("apiVersion", "")), kind, namespace, name, uid))
+    found_meta = (found or {}).get("metadata") or {}
+    if found is not None and found_meta.get("uid") == uid:
+        if not found_meta.get("deletionTimestamp"):
+            cache.bereft.discard(uid)
+            return
+        cache.upsert(kind, found)  # being deleted: no unit is made for it from now on
+    else:
+        cache.delete(kind, {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+    raise OwnerGoneError(f"{kind} {namespace}/{name} is gone or being deleted")
+
+
+def _metadata(action: Creation) -> dict[str, Any]:
+    match action:
+        case CreateWorkload(workload=made) | CreateCompositePodGroup(group=made):
+            return made.metadata
+        case CreatePodGroup(pod_group=made):
+            return made.metadata

@@ -1,0 +1,148 @@
+"""The applier asks the API whether an owner still is before making its Workload again, once one of the
+owner's objects went while the cache held the owner alive: the garbage collector deletes an owner's objects
+once the owner is deleted, and the watch of the owners may tell of that deletion after the watch of the
+Workloads tells of theirs (a TrainJob's CI flake: its Workload, groups and PodGroupCreated made twice while
+it went). The real apiserver answers; the cache is Phalanx's own, fed the events in that order."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from phalanx.api.builders import build_workload
+from phalanx.api.group import GROUP, VERSION
+from phalanx.api.job_policy import parse_job_policy
+from phalanx.api.workload import Workload
+from phalanx.controller.apply.applier import Applier
+from phalanx.controller.apply.kube import Kube
+from phalanx.controller.cache.store import ClusterCache
+from phalanx.controller.model.actions import CreateWorkload, UnitPlan
+from phalanx.controller.model.refs import ObjectRef
+from phalanx.devcluster.cluster import ClusterState
+from phalanx.devcluster.operator_process import OperatorProcess
+from phalanx.kubeclient import ApiClient, load
+
+from .kube import Namespace, delete_namespace, new_namespace
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def api(stock_cluster: ClusterState) -> AsyncIterator[ApiClient]:
+    """Phalanx's own client, as the operator makes it."""
+    async with ApiClient(load(str(stock_cluster.kubeconfig), in_cluster_first=True)) as api_client:
+        yield api_client
+
+
+class Events:
+    async def post(self, involved: ObjectRef, type_: str, reason: str, message: str) -> None:
+        raise AssertionError(f"no event expected: {reason}: {message}")
+
+
+def unmanaged_job(ns: Namespace) -> dict[str, Any]:
+    """A suspended Job without Phalanx's label: the operator running on this cluster makes nothing for it
+    (it has no pods to let go of)."""
+    job: dict[str, Any] = ns.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "owner"},
+            "spec": {
+                "suspend": True,
+                "parallelism": 2,
+                "completions": 2,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "w", "image": "pause"}],
+                        # the gate: the cache keeps it (a Job whose pods Phalanx would let go), with no
+                        # Workload of ours left to hold it
+                        "schedulingGates": [{"name": "phalanx.dev/admission"}],
+                    }
+                },
+            },
+        }
+    )
+    job.update(apiVersion="batch/v1", kind="Job")
+    return job
+
+
+def cache_that_saw_its_workload_go(job: dict[str, Any]) -> tuple[ClusterCache, Workload]:
+    """A cache that holds the Job alive and saw its Workload deleted (the Workload's DELETED event first)."""
+    workload = Workload.model_validate(build_workload(job, parse_job_policy(job, running=True), None))
+    body = workload.to_api()
+    body["metadata"].update(
+        uid="wl-1", resourceVersion="1", creationTimestamp=job["metadata"]["creationTimestamp"]
+    )
+    cache = ClusterCache()
+    cache.upsert("Job", job)
+    cache.upsert("Workload", body)
+    assert cache.owner_record("Job", job["metadata"]["uid"]) is not None
+    cache.delete("Workload", body)
+    assert job["metadata"]["uid"] in cache.bereft
+    return cache, workload
+
+
+def workloads_in_api(ns: Namespace) -> list[str]:
+    """The names of the namespace's Workloads (the CRD not installed is an error, not an empty list)."""
+    return [
+        w["metadata"]["name"] for w in ns.get(f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/workloads")["items"]
+    ]
+
+
+@pytest.fixture
+def owner_ns(stock_cluster: ClusterState, phalanx: OperatorProcess) -> Iterator[Namespace]:
+    """A namespace of the stock cluster, with Phalanx's CRDs installed (and its operator running)."""
+    ns = new_namespace(stock_cluster, "owner-gone")
+    yield ns
+    delete_namespace(ns)
+
+
+@pytest.mark.parametrize("deletion", ["Background", "Foreground"])
+async def test_no_workload_is_made_again_for_an_owner_the_api_has_deleted_or_is_deleting(
+    owner_ns: Namespace, api: ApiClient, deletion: str
+) -> None:
+    """The Job is deleted (background: gone at once; foreground: held by the garbage collector's finalizer)
+    and its deletion has not reached the cache: the applier asks, makes nothing, and the cache learns."""
+    ns = owner_ns
+    job = unmanaged_job(ns)
+    uid = job["metadata"]["uid"]
+    cache, workload = cache_that_saw_its_workload_go(job)
+    finalizer = {"metadata": {"finalizers": ["phalanx.dev/test-hold"]}} if deletion == "Foreground" else None
+    if finalizer is not None:  # holds it in the "being deleted" state for the test's length
+        ns.patch_job("owner", finalizer)
+    ns.api.request(
+        "DELETE",
+        f"/apis/batch/v1/namespaces/{ns.name}/jobs/owner",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": deletion},
+    )
+    applier = Applier(cache, Kube(api), Events())
+    (result,) = await applier.apply([UnitPlan("Job/owner-gone/owner", (CreateWorkload(workload),))])
+    try:
+        assert result.ok
+        assert workloads_in_api(ns) == []
+        held = cache.owner_record("Job", uid)
+        assert held is None or held.deleting  # no unit is made for it from now on
+    finally:
+        if finalizer is not None:
+            ns.patch_job("owner", {"metadata": {"finalizers": None}})
+
+
+async def test_a_workload_deleted_by_hand_is_made_again_for_an_owner_that_still_is(
+    owner_ns: Namespace, api: ApiClient
+) -> None:
+    """A user deleted the Workload of a Job that still is: the applier asks once, and makes it again."""
+    ns = owner_ns
+    job = unmanaged_job(ns)
+    uid = job["metadata"]["uid"]
+    cache, workload = cache_that_saw_its_workload_go(job)
+    applier = Applier(cache, Kube(api), Events())
+    (result,) = await applier.apply([UnitPlan("Job/owner-gone/owner", (CreateWorkload(workload),))])
+    assert result.ok
+    name = str(workload.metadata["name"])
+    made = cache.workloads.get(f"{ns.name}/{name}")
+    assert made is not None and made.uid != "wl-1"  # the API's answer: made anew
+    assert uid not in cache.bereft  # asked once: the next ones are made without asking
+    assert name in workloads_in_api(ns)
