@@ -184,6 +184,13 @@ class OwnerRecord(Protocol):
         again or placed for it (kinds/common.py owner_units_of)."""
         ...
 
+    @property
+    def created(self) -> dt.datetime | None: ...
+    @property
+    def managed_problem(self) -> str:
+        """Its managed label has a value the webhooks refuse ("": none; api/job_policy managed_by_label)."""
+        ...
+
 
 @dataclass(frozen=True)
 class OwnerState:

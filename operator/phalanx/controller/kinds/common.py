@@ -10,7 +10,7 @@ from phalanx.api import keys
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
-from phalanx.controller.kinds.base import ClusterView, OwnerKind, OwnerState, Unit
+from phalanx.controller.kinds.base import ClusterView, OwnerKind, OwnerRecord, OwnerState, Unit
 from phalanx.controller.model.actions import Action, DeleteObject, PostEvent, RememberAnnounced, UngatePod
 from phalanx.controller.model.keys import unit_key
 from phalanx.controller.model.records import PodGroupRecord, PodRecord, PriorityClassRecord
@@ -114,22 +114,20 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
     An owner being deleted has none: the garbage collector deletes its Workload and groups (owned by it,
     blockOwnerDeletion) before it in a foreground deletion, or with it, and its pods go too; made again,
     they would be deleted again, or left behind once a finalizer let it go."""
-    if getattr(state.owner, "deleting", False):
+    owner: OwnerRecord = state.owner
+    if owner.deleting:
         return ()
     try:
         units = tuple(kind.owner_units(state, view))
     except Exception as error:
-        owner = state.owner
         first = str(error).strip().splitlines()
         message = (
             f"Phalanx cannot make this {kind.name}'s groups ({type(error).__name__}: "
             f"{'; '.join(first[:3])[:500]}); its pods stay gated: fix or recreate the {kind.name}"
         )
         notes = announce_once(view.announced, owner.ref, "policy", "InvalidPolicy", message)
-        created = getattr(owner, "created", None)
-        return (
-            Unit(unit_key(kind.name, owner.namespace, owner.name), None, None, tuple(notes), created=created),
-        )
+        key = unit_key(kind.name, owner.namespace, owner.name)
+        return (Unit(key, None, None, tuple(notes), created=owner.created),)
     return _said_managed_problem(units, kind, state, view)
 
 
@@ -138,8 +136,8 @@ def _said_managed_problem(
 ) -> tuple[Unit, ...]:
     """An owner whose managed label has a value the webhooks refuse (edited while they did not answer) is
     still managed (api managed_by_label): its first unit says so on the owner, once."""
-    owner = state.owner
-    problem: str = getattr(owner, "managed_problem", "")
+    owner: OwnerRecord = state.owner
+    problem = owner.managed_problem
     if not problem:
         return units
     notes = announce_once(view.announced, owner.ref, "managed-label", "InvalidPolicy", problem)
@@ -147,6 +145,6 @@ def _said_managed_problem(
         return units
     if not units:
         key = unit_key(kind.name, owner.namespace, owner.name)
-        return (Unit(key, None, None, tuple(notes), created=getattr(owner, "created", None)),)
+        return (Unit(key, None, None, tuple(notes), created=owner.created),)
     first = units[0]
     return (dataclasses.replace(first, setup=(*first.setup, *notes)), *units[1:])
