@@ -134,7 +134,7 @@ def test_a_request_that_never_answers_stalls_one_unit_and_the_pass_goes_on(
     )[0]
     print(requeued["message"])
     assert requeued["message"].startswith("released in part: 1 pod(s) of the recorded decision could not be ")
-    assert "its release keeps failing" in requeued["message"]
+    assert "still gated, the unit's writes failing" in requeued["message"]
     wait_for(
         "the pods that ran alone taken back",
         during_stall(lambda: not alone & {p["metadata"]["name"] for p in ns.job_pods("stuck")}),

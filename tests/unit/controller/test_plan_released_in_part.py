@@ -121,8 +121,8 @@ def test_a_job_released_in_part(case: str, state: PlanInput, requeued: bool) -> 
     assert suspend.cause == "released-in-part"
     assert suspend.why == (
         "released in part: 1 pod(s) of the recorded decision could not be released within 120 s while 1 of "
-        "its pods run (train-1 to n2: its release keeps failing); requeued whole so that the gang does not "
-        "run split"
+        "its pods run (train-1 to n2: still gated, the unit's writes failing); requeued whole so that the "
+        "gang does not run split"
     )
     assert not only(result.actions, ReleasePod), "nothing released to the gang it takes back"
     warnings = [e for e in only(result.actions, PostEvent) if e.reason == "Requeued"]

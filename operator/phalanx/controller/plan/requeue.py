@@ -79,7 +79,7 @@ def released_in_part(work: UnitWork, ctx: Pass) -> str | None:
     return (
         f"{REQUEUED_RELEASED_IN_PART}: {len(pending)} pod(s) of the recorded decision could not be released "
         f"within {ctx.bind_timeout:.0f} s while {len(released)} of its pods run ({first.name} to {node}: "
-        "its release keeps failing); requeued whole so that the gang does not run split"
+        "still gated, the unit's writes failing); requeued whole so that the gang does not run split"
     )
 
 
