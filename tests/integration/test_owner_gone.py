@@ -20,6 +20,8 @@ from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import CreateWorkload, UnitPlan
 from phalanx.controller.model.refs import ObjectRef
+from phalanx.controller.process.access import declared
+from phalanx.controller.process.settings import Settings
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.kubeclient import ApiClient, load
@@ -31,8 +33,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def api(stock_cluster: ClusterState) -> AsyncIterator[ApiClient]:
-    """Phalanx's own client, as the operator makes it."""
-    async with ApiClient(load(str(stock_cluster.kubeconfig), in_cluster_first=True)) as api_client:
+    """Phalanx's own client, as the operator makes it: refusing any access the operator does not declare."""
+    credentials = load(str(stock_cluster.kubeconfig), in_cluster_first=True)
+    async with ApiClient(credentials, allowed=declared(Settings())) as api_client:
         yield api_client
 
 

@@ -56,6 +56,8 @@ def declared(settings: Settings) -> frozenset[Access]:
     accesses |= {Access(r.resource.group, r.plural, "watch") for r in served_by(INFORMER, settings.informers)}
     # apply/kube.py patch_owner: a requeue suspends and resumes an owner that can be suspended.
     accesses |= {Access(k.resource.group, k.resource.plural, "patch") for k in OWNER_KINDS if k.suspends}
+    # apply/owners.py: whether an owner whose objects went while it seemed alive still is.
+    accesses |= {Access(k.resource.group, k.resource.plural, "get") for k in OWNER_KINDS}
     if settings.leader_election:
         accesses |= LEADER_ELECTION
     if settings.webhook_secret:
