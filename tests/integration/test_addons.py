@@ -126,6 +126,7 @@ def test_the_state_records_each_addon(addons_cluster: ClusterState) -> None:
         "batch/job",
         "jobset.x-k8s.io/jobset",
         "leaderworkerset.x-k8s.io/leaderworkerset",
+        "trainer.kubeflow.org/trainjob",
     ]
 
 
@@ -492,7 +493,7 @@ def test_the_webhooks_kept_are_the_addons_own_and_their_selected_pod_webhooks() 
         "trainer.validator.trainingruntime.trainer.kubeflow.org",
         "trainer.validator.clustertrainingruntime.trainer.kubeflow.org",
     }
-    # Kueue: its own kinds, Jobs, JobSets, LWSs and (for LWS) pods; no Deployment, StatefulSet, TrainJob,
+    # Kueue: its own kinds, Jobs, JobSets, LWSs, TrainJobs and (for LWS) pods; no Deployment, StatefulSet,
     # RayJob... webhook (those frameworks are off: no handler would answer).
     assert {n.split(".")[1] for n in kept["kueue"]} == {
         "mclusterqueue",
@@ -508,6 +509,8 @@ def test_the_webhooks_kept_are_the_addons_own_and_their_selected_pod_webhooks() 
         "vjobset",
         "mleaderworkerset",
         "vleaderworkerset",
+        "mtrainjob",
+        "vtrainjob",
         "mpod",
         "vpod",
     }
@@ -521,4 +524,4 @@ def test_the_webhooks_kept_are_the_addons_own_and_their_selected_pod_webhooks() 
         kueue, addons.webhook_documents(kueue, addons.source_dir(kueue)), 1, b"ca", ["batch/job"]
     )
     names = {h["name"].split(".")[1] for d in only_jobs for h in d["webhooks"]}
-    assert "mpod" not in names and "mjobset" not in names and "mjob" in names
+    assert "mpod" not in names and "mjobset" not in names and "mtrainjob" not in names and "mjob" in names

@@ -59,7 +59,9 @@ def test_a_torch_trainjob_runs_all_four_nodes_in_one_network_block_or_nothing(ki
     with whole_gangs(ns, {"llm": 4}, jobset_gang):
         ns.create(trainjob("llm", RUNTIME, KEY))
         patches = ns.get(f"{TRAINJOBS}/llm")["spec"]["runtimePatches"]
-        assert [p["manager"] for p in patches] == ["phalanx.dev/manager"]
+        # Phalanx's entry, and Kueue's: its TrainJob integration is on, and its webhook adds one (empty for a
+        # TrainJob not queued in Kueue) to every TrainJob.
+        assert sorted(p["manager"] for p in patches) == ["kueue.x-k8s.io/manager", "phalanx.dev/manager"]
         made = wait_for("its JobSet", lambda: _get(ns, f"{JOBSETS}/llm"), timeout=60)
         assert made["metadata"]["labels"]["phalanx.dev/managed"] == "true"  # through the runtime patch
         assert made["metadata"]["annotations"]["phalanx.dev/topology-key"] == NB_KEY

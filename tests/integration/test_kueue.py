@@ -2,8 +2,10 @@
 (no TAS flavor) and Phalanx on one dev cluster (`addons_cluster`).
 
 Every gang here is a Job labelled for both (`phalanx.dev/managed`, `kueue.x-k8s.io/queue-name`) whose pods ask
-for 6 of a node's 8 GPUs (one pod a node), topology key the network block. One ClusterQueue for the module:
-48 GPUs (two gangs of four), preemption of lower priorities inside it.
+for 6 of a node's 8 GPUs (one pod a node), topology key the network block — but for the JobSet, the
+LeaderWorkerSet and the TrainJobs (Kueue's trainer.kubeflow.org/trainjob integration; 8 GPUs a node) near
+the end. One ClusterQueue for the module: 48 GPUs (two gangs of four), preemption of lower priorities inside
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,20 @@ from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
 
+from .kinds import (
+    JOBSET_NAME,
+    JOBSETS,
+    RUNTIMES,
+    TRAINJOBS,
+    condition,
+    ensure,
+    jobset_gang,
+    jobset_pods,
+    owned,
+    torch_runtime,
+    trainjob,
+    whole_gangs,
+)
 from .kube import GPU_KEY, NB_KEY, Namespace, bound, delete_namespace, domains_of, new_namespace, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -772,3 +788,126 @@ def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_
     ours = [e for e in kns.events("involvedObject.name=train") if e.get("reportingComponent") == COMPONENT]
     assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted")], ours  # Kueue's preemption
     assert not [e for e in kns.events() if e["reason"] == "Preempting"]  # Phalanx preempted nothing
+
+
+# ---------------------------------------------------------------------------- a TrainJob through Kueue
+TRAINJOB_RUNTIME = "torch-kueue-4x8"  # 4 nodes of 8 GPUs: 32 of the ClusterQueue's 48, so one at a time
+
+
+class TrainJobSuspendWatch(SuspendWatch):
+    """Every version of a TrainJob's spec.suspend (listed, then watched)."""
+
+    def __init__(self, ns: Namespace, name: str) -> None:
+        self.job = name
+        self.seen = []
+        self._watch = PodWatch(
+            ns.cluster, ns.name, self._see, collection="apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+        )
+        self._watch.start()
+
+
+class FirstSeen:
+    """The order in which pods of JobSets first appear (listed, then watched), and marks the test sets in
+    between: a pod seen before a mark was made before the mark was set."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.order: list[str] = []  # "mark:<name>" or "<jobset>/<pod>"
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
+
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        jobset = (pod["metadata"].get("labels") or {}).get(JOBSET_NAME)
+        seen = f"{jobset}/{pod['metadata']['name']}"
+        if jobset and seen not in self.order:
+            self.order.append(seen)
+
+    def mark(self, name: str) -> None:
+        self.order.append(f"mark:{name}")
+
+    def pods_before(self, mark: str, jobset: str) -> list[str]:
+        before = self.order[: self.order.index(f"mark:{mark}")]
+        return [p for p in before if p.startswith(f"{jobset}/")]
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def queued_trainjob(name: str) -> dict[str, Any]:
+    """A TrainJob of the torch runtime above, labelled for both (Phalanx's network-block key)."""
+    body = trainjob(name, TRAINJOB_RUNTIME, {"phalanx.dev/topology-key": NB_KEY})
+    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq"
+    return body
+
+
+def test_a_queued_trainjob_runs_whole_once_kueue_admits_it_and_the_next_waits_in_kueue_for_quota(
+    kns: Namespace,
+) -> None:
+    """Kueue's `trainer.kubeflow.org/trainjob` integration with Phalanx: two TrainJobs of four 8-GPU nodes
+    queued in `lq` (48 GPUs: room for one). Kueue's webhook suspends each at creation and adds its runtime
+    patch beside Phalanx's; Kueue admits the first (unsuspends it) and Phalanx places its JobSet's four pods
+    whole in one network block. The second waits in Kueue — suspended, its Workload without quota, no pod
+    made, its groups `HeldByKueue` and holding nothing — until the first is deleted; then Kueue admits it and
+    it runs whole in one block. No gang is ever bound in part, and neither TrainJob's spec.suspend goes
+    anywhere but from Kueue's true to its false (Phalanx neither suspends nor resumes them)."""
+    ensure(kns, RUNTIMES, torch_runtime(TRAINJOB_RUNTIME, 4))
+    paths = {n: f"{TRAINJOBS.replace('{ns}', kns.name)}/{n}" for n in ("first", "second")}
+    suspends = {n: TrainJobSuspendWatch(kns, n) for n in paths}
+    seen = FirstSeen(kns)
+
+    def whole(name: str) -> str | None:
+        pods = jobset_pods(kns, name)
+        if len(pods) != 4 or len(bound(pods)) != 4:
+            return None
+        blocks = domains_of(kns.api, pods, NB_KEY)
+        return next(iter(blocks)) if len(blocks) == 1 else None
+
+    def held(name: str) -> dict[str, Any] | None:
+        roots = owned(kns, f"TrainJob/{name}", "compositepodgroups")
+        cond = condition(roots[0]) if roots else {}
+        waiting = "waiting in Kueue's LocalQueue lq" in str(cond.get("message", ""))
+        return roots[0] if cond.get("reason") == "HeldByKueue" and waiting else None
+
+    try:
+        with whole_gangs(kns, {"first": 4, "second": 4}, jobset_gang):
+            created = kns.create(queued_trainjob("first"))
+            assert created["spec"]["suspend"] is True  # Kueue's webhook
+            managers = [p["manager"] for p in created["spec"]["runtimePatches"]]
+            assert sorted(managers) == ["kueue.x-k8s.io/manager", "phalanx.dev/manager"], managers
+            first = wait_for("the first TrainJob's 4 pods whole in one block", lambda: whole("first"), 180)
+            assert kueue_condition(workload_of(kns, "first"), "Admitted").get("status") == "True"
+            assert kns.get(paths["first"])["spec"]["suspend"] is False  # Kueue admitted it
+
+            kns.create(queued_trainjob("second"))
+            root = wait_for("the second held by Kueue, waiting in its LocalQueue", lambda: held("second"), 90)
+            assert not root["status"].get("admission") and not root["status"].get("reservation")
+            workload = workload_of(kns, "second")
+            assert kueue_condition(workload, "QuotaReserved").get("status") == "False", workload
+            assert kns.get(paths["second"])["spec"]["suspend"] is True
+            assert kns.get(f"{JOBSETS}/second")["spec"]["suspend"] is True  # Trainer keeps it in step
+            assert not kns.pods(f"{JOBSET_NAME}=second")
+            assert whole("first") == first  # untouched
+
+            seen.mark("first deleted")
+            kns.api.request(
+                "DELETE",
+                paths["first"],
+                {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            )
+            block = wait_for("the second TrainJob's 4 pods whole in one block", lambda: whole("second"), 180)
+            assert kueue_condition(workload_of(kns, "second"), "Admitted").get("status") == "True"
+            print(kns.where(f"{JOBSET_NAME}=second"), f"first ran in {first}, second in {block}")
+    finally:
+        flips = {n: _flips(w.stop()) for n, w in suspends.items()}
+        seen.stop()
+        for path in paths.values():
+            try:
+                kns.api.request("DELETE", path)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+    assert seen.order, "the pod watch saw nothing"
+    assert not seen.pods_before("first deleted", "second"), seen.order  # no pod while Kueue held it
+    # Created suspended by Kueue, admitted (unsuspended) by Kueue: no other change, no tug-of-war.
+    assert flips == {"first": [True, False], "second": [True, False]}, flips
+    ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
+    assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted", "Preempting")], ours

@@ -342,6 +342,9 @@ KUEUE_FRAMEWORKS: dict[str, tuple[str, str, str]] = {
         "leaderworkersets",
         "leaderworkerset",
     ),
+    # A TrainJob's webhooks are named mtrainjob.kb.io / vtrainjob.kb.io in v0.17; its reconciler logs as
+    # `trainjob` (Trainer's own is `trainjob_controller`, in Trainer's log).
+    "trainer.kubeflow.org/trainjob": ("trainer.kubeflow.org", "trainjobs", "trainjob"),
 }
 # LWS's integration turns Kueue's pod integration on with it (ImplicitlyEnabledFrameworkNames).
 LWS_POD_SELECTOR = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
@@ -352,13 +355,19 @@ def kueue_implicit(frameworks: Iterable[str]) -> set[str]:
 
 
 def kueue_frameworks(addons: Iterable[str]) -> list[str]:
-    """batch/job always; JobSet and LWS when those addons run too."""
+    """batch/job always; JobSet, LWS and Trainer's TrainJob when those addons run too.
+
+    >>> kueue_frameworks(["jobset", "trainer", "kueue"])
+    ['batch/job', 'jobset.x-k8s.io/jobset', 'trainer.kubeflow.org/trainjob']
+    """
     names = set(addons)
     frameworks = ["batch/job"]
     if "jobset" in names:
         frameworks.append("jobset.x-k8s.io/jobset")
     if "lws" in names:
         frameworks.append("leaderworkerset.x-k8s.io/leaderworkerset")
+    if "trainer" in names:
+        frameworks.append("trainer.kubeflow.org/trainjob")
     return frameworks
 
 

@@ -22,6 +22,7 @@ from testkit import (
     group_of,
     job_body,
     jobset_body,
+    jobset_pod,
     lws_body,
     lws_pod,
     node_body,
@@ -360,6 +361,36 @@ def test_pods_of_a_kueue_job_phalanx_does_not_manage_are_no_victims_for_other_qu
     wls = [workload("kueue-only", cluster_queue="cq", count=8), same_queue[3]]
     result = plan(kueue_state([same_queue[:3]], wls, others=others), NOW)
     assert len(only(result.actions, EvictPod)) == 2  # one by one, as Phalanx takes pods it does not manage
+
+
+def _kueue_only_trainjob_pods() -> list[dict[str, Any]]:
+    """The running pods of TrainJob `llm` that only Kueue manages (no Phalanx label): made by its JobSet,
+    which Trainer names after the TrainJob; Kueue's Workload is owned by the TrainJob, whose uid no pod
+    carries."""
+    return [
+        jobset_pod("llm", "node", 0, i, node=f"n{i + 1}", gated=False, priority=10)
+        | {"status": {"phase": "Running"}}
+        for i in range(8)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("preemptor_queue", "evicted"),
+    [
+        (None, 0),  # a gang Kueue does not manage takes no pod Kueue manages
+        ("other-cq", 0),  # nor one of another ClusterQueue
+        ("cq", 2),  # one of the same ClusterQueue may (one by one: Phalanx does not manage them)
+    ],
+)
+def test_pods_of_a_kueue_trainjob_phalanx_does_not_manage_are_kueues_by_the_trainjobs_workload(
+    preemptor_queue: str | None, evicted: int
+) -> None:
+    high = _high(preemptor_queue)
+    wls = [workload("llm", kind="TrainJob", uid="uid-tj-llm", cluster_queue="cq", count=8)]
+    if high[3] is not None:
+        wls.append(high[3])
+    result = plan(kueue_state([high[:3]], wls, others=_kueue_only_trainjob_pods()), NOW)
+    assert len(only(result.actions, EvictPod)) == evicted
 
 
 def test_a_kueue_gang_waits_for_kueues_evictions_instead_of_preempting_more() -> None:

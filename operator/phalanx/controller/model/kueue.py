@@ -143,7 +143,8 @@ def _list(value: Any) -> list[Any]:
 
 class KueueIndex:
     """Every Kueue Workload the cache holds, by key and by each owner it names (uid, and
-    `<namespace>/<name>` for owners whose pods name their owner only: a LeaderWorkerSet's)."""
+    `<namespace>/<name>` for owners whose pods name their owner only: a LeaderWorkerSet's; a TrainJob's
+    pods name their JobSet, which is named after it: `trainjob_key`)."""
 
     def __init__(self) -> None:
         self.items: dict[str, KueueWorkloadRecord] = {}
@@ -197,6 +198,12 @@ class KueueIndex:
         return next((w.cluster_queue for w in found if w.cluster_queue), "")
 
 
+def trainjob_key(namespace: str, name: str) -> str:
+    """The key a TrainJob's Workload is found by from its pods: they carry their JobSet's name, which Trainer
+    gives the TrainJob's (Kueue finds a TrainJob's pods so too), never the TrainJob's uid."""
+    return f"{namespace}/TrainJob/{name}"
+
+
 def _owner_keys(record: KueueWorkloadRecord) -> list[str]:
     out = []
     for owner in record.owners:
@@ -204,6 +211,8 @@ def _owner_keys(record: KueueWorkloadRecord) -> list[str]:
             out.append(owner.uid)
         if owner.name and owner.kind == "LeaderWorkerSet":
             out.append(f"{record.namespace}/{owner.name}")
+        if owner.name and owner.kind == "TrainJob":
+            out.append(trainjob_key(record.namespace, owner.name))
     return out
 
 

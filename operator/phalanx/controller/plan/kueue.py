@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 from phalanx.api import conditions as c
-from phalanx.api.jobset import JOBSET_UID_LABEL
+from phalanx.api.jobset import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
 from phalanx.api.lws import NAME_LABEL
 from phalanx.controller.kinds.base import Owner
-from phalanx.controller.model.kueue import KueueIndex
+from phalanx.controller.model.kueue import KueueIndex, trainjob_key
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.decide import explained, levels_of, request_of, tree_request
@@ -31,10 +31,12 @@ from phalanx.placement import Admit, Candidate, CompositeAdmit, GroupRequest, de
 
 def pod_owner_keys(pod: PodRecord) -> tuple[str, ...]:
     """What a Kueue Workload's ownerReferences may name for this pod: the pod itself (Kueue's pod groups),
-    its Job, its JobSet, its LeaderWorkerSet."""
+    its Job, its JobSet, its LeaderWorkerSet, the TrainJob that made its JobSet (of the JobSet's name)."""
     keys = [pod.uid, pod.job_uid, pod.label(JOBSET_UID_LABEL)]
     if pod.label(NAME_LABEL):
         keys.append(f"{pod.namespace}/{pod.label(NAME_LABEL)}")
+    if pod.label(JOBSET_NAME_LABEL):
+        keys.append(trainjob_key(pod.namespace, pod.label(JOBSET_NAME_LABEL)))
     return tuple(k for k in keys if k)
 
 

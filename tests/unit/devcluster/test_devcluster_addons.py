@@ -1,0 +1,75 @@
+"""Which Kueue frameworks the dev cluster turns on for the addons it runs, and which of Kueue's webhooks it
+keeps for them (devcluster/addons.py): a webhook of a framework that is off has no handler in Kueue and would
+fail every request it sees; one of a framework that is on must be kept, or Kueue never suspends (queues) the
+objects of that kind. Hooks shaped as in Kueue v0.17.0's config/components/webhook/manifests.yaml; no
+module source or cluster needed (test_addons.py renders the real manifests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from phalanx.devcluster.addons import ADDONS, KUEUE_FRAMEWORKS, keep_webhook, kueue_frameworks
+
+JOB = "batch/job"
+JOBSET = "jobset.x-k8s.io/jobset"
+LWS = "leaderworkerset.x-k8s.io/leaderworkerset"
+TRAINJOB = "trainer.kubeflow.org/trainjob"
+
+
+@pytest.mark.parametrize(
+    ("addons", "frameworks"),
+    [
+        (["kueue"], [JOB]),
+        (["jobset", "kueue"], [JOB, JOBSET]),
+        (["lws", "kueue"], [JOB, LWS]),
+        (["jobset", "trainer", "kueue"], [JOB, JOBSET, TRAINJOB]),
+        (["jobset", "lws", "trainer", "kueue"], [JOB, JOBSET, LWS, TRAINJOB]),
+    ],
+)
+def test_kueue_turns_on_a_framework_for_each_addon_that_runs(
+    addons: list[str], frameworks: list[str]
+) -> None:
+    assert kueue_frameworks(addons) == frameworks
+
+
+def _hook(name: str, group: str, resource: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "rules": [
+            {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}
+        ],
+        **extra,
+    }
+
+
+MTRAINJOB = _hook("mtrainjob.kb.io", "trainer.kubeflow.org", "trainjobs")
+VTRAINJOB = _hook("vtrainjob.kb.io", "trainer.kubeflow.org", "trainjobs")
+MJOBSET = _hook("mjobset.kb.io", "jobset.x-k8s.io", "jobsets")
+MPOD = _hook("mpod.kb.io", "", "pods")
+MWORKLOAD = _hook("mworkload.kb.io", "kueue.x-k8s.io", "workloads")
+
+
+@pytest.mark.parametrize(
+    ("hook", "addons", "kept"),
+    [
+        (MTRAINJOB, ["jobset", "trainer", "kueue"], True),
+        (VTRAINJOB, ["jobset", "trainer", "kueue"], True),
+        (MTRAINJOB, ["jobset", "kueue"], False),  # no Trainer: the framework is off, no handler
+        (VTRAINJOB, ["jobset", "lws", "kueue"], False),
+        (MJOBSET, ["jobset", "trainer", "kueue"], True),
+        (MJOBSET, ["lws", "kueue"], False),
+        (MWORKLOAD, ["kueue"], True),  # Kueue's own kinds, always
+        (MPOD, ["jobset", "trainer", "kueue"], False),  # pod webhooks only for LWS
+        (MPOD, ["lws", "kueue"], True),
+    ],
+)
+def test_kueues_webhooks_are_kept_for_its_own_kinds_and_the_frameworks_on(
+    hook: dict[str, Any], addons: list[str], kept: bool
+) -> None:
+    assert keep_webhook(ADDONS["kueue"], hook, kueue_frameworks(addons)) is kept
+
+
+def test_each_framework_names_the_group_and_resource_of_its_webhooks_and_its_reconciler() -> None:
+    assert KUEUE_FRAMEWORKS[TRAINJOB] == ("trainer.kubeflow.org", "trainjobs", "trainjob")
