@@ -466,18 +466,3 @@ def test_an_owner_whose_object_goes_while_it_seems_alive_is_asked_about_before_o
     assert (job["metadata"]["uid"] in cache.bereft) is bereft
     cache.bereft.discard(job["metadata"]["uid"])  # the API showed it alive (apply/owners.py)
     assert not cache.bereft
-
-
-def test_an_owner_the_api_said_is_gone_is_not_brought_back_by_an_older_watch_event() -> None:
-    """The applier learned from the API that a Job is gone (apply/owners.py) while the watch still carries
-    events from before its deletion: none of them brings it back (its objects would be made again)."""
-    job = testkit.job_body("a")
-    cache = ClusterCache()
-    cache.upsert("Job", job)
-    cache.delete("Job", {"metadata": {"namespace": "ml", "name": "a", "uid": job["metadata"]["uid"]}})
-    cache.upsert("Job", job)  # a MODIFIED event from before the deletion, late
-    assert cache.owner_record("Job", job["metadata"]["uid"]) is None
-    made_again = testkit.job_body("a")
-    made_again["metadata"]["uid"] = "uid-a-2"  # a new Job of the same name is another object
-    cache.upsert("Job", made_again)
-    assert cache.owner_record("Job", "uid-a-2") is not None

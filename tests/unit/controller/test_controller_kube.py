@@ -18,7 +18,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from phalanx.controller import metrics
-from phalanx.controller.apply.kube import RETRY_AFTER_CAP_SECONDS, TIMEOUT_ATTEMPTS, retry_after, retrying
+from phalanx.controller.apply.kube import (
+    RETRY_AFTER_CAP_SECONDS,
+    TIMEOUT_ATTEMPTS,
+    not_found_name,
+    retry_after,
+    retrying,
+)
 from phalanx.controller.process.settings import Settings
 from phalanx.kubeclient import ApiClient, ApiException, ApiTimeoutError, Credentials
 
@@ -190,3 +196,27 @@ def test_the_settings_defaults_are_the_clients() -> None:
     assert settings.api_timeout_seconds == kube.REQUEST_TIMEOUT_SECONDS == 5.0
     assert settings.api_list_timeout_seconds == kube.LIST_TIMEOUT_SECONDS == 60.0
     assert "--api-timeout-seconds" in settings.to_args()
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        # What kube-apiserver answers for an object that is not there (apierrors.NewNotFound) ...
+        (
+            '{"kind":"Status","apiVersion":"v1","status":"Failure","message":"jobsets.jobset.x-k8s.io '
+            '\\"train\\" not found","reason":"NotFound","details":{"name":"train","group":"jobset.x-k8s.io",'
+            '"kind":"jobsets"},"code":404}',
+            "train",
+        ),
+        # ... and for a path it does not serve (a CRD not synced yet): it names nothing.
+        (
+            '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could '
+            'not find the requested resource","reason":"NotFound","details":{},"code":404}',
+            "",
+        ),
+        ("404 page not found", ""),
+    ],
+)
+def test_only_a_404_that_names_the_owner_says_it_is_gone(body: str, named: str) -> None:
+    """apply/owners.py drops an owner from the cache on a 404 only if the 404 names it."""
+    assert not_found_name(ApiException(404, "Not Found", body=body)) == named

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import email.utils
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -134,6 +135,16 @@ def _ours(plural: str, namespace: str | None = None, name: str | None = None, su
 
 def _pods(namespace: str, name: str, sub: str | None = None) -> str:
     return resource_path("", "v1", "pods", namespace=namespace, name=name, subresource=sub)
+
+
+def not_found_name(error: ApiException) -> str:
+    """The name a NotFound Status names (its details.name), "" when it names none."""
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return ""
+    details = status.get("details") if isinstance(status, dict) else None
+    return str(details.get("name") or "") if isinstance(details, dict) else ""
 
 
 def _owner_path(owner: ObjectRef) -> str:
@@ -331,11 +342,13 @@ class Kube:
 
     # -- owners
     async def get_owner(self, owner: ObjectRef) -> dict[str, Any] | None:
-        """An owner as the API holds it now; None if gone."""
+        """An owner as the API holds it now; None if gone: a 404 that names it. Any other 404 (a custom
+        resource's path not served for a moment, as by an apiserver whose CRDs are not synced yet) says
+        nothing of the owner, and raises."""
         try:
             found: dict[str, Any] = await retrying(lambda: self._json("GET", _owner_path(owner)), verb="get")
         except ApiException as e:
-            if e.status == 404:
+            if e.status == 404 and not_found_name(e) == owner.name:
                 return None
             raise
         return found

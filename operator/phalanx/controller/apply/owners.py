@@ -6,7 +6,8 @@ of the Workloads tells of theirs: two watches keep no order between them. A pass
 owner without its objects and would make them again — to be deleted again, with a second PodGroupCreated
 (a TrainJob's foreground deletion did this in CI). So once one of an owner's objects went while the cache
 held the owner alive (cache `bereft`), the applier asks the API before making one for it: gone or being
-deleted, nothing is made (the cache learns what the API said; the next pass plans without the owner);
+deleted, nothing is made (the cache learns what the API said; the next pass plans without the owner;
+a 404 counts only if it names the owner);
 alive (a user deleted the object by hand), it is made again and the owner is no longer asked about. One
 read, only after such a deletion: a Workload's first creation asks nothing.
 """
@@ -43,9 +44,14 @@ async def owner_alive(cache: ClusterCache, kube: Kube, action: Creation) -> None
         if not found_meta.get("deletionTimestamp"):
             cache.bereft.discard(uid)
             return
-        cache.upsert(kind, found)  # being deleted: no unit is made for it from now on
+        # Being deleted: no unit is made for it from now on. Newer than any write of ours: not held back
+        # waiting for the watch to show one.
+        cache.expectations.forget(kind, f"{namespace}/{name}")
+        cache.upsert(kind, found)
     else:
         cache.delete(kind, {"metadata": {"namespace": namespace, "name": name, "uid": uid}})
+    # Still asked about: an older watch event may bring it back until its deletion's event comes.
+    cache.bereft.add(uid)
     raise OwnerGoneError(f"{kind} {namespace}/{name} is gone or being deleted")
 
 

@@ -401,8 +401,8 @@ class ClusterCache:
     # ------------------------------------------------------------------ owners (Jobs, ...)
     def _upsert_owner(self, kind: OwnerKind, body: Mapping[str, Any], own_write: bool) -> None:
         record = kind.parse(body)
-        if record.uid in self.gone:
-            return  # our write's answer after its DELETED event, or an event older than the API's 404
+        if own_write and record.uid in self.gone:
+            return  # our write's answer came after its DELETED event
         key = key_of(body)
         held = self.owners[kind.name].get(record.uid) if own_write else None
         shown = held is not None and owner_marks(held) == owner_marks(record)
