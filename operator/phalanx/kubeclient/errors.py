@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 
 class ApiException(Exception):  # noqa: N818  # the name every Kubernetes client gives it
@@ -28,14 +29,23 @@ class ApiException(Exception):  # noqa: N818  # the name every Kubernetes client
         self.path = path
         super().__init__(self.__str__())
 
-    def status_message(self) -> str:
-        """The Status object's message, else the HTTP reason."""
+    def _status(self) -> dict[str, Any]:
+        """The Status object the body carries ({} if none)."""
         try:
             decoded = json.loads(self.body) if self.body else {}
         except ValueError:
-            decoded = {}
-        message = decoded.get("message") if isinstance(decoded, dict) else None
-        return str(message or self.reason or "error")
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+
+    def status_message(self) -> str:
+        """The Status object's message, else the HTTP reason."""
+        return str(self._status().get("message") or self.reason or "error")
+
+    def details_name(self) -> str:
+        """The name the Status's details give ("" if none): a NotFound of an object names it; one of a path
+        not served (a CRD not synced yet) names nothing."""
+        details = self._status().get("details")
+        return str(details.get("name") or "") if isinstance(details, dict) else ""
 
     def __str__(self) -> str:
         where = f"{self.method} {self.path}: " if self.method else ""

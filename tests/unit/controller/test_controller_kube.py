@@ -21,7 +21,6 @@ from phalanx.controller import metrics
 from phalanx.controller.apply.kube import (
     RETRY_AFTER_CAP_SECONDS,
     TIMEOUT_ATTEMPTS,
-    not_found_name,
     retry_after,
     retrying,
 )
@@ -219,4 +218,4 @@ def test_the_settings_defaults_are_the_clients() -> None:
 )
 def test_only_a_404_that_names_the_owner_says_it_is_gone(body: str, named: str) -> None:
     """apply/owners.py drops an owner from the cache on a 404 only if the 404 names it."""
-    assert not_found_name(ApiException(404, "Not Found", body=body)) == named
+    assert ApiException(404, "Not Found", body=body).details_name() == named

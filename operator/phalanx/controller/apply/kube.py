@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import email.utils
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -135,16 +134,6 @@ def _ours(plural: str, namespace: str | None = None, name: str | None = None, su
 
 def _pods(namespace: str, name: str, sub: str | None = None) -> str:
     return resource_path("", "v1", "pods", namespace=namespace, name=name, subresource=sub)
-
-
-def not_found_name(error: ApiException) -> str:
-    """The name a NotFound Status names (its details.name), "" when it names none."""
-    try:
-        status = json.loads(error.body or "{}")
-    except ValueError:
-        return ""
-    details = status.get("details") if isinstance(status, dict) else None
-    return str(details.get("name") or "") if isinstance(details, dict) else ""
 
 
 def _owner_path(owner: ObjectRef) -> str:
@@ -348,7 +337,7 @@ class Kube:
         try:
             found: dict[str, Any] = await retrying(lambda: self._json("GET", _owner_path(owner)), verb="get")
         except ApiException as e:
-            if e.status == 404 and not_found_name(e) == owner.name:
+            if e.status == 404 and e.details_name() == owner.name:
                 return None
             raise
         return found
