@@ -21,9 +21,11 @@ from phalanx.controller import metrics
 from phalanx.controller.apply.kube import (
     RETRY_AFTER_CAP_SECONDS,
     TIMEOUT_ATTEMPTS,
+    Kube,
     retry_after,
     retrying,
 )
+from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.process.settings import Settings
 from phalanx.kubeclient import ApiClient, ApiException, ApiTimeoutError, Credentials
 
@@ -219,3 +221,50 @@ def test_the_settings_defaults_are_the_clients() -> None:
 def test_only_a_404_that_names_the_owner_says_it_is_gone(body: str, named: str) -> None:
     """apply/owners.py drops an owner from the cache on a 404 only if the 404 names it."""
     assert ApiException(404, "Not Found", body=body).details_name() == named
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "path"),
+    [
+        ("batch/v1", "Job", "/apis/batch/v1/namespaces/ns/jobs/o"),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/o"),
+        (
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            "/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets/o",
+        ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/o",
+        ),
+    ],
+)
+async def test_an_owner_is_read_and_patched_at_its_kinds_own_path(
+    api_version: str, kind: str, path: str
+) -> None:
+    """The owner's path is its kind's watched resource (the plural the API serves), written out by hand."""
+    seen: list[tuple[str, str]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append((request.method, request.path))
+        return web.json_response({"kind": kind, "metadata": {"name": "o"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    test_server = TestServer(app)
+    await test_server.start_server()
+    try:
+        async with bounded(test_server, 5.0) as api:
+            owner = ObjectRef(api_version, kind, "ns", "o", "uid-o")
+            assert await Kube(api).get_owner(owner) == {"kind": kind, "metadata": {"name": "o"}}
+            await Kube(api).patch_owner(owner, {"spec": {"suspend": True}})
+    finally:
+        await test_server.close()
+    assert seen == [("GET", path), ("PATCH", path)]
+
+
+async def test_an_owner_of_a_kind_phalanx_does_not_admit_has_no_path() -> None:
+    async with ApiClient(Credentials(server="https://127.0.0.1:9", source="test"), timeout=1.0) as api:
+        with pytest.raises(ValueError, match="apps/v1 Deployment is not a kind Phalanx admits"):
+            await Kube(api).get_owner(ObjectRef("apps/v1", "Deployment", "ns", "o"))

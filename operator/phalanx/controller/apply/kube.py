@@ -27,6 +27,7 @@ from phalanx.api.cluster_objects import REQUIRED, name_pin
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
+from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiClient, ApiException, resource_path
 
@@ -137,11 +138,15 @@ def _pods(namespace: str, name: str, sub: str | None = None) -> str:
 
 
 def _owner_path(owner: ObjectRef) -> str:
-    """The path of an owner of a kind Phalanx admits (a Job, JobSet, LeaderWorkerSet, TrainJob: each
-    plural is its kind's name, lower case, with an s)."""
-    group, _, version = owner.api_version.rpartition("/")
-    plural = owner.kind.lower() + "s"
-    return resource_path(group, version, plural, namespace=owner.namespace, name=owner.name)
+    """The path of an owner of a kind Phalanx admits: its plural is the one its kind watches
+    (kinds/*.RESOURCE, what process/access.py declares), never guessed from the kind's name."""
+    kind = next(
+        (k for k in OWNER_KINDS if k.name == owner.kind and k.resource.api_version == owner.api_version), None
+    )
+    if kind is None:
+        raise ValueError(f"{owner.api_version} {owner.kind} is not a kind Phalanx admits")
+    r = kind.resource
+    return resource_path(r.group, r.version, r.plural, namespace=owner.namespace, name=owner.name)
 
 
 class Kube:
