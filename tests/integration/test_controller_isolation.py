@@ -21,25 +21,36 @@ def quota_ns(
 ) -> Iterator[Namespace]:
     """A namespace where only one PodGroup may exist."""
     namespace = new_namespace(stock_cluster, "quota")
-    namespace.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "one-podgroup"},
-            "spec": {"hard": {"count/podgroups.scheduling.phalanx.dev": "1"}},
-        }
-    )
-    # The quota admission refuses every PodGroup until the quota controller has counted what is used.
-    wait_for(
-        "the quota to be counted",
-        lambda: (
-            "count/podgroups.scheduling.phalanx.dev"
-            in namespace.get("/api/v1/namespaces/{ns}/resourcequotas/one-podgroup")
-            .get("status", {})
-            .get("used", {})
-        ),
-        timeout=60,
-    )
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "one-podgroup"},
+        "spec": {"hard": {"count/podgroups.scheduling.phalanx.dev": "1"}},
+    }
+    path = f"/api/v1/namespaces/{namespace.name}/resourcequotas/one-podgroup"
+
+    def counted() -> bool:
+        used = namespace.get(path).get("status", {}).get("used", {})
+        return "count/podgroups.scheduling.phalanx.dev" in used
+
+    # The quota admission refuses every PodGroup until the quota controller has counted what is used. On a
+    # fresh cluster its first count can come before kube-controller-manager discovered the PodGroup CRD (it
+    # looks every 30 s), and a quota is counted again only when its spec.hard changes or at the 5-minute
+    # resync: made anew after the discovery, it is counted at once.
+    for attempt in range(1, 7):
+        namespace.create(quota)
+        try:
+            wait_for("the quota to be counted", counted, timeout=20)
+            break
+        except AssertionError:
+            if attempt == 6:
+                raise
+            namespace.api.request("DELETE", path)
+            wait_for(
+                "the uncounted quota to go",
+                lambda: not namespace.get(path.rsplit("/", 1)[0])["items"],
+                timeout=30,
+            )
     yield namespace
     delete_namespace(namespace)
 
