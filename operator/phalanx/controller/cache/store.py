@@ -424,7 +424,10 @@ class ClusterCache:
         key = f"{record.namespace}/{record.name}"
         previous = self._owner_uids[kind.name].get(key)
         if previous is not None and previous != record.uid:
-            self._delete_owner(kind.name, previous)  # deleted and made again under the same name
+            # Deleted and made again under the same name: the old one is gone, and an answer to a write of
+            # it, late, must not bring it back in place of the new one.
+            self._delete_owner(kind.name, previous)
+            self._went(previous)
         owners[record.uid] = record
         self._owner_uids[kind.name][key] = record.uid
         if old is not record and kind.read_by_other_kinds:
