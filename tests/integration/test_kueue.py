@@ -5,7 +5,7 @@ Every gang here is a Job labelled for both (`phalanx.dev/managed`, `kueue.x-k8s.
 for 6 of a node's 8 GPUs (one pod a node), topology key the network block — but for the JobSet, the
 LeaderWorkerSet and the TrainJobs (Kueue's trainer.kubeflow.org/trainjob integration; 8 GPUs a node) near
 the end. One ClusterQueue for the module: 48 GPUs (two gangs of four), preemption of lower priorities inside
-it.
+it; the last test adds two ClusterQueues of a cohort of its own (Kueue's reclaim of borrowed quota).
 """
 
 from __future__ import annotations
