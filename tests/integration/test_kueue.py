@@ -5,7 +5,7 @@ Every gang here is a Job labelled for both (`phalanx.dev/managed`, `kueue.x-k8s.
 for 6 of a node's 8 GPUs (one pod a node), topology key the network block — but for the JobSet, the
 LeaderWorkerSet and the TrainJobs (Kueue's trainer.kubeflow.org/trainjob integration; 8 GPUs a node) near
 the end. One ClusterQueue for the module: 48 GPUs (two gangs of four), preemption of lower priorities inside
-it.
+it; the last test adds two ClusterQueues of a cohort of its own (Kueue's reclaim of borrowed quota).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ import pytest
 
 from phalanx.controller.apply.events import COMPONENT
 from phalanx.devcluster.cluster import ClusterState
-from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
 
@@ -35,6 +37,7 @@ from .kinds import (
     TRAINJOBS,
     condition,
     ensure,
+    gated,
     jobset_gang,
     jobset_pods,
     owned,
@@ -58,6 +61,11 @@ KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
 
 
 # ---------------------------------------------------------------------------- the module's set-up
+def cq_active(api: RestClient, name: str) -> bool:
+    conditions = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {}).get("conditions", [])
+    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+
 @pytest.fixture(scope="module")
 def kueue_queue(addons_cluster: ClusterState) -> Iterator[str]:
     """A ResourceFlavor (the seed nodes' instance type), a ClusterQueue of 48 GPUs for every namespace
@@ -110,14 +118,7 @@ def kueue_queue(addons_cluster: ClusterState) -> Iterator[str]:
     ]
     for path, obj in made:
         api.request("POST", path, obj)
-    wait_for(
-        "the ClusterQueue Active",
-        lambda: any(
-            c["type"] == "Active" and c["status"] == "True"
-            for c in api.get(f"{KUEUE}/clusterqueues/{cq}").get("status", {}).get("conditions", [])
-        ),
-        timeout=60,
-    )
+    wait_for("the ClusterQueue Active", lambda: cq_active(api, cq), timeout=60)
     try:
         yield cq
     finally:
@@ -255,9 +256,9 @@ def whole_in_one_block(ns: Namespace, job: str, count: int) -> str | None:
     return next(iter(blocks)) if len(blocks) == 1 else None
 
 
-def explain(ns: Namespace, job: str) -> dict[str, Any]:
+def explain(ns: Namespace, job: str, kind: str = "job") -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli", "explain", f"job/{job}", "-n", ns.name, "-o", "json"],
+        [sys.executable, "-m", "phalanx.cli", "explain", f"{kind}/{job}", "-n", ns.name, "-o", "json"],
         env={**os.environ, "KUBECONFIG": str(ns.cluster.kubeconfig)},
         capture_output=True,
         text=True,
@@ -812,6 +813,7 @@ class FirstSeen:
 
     def __init__(self, ns: Namespace) -> None:
         self.order: list[str] = []  # "mark:<name>" or "<jobset>/<pod>"
+        self.born_ungated: list[str] = []  # pods first seen without Phalanx's gate
         self._watch = PodWatch(ns.cluster, ns.name, self._see)
         self._watch.start()
 
@@ -820,6 +822,8 @@ class FirstSeen:
         seen = f"{jobset}/{pod['metadata']['name']}"
         if jobset and seen not in self.order:
             self.order.append(seen)
+            if not gated([pod]):
+                self.born_ungated.append(seen)
 
     def mark(self, name: str) -> None:
         self.order.append(f"mark:{name}")
@@ -832,10 +836,11 @@ class FirstSeen:
         self._watch.stop()
 
 
-def queued_trainjob(name: str) -> dict[str, Any]:
-    """A TrainJob of the torch runtime above, labelled for both (Phalanx's network-block key)."""
-    body = trainjob(name, TRAINJOB_RUNTIME, {"phalanx.dev/topology-key": NB_KEY})
-    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq"
+def queued_trainjob(name: str, runtime: str = TRAINJOB_RUNTIME, queue: str = "lq") -> dict[str, Any]:
+    """A TrainJob of the torch runtime above (or `runtime`), labelled for both (Phalanx's network-block
+    key), queued in `queue`."""
+    body = trainjob(name, runtime, {"phalanx.dev/topology-key": NB_KEY})
+    body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = queue
     return body
 
 
@@ -911,3 +916,250 @@ def test_a_queued_trainjob_runs_whole_once_kueue_admits_it_and_the_next_waits_in
     assert flips == {"first": [True, False], "second": [True, False]}, flips
     ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
     assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted", "Preempting")], ours
+
+
+# ---------------------------------------------------------------------------- Kueue preempts a TrainJob
+def priority_runtime(name: str, priority_class: str) -> dict[str, Any]:
+    """The torch runtime of four 8-GPU nodes, its pods of `priority_class`: Kueue takes a TrainJob's
+    priority from its pod sets, which Trainer's runtime makes."""
+    runtime = torch_runtime(name, 4)
+    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["template"]["spec"]["priorityClassName"] = priority_class
+    return runtime
+
+
+def trainjob_whole(ns: Namespace, name: str) -> str | None:
+    """The network block the TrainJob's four pods are all bound in, or None."""
+    pods = jobset_pods(ns, name)
+    if len(pods) != 4 or len(bound(pods)) != 4:
+        return None
+    blocks = domains_of(ns.api, pods, NB_KEY)
+    return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def pod_gang(pod: dict[str, Any]) -> str:
+    """A pod's gang: its JobSet (a TrainJob's is named after the TrainJob), else its Job."""
+    labels = pod["metadata"].get("labels") or {}
+    return str(labels.get(JOBSET_NAME) or labels.get("job-name") or "")
+
+
+def delete_if_there(ns: Namespace, path: str) -> None:
+    try:
+        ns.api.request(
+            "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        )
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+def trainjob_held_by_kueue(ns: Namespace, name: str, queue: str) -> dict[str, Any] | None:
+    """The TrainJob's root group once it says Kueue holds it, waiting in its LocalQueue `queue` again since
+    Kueue evicted it (not being evicted: Kueue has released its quota)."""
+    roots = owned(ns, f"TrainJob/{name}", "compositepodgroups")
+    cond = condition(roots[0]) if roots else {}
+    waiting = f"waiting in Kueue's LocalQueue {queue} since Kueue evicted it" in str(cond.get("message", ""))
+    return roots[0] if cond.get("reason") == "HeldByKueue" and waiting else None
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """What Kueue preempts the TrainJob for: its body, its object's path, its gang's size, how to see it
+    whole in one block, and how to watch its spec.suspend."""
+
+    name: str
+    body: dict[str, Any]
+    path: str
+    size: int
+    whole: Callable[[], str | None]
+    suspends: type[SuspendWatch]
+
+
+def trainjob_preempted_and_readmitted(
+    kns: Namespace, body: dict[str, Any], preemptor: Preemptor, reason: str
+) -> None:
+    """The flow both preemption tests share. The TrainJob `body` (`low`, queued) runs whole in one
+    network block; `preemptor` is made and Kueue preempts `low` for it (its Workload `Preempted=True`,
+    `reason`): every pod of `low` goes, the TrainJob and its JobSet stay suspended, its groups say Kueue
+    holds it (holding nothing), and the preemptor runs whole. The preemptor deleted, Kueue readmits `low`,
+    whose new pods, each born gated, run whole in one block again. Checked throughout: no gang bound in part
+    at any pod event (`whole_gangs`), no pod of `low` made between its preemption and the preemptor's
+    deletion, spec.suspend of the TrainJob and of its JobSet only Kueue's (created suspended, admitted,
+    preempted, readmitted), the preemptor's only created suspended then admitted, and no requeue or
+    preemption of Phalanx's."""
+    low, queue = body["metadata"]["name"], body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    low_path = f"{TRAINJOBS.replace('{ns}', kns.name)}/{low}"
+    suspends = {
+        "TrainJob": TrainJobSuspendWatch(kns, low),
+        "JobSet": JobSetSuspendWatch(kns, low),
+        "preemptor": preemptor.suspends(kns, preemptor.name),
+    }
+    seen = FirstSeen(kns)
+    try:
+        with whole_gangs(kns, {low: 4, preemptor.name: preemptor.size}, pod_gang):
+            kns.create(body)
+            first = wait_for(f"{low}'s 4 pods whole in one block", lambda: trainjob_whole(kns, low), 180)
+            assert kueue_condition(workload_of(kns, low), "Admitted").get("status") == "True"
+            old = {p["metadata"]["name"] for p in kns.pods(f"{JOBSET_NAME}={low}")}
+
+            seen.mark("preemptor made")
+            kns.create(preemptor.body)
+            preempted = wait_for(
+                f"Kueue to preempt {low}",
+                lambda: kueue_condition(workload_of(kns, low), "Preempted") or None,
+                timeout=180,
+            )
+            assert preempted["status"] == "True" and preempted["reason"] == reason, preempted
+            wait_for(
+                f"every pod of {low} gone",
+                lambda: not old & {p["metadata"]["name"] for p in kns.pods(f"{JOBSET_NAME}={low}")},
+                timeout=180,
+            )
+            block = wait_for(f"{preemptor.name} whole in one block", preemptor.whole, 180)
+            root = wait_for(
+                f"{low}'s groups say Kueue holds it, waiting in {queue} since it evicted it",
+                lambda: trainjob_held_by_kueue(kns, low, queue),
+                timeout=120,
+            )
+            assert not root["status"].get("admission") and not root["status"].get("reservation")
+            view = explain(kns, low, "trainjob")["kueue"]
+            assert view["holder"] == "Kueue", view
+            assert view["summary"].startswith(f"waiting in Kueue's LocalQueue {queue} since Kueue"), view
+            assert kueue_condition(workload_of(kns, low), "QuotaReserved").get("status") == "False"
+            assert kns.get(low_path)["spec"]["suspend"] is True  # Kueue's suspension, kept
+            assert kns.get(f"{JOBSETS}/{low}")["spec"]["suspend"] is True  # Trainer keeps it in step
+            assert not jobset_pods(kns, low)
+
+            seen.mark("preemptor deleted")
+            delete_if_there(kns, preemptor.path)
+            again = wait_for(
+                f"{low}'s 4 pods whole again once Kueue readmits it", lambda: trainjob_whole(kns, low), 240
+            )
+            assert kueue_condition(workload_of(kns, low), "Admitted").get("status") == "True"
+            print(
+                kns.where(f"{JOBSET_NAME}={low}"),
+                f"{low} in {first}, {preemptor.name} in {block}, {low} in {again}",
+            )
+    finally:
+        flips = {what: _flips(w.stop()) for what, w in suspends.items()}
+        seen.stop()
+        for path in (low_path, preemptor.path):
+            delete_if_there(kns, path)
+    assert seen.order, "the pod watch saw nothing"
+    # No pod of it made (nor so released) while Kueue held it; every pod of both runs born gated.
+    new = [p for p in seen.pods_before("preemptor deleted", low) if p.removeprefix(f"{low}/") not in old]
+    assert not new, seen.order
+    assert not seen.born_ungated, seen.born_ungated
+    # Created suspended by Kueue, admitted, preempted, readmitted: Kueue's, and Trainer's after it.
+    assert flips == {
+        "TrainJob": [True, False, True, False],
+        "JobSet": [True, False, True, False],
+        "preemptor": [True, False],
+    }, flips
+    ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
+    assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted", "Preempting")], ours
+
+
+def test_a_trainjob_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_whole_when_readmitted(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    """A low-priority TrainJob of four 8-GPU nodes (32 of the ClusterQueue's 48 GPUs) runs whole; a
+    high-priority TrainJob of the same size in the same ClusterQueue has no quota left, so Kueue preempts
+    the low one (within the ClusterQueue) — it goes whole, Phalanx neither resumes it nor requeues it, and
+    the high one runs whole; once the high one is deleted Kueue readmits the low one, whose new pods are
+    born gated and run whole in one block (`trainjob_preempted_and_readmitted`)."""
+    suffix = kueue_queue.removeprefix("cq-")
+    runtimes = {p: f"{TRAINJOB_RUNTIME}-{p}-{suffix}" for p in ("low", "high")}
+    for p, name in runtimes.items():
+        ensure(kns, RUNTIMES, priority_runtime(name, f"{p}-{suffix}"))
+    try:
+        high = Preemptor(
+            "high",
+            queued_trainjob("high", runtimes["high"]),
+            f"{TRAINJOBS.replace('{ns}', kns.name)}/high",
+            4,
+            lambda: trainjob_whole(kns, "high"),
+            TrainJobSuspendWatch,
+        )
+        low = queued_trainjob("low", runtimes["low"])
+        trainjob_preempted_and_readmitted(kns, low, high, "InClusterQueue")
+    finally:
+        for name in runtimes.values():
+            delete_if_there(kns, f"{RUNTIMES}/{name}")
+
+
+def test_a_trainjob_borrowing_in_a_cohort_is_reclaimed_by_kueue_goes_whole_and_is_placed_whole_again(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    """Kueue's reclaim across ClusterQueues: two ClusterQueues of one cohort over the module's flavor,
+    `borrower` (16 GPUs) and `lender` (32, reclaiming within the cohort). A TrainJob of four 8-GPU nodes
+    queued in `borrower` is admitted by borrowing 16 of the lender's GPUs and runs whole; a Job of four
+    6-GPU pods (24 GPUs) queued in `lender` needs its own quota back, so Kueue preempts the TrainJob
+    (`InCohortReclamation`) — it goes whole, no suspend fight, the Job runs whole; once the Job is deleted
+    Kueue readmits the TrainJob, placed whole again (`trainjob_preempted_and_readmitted`)."""
+    cq = kns.get(f"{KUEUE}/clusterqueues/{kueue_queue}")
+    flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]["name"]
+    suffix = uuid.uuid4().hex[:6]
+    cohort = f"co-{suffix}"
+
+    def cluster_queue(name: str, gpus: int, preemption: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": f"{name}-{suffix}"},
+            "spec": {
+                "cohortName": cohort,
+                "namespaceSelector": {},
+                "preemption": preemption,
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU_KEY],
+                        "flavors": [
+                            {"name": flavor, "resources": [{"name": GPU_KEY, "nominalQuota": str(gpus)}]}
+                        ],
+                    }
+                ],
+            },
+        }
+
+    made = [
+        (f"{KUEUE}/clusterqueues", cluster_queue("borrower", 16, {})),
+        (f"{KUEUE}/clusterqueues", cluster_queue("lender", 32, {"reclaimWithinCohort": "Any"})),
+        *(
+            (
+                f"{KUEUE}/namespaces/{kns.name}/localqueues",
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": f"lq-{name}"},
+                    "spec": {"clusterQueue": f"{name}-{suffix}"},
+                },
+            )
+            for name in ("borrower", "lender")
+        ),
+    ]
+    for path, obj in made:
+        kns.api.request("POST", path, obj)
+    ensure(kns, RUNTIMES, torch_runtime(TRAINJOB_RUNTIME, 4))
+    job = queued_job("reclaim", 4)
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq-lender"
+    try:
+        for _, obj in made[:2]:
+            name = obj["metadata"]["name"]
+            wait_for(f"the ClusterQueue {name} Active", partial(cq_active, kns.api, name), timeout=60)
+        lender = Preemptor(
+            "reclaim",
+            job,
+            f"/apis/batch/v1/namespaces/{kns.name}/jobs/reclaim",
+            4,
+            lambda: whole_in_one_block(kns, "reclaim", 4),
+            SuspendWatch,
+        )
+        body = queued_trainjob("borrowing", queue="lq-borrower")
+        trainjob_preempted_and_readmitted(kns, body, lender, "InCohortReclamation")
+    finally:
+        delete_if_there(kns, f"{TRAINJOBS.replace('{ns}', kns.name)}/borrowing")
+        delete_if_there(kns, f"/apis/batch/v1/namespaces/{kns.name}/jobs/reclaim")
+        wait_for("the namespace's Kueue Workloads gone", lambda: not kueue_workloads(kns), timeout=120)
+        for path, obj in reversed(made):
+            delete_if_there(kns, f"{path}/{obj['metadata']['name']}")

@@ -128,21 +128,33 @@ def _holder(
         return NOBODY, f"Kueue's Workload {name} is finished"
     if not active:
         return KUEUE, f"Kueue's Workload {name} is deactivated (spec.active: false): it stays queued"
-    if (evicted := _true(conditions, "Evicted")) is not None:
+    evicted = _true(conditions, "Evicted")
+    # Evicted stays True until Kueue reserves quota for it again: evicting while its quota is still
+    # reserved, then waiting in its queue again.
+    if evicted is not None and _true(conditions, "QuotaReserved") is not None:
         return (
             KUEUE,
             f"Kueue is evicting it ({evicted.reason}: {evicted.message}); Phalanx holds nothing for it",
         )
-    if _true(conditions, "Admitted"):
+    if evicted is None and _true(conditions, "Admitted"):
         return (
             PHALANX,
             f"Kueue admitted it into ClusterQueue {cluster_queue}; where its pods run is Phalanx's",
+        )
+    since = f" since Kueue evicted it ({evicted.reason})" if evicted is not None else ""
+    requeued = next((c for c in conditions if c.type == "Requeued"), None)
+    if evicted is not None and requeued is not None and requeued.status == "False":
+        return (
+            KUEUE,
+            f"Kueue evicted it ({evicted.reason}) and has not requeued it yet ({requeued.reason}: "
+            f"{requeued.message}); Phalanx holds nothing for it",
         )
     reserved = next((c for c in conditions if c.type == "QuotaReserved"), None)
     why = f" ({reserved.reason}: {reserved.message})" if reserved is not None and reserved.message else ""
     return (
         KUEUE,
-        f"waiting in Kueue's LocalQueue {queue}{why}; Phalanx holds nothing for it until Kueue admits it",
+        f"waiting in Kueue's LocalQueue {queue}{since}{why}; Phalanx holds nothing for it until Kueue "
+        "admits it",
     )
 
 

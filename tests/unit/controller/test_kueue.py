@@ -230,6 +230,39 @@ def test_when_kueue_evicts_the_reservation_and_the_recorded_decision_are_dropped
         assert reason == c.REASON_HELD_BY_KUEUE and "Kueue is evicting it" in message and evicted in message
 
 
+def evicted_and_released(owner: str, requeued: str = "True") -> dict[str, Any]:
+    """A Workload Kueue preempted, stopped and requeued, as Kueue v0.17 leaves it while it waits: quota
+    released (QuotaReserved=False, no admission), Evicted and Preempted still True (Kueue sets them back only
+    when it reserves quota again), Requeued `requeued`."""
+    body = workload(owner, admitted=False)
+    said = "Preempted to accommodate a workload due to prioritization in the ClusterQueue"
+    body["status"]["conditions"] += [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": said},
+        {"type": "Admitted", "status": "False", "reason": "NoReservation", "message": "no reservation"},
+        {"type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": said},
+        {"type": "Requeued", "status": requeued, "reason": "Preempted", "message": said},
+    ]
+    return body
+
+
+def test_a_job_kueue_evicted_and_requeued_is_held_waiting_in_its_local_queue_not_said_to_be_evicted() -> None:
+    """Once Kueue has stopped the preempted Job and released its quota, the Job is held as one waiting in
+    its LocalQueue again (naming the eviction), not as being evicted, for as long as it waits there; while
+    Kueue has not requeued it (Requeued=False), that is said."""
+    job = queued_job(suspend=True)
+    result = plan(kueue_state([(job, group_of(job), [])], [evicted_and_released("train")]), NOW)
+    status = status_of_group(result, "train")
+    reason, message = admitted_condition(status)
+    assert reason == c.REASON_HELD_BY_KUEUE and "Kueue is evicting it" not in message, message
+    assert "waiting in Kueue's LocalQueue lq since Kueue evicted it (Preempted)" in message, message
+    assert "QuotaReserved=False Pending" in message
+    assert status.admission is None and status.reservation is None
+    result = plan(kueue_state([(job, group_of(job), [])], [evicted_and_released("train", "False")]), NOW)
+    reason, message = admitted_condition(status_of_group(result, "train"))
+    assert reason == c.REASON_HELD_BY_KUEUE
+    assert "Kueue evicted it (Preempted) and has not requeued it yet" in message, message
+
+
 def test_a_deactivated_workload_holds_its_job() -> None:
     job = queued_job()
     pods = [pod_body("train", i) for i in range(4)]

@@ -96,6 +96,23 @@ def test_an_evicted_or_deactivated_workload_is_kueues_again() -> None:
     assert off is not None and off.holder == KUEUE and "deactivated" in off.summary
 
 
+def test_a_workload_kueue_evicted_and_requeued_is_said_to_wait_in_its_queue_not_to_be_evicted() -> None:
+    """Evicted stays True once Kueue has released the quota of a preempted Job and requeued it: it waits in
+    its LocalQueue again (naming the eviction); Requeued=False says Kueue has not requeued it yet."""
+    said = "Preempted to accommodate a workload"
+    evicted = condition("Evicted", "True", "Preempted", said)
+    requeued = condition("Requeued", "True", "Preempted", said)
+    view = kueue_view(queued(), [kueue_workload(PENDING, evicted, requeued, cluster_queue=None)])
+    assert view is not None and view.holder == KUEUE and "evicting" not in view.summary, view
+    assert view.summary.startswith(
+        "waiting in Kueue's LocalQueue lq since Kueue evicted it (Preempted) (Pending: couldn't assign"
+    ), view.summary
+    later = condition("Requeued", "False", "BackoffLimitExceeded", "no more requeues")
+    view = kueue_view(queued(), [kueue_workload(PENDING, evicted, later, cluster_queue=None)])
+    assert view is not None and view.holder == KUEUE
+    assert "Kueue evicted it (Preempted) and has not requeued it yet (BackoffLimitExceeded" in view.summary
+
+
 def test_a_job_kueue_does_not_manage_has_no_kueue_view_and_json_says_null() -> None:
     result = explain(
         facts(job=managed_job(), group=pod_group(), group_pods=[job_pod("gang-4", i) for i in range(4)])

@@ -4,8 +4,9 @@ An owner (a Job, JobSet or LeaderWorkerSet group) is Kueue-managed when it carri
 or a Kueue Workload owns it. Then, for the state machine:
 
 - it is *held* (`Owner.suspended`, with `Owner.held_by` saying why) until Kueue admits its Workload, and
-  again the moment Kueue evicts or deactivates it: nothing is placed and nothing is reserved or recorded
-  for it meanwhile (the usual path of a suspended owner);
+  again the moment Kueue evicts or deactivates it (and, once Kueue has released its quota, while it waits
+  in its LocalQueue again): nothing is placed and nothing is reserved or recorded for it meanwhile (the
+  usual path of a suspended owner);
 - it is requeued by deleting its pods (`Owner.requeue = "delete-pods"`), never by suspending it: Kueue
   unsuspends an admitted Job and suspends one without an admitted Workload, so a suspension of Phalanx's
   would be undone and fought over;
@@ -37,6 +38,7 @@ from phalanx.controller.model.kueue import (
     EVICTED,
     QUEUE_NAME_LABEL,
     QUOTA_RESERVED,
+    REQUEUED,
     KueueWorkloadRecord,
     TopologyFlavors,
 )
@@ -74,7 +76,19 @@ class KueueView:
             return f"Kueue deactivated its Workload {w.name} (spec.active: false)"
         evicted = w.condition(EVICTED)
         if evicted is not None and evicted.status == "True":
-            return f"Kueue is evicting it ({_said(w, EVICTED)})"
+            # Evicted stays True until Kueue reserves quota for it again: with its quota still reserved
+            # Kueue is stopping the owner; once released, the owner waits in the queue like any other.
+            if w.is_true(QUOTA_RESERVED):
+                return f"Kueue is evicting it ({_said(w, EVICTED)})"
+            requeued = w.condition(REQUEUED)
+            if requeued is not None and requeued.status == "False":
+                return (
+                    f"Kueue evicted it ({evicted.reason}) and has not requeued it yet ({_said(w, REQUEUED)})"
+                )
+            return (
+                f"waiting in Kueue's LocalQueue {self.queue or w.queue_name} since Kueue evicted it "
+                f"({evicted.reason}) ({_said(w, QUOTA_RESERVED)})"
+            )
         if w.is_true(QUOTA_RESERVED):
             return (
                 f"Kueue reserved quota in ClusterQueue {w.cluster_queue} and waits for its admission checks "
