@@ -116,6 +116,18 @@ def shaped(ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]]
     return found
 
 
+def high_job(ns: Namespace, victim: Group) -> dict[str, Any]:
+    """A high-priority gang Job of 2 (PriorityClass high) that must run in `victim`'s network block (a
+    nodeSelector): that group is the one victim that makes room for it. (Left to choose, Phalanx prices the
+    pods that started last the cheapest, but creation times have whole seconds, and a group remade within
+    the second of the other group's creation ties with it.)"""
+    labels = node_labels(ns.api)
+    (block,) = {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in victim.pods}
+    job = gpu_job("high-2", 2, labels=MANAGED, priority_class="high")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {NB_KEY: block}
+    return job
+
+
 def job_bound(ns: Namespace, job: str, count: int) -> list[dict[str, Any]] | None:
     pods = ns.job_pods(job)
     return pods if len(pods) == count and len(bound(pods)) == count else None
@@ -125,6 +137,26 @@ def delete_job(ns: Namespace, job: str) -> None:
     ns.api.request(
         "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{job}", {"propagationPolicy": "Background"}
     )
+
+
+def waits_for_room(ns: Namespace, name: str, suffix: str, high: list[dict[str, Any]]) -> str:
+    """The Admitted=False Unschedulable message of the LWS's PodGroup ending in `suffix` (a group of 4
+    preempted by the Job of 2 pods `high`) once it says that 2 of its 4 pods fit in the Job's block."""
+    labels = node_labels(ns.api)
+    (block,) = {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in high}
+    wanted = f"{block}: 2 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu)"
+
+    def said() -> str | None:
+        found = [g for n, g in group_names(ns, name).items() if n.endswith(suffix)]
+        cond = condition(found[0] if found else None)
+        message = str(cond.get("message", ""))
+        return message if cond.get("reason") == "Unschedulable" and wanted in message else None
+
+    try:
+        return wait_for(f"the PodGroup *{suffix} Unschedulable, saying {wanted!r}", said, timeout=60)
+    except AssertionError:
+        print([condition(g) for n, g in group_names(ns, name).items() if n.endswith(suffix)])
+        raise
 
 
 def ran(watch: Any, gang: str) -> bool:
@@ -139,9 +171,9 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
     """replicas 2, size 4, topology-key, PriorityClass low: the two groups fill the 8 nodes, a network block
     each. A rolling update held at partition 1 (LWS v0.8.0's rollingUpdateConfiguration.partition): LWS
     remakes group 1 at the new revision, placed whole in the block it left, and keeps group 0 at the old one,
-    a rollout half done. A high-priority gang Job of 2 comes: one victim, taken whole, the updated group 1
-    (the pods that started last are the cheapest victims); LWS makes it again at the new revision, and its 4
-    pods wait gated while the Job runs, group 0 untouched; the PodGroups are group 0's of the old revision
+    a rollout half done. A high-priority gang Job of 2 comes, for group 1's block (high_job): one victim,
+    taken whole, the updated group 1; LWS makes it again at the new revision, and its 4 pods wait gated
+    while the Job runs, group 0 untouched; the PodGroups are group 0's of the old revision
     and group 1's of the new, no other. The partition is lifted while the Job still holds the room: LWS does
     not take group 0 down (maxUnavailable 1, group 1 is down), nothing is bound in part. Once the Job is
     gone, group 1 is placed whole, LWS remakes group 0, placed whole: the rollout completes, one PodGroup per
@@ -163,7 +195,7 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
             )
             new = half[1].revision
             print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-            ns.create(gpu_job("high-2", 2, labels=MANAGED, priority_class="high"))
+            ns.create(high_job(ns, half[1]))
             high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
             waiting = wait_for(
                 "group 1 made again at the new revision, gated whole; group 0 running, untouched",
@@ -185,9 +217,7 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
                 "events Preempted and Requeued on the LWS",
                 lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
             )
-            (group,) = [g for n, g in group_names(ns, name).items() if n.endswith(f"-1-{new}")]
-            print(group["metadata"]["name"], condition(group))
-            assert condition(group).get("reason") != "Admitted"
+            print(waits_for_room(ns, name, f"-1-{new}", high))
             patch_lws(
                 ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
             )
@@ -220,9 +250,9 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
 def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_the_job_is_gone(
     kinds_ns: Namespace,
 ) -> None:
-    """size 4, topology-key, PriorityClass low, replicas 1 then 2 (group 1 starts last): the two groups fill
-    the 8 nodes. A high-priority gang Job of 2 takes group 1 whole (the cheapest victim); LWS makes it again
-    at the old revision, gated. The template is edited while it waits: LWS (maxUnavailable 1, group 1 is
+    """replicas 2, size 4, topology-key, PriorityClass low: the two groups fill the 8 nodes. A high-priority
+    gang Job of 2 for group 1's block (high_job) takes group 1 whole; LWS makes it again at the old revision,
+    gated. The template is edited while it waits: LWS (maxUnavailable 1, group 1 is
     already down) remakes group 1 at the new revision, its 4 new pods gated, and keeps group 0 running;
     Phalanx deletes group 1's PodGroup of the old revision though that group never ran again, and makes the
     new revision's, which waits whole while the Job runs. Once the Job is gone, group 1 is placed whole,
@@ -230,18 +260,17 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
     and none of the old."""
     ns, name = kinds_ns, "waits"
     priority_classes(ns)
-    manifest = lws(name, 4, replicas=1, annotations=KEY, priority_class="low")
+    manifest = lws(name, 4, replicas=2, annotations=KEY, priority_class="low")
     try:
         with whole_lws_groups(ns, name, 4, NB_KEY) as watch:
             ns.create(manifest)
-            _, old = wait_for("group 0 running", lambda: settled(ns, name, 1, 4), timeout=120)
-            patch_lws(ns, name, {"spec": {"replicas": 2}})
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
             first = wait_for(
                 "2 groups running",
                 lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (False, BOUND)}),
                 timeout=120,
             )
-            ns.create(gpu_job("high-2", 2, labels=MANAGED, priority_class="high"))
+            ns.create(high_job(ns, first[1]))
             wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
             preempted = wait_for(
                 "group 1 made again at the old revision, gated whole; group 0 running, untouched",
@@ -449,6 +478,91 @@ def test_a_rolling_update_of_an_lws_with_subgroups_on_fragmented_nodes_places_ea
         leaves = group_names(ns, name)
         assert sorted(leaves) == sorted(f"{n}-s{i}" for n in group_names(ns, name, tree) for i in (0, 1))
         assert all(f"-0-{new}-" in n for n in leaves), sorted(leaves)
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_with_its_leader_and_whole(
+    kinds_ns: Namespace,
+) -> None:
+    """startupPolicy LeaderReady, replicas 2, size 4, topology-key, PriorityClass low, a rollout held at
+    partition 1: group 1 remade at the new revision (its leader first, its workers into the room held for
+    them), group 0 at the old. A high-priority gang Job of 2 for group 1's block (high_job) takes group 1
+    whole; LWS makes its leader again, alone (no worker before it is Ready), and the leader waits gated: its
+    whole group is decided with it, and the block has room for 2 of its 4 pods, which its Unschedulable
+    message says. Group 0 is untouched. The partition is lifted and the Job deleted: the
+    group is decided whole with its leader, its workers go into their slots, then group 0 is remade the same
+    way; the rollout completes, one PodGroup per group of the new revision, none of the old."""
+    ns, name = kinds_ns, "ready-low"
+    priority_classes(ns)
+    manifest = rolling(
+        lws(name, 4, replicas=2, leader_ready=True, annotations=KEY, priority_class="low"),
+        maxUnavailable=1,
+        partition=1,
+    )
+
+    def leader_waits(old: str, half: dict[int, Group]) -> Any:
+        """Group 0 running untouched, group 1 only its new leader, gated, of the other revision; the
+        PodGroups those of group 0's old revision and group 1's new one."""
+        pods = by_group(lws_pods(ns, name))
+        leader = pods.get(1, [])
+        if sorted(pods) != [0, 1] or len(leader) != 1 or len(gated(leader)) != 1:
+            return None
+        if {p["metadata"]["uid"] for p in pods[0]} != half[0].uids or len(bound(pods[0])) != 4:
+            return None
+        if leader[0]["metadata"]["uid"] in half[1].uids or revisions(leader) != {half[1].revision}:
+            return None
+        return leader[0] if roots_of(ns, name) == {f"0-{old}", f"1-{half[1].revision}"} else None
+
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY, settle=LEADER_ALONE) as watch:
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+            new_template(ns, name, manifest, "v2")
+            half = wait_for(
+                "group 1 remade at the new revision and bound, group 0 bound at the old",
+                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
+                timeout=150,
+            )
+            new = half[1].revision
+            ns.create(high_job(ns, half[1]))
+            high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+            wait_for(
+                "group 1's new leader alone, gated; group 0 untouched", lambda: leader_waits(old, half), 120
+            )
+            print(ns.where())
+            hold(
+                "the leader waits gated and alone while the Job runs",
+                lambda: leader_waits(old, half) is not None and job_bound(ns, "high-2", 2) is not None,
+                seconds=3,
+            )
+            # Why it waits, counted for the whole group (the leader and the slots of its 3 workers) on the
+            # free nodes: in the Job's block 2 of its 4 pods fit (not room for 4 refused by pod rules).
+            print(waits_for_room(ns, name, f"-1-{new}", high))
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            delete_job(ns, "high-2")
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+                lambda: settled(ns, name, 2, 4, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        for index, pods in groups.items():
+            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
+            admission = group["status"]["admission"]
+            print(group["metadata"]["name"], json.dumps(admission)[:1500])
+            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+            workers = sorted(
+                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
+            )
+            assert len(workers) == 3 and slots == workers, (index, slots, workers)
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
     except AssertionError:
         diagnose(ns, name)
         raise
