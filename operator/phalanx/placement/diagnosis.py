@@ -208,24 +208,32 @@ def _together(
     requirements, node restriction and count). One kind: exact. Several: each kind in turn (the one that
     fits on the fewest nodes first) takes the room it fits in, on the nodes in their order, and leaves the
     rest to the next: one packing, never a node counted for pods it cannot hold together."""
-    if len(kinds) == 1:
-        req, static, count = kinds[0]
-        return min(count, int(_restricted(_per_node(snapshot, free, req, count), static)[nodes].sum()))
-    left = free.copy()
+    left = free[:, nodes].copy()
+    shapes: list[tuple[list[tuple[int, int]], BoolArray, int]] = []
+    for req, static, count in kinds:
+        allowed = snapshot.eligible(req)[nodes]
+        if static is not None:
+            allowed = allowed & static[0][nodes]
+        wanted = [(snapshot.resource_index(r), a) for r, a in (*req.requests, (PODS, 1)) if a > 0]
+        known = [(row, amount) for row, amount in wanted if row is not None]
+        if len(known) < len(wanted):  # a resource no node has
+            allowed = np.zeros(len(nodes), dtype=np.bool_)
+        shapes.append((known, allowed, count))
 
-    def reach(kind: tuple[PodRequirements, _Static, int]) -> int:
-        req, static, count = kind
-        return int(np.count_nonzero(_restricted(_per_node(snapshot, left, req, count), static)[nodes]))
+    def room(rows: list[tuple[int, int]], allowed: BoolArray, count: int) -> IntArray:
+        here = np.full(len(nodes), count, dtype=np.int64)
+        for row, amount in rows:
+            np.minimum(here, left[row] // amount, out=here)
+        np.maximum(here, 0, out=here)
+        result: IntArray = here * allowed
+        return result
 
     total = 0
-    for req, static, count in sorted(kinds, key=reach):
-        here = _restricted(_per_node(snapshot, left, req, count), static)[nodes]
-        before = np.cumsum(here) - here
-        taken = np.minimum(here, np.maximum(count - before, 0))
-        for resource, amount in (*req.requests, (PODS, 1)):
-            row = snapshot.resource_index(resource)
-            if amount > 0 and row is not None:
-                left[row, nodes] -= taken * amount
+    for rows, allowed, count in sorted(shapes, key=lambda k: int(np.count_nonzero(room(*k)))):
+        here = room(rows, allowed, count)
+        taken = np.minimum(here, np.maximum(count - (np.cumsum(here) - here), 0))
+        for row, amount in rows:
+            left[row] -= taken * amount
         total += int(taken.sum())
     return total
 
