@@ -338,8 +338,10 @@ class LwsGroups(Recorder):
     leader, and the garbage collector takes the workers a moment later; that is LWS ending a group, not a
     group placed in part."""
 
-    def __init__(self, name: str, size: int, domain: dict[str, str] | None = None) -> None:
-        super().__init__({}, SETTLE, domain=domain, gang_of=lws_revision_gang)
+    def __init__(
+        self, name: str, size: int, domain: dict[str, str] | None = None, settle: float = SETTLE
+    ) -> None:
+        super().__init__({}, settle, domain=domain, gang_of=lws_revision_gang)
         self.name, self.size = name, size
 
     def on_pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
@@ -353,27 +355,28 @@ class LwsGroups(Recorder):
 
 @contextmanager
 def whole_lws_groups(
-    ns: Namespace, name: str, size: int, domain_key: str | None = None
+    ns: Namespace, name: str, size: int, domain_key: str | None = None, settle: float = SETTLE
 ) -> Iterator[Recorder]:
     """whole_gangs for every group of LWS `name`, of any revision and index: each bound whole or not at all
-    (and, with `domain_key`, never in two domains of it at once)."""
+    (and, with `domain_key`, never in two domains of it at once). `settle`: how long a group may be bound
+    in part (longer for startupPolicy LeaderReady, whose leader runs before LWS makes its workers)."""
     domain = None
     if domain_key is not None:
         domain = {node: labels.get(domain_key, "-") for node, labels in node_labels(ns.api).items()}
-    with _watched(ns, LwsGroups(name, size, domain)) as recorder:
+    with _watched(ns, LwsGroups(name, size, domain, settle), settle) as recorder:
         yield recorder
     assert not recorder.split_gangs(), recorder.split_gangs()
 
 
 @contextmanager
-def _watched(ns: Namespace, recorder: Recorder) -> Iterator[Recorder]:
+def _watched(ns: Namespace, recorder: Recorder, settle: float = SETTLE) -> Iterator[Recorder]:
     watch = PodWatch(ns.cluster, ns.name, recorder.on_pod)
     watch.start()
     try:
         yield recorder
         # What the block saw through the API, the watch may see a moment later: let it catch up (a gang
         # that stays bound in part is still reported, after SETTLE).
-        wait_for("the pod watch to see no gang bound in part", lambda: _settled(recorder), timeout=3 * SETTLE)
+        wait_for("the pod watch to see no gang bound in part", lambda: _settled(recorder), timeout=3 * settle)
         assert watch.thread.is_alive(), f"the pod watch stopped before the block ended: {watch.errors}"
     finally:
         watch.stop()

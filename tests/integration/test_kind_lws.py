@@ -101,7 +101,10 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     ns = kinds_ns
     ns.fill(*FIVE_BUSY)
     ns.create(lws("ready", 4, leader_ready=True, annotations={"phalanx.dev/topology-key": NB_KEY}))
-    wait_unschedulable(ns, "LeaderWorkerSet/ready", "podgroups")
+    waiting = wait_unschedulable(ns, "LeaderWorkerSet/ready", "podgroups")
+    # counted for the leader and the slots of its 3 workers together, on nb-a's 3 free nodes
+    said = condition(waiting)["message"]
+    assert "nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)" in said, said
     hold("the leader waits", lambda: len(gated(lws_pods(ns, "ready"))) == 1, seconds=2)
     assert len(lws_pods(ns, "ready")) == 1  # no worker before the leader is Ready
     ns.unfill("was-worker")

@@ -92,16 +92,24 @@ def phalanx_objects(ns: Namespace) -> dict[str, list[str]]:
     return out
 
 
-def group_names(ns: Namespace, name: str) -> dict[str, dict[str, Any]]:
-    return {g["metadata"]["name"]: g for g in owned(ns, f"LeaderWorkerSet/{name}")}
+def group_names(ns: Namespace, name: str, plural: str = "podgroups") -> dict[str, dict[str, Any]]:
+    return {g["metadata"]["name"]: g for g in owned(ns, f"LeaderWorkerSet/{name}", plural)}
 
 
 def settled(
-    ns: Namespace, name: str, replicas: int, size: int, revision: str | None = None, *, after: str = ""
+    ns: Namespace,
+    name: str,
+    replicas: int,
+    size: int,
+    revision: str | None = None,
+    *,
+    after: str = "",
+    plural: str = "podgroups",
 ) -> Any:
     """`replicas` groups of `size` pods bound, all of one revision (`revision` when given; not `after`), the
-    LWS's status saying the same (every replica ready and updated), and one PodGroup per group, of that
-    revision: the (group index -> pods, revision), or None."""
+    LWS's status saying the same (every replica ready and updated), and one PodGroup per group (`plural`:
+    one root CompositePodGroup, with subgroups), of that revision: the (group index -> pods, revision), or
+    None."""
     pods = lws_pods(ns, name)
     revs = revisions(pods)
     if len(pods) != replicas * size or len(bound(pods)) != len(pods) or len(revs) != 1:
@@ -116,7 +124,7 @@ def settled(
     if sorted(groups) != list(range(replicas)):
         return None
     wanted = {f"-{g}-{rev}" for g in groups}
-    names = group_names(ns, name)
+    names = group_names(ns, name, plural)
     if len(names) != replicas or {n[n.rindex("-", 0, n.rindex("-")) :] for n in names} != wanted:
         return None
     return groups, rev

@@ -4,8 +4,12 @@
 now and which filter or resource keeps the other nodes out ("1 node: Insufficient nvidia.com/gpu",
 "2 nodes: untolerated taint example.com/x"), and whether the gang could fit at all in this cluster with
 every node empty — so a gang that only has to wait is told apart from one that never fits. Counts per
-domain are exact for a gang whose pods are alike (the usual case) and an upper bound otherwise. The
-decision itself stays `decide`'s; this only explains.
+domain are exact for a gang whose pods are alike (the usual case). Pods of several kinds (a leader and the
+slots of its workers to come, a JobSet's child Jobs) share the free room: each kind takes its part in turn,
+so a node is never counted for two pods it cannot hold both; the count is then one packing (a lower bound),
+and "room for N pods" is said only when the resources hold all of them at once. Whether a gang can never
+fit stays an upper bound (it is not told "never" on a packing that missed). The decision itself stays
+`decide`'s; this only explains.
 """
 
 from __future__ import annotations
@@ -175,7 +179,9 @@ def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | Non
     def fits(per_node: Sequence[IntArray], nodes: IndexArray) -> int:
         return min(pending, sum(int(counts[nodes].sum()) for counts in per_node))
 
-    ranked = sorted(domains, key=lambda d: (-fits(now, d[1]), d[0] or ""))
+    kinds = [(req, statics.masks[k], count) for (req, k), count in signatures.items()]
+    together = {name: _together(snapshot, free, kinds, nodes) for name, nodes in domains}
+    ranked = sorted(domains, key=lambda d: (-together[d[0]], d[0] or ""))
     reports = []
     for name, nodes in ranked[:SHOWN_DOMAINS]:
         taking_none = nodes[np.sum([counts[nodes] for counts in now], axis=0) == 0] if now else nodes
@@ -184,12 +190,52 @@ def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | Non
             for why, count in _reasons(snapshot, free, req, taking_none, statics.masks[k]):
                 reasons[why] = max(reasons.get(why, 0), count)
         ordered = tuple(sorted(reasons.items(), key=lambda item: -item[1]))
-        reports.append(DomainReport(name, fits(now, nodes), ordered))
+        reports.append(DomainReport(name, together[name], ordered))
     best_empty = max((fits(empty, nodes) for _, nodes in domains), default=0)
     return Diagnosis(need, tuple(reports), best_empty < need, best_empty)
 
 
 _Static = tuple[BoolArray, str] | None  # (nodes a pod may use, kube-scheduler's reason for the others)
+
+
+def _together(
+    snapshot: Snapshot,
+    free: IntArray,
+    kinds: Sequence[tuple[PodRequirements, _Static, int]],
+    nodes: IndexArray,
+) -> int:
+    """How many of the waiting pods fit on `nodes` at once, pods of a kind being alike (`kinds`: their
+    requirements, node restriction and count). One kind: exact. Several: each kind in turn (the one that
+    fits on the fewest nodes first) takes the room it fits in, on the nodes in their order, and leaves the
+    rest to the next: one packing, never a node counted for pods it cannot hold together."""
+    left = free[:, nodes].copy()
+    shapes: list[tuple[list[tuple[int, int]], BoolArray, int]] = []
+    for req, static, count in kinds:
+        allowed = snapshot.eligible(req)[nodes]
+        if static is not None:
+            allowed = allowed & static[0][nodes]
+        wanted = [(snapshot.resource_index(r), a) for r, a in (*req.requests, (PODS, 1)) if a > 0]
+        known = [(row, amount) for row, amount in wanted if row is not None]
+        if len(known) < len(wanted):  # a resource no node has
+            allowed = np.zeros(len(nodes), dtype=np.bool_)
+        shapes.append((known, allowed, count))
+
+    def room(rows: list[tuple[int, int]], allowed: BoolArray, count: int) -> IntArray:
+        here = np.full(len(nodes), count, dtype=np.int64)
+        for row, amount in rows:
+            np.minimum(here, left[row] // amount, out=here)
+        np.maximum(here, 0, out=here)
+        result: IntArray = here * allowed
+        return result
+
+    total = 0
+    for rows, allowed, count in sorted(shapes, key=lambda k: int(np.count_nonzero(room(*k)))):
+        here = room(rows, allowed, count)
+        taken = np.minimum(here, np.maximum(count - (np.cumsum(here) - here), 0))
+        for row, amount in rows:
+            left[row] -= taken * amount
+        total += int(taken.sum())
+    return total
 
 
 @dataclass(frozen=True, slots=True)

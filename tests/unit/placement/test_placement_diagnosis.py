@@ -10,6 +10,7 @@ from phalanx.placement import (
     PodRequirements,
     Snapshot,
     Taint,
+    Toleration,
     diagnose,
 )
 
@@ -54,3 +55,22 @@ def test_room_that_only_rules_between_pods_refuse_is_not_reported_as_fitting() -
     diagnosis = Diagnosis(need=3, domains=(DomainReport("nb-b", 3, ()),), never_fits=False, best_when_empty=4)
     assert "3 of 3 pods fit" not in diagnosis.summary()
     assert "room for 3 pods, but their pod (anti-)affinity" in diagnosis.summary()
+
+
+def test_pods_of_two_kinds_are_not_counted_twice_on_the_same_free_nodes() -> None:
+    """A leader and the slots of its workers to come (a LeaderReady group): the same 8 GPUs, but not alike
+    (the leader pod tolerates what its template does not say). b has 2 free nodes: 2 of the 4 fit, not
+    room for 4 refused by rules between pods."""
+    nodes = [node("a1", "a"), node("a2", "a"), node("b1", "b"), node("b2", "b")]
+    nodes += [node("b3", "b"), node("b4", "b")]
+    busy = [BoundPod(f"x{n}", n, {GPU: 8}) for n in ("a1", "a2", "b3", "b4")]
+    leader = PodRequirements(
+        requests=((GPU, 8),), tolerations=(Toleration("node.kubernetes.io/not-ready", "Exists"),)
+    )
+    slot = PodRequirements(requests=((GPU, 8),))
+    pods = (PodRequest("leader", leader), *(PodRequest(f"slot-{i}", slot) for i in (1, 2, 3)))
+    diagnosis = diagnose(Snapshot.build(nodes, busy), GroupRequest("g", pods, 4, KEY))
+    assert diagnosis.summary() == (
+        "b: 2 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu); "
+        "a: 0 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu)"
+    )

@@ -1,0 +1,568 @@
+"""Rolling updates of a LeaderWorkerSet in the harder cases, against the real LWS v0.8.0 controller: a
+higher-priority gang preempting a group in the middle of a rollout (a rollout held at a partition, and a
+rollout that reaches a preempted group while it waits), a rollout of an LWS with startupPolicy LeaderReady,
+and a rollout of an LWS with subgroups (slices). Every group of every revision is bound whole or not at all
+(`whole_lws_groups`: a pod watch, one gang per group index and revision), in one network block; the rollout
+completes once there is room; Phalanx's groups follow the groups LWS has (none of an old revision is left,
+also of a group that never ran again). The helpers of the plainer rollouts are test_kind_lws_lifecycle.py's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .kinds import (
+    LWS_WORKER,
+    MANAGED,
+    condition,
+    gated,
+    label_of,
+    lws,
+    lws_pods,
+    owned,
+    priority_classes,
+    reasons_of,
+    whole_lws_groups,
+)
+from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
+from .test_kind_lws_lifecycle import (
+    KEY,
+    admitted_groups,
+    by_group,
+    diagnose,
+    group_names,
+    one_block_each,
+    patch_lws,
+    revisions,
+    settled,
+    with_env,
+)
+
+pytestmark = pytest.mark.integration
+
+BOUND, GATED = "bound", "gated"
+LEADER_ALONE = 30.0
+"""Seconds a LeaderReady group may run its leader alone: LWS makes the workers once the leader is Ready, and
+Phalanx releases them into the room held for them; a leader alone for longer is a deadlock."""
+
+
+def rolling(manifest: dict[str, Any], **configuration: int) -> dict[str, Any]:
+    """The manifest with a `rolloutStrategy.rollingUpdateConfiguration` (maxUnavailable, partition...)."""
+    out = copy.deepcopy(manifest)
+    out["spec"]["rolloutStrategy"] = {"type": "RollingUpdate", "rollingUpdateConfiguration": configuration}
+    return out
+
+
+def new_template(ns: Namespace, name: str, manifest: dict[str, Any], value: str) -> None:
+    """A merge patch of the worker template's containers, an env var added: a new template revision."""
+    spec = with_env(manifest, value)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    template = {"workerTemplate": {"spec": {"containers": spec["containers"]}}}
+    patch_lws(ns, name, {"spec": {"leaderWorkerTemplate": template}})
+
+
+@dataclass(frozen=True)
+class Group:
+    """One LWS group as the API shows it now: its revision, whether all its pods are bound or all gated,
+    their uids (a group made again has new ones) and the pods."""
+
+    revision: str
+    state: str
+    uids: frozenset[str]
+    pods: list[dict[str, Any]]
+
+
+def groups_now(ns: Namespace, name: str, size: int) -> dict[int, Group] | None:
+    """The LWS's groups by index, each `size` live pods of one revision, all bound or all gated; None while
+    any group is in between (being made, torn down, released)."""
+    out: dict[int, Group] = {}
+    for index, pods in by_group(lws_pods(ns, name)).items():
+        revs = revisions(pods)
+        if len(pods) != size or len(revs) != 1:
+            return None
+        if len(bound(pods)) == size:
+            state = BOUND
+        elif len(gated(pods)) == size and not bound(pods):
+            state = GATED
+        else:
+            return None
+        out[index] = Group(next(iter(revs)), state, frozenset(p["metadata"]["uid"] for p in pods), pods)
+    return out
+
+
+def roots_of(ns: Namespace, name: str, plural: str = "podgroups") -> set[str]:
+    """`<group index>-<revision>` of each root group Phalanx has for the LWS (its PodGroups; with subgroups,
+    its CompositePodGroups): the name is `<lws>-<hash of its uid>-<index>-<revision>`."""
+    return {"-".join(n.rsplit("-", 2)[1:]) for n in group_names(ns, name, plural)}
+
+
+def shaped(ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]]) -> dict[int, Group] | None:
+    """The groups (of 4 pods) once each index of `want` is (at a revision other than `old`?, BOUND or GATED),
+    those of another revision than `old` all of one, and the LWS's PodGroups exactly one per group, of its
+    revision (none left of a revision the group no longer has)."""
+    found = groups_now(ns, name, 4)
+    if found is None or sorted(found) != sorted(want):
+        return None
+    if any((g.revision != old, g.state) != want[i] for i, g in found.items()):
+        return None
+    if len({g.revision for g in found.values() if g.revision != old}) > 1:
+        return None
+    if roots_of(ns, name) != {f"{i}-{g.revision}" for i, g in found.items()}:
+        return None
+    return found
+
+
+def high_job(ns: Namespace, victim: Group) -> dict[str, Any]:
+    """A high-priority gang Job of 2 (PriorityClass high) that must run in `victim`'s network block (a
+    nodeSelector): that group is the one victim that makes room for it. (Left to choose, Phalanx prices the
+    pods that started last the cheapest, but creation times have whole seconds, and a group remade within
+    the second of the other group's creation ties with it.)"""
+    labels = node_labels(ns.api)
+    (block,) = {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in victim.pods}
+    job = gpu_job("high-2", 2, labels=MANAGED, priority_class="high")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {NB_KEY: block}
+    return job
+
+
+def job_bound(ns: Namespace, job: str, count: int) -> list[dict[str, Any]] | None:
+    pods = ns.job_pods(job)
+    return pods if len(pods) == count and len(bound(pods)) == count else None
+
+
+def delete_job(ns: Namespace, job: str) -> None:
+    ns.api.request(
+        "DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/{job}", {"propagationPolicy": "Background"}
+    )
+
+
+def waits_for_room(ns: Namespace, name: str, suffix: str, high: list[dict[str, Any]]) -> str:
+    """The Admitted=False Unschedulable message of the LWS's PodGroup ending in `suffix` (a group of 4
+    preempted by the Job of 2 pods `high`) once it says that 2 of its 4 pods fit in the Job's block."""
+    labels = node_labels(ns.api)
+    (block,) = {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in high}
+    wanted = f"{block}: 2 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu)"
+
+    def said() -> str | None:
+        found = [g for n, g in group_names(ns, name).items() if n.endswith(suffix)]
+        cond = condition(found[0] if found else None)
+        message = str(cond.get("message", ""))
+        return message if cond.get("reason") == "Unschedulable" and wanted in message else None
+
+    try:
+        return wait_for(f"the PodGroup *{suffix} Unschedulable, saying {wanted!r}", said, timeout=60)
+    except AssertionError:
+        print([condition(g) for n, g in group_names(ns, name).items() if n.endswith(suffix)])
+        raise
+
+
+def ran(watch: Any, gang: str) -> bool:
+    with watch.lock:
+        found = watch.gangs.get(gang)
+        return found is not None and found.ran is not None
+
+
+def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and_the_rollout_completes_after(
+    kinds_ns: Namespace,
+) -> None:
+    """replicas 2, size 4, topology-key, PriorityClass low: the two groups fill the 8 nodes, a network block
+    each. A rolling update held at partition 1 (LWS v0.8.0's rollingUpdateConfiguration.partition): LWS
+    remakes group 1 at the new revision, placed whole in the block it left, and keeps group 0 at the old one,
+    a rollout half done. A high-priority gang Job of 2 comes, for group 1's block (high_job): one victim,
+    taken whole, the updated group 1; LWS makes it again at the new revision, and its 4 pods wait gated
+    while the Job runs, group 0 untouched; the PodGroups are group 0's of the old revision
+    and group 1's of the new, no other. The partition is lifted while the Job still holds the room: LWS does
+    not take group 0 down (maxUnavailable 1, group 1 is down), nothing is bound in part. Once the Job is
+    gone, group 1 is placed whole, LWS remakes group 0, placed whole: the rollout completes, one PodGroup per
+    group of the new revision and none of the old."""
+    ns, name = kinds_ns, "canary"
+    priority_classes(ns)
+    manifest = rolling(
+        lws(name, 4, replicas=2, annotations=KEY, priority_class="low"), maxUnavailable=1, partition=1
+    )
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY) as watch:
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+            new_template(ns, name, manifest, "v2")
+            half = wait_for(
+                "group 1 remade at the new revision and bound, group 0 bound at the old",
+                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
+                timeout=150,
+            )
+            new = half[1].revision
+            print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+            ns.create(high_job(ns, half[1]))
+            high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+            waiting = wait_for(
+                "group 1 made again at the new revision, gated whole; group 0 running, untouched",
+                lambda: (
+                    gs
+                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
+                    and gs[0].uids == half[0].uids
+                    and not gs[1].uids & half[1].uids
+                    else None
+                ),
+                timeout=120,
+            )
+            print(ns.where())
+            assert waiting[1].revision == new
+            assert not {p["spec"]["nodeName"] for p in high} & {
+                p["spec"]["nodeName"] for p in waiting[0].pods
+            }
+            wait_for(
+                "events Preempted and Requeued on the LWS",
+                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
+            )
+            print(waits_for_room(ns, name, f"-1-{new}", high))
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            hold(
+                "group 1 gated whole, group 0 running at the old revision, while the Job runs",
+                lambda: (
+                    (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)})) is not None
+                    and gs[0].uids == half[0].uids
+                    and job_bound(ns, "high-2", 2) is not None
+                ),
+                seconds=3,
+            )
+            delete_job(ns, "high-2")
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+                lambda: settled(ns, name, 2, 4, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}, names
+        assert not owned(ns, f"LeaderWorkerSet/{name}", "compositepodgroups")
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_the_job_is_gone(
+    kinds_ns: Namespace,
+) -> None:
+    """replicas 2, size 4, topology-key, PriorityClass low: the two groups fill the 8 nodes. A high-priority
+    gang Job of 2 for group 1's block (high_job) takes group 1 whole; LWS makes it again at the old revision,
+    gated. The template is edited while it waits: LWS (maxUnavailable 1, group 1 is
+    already down) remakes group 1 at the new revision, its 4 new pods gated, and keeps group 0 running;
+    Phalanx deletes group 1's PodGroup of the old revision though that group never ran again, and makes the
+    new revision's, which waits whole while the Job runs. Once the Job is gone, group 1 is placed whole,
+    then LWS remakes group 0, placed whole: the rollout completes, one PodGroup per group of the new revision
+    and none of the old."""
+    ns, name = kinds_ns, "waits"
+    priority_classes(ns)
+    manifest = lws(name, 4, replicas=2, annotations=KEY, priority_class="low")
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY) as watch:
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+            first = wait_for(
+                "2 groups running",
+                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (False, BOUND)}),
+                timeout=120,
+            )
+            ns.create(high_job(ns, first[1]))
+            wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+            preempted = wait_for(
+                "group 1 made again at the old revision, gated whole; group 0 running, untouched",
+                lambda: (
+                    gs
+                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (False, GATED)}))
+                    and gs[0].uids == first[0].uids
+                    and not gs[1].uids & first[1].uids
+                    else None
+                ),
+                timeout=120,
+            )
+            wait_for(
+                "events Preempted and Requeued on the LWS",
+                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
+            )
+            print(ns.where())
+            new_template(ns, name, manifest, "v2")
+            remade = wait_for(
+                "group 1 remade at the new revision, gated whole, only its new PodGroup; group 0 running",
+                lambda: (
+                    gs
+                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
+                    and gs[0].uids == first[0].uids
+                    and not gs[1].uids & preempted[1].uids
+                    else None
+                ),
+                timeout=120,
+            )
+            new = remade[1].revision
+            print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+            hold(
+                "group 1 waits gated whole at the new revision while the Job runs, group 0 untouched",
+                lambda: (
+                    (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)})) is not None
+                    and gs[0].uids == first[0].uids
+                    and gs[1].uids == remade[1].uids
+                    and job_bound(ns, "high-2", 2) is not None
+                ),
+                seconds=3,
+            )
+            (group,) = [g for n, g in group_names(ns, name).items() if n.endswith(f"-1-{new}")]
+            wait_for(
+                f"{group['metadata']['name']} Admitted=False Unschedulable",
+                lambda: (
+                    condition(group_names(ns, name).get(group["metadata"]["name"])).get("reason")
+                    == "Unschedulable"
+                ),
+            )
+            delete_job(ns, "high-2")
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+                lambda: settled(ns, name, 2, 4, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}, names
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_rolling_update_of_a_leader_ready_lws_decides_each_new_group_whole_with_its_leader(
+    kinds_ns: Namespace,
+) -> None:
+    """startupPolicy LeaderReady, replicas 2, size 4, topology-key: the two groups fill the 8 nodes. The
+    template is edited: LWS remakes group 1, then group 0, each new leader alone at first (LWS makes its
+    workers once it is Ready). Each new group is decided whole when its leader arrives, in the block its
+    predecessor left, the workers' room held and the workers released into it: each new group's PodGroup
+    records one decision (attempt 0) whose slots are the nodes its workers run on. No deadlock: the rollout
+    completes; no group runs its leader alone longer than LEADER_ALONE, none is in two blocks."""
+    ns, name = kinds_ns, "ready"
+    manifest = lws(name, 4, replicas=2, leader_ready=True, annotations=KEY)
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY, settle=LEADER_ALONE) as watch:
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+            new_template(ns, name, manifest, "v2")
+            groups, new = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+                lambda: settled(ns, name, 2, 4, after=old),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        for index, pods in groups.items():
+            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
+            admission = group["status"]["admission"]
+            print(group["metadata"]["name"], json.dumps(admission)[:1500])
+            assert admission.get("attempt", 0) == 0, admission
+            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+            workers = sorted(
+                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
+            )
+            assert len(workers) == 3 and slots == workers, (index, slots, workers)
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def slices_each(ns: Namespace, groups: dict[int, list[dict[str, Any]]]) -> dict[int, list[str]]:
+    """Each group's subgroups (workers 0-1 and 2-3) each in one local block, the two in two: the local
+    blocks of each group, by subgroup."""
+    labels = node_labels(ns.api)
+    out: dict[int, list[str]] = {}
+    for index, pods in groups.items():
+        by_sub: dict[int, set[str]] = {}
+        for pod in pods:
+            sub = int(pod["metadata"]["labels"][LWS_WORKER]) // 2
+            by_sub.setdefault(sub, set()).add(label_of(pod["spec"]["nodeName"], LB_KEY, labels))
+        assert sorted(by_sub) == [0, 1] and all(len(b) == 1 for b in by_sub.values()), (index, by_sub)
+        out[index] = [next(iter(by_sub[s])) for s in (0, 1)]
+        assert out[index][0] != out[index][1], (index, out[index])
+    return out
+
+
+def test_a_rolling_update_of_an_lws_with_subgroups_keeps_each_remade_groups_slices(
+    kinds_ns: Namespace,
+) -> None:
+    """subGroupSize 2 with topology-key (network block) and slice-topology-key (local block), replicas 2,
+    size 4: each group takes a network block, each subgroup (workers 0-1, 2-3) a local block of it. The
+    template is edited: LWS remakes group 1, then group 0. Each new group is a new tree of the new revision
+    (a CompositePodGroup over one PodGroup per subgroup, the slice key on each), placed whole in one
+    network block with each subgroup in one local block; the old revision's trees go, CompositePodGroups and
+    PodGroups alike, and the new roots record their block."""
+    ns, name = kinds_ns, "sub"
+    keys = {"phalanx.dev/topology-key": NB_KEY, "phalanx.dev/slice-topology-key": LB_KEY}
+    manifest = lws(name, 4, replicas=2, subgroup_size=2, annotations=keys)
+    tree = "compositepodgroups"
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY):
+            ns.create(manifest)
+            first, old = wait_for(
+                "2 groups running", lambda: settled(ns, name, 2, 4, plural=tree), timeout=120
+            )
+            print(slices_each(ns, first))
+            new_template(ns, name, manifest, "v2")
+            groups, new = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one CompositePodGroup each",
+                lambda: settled(ns, name, 2, 4, after=old, plural=tree),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        blocks = one_block_each(ns, groups)
+        print(slices_each(ns, groups))
+        roots = wait_for(
+            "each new CompositePodGroup's status.domain, the block of its group",
+            lambda: (
+                rs
+                if len(rs := group_names(ns, name, tree)) == 2
+                and all((r.get("status") or {}).get("domain") for r in rs.values())
+                else None
+            ),
+            timeout=120,
+        )
+        for index, block in blocks.items():
+            (root,) = [r for n, r in roots.items() if n.endswith(f"-{index}-{new}")]
+            assert root["status"]["domain"] == block, (index, root["status"], block)
+        leaves = group_names(ns, name)
+        print(sorted(leaves))
+        assert len(leaves) == 4 and all(f"-{new}-" in n for n in leaves), sorted(leaves)
+        assert all(LB_KEY in json.dumps(g["spec"]) for g in leaves.values()), [
+            g["spec"] for g in leaves.values()
+        ]
+        assert roots_of(ns, name, tree) == {f"0-{new}", f"1-{new}"}
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_rolling_update_of_an_lws_with_subgroups_on_fragmented_nodes_places_each_slice_in_one_local_block(
+    kinds_ns: Namespace,
+) -> None:
+    """subGroupSize 2 and slice-topology-key (local block) only, replicas 1, size 4. was-worker2 and
+    was-worker4 are busy: nb-a's two local blocks have a free node each, room for a pod of a subgroup but
+    not for a whole one, so the group goes to lb-b1 and lb-b2. The template is edited: LWS remakes the
+    group; its new tree (of the new revision) is placed whole with each subgroup in one local block, lb-b1
+    and lb-b2 again, never on the two lone free nodes of nb-a (which a placement without the slice key may
+    take); the old tree goes."""
+    ns, name = kinds_ns, "frag"
+    ns.fill("was-worker2", "was-worker4")
+    manifest = lws(name, 4, subgroup_size=2, annotations={"phalanx.dev/slice-topology-key": LB_KEY})
+    tree = "compositepodgroups"
+    try:
+        with whole_lws_groups(ns, name, 4):
+            ns.create(manifest)
+            first, old = wait_for(
+                "the group running", lambda: settled(ns, name, 1, 4, plural=tree), timeout=120
+            )
+            assert sorted(slices_each(ns, first)[0]) == ["lb-b1", "lb-b2"]
+            new_template(ns, name, manifest, "v2")
+            groups, new = wait_for(
+                "the rollout done: the group of the new revision bound, one CompositePodGroup",
+                lambda: settled(ns, name, 1, 4, after=old, plural=tree),
+                timeout=180,
+            )
+        print(ns.where())
+        assert sorted(slices_each(ns, groups)[0]) == ["lb-b1", "lb-b2"]
+        leaves = group_names(ns, name)
+        assert sorted(leaves) == sorted(f"{n}-s{i}" for n in group_names(ns, name, tree) for i in (0, 1))
+        assert all(f"-0-{new}-" in n for n in leaves), sorted(leaves)
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_with_its_leader_and_whole(
+    kinds_ns: Namespace,
+) -> None:
+    """startupPolicy LeaderReady, replicas 2, size 4, topology-key, PriorityClass low, a rollout held at
+    partition 1: group 1 remade at the new revision (its leader first, its workers into the room held for
+    them), group 0 at the old. A high-priority gang Job of 2 for group 1's block (high_job) takes group 1
+    whole; LWS makes its leader again, alone (no worker before it is Ready), and the leader waits gated: its
+    whole group is decided with it, and the block has room for 2 of its 4 pods, which its Unschedulable
+    message says. Group 0 is untouched. The partition is lifted and the Job deleted: the
+    group is decided whole with its leader, its workers go into their slots, then group 0 is remade the same
+    way; the rollout completes, one PodGroup per group of the new revision, none of the old."""
+    ns, name = kinds_ns, "ready-low"
+    priority_classes(ns)
+    manifest = rolling(
+        lws(name, 4, replicas=2, leader_ready=True, annotations=KEY, priority_class="low"),
+        maxUnavailable=1,
+        partition=1,
+    )
+
+    def leader_waits(old: str, half: dict[int, Group]) -> Any:
+        """Group 0 running untouched, group 1 only its new leader, gated, of the other revision; the
+        PodGroups those of group 0's old revision and group 1's new one."""
+        pods = by_group(lws_pods(ns, name))
+        leader = pods.get(1, [])
+        if sorted(pods) != [0, 1] or len(leader) != 1 or len(gated(leader)) != 1:
+            return None
+        if {p["metadata"]["uid"] for p in pods[0]} != half[0].uids or len(bound(pods[0])) != 4:
+            return None
+        if leader[0]["metadata"]["uid"] in half[1].uids or revisions(leader) != {half[1].revision}:
+            return None
+        return leader[0] if roots_of(ns, name) == {f"0-{old}", f"1-{half[1].revision}"} else None
+
+    try:
+        with whole_lws_groups(ns, name, 4, NB_KEY, settle=LEADER_ALONE) as watch:
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+            new_template(ns, name, manifest, "v2")
+            half = wait_for(
+                "group 1 remade at the new revision and bound, group 0 bound at the old",
+                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
+                timeout=150,
+            )
+            new = half[1].revision
+            ns.create(high_job(ns, half[1]))
+            high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+            wait_for(
+                "group 1's new leader alone, gated; group 0 untouched", lambda: leader_waits(old, half), 120
+            )
+            print(ns.where())
+            hold(
+                "the leader waits gated and alone while the Job runs",
+                lambda: leader_waits(old, half) is not None and job_bound(ns, "high-2", 2) is not None,
+                seconds=3,
+            )
+            # Why it waits, counted for the whole group (the leader and the slots of its 3 workers) on the
+            # free nodes: in the Job's block 2 of its 4 pods fit (not room for 4 refused by pod rules).
+            print(waits_for_room(ns, name, f"-1-{new}", high))
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            delete_job(ns, "high-2")
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+                lambda: settled(ns, name, 2, 4, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        for index, pods in groups.items():
+            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
+            admission = group["status"]["admission"]
+            print(group["metadata"]["name"], json.dumps(admission)[:1500])
+            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+            workers = sorted(
+                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
+            )
+            assert len(workers) == 3 and slots == workers, (index, slots, workers)
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
+    except AssertionError:
+        diagnose(ns, name)
+        raise
