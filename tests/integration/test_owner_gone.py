@@ -6,6 +6,7 @@ it went). The real apiserver answers; the cache is Phalanx's own, fed the events
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,7 +16,9 @@ from phalanx.api.builders import build_workload
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.job_policy import parse_job_policy
 from phalanx.api.workload import Workload
+from phalanx.controller import metrics
 from phalanx.controller.apply.applier import Applier
+from phalanx.controller.apply.events import EventRecorder
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.model.actions import CreateWorkload, UnitPlan
@@ -26,7 +29,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.kubeclient import ApiClient, load
 
-from .kube import Namespace, delete_namespace, new_namespace
+from .kube import Namespace, delete_namespace, new_namespace, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +158,50 @@ async def test_a_workload_deleted_by_hand_is_made_again_for_an_owner_that_still_
     assert uid not in cache.bereft  # asked once: the next ones are made without asking
     # (Not read back from the API: the operator running on this cluster lets go of a Workload of a Job
     # without its label, and may have deleted it already. The answer above is the API's.)
+
+
+async def test_nothing_is_made_or_warned_of_in_a_namespace_being_deleted(
+    owner_ns: Namespace, api: ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A namespace being deleted (held in Terminating by a finalizer) still shows its Job to the cache:
+    the apiserver refuses every create there (403, cause NamespaceTerminating), the Workload's and the
+    events' alike, and all in it goes. Not a failure: no warning, no event, no failure counted; the unit
+    backs off until the Job's deletion reaches the cache."""
+    ns = owner_ns
+    job = unmanaged_job(ns)
+    cache = ClusterCache()
+    cache.upsert("Job", job)
+    workload = Workload.model_validate(build_workload(job, parse_job_policy(job, running=True), None))
+    hold = {"name": "held", "finalizers": ["phalanx.dev/test-hold"]}  # keeps the namespace Terminating
+    ns.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": hold})
+    held = f"/api/v1/namespaces/{ns.name}/configmaps/held"
+    try:
+        ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}")
+        wait_for(
+            "the namespace to be terminating",
+            lambda: ns.get(f"/api/v1/namespaces/{ns.name}")["status"].get("phase") == "Terminating",
+            timeout=30,
+        )
+        failures = metrics.APPLY_FAILURES.labels("CreateWorkload")._value.get()
+        api_errors = metrics.API_ERRORS.labels("create", "403")._value.get()
+        recorder = EventRecorder(api)
+        applier = Applier(cache, Kube(api), recorder)
+        key = "Job/owner-gone/owner"
+        with caplog.at_level(logging.DEBUG, logger="phalanx"):
+            (result,) = await applier.apply([UnitPlan(key, (CreateWorkload(workload),))])
+            ref = ObjectRef("batch/v1", "Job", ns.name, "owner", job["metadata"]["uid"])
+            await recorder.post(ref, "Warning", "FailedCreate", "anything")
+        assert result.ok and result.retry_in > 0
+        assert key in applier.backoff.waiting()
+        assert metrics.APPLY_FAILURES.labels("CreateWorkload")._value.get() == failures
+        assert metrics.API_ERRORS.labels("create", "403")._value.get() == api_errors
+        assert workloads_in_api(ns) == []
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert warned == []
+        said = [r.getMessage() for r in caplog.records]
+        assert any("its namespace is being deleted" in m and "creating Workload" in m for m in said), said
+        assert any("FailedCreate" in m and "not posted: its namespace is being deleted" in m for m in said), (
+            said
+        )
+    finally:
+        ns.api.request("PATCH", held, {"metadata": {"finalizers": None}}, "application/merge-patch+json")

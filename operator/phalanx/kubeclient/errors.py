@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+NAMESPACE_TERMINATING = "NamespaceTerminating"  # corev1.NamespaceTerminatingCause
+
 
 class ApiException(Exception):  # noqa: N818  # the name every Kubernetes client gives it
     """An error status from the apiserver: its code, reason, headers (a 429's Retry-After) and body (the
@@ -46,6 +48,20 @@ class ApiException(Exception):  # noqa: N818  # the name every Kubernetes client
         not served (a CRD not synced yet) names nothing."""
         details = self._status().get("details")
         return str(details.get("name") or "") if isinstance(details, dict) else ""
+
+    def causes(self) -> tuple[str, ...]:
+        """The reasons of the Status's details.causes: a create in a namespace being deleted is refused
+        (403) with the cause NamespaceTerminating."""
+        details = self._status().get("details")
+        found = details.get("causes") if isinstance(details, dict) else None
+        if not isinstance(found, list):
+            return ()
+        return tuple(str(c.get("reason") or "") for c in found if isinstance(c, dict))
+
+    def namespace_terminating(self) -> bool:
+        """Refused because its namespace is being deleted: nothing new can be made there (the apiserver's
+        NamespaceLifecycle admission), and all that is in it goes."""
+        return self.status == 403 and NAMESPACE_TERMINATING in self.causes()
 
     def __str__(self) -> str:
         where = f"{self.method} {self.path}: " if self.method else ""

@@ -468,7 +468,9 @@ def test_an_owner_whose_object_goes_while_it_seems_alive_is_asked_about_before_o
     assert not cache.bereft
 
 
-def test_the_answer_to_our_write_of_an_owner_replaced_under_its_name_does_not_bring_the_old_one_back() -> None:
+def test_the_answer_to_our_write_of_an_owner_replaced_under_its_name_does_not_bring_the_old_one_back() -> (
+    None
+):
     """A Job deleted and made again under its name while Phalanx's write of the old one is in flight; the
     watch shows the new Job before the old one's DELETED event: the old one's answer must not come back
     beside it (two Jobs of one name, the old one's units made again)."""

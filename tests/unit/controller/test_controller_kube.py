@@ -268,3 +268,33 @@ async def test_an_owner_of_a_kind_phalanx_does_not_admit_has_no_path() -> None:
     async with ApiClient(Credentials(server="https://127.0.0.1:9", source="test"), timeout=1.0) as api:
         with pytest.raises(ValueError, match="apps/v1 Deployment is not a kind Phalanx admits"):
             await Kube(api).get_owner(ObjectRef("apps/v1", "Deployment", "ns", "o"))
+
+
+# What kube-apiserver v1.37.2 answered to a create in a namespace being deleted (read from the dev cluster).
+TERMINATING = (
+    '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \\"x\\" is '
+    'forbidden: unable to create new content in namespace t1 because it is being terminated","reason":'
+    '"Forbidden","details":{"name":"x","kind":"configmaps","causes":[{"reason":"NamespaceTerminating",'
+    '"message":"namespace t1 is being terminated","field":"metadata.namespace"}]},"code":403}'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "terminating"),
+    [
+        (403, TERMINATING, True),
+        # Another 403 (RBAC, a quota): a failure to report.
+        (
+            403,
+            '{"kind":"Status","reason":"Forbidden","details":{"name":"x","kind":"configmaps"},"code":403}',
+            False,
+        ),
+        (403, "forbidden", False),
+        # The cause alone, on another code, is not the apiserver's refusal of new content.
+        (422, TERMINATING.replace('"code":403', '"code":422'), False),
+    ],
+)
+def test_only_a_403_whose_cause_is_namespace_terminating_says_the_namespace_goes(
+    status: int, body: str, terminating: bool
+) -> None:
+    assert ApiException(status, "Forbidden", body=body).namespace_terminating() is terminating

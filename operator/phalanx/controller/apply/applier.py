@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -210,19 +209,8 @@ def written_for(action: Action) -> tuple[str, str] | None:
 
 def error_text(error: BaseException) -> str:
     if isinstance(error, ApiException):
-        reason = error.reason or ""
-        detail = error.body if isinstance(error.body, str) else ""
-        message = _api_message(detail) or reason
-        return f"{error.status} {message}".strip()
+        return f"{error.status} {error.status_message()}"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def _api_message(body: str) -> str:
-    try:
-        data = json.loads(body)
-    except (ValueError, TypeError):
-        return ""
-    return str(data.get("message") or "") if isinstance(data, dict) else ""
 
 
 def _gone(error: BaseException) -> bool:
@@ -319,6 +307,8 @@ class Applier:
                             events = []
                             if _gone(outcome):
                                 return self._gone(group, action)
+                            if isinstance(outcome, ApiException) and outcome.namespace_terminating():
+                                return self._namespace_going(group, action)
                             if let_through:  # released all the same: a later write (its status) failed
                                 self._released(group)
                             return await self._failed(group, action, outcome)
@@ -391,6 +381,17 @@ class Applier:
         log.debug("%s: %s: gone meanwhile (404); nothing left to do", group.key, describe(action))
         self.backoff.succeeded(group.key)
         return GroupResult(group.key, True)
+
+    def _namespace_going(self, group: UnitPlan, action: Action) -> GroupResult:
+        """Nothing new can be made in a namespace being deleted (a 403 whose cause is NamespaceTerminating),
+        and all that is in it goes, the owner too; no event could be posted there either. Not a failure (no
+        warning, event or failure metric), but the unit backs off all the same: the passes until the
+        owner's deletion reaches the cache do not ask again and again."""
+        delay = self.backoff.failed(group.key)
+        log.debug(
+            "%s: %s: its namespace is being deleted; next try in %.1f s", group.key, describe(action), delay
+        )
+        return GroupResult(group.key, True, retry_in=delay)
 
     async def _failed(self, group: UnitPlan, action: Action, error: BaseException) -> GroupResult:
         name = type(action).__name__

@@ -192,6 +192,9 @@ class EventRecorder:
             raise
         except Exception as e:
             self.seen.forget(key)  # the next post re-reads what the server has
+            if isinstance(e, ApiException) and e.namespace_terminating():  # all in it goes: nothing lost
+                log.debug("event %s on %s not posted: its namespace is being deleted", reason, involved)
+                return
             log.warning("could not post event %s on %s: %s", reason, involved, _brief(e))
 
     async def _post(self, key: EventKey, involved: ObjectRef, message: str) -> None:

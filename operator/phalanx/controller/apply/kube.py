@@ -119,7 +119,8 @@ async def retrying(
             try:
                 return await call()
             except Exception as e:
-                if _code(e) != "404":
+                # Not the API failing: an object gone (404), its namespace being deleted (403).
+                if _code(e) != "404" and not (isinstance(e, ApiException) and e.namespace_terminating()):
                     metrics.API_ERRORS.labels(verb, _code(e)).inc()
                 raise
     raise AssertionError("unreachable")
