@@ -165,6 +165,30 @@ def ran(watch: Any, gang: str) -> bool:
         return found is not None and found.ran is not None
 
 
+def rollout_done_once_the_job_is_gone(ns: Namespace, name: str, new: str) -> dict[int, list[dict[str, Any]]]:
+    """The high-priority Job deleted: the rollout completes, both groups of the new revision bound."""
+    delete_job(ns, "high-2")
+    groups, _ = wait_for(
+        "the rollout done: 2 groups of the new revision bound, one PodGroup each",
+        lambda: settled(ns, name, 2, 4, new),
+        timeout=180,
+    )
+    return groups
+
+
+def new_groups_whole(
+    ns: Namespace, name: str, new: str, watch: Any, groups: dict[int, list[dict[str, Any]]]
+) -> dict[str, dict[str, Any]]:
+    """Each new group ran whole in one block; their PodGroups say Admitted and Running (returned by name)."""
+    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+    one_block_each(ns, groups)
+    assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
+    names: dict[str, dict[str, Any]] = wait_for(
+        "the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2)
+    )
+    return names
+
+
 def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and_the_rollout_completes_after(
     kinds_ns: Namespace,
 ) -> None:
@@ -230,16 +254,8 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
                 ),
                 seconds=3,
             )
-            delete_job(ns, "high-2")
-            groups, _ = wait_for(
-                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
-                lambda: settled(ns, name, 2, 4, new),
-                timeout=180,
-            )
-        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-        one_block_each(ns, groups)
-        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
-        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+            groups = rollout_done_once_the_job_is_gone(ns, name, new)
+        names = new_groups_whole(ns, name, new, watch, groups)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}, names
         assert not owned(ns, f"LeaderWorkerSet/{name}", "compositepodgroups")
     except AssertionError:
@@ -320,16 +336,8 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
                     == "Unschedulable"
                 ),
             )
-            delete_job(ns, "high-2")
-            groups, _ = wait_for(
-                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
-                lambda: settled(ns, name, 2, 4, new),
-                timeout=180,
-            )
-        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-        one_block_each(ns, groups)
-        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
-        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+            groups = rollout_done_once_the_job_is_gone(ns, name, new)
+        names = new_groups_whole(ns, name, new, watch, groups)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}, names
     except AssertionError:
         diagnose(ns, name)
@@ -543,16 +551,8 @@ def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_wi
             patch_lws(
                 ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
             )
-            delete_job(ns, "high-2")
-            groups, _ = wait_for(
-                "the rollout done: 2 groups of the new revision bound, one PodGroup each",
-                lambda: settled(ns, name, 2, 4, new),
-                timeout=180,
-            )
-        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-        one_block_each(ns, groups)
-        assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
-        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+            groups = rollout_done_once_the_job_is_gone(ns, name, new)
+        names = new_groups_whole(ns, name, new, watch, groups)
         for index, pods in groups.items():
             (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
             admission = group["status"]["admission"]
