@@ -179,8 +179,17 @@ def diagnose(snapshot: Snapshot, group: GroupRequest, *, within: BoolArray | Non
     def fits(per_node: Sequence[IntArray], nodes: IndexArray) -> int:
         return min(pending, sum(int(counts[nodes].sum()) for counts in per_node))
 
-    kinds = [(req, statics.masks[k], count) for (req, k), count in signatures.items()]
-    together = {name: _together(snapshot, free, kinds, nodes) for name, nodes in domains}
+    # Pods of one kind: the sum of what each node takes is exact. Several kinds: one packing of them
+    # (`_together`), which that sum bounds: a domain where it is 0 (most, when the cluster is full) is not
+    # packed at all. Computed for every waiting gang in every pass the nodes change in.
+    upper = {name: fits(now, nodes) for name, nodes in domains}
+    if len(signatures) == 1:
+        together = upper
+    else:
+        kinds = [(req, statics.masks[k], count) for (req, k), count in signatures.items()]
+        together = {
+            name: _together(snapshot, free, kinds, nodes) if upper[name] else 0 for name, nodes in domains
+        }
     ranked = sorted(domains, key=lambda d: (-together[d[0]], d[0] or ""))
     reports = []
     for name, nodes in ranked[:SHOWN_DOMAINS]:

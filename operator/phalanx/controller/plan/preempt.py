@@ -155,6 +155,9 @@ def _search(
     choose: Callable[..., _Found | None], request: GroupRequest | CompositeRequest, work: UnitWork, ctx: Pass
 ) -> _Found | None:
     """The engine's victim search for the unit at its priority, timed for the metrics."""
+    lowest = ctx.victims.lowest_priority
+    if lowest is None or lowest >= work.unit.priority:
+        return None  # no pod of a lower priority runs: the engine would find no victim
     started = time.perf_counter()
     found = choose(
         ctx.snapshot,

@@ -126,6 +126,14 @@ class Victims:
         return tuple(out)
 
     @cached_property
+    def lowest_priority(self) -> int | None:
+        """The lowest priority of any candidate (None: none runs). A unit at or below it has nothing to
+        take: the engine takes only pods of a lower priority than the preemptor's (a group only if all its
+        pods are), so its search is not made (gangs of one priority waiting under contention: each of them
+        built the victim pool of every running pod, in every pass)."""
+        return min((c.priority for c in self.candidates), default=None)
+
+    @cached_property
     def groups(self) -> tuple[VictimGroup, ...]:
         for unit in self.units_by_pod.values():
             self._by_group[unit.group.key] = unit
