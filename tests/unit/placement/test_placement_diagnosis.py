@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from phalanx.placement import (
     BoundPod,
     GroupRequest,
@@ -74,3 +77,53 @@ def test_pods_of_two_kinds_are_not_counted_twice_on_the_same_free_nodes() -> Non
         "b: 2 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu); "
         "a: 0 of 4 pods fit (2 nodes: Insufficient nvidia.com/gpu)"
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 8)), min_size=1, max_size=14),
+    st.integers(1, 6),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([None, 2, 3]),
+)
+def test_each_domains_count_is_what_its_nodes_take_one_by_one(
+    nodes_used: list[tuple[str, int]], count: int, gpus: int, leader_gpus: int | None
+) -> None:
+    """Reference, written here alone: per domain, each node takes min(free // request) pods of a kind; one
+    kind: the domain's count is the sum, at most the gang; two kinds (a leader of another request, then
+    the rest), both packed on the same nodes, at most that sum and exactly it when it is 0. The domains
+    are reported best first (then by name), at most SHOWN_DOMAINS, and the best count when empty too."""
+    nodes = [node(f"{block}{i}", block) for i, (block, _) in enumerate(nodes_used)]
+    busy = [
+        BoundPod(f"x{i}", f"{block}{i}", {GPU: used}) for i, (block, used) in enumerate(nodes_used) if used
+    ]
+    slot = PodRequirements(requests=((GPU, gpus),))
+    pods = [PodRequest(f"p{i}", slot) for i in range(count)]
+    if leader_gpus is not None:
+        pods[0] = PodRequest("leader", PodRequirements(requests=((GPU, leader_gpus),)))
+    diagnosis = diagnose(Snapshot.build(nodes, busy), GroupRequest("g", tuple(pods), count, KEY))
+
+    def takes(free: int, request: int, cap: int) -> int:
+        return min(cap, free // request)
+
+    by_block: dict[str, list[int]] = {}
+    for block, used in nodes_used:
+        by_block.setdefault(block, []).append(8 - used)
+    expected: dict[str, int] = {}
+    for block, frees in by_block.items():
+        if leader_gpus is None:
+            expected[block] = min(count, sum(takes(f, gpus, count) for f in frees))
+        else:
+            bound = min(count, sum(takes(f, leader_gpus, 1) + takes(f, gpus, count - 1) for f in frees))
+            expected[block] = bound
+    reported = {str(d.domain): d.fit for d in diagnosis.domains}
+    for block, fit in reported.items():
+        if leader_gpus is None or expected[block] == 0:
+            assert fit == expected[block], (block, fit, expected)
+        else:
+            assert 0 < fit <= expected[block] or (fit == 0 and expected[block] == 0), (block, fit, expected)
+    best = sorted(expected, key=lambda b: (-reported.get(b, -1), b))
+    assert [d.domain for d in diagnosis.domains] == best[: len(diagnosis.domains)]
+    empty = max(min(count, sum(takes(8, gpus, count) for _ in frees)) for frees in by_block.values())
+    if leader_gpus is None:
+        assert diagnosis.best_when_empty == empty

@@ -130,8 +130,9 @@ class Victims:
         """The lowest priority of any candidate (None: none runs). A unit at or below it has nothing to
         take: the engine takes only pods of a lower priority than the preemptor's (a group only if all its
         pods are), so its search is not made (gangs of one priority waiting under contention: each of them
-        built the victim pool of every running pod, in every pass)."""
-        return min((c.priority for c in self.candidates), default=None)
+        built the victim pool of every running pod, in every pass). Read from the pods that hold capacity,
+        which the candidates are some of: a bound as good, without making them."""
+        return min((p.priority for p in self.pods.values() if p.usage_node and not p.deleting), default=None)
 
     @cached_property
     def groups(self) -> tuple[VictimGroup, ...]:
