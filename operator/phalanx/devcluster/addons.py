@@ -598,6 +598,9 @@ def start(
     serving = certs.issue(ca, "phalanx-dev-cluster-addon-webhooks", ["127.0.0.1", "localhost"])
     frameworks = kueue_frameworks(names)
     started: list[tuple[Started, int, float]] = []
+    # Every addon's ports in one pick: picked one addon at a time, the next addon's pick could return a port
+    # the one just spawned had not bound yet (CI once saw JobSet's manager exit on "address already in use").
+    ports = iter(free_ports(3 * len(names)))
     for name in names:
         addon = ADDONS[name]
         apply(client, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": addon.namespace}})
@@ -611,7 +614,7 @@ def start(
         serving.write(cert_dir / "tls.crt", cert_dir / "tls.key")
         if name == "trainer":
             serving.write(trainer_certs / "tls.crt", trainer_certs / "tls.key")
-        webhook_port, metrics_port, health_port = free_ports(3)
+        webhook_port, metrics_port, health_port = next(ports), next(ports), next(ports)
         s = Started(
             name=name,
             version=addon.version,
