@@ -12,7 +12,7 @@ request with a deadline that raises on an error status (`client`), what a reques
 from phalanx.kubeclient.access import Access, AccessNotDeclaredError, access_of
 from phalanx.kubeclient.client import ApiClient, resource_path
 from phalanx.kubeclient.credentials import ConfigError, Credentials, load
-from phalanx.kubeclient.errors import ApiException, ApiTimeoutError
+from phalanx.kubeclient.errors import ApiException, ApiTimeoutError, namespace_terminating
 
 __all__ = [
     "Access",
@@ -24,5 +24,6 @@ __all__ = [
     "Credentials",
     "access_of",
     "load",
+    "namespace_terminating",
     "resource_path",
 ]

@@ -68,5 +68,10 @@ class ApiException(Exception):  # noqa: N818  # the name every Kubernetes client
         return f"{where}({self.status}) {self.status_message()}"
 
 
+def namespace_terminating(error: BaseException) -> bool:
+    """Any failure: an apiserver's refusal because the namespace is being deleted (ApiException's own)."""
+    return isinstance(error, ApiException) and error.namespace_terminating()
+
+
 class ApiTimeoutError(TimeoutError):
     """A request got no answer within its deadline."""

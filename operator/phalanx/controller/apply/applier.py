@@ -61,7 +61,7 @@ from phalanx.controller.model.actions import (
     UnitPlan,
 )
 from phalanx.controller.model.refs import ObjectRef
-from phalanx.kubeclient import ApiException
+from phalanx.kubeclient import ApiException, namespace_terminating
 
 log = logging.getLogger("phalanx.apply")
 
@@ -307,7 +307,7 @@ class Applier:
                             events = []
                             if _gone(outcome):
                                 return self._gone(group, action)
-                            if isinstance(outcome, ApiException) and outcome.namespace_terminating():
+                            if namespace_terminating(outcome):
                                 return self._namespace_going(group, action)
                             if let_through:  # released all the same: a later write (its status) failed
                                 self._released(group)

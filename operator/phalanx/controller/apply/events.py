@@ -22,7 +22,7 @@ from typing import Any
 
 from phalanx.controller.apply.kube import MERGE_PATCH, now_rfc3339, retrying
 from phalanx.controller.model.refs import ObjectRef
-from phalanx.kubeclient import ApiClient, ApiException, resource_path
+from phalanx.kubeclient import ApiClient, ApiException, namespace_terminating, resource_path
 
 log = logging.getLogger("phalanx.events")
 
@@ -192,7 +192,7 @@ class EventRecorder:
             raise
         except Exception as e:
             self.seen.forget(key)  # the next post re-reads what the server has
-            if isinstance(e, ApiException) and e.namespace_terminating():  # all in it goes: nothing lost
+            if namespace_terminating(e):  # all in it goes: nothing lost
                 log.debug("event %s on %s not posted: its namespace is being deleted", reason, involved)
                 return
             log.warning("could not post event %s on %s: %s", reason, involved, _brief(e))

@@ -29,7 +29,7 @@ from phalanx.api.naming import pod_group_label_value
 from phalanx.controller import metrics
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.model.refs import ObjectRef
-from phalanx.kubeclient import ApiClient, ApiException, resource_path
+from phalanx.kubeclient import ApiClient, ApiException, namespace_terminating, resource_path
 
 # --api-timeout-seconds' default is the client's own (one attempt of one request), re-exported here.
 from phalanx.kubeclient.client import REQUEST_TIMEOUT_SECONDS as REQUEST_TIMEOUT_SECONDS
@@ -120,7 +120,7 @@ async def retrying(
                 return await call()
             except Exception as e:
                 # Not the API failing: an object gone (404), its namespace being deleted (403).
-                if _code(e) != "404" and not (isinstance(e, ApiException) and e.namespace_terminating()):
+                if _code(e) != "404" and not namespace_terminating(e):
                     metrics.API_ERRORS.labels(verb, _code(e)).inc()
                 raise
     raise AssertionError("unreachable")
