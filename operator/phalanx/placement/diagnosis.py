@@ -73,19 +73,23 @@ def _nodes(n: int) -> str:
     return f"{n} node" if n == 1 else f"{n} nodes"
 
 
-def _per_node(snapshot: Snapshot, free: IntArray, req: PodRequirements, cap: int) -> IntArray:
-    """How many pods with `req` fit on each node alone (at most `cap`), statically eligible nodes only."""
-    n = len(snapshot.node_names)
-    count = np.full(n, cap, dtype=np.int64)
+def _per_node(
+    snapshot: Snapshot, free: IntArray, req: PodRequirements, cap: int, nodes: IndexArray | None = None
+) -> IntArray:
+    """How many pods with `req` fit on each node alone (at most `cap`), statically eligible nodes only.
+    `free`: the free resource rows of `nodes` (of every node when None)."""
+    width = free.shape[1]
+    count = np.full(width, cap, dtype=np.int64)
     for resource, amount in (*req.requests, (PODS, 1)):
         if amount <= 0:
             continue
         row = snapshot.resource_index(resource)
         if row is None:
-            return np.zeros(n, dtype=np.int64)
+            return np.zeros(width, dtype=np.int64)
         np.minimum(count, free[row] // amount, out=count)
     np.maximum(count, 0, out=count)
-    result: IntArray = count * snapshot.eligible(req)
+    eligible = snapshot.eligible(req)
+    result: IntArray = count * (eligible if nodes is None else eligible[nodes])
     return result
 
 
@@ -225,35 +229,22 @@ def _together(
     nodes: IndexArray,
 ) -> int:
     """How many of the waiting pods fit on `nodes` at once, pods of a kind being alike (`kinds`: their
-    requirements, node restriction and count). One kind: exact. Several: each kind in turn (the one that
-    fits on the fewest nodes first) takes the room it fits in, on the nodes in their order, and leaves the
-    rest to the next: one packing, never a node counted for pods it cannot hold together."""
+    requirements, node restriction and count). Each kind in turn (the one that fits on the fewest nodes
+    first) takes the room it fits in, on the nodes in their order, and leaves the rest to the next: one
+    packing, never a node counted for pods it cannot hold together."""
     left = free[:, nodes].copy()
-    shapes: list[tuple[list[tuple[int, int]], BoolArray, int]] = []
-    for req, static, count in kinds:
-        allowed = snapshot.eligible(req)[nodes]
-        if static is not None:
-            allowed = allowed & static[0][nodes]
-        wanted = [(snapshot.resource_index(r), a) for r, a in (*req.requests, (PODS, 1)) if a > 0]
-        known = [(row, amount) for row, amount in wanted if row is not None]
-        if len(known) < len(wanted):  # a resource no node has
-            allowed = np.zeros(len(nodes), dtype=np.bool_)
-        shapes.append((known, allowed, count))
 
-    def room(rows: list[tuple[int, int]], allowed: BoolArray, count: int) -> IntArray:
-        here = np.full(len(nodes), count, dtype=np.int64)
-        for row, amount in rows:
-            np.minimum(here, left[row] // amount, out=here)
-        np.maximum(here, 0, out=here)
-        result: IntArray = here * allowed
-        return result
+    def room(req: PodRequirements, static: _Static, count: int) -> IntArray:
+        return _restricted(_per_node(snapshot, left, req, count, nodes), static, nodes)
 
     total = 0
-    for rows, allowed, count in sorted(shapes, key=lambda k: int(np.count_nonzero(room(*k)))):
-        here = room(rows, allowed, count)
+    for req, static, count in sorted(kinds, key=lambda kind: int(np.count_nonzero(room(*kind)))):
+        here = room(req, static, count)
         taken = np.minimum(here, np.maximum(count - (np.cumsum(here) - here), 0))
-        for row, amount in rows:
-            left[row] -= taken * amount
+        for resource, amount in (*req.requests, (PODS, 1)):
+            row = snapshot.resource_index(resource)
+            if amount > 0 and row is not None:
+                left[row] -= taken * amount
         total += int(taken.sum())
     return total
 
@@ -288,8 +279,9 @@ def _statics(snapshot: Snapshot, group: GroupRequest) -> _Statics:
     return _Statics(tuple(masks), tuple(index))
 
 
-def _restricted(counts: IntArray, static: _Static) -> IntArray:
+def _restricted(counts: IntArray, static: _Static, nodes: IndexArray | None = None) -> IntArray:
+    """`counts` (of `nodes`, or of every node when None) where the pods' node restriction allows."""
     if static is None:
         return counts
-    result: IntArray = counts * static[0]
+    result: IntArray = counts * (static[0] if nodes is None else static[0][nodes])
     return result
