@@ -10,23 +10,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.api.kueue_workload import (
+    ADMITTED,
+    EVICTED,
+    FINISHED,
+    PODS_READY,
+    PREEMPTED,
+    QUOTA_RESERVED,
+    REQUEUED,
+    KueueCondition,
+    KueueState,
+    condition,
+    conditions_of,
+    is_true,
+    kueue_state,
+)
 from phalanx.bodies import mapping
 from phalanx.tools.kube import KubeError, NotFoundError, Reader
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
-SHOWN = ("QuotaReserved", "Admitted", "Evicted", "Preempted", "PodsReady", "Requeued", "Finished")
+SHOWN = (QUOTA_RESERVED, ADMITTED, EVICTED, PREEMPTED, PODS_READY, REQUEUED, FINISHED)
 KUEUE, PHALANX, NOBODY = "Kueue", "Phalanx", "nobody"
 
 Body = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class KueueCondition:
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -68,24 +75,11 @@ def owned_by(workloads: Sequence[Body], uid: str) -> list[Body]:
 
 
 def _conditions(workload: Body | None) -> tuple[KueueCondition, ...]:
+    """The conditions explain shows, in SHOWN's order."""
     found = {
-        str(c.get("type")): c
-        for c in map(mapping, mapping(mapping(workload).get("status")).get("conditions") or [])
+        c.type: c for c in conditions_of(mapping(mapping(workload).get("status")).get("conditions") or [])
     }
-    return tuple(
-        KueueCondition(
-            kind,
-            str(found[kind].get("status") or ""),
-            str(found[kind].get("reason") or ""),
-            str(found[kind].get("message") or ""),
-        )
-        for kind in SHOWN
-        if kind in found
-    )
-
-
-def _true(conditions: Sequence[KueueCondition], kind: str) -> KueueCondition | None:
-    return next((c for c in conditions if c.type == kind and c.status == "True"), None)
+    return tuple(found[kind] for kind in SHOWN if kind in found)
 
 
 def kueue_view(owner: Body | None, workloads: Sequence[Body], error: str = "") -> KueueView | None:
@@ -97,7 +91,7 @@ def kueue_view(owner: Body | None, workloads: Sequence[Body], error: str = "") -
     mine = owned_by(workloads, str(meta.get("uid") or ""))
     if not queue and not mine:
         return None
-    workload = next((w for w in mine if _true(_conditions(w), "Admitted")), mine[0] if mine else None)
+    workload = next((w for w in mine if is_true(_conditions(w), ADMITTED)), mine[0] if mine else None)
     spec, status = mapping(mapping(workload).get("spec")), mapping(mapping(workload).get("status"))
     admission = mapping(status.get("admission"))
     conditions = _conditions(workload)
@@ -120,42 +114,51 @@ def _holder(
     conditions: Sequence[KueueCondition],
     error: str,
 ) -> tuple[str, str]:
+    """Who holds the owner and why, by the rule of api/kueue_workload.py."""
     if error:
         return KUEUE, f"queued in LocalQueue {queue}; its Kueue Workload could not be read ({error})"
     if name is None:
         return KUEUE, f"queued in LocalQueue {queue}; Kueue has made no Workload for it yet"
-    if _true(conditions, "Finished"):
+    state = kueue_state(conditions, active)
+    evicted, requeued = condition(conditions, EVICTED), condition(conditions, REQUEUED)
+    if state is KueueState.FINISHED:
         return NOBODY, f"Kueue's Workload {name} is finished"
-    if not active:
+    if state is KueueState.DEACTIVATED:
         return KUEUE, f"Kueue's Workload {name} is deactivated (spec.active: false): it stays queued"
-    evicted = _true(conditions, "Evicted")
-    # Evicted stays True until Kueue reserves quota for it again: evicting while its quota is still
-    # reserved, then waiting in its queue again.
-    if evicted is not None and _true(conditions, "QuotaReserved") is not None:
-        return (
-            KUEUE,
-            f"Kueue is evicting it ({evicted.reason}: {evicted.message}); Phalanx holds nothing for it",
-        )
-    if evicted is None and _true(conditions, "Admitted"):
+    if state is KueueState.ADMITTED:
         return (
             PHALANX,
             f"Kueue admitted it into ClusterQueue {cluster_queue}; where its pods run is Phalanx's",
         )
-    since = f" since Kueue evicted it ({evicted.reason})" if evicted is not None else ""
-    requeued = next((c for c in conditions if c.type == "Requeued"), None)
-    if evicted is not None and requeued is not None and requeued.status == "False":
+    if state is KueueState.EVICTING and evicted is not None:
+        why = f"Kueue is evicting it ({evicted.reason}: {evicted.message})"
+    elif state is KueueState.NOT_REQUEUED and evicted is not None and requeued is not None:
+        why = (
+            f"Kueue evicted it ({evicted.reason}) and has not requeued it yet ({requeued.reason}: "
+            f"{requeued.message})"
+        )
+    elif state is KueueState.RESERVED:
+        admitted = condition(conditions, ADMITTED)
+        said = (
+            f" ({admitted.reason}: {admitted.message})" if admitted is not None and admitted.message else ""
+        )
+        why = f"Kueue reserved quota in ClusterQueue {cluster_queue} and waits for its admission checks{said}"
+    else:
+        since = f" since Kueue evicted it ({evicted.reason})" if evicted is not None else ""
+        reserved = condition(conditions, QUOTA_RESERVED)
+        said = (
+            f" ({reserved.reason}: {reserved.message})" if reserved is not None and reserved.message else ""
+        )
         return (
             KUEUE,
-            f"Kueue evicted it ({evicted.reason}) and has not requeued it yet ({requeued.reason}: "
-            f"{requeued.message}); Phalanx holds nothing for it",
+            f"waiting in Kueue's LocalQueue {queue}{since}{said}; Phalanx holds nothing for it until Kueue "
+            "admits it",
         )
-    reserved = next((c for c in conditions if c.type == "QuotaReserved"), None)
-    why = f" ({reserved.reason}: {reserved.message})" if reserved is not None and reserved.message else ""
-    return (
-        KUEUE,
-        f"waiting in Kueue's LocalQueue {queue}{since}{why}; Phalanx holds nothing for it until Kueue "
-        "admits it",
-    )
+    return KUEUE, f"{why}; Phalanx holds nothing for it"
+
+
+def _said(cond: KueueCondition | None) -> str:
+    return f" ({cond.reason}: {cond.message})" if cond is not None and cond.message else ""
 
 
 def lines(view: KueueView) -> list[str]:

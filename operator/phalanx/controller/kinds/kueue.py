@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api import keys as names
+from phalanx.api.kueue_workload import KueueState, kueue_state
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Owner
 from phalanx.controller.kinds.common import announce_once
@@ -68,33 +69,34 @@ class KueueView:
 
     @property
     def holds(self) -> str:
-        """Why Kueue's Workload says the owner may not run now ("" when it may, or has no Workload)."""
+        """Why Kueue's Workload says the owner may not run now ("" when it may, or has no Workload), by the
+        rule of api/kueue_workload.py."""
         w = self.workload
-        if w is None or w.admitted or w.finished:
+        if w is None:
             return ""
-        if not w.active:
-            return f"Kueue deactivated its Workload {w.name} (spec.active: false)"
+        state = kueue_state(w.conditions, w.active)
+        queue = self.queue or w.queue_name
         evicted = w.condition(EVICTED)
-        if evicted is not None and evicted.status == "True":
-            # Evicted stays True until Kueue reserves quota for it again: with its quota still reserved
-            # Kueue is stopping the owner; once released, the owner waits in the queue like any other.
-            if w.is_true(QUOTA_RESERVED):
-                return f"Kueue is evicting it ({_said(w, EVICTED)})"
-            requeued = w.condition(REQUEUED)
-            if requeued is not None and requeued.status == "False":
-                return (
-                    f"Kueue evicted it ({evicted.reason}) and has not requeued it yet ({_said(w, REQUEUED)})"
-                )
+        reason = evicted.reason if evicted is not None else ""
+        if state is KueueState.DEACTIVATED:
+            return f"Kueue deactivated its Workload {w.name} (spec.active: false)"
+        if state is KueueState.EVICTING:
+            return f"Kueue is evicting it ({_said(w, EVICTED)})"
+        if state is KueueState.NOT_REQUEUED:
+            return f"Kueue evicted it ({reason}) and has not requeued it yet ({_said(w, REQUEUED)})"
+        if state is KueueState.WAITING_AFTER_EVICTION:
             return (
-                f"waiting in Kueue's LocalQueue {self.queue or w.queue_name} since Kueue evicted it "
-                f"({evicted.reason}) ({_said(w, QUOTA_RESERVED)})"
+                f"waiting in Kueue's LocalQueue {queue} since Kueue evicted it ({reason}) "
+                f"({_said(w, QUOTA_RESERVED)})"
             )
-        if w.is_true(QUOTA_RESERVED):
+        if state is KueueState.RESERVED:
             return (
                 f"Kueue reserved quota in ClusterQueue {w.cluster_queue} and waits for its admission checks "
                 f"({_said(w, ADMITTED)})"
             )
-        return f"waiting in Kueue's LocalQueue {self.queue or w.queue_name} ({_said(w, QUOTA_RESERVED)})"
+        if state is KueueState.WAITING:
+            return f"waiting in Kueue's LocalQueue {queue} ({_said(w, QUOTA_RESERVED)})"
+        return ""  # admitted or finished
 
     def held_message(self, suspended: bool) -> str:
         """What a held owner's groups say (`Owner.held_by`); "" when Kueue does not hold it."""

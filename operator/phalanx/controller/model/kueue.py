@@ -20,6 +20,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Kueue's condition names, kept in api/kueue_workload.py with the rule that reads them; re-exported here.
+from phalanx.api.kueue_workload import ADMITTED as ADMITTED
+from phalanx.api.kueue_workload import EVICTED as EVICTED
+from phalanx.api.kueue_workload import FINISHED as FINISHED
+from phalanx.api.kueue_workload import PODS_READY as PODS_READY
+from phalanx.api.kueue_workload import PREEMPTED as PREEMPTED
+from phalanx.api.kueue_workload import QUOTA_RESERVED as QUOTA_RESERVED
+from phalanx.api.kueue_workload import REQUEUED as REQUEUED
+from phalanx.api.kueue_workload import KueueCondition as KueueCondition
+from phalanx.api.kueue_workload import condition as _condition
+from phalanx.api.kueue_workload import conditions_of
+from phalanx.api.kueue_workload import is_true as _is_true
+
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_WORKLOAD = "KueueWorkload"  # the cache's name for the kind (Phalanx has a Workload kind of its own)
@@ -28,17 +41,6 @@ KUEUE_LOCAL_QUEUE, KUEUE_CLUSTER_QUEUE, KUEUE_FLAVOR = "KueueLocalQueue", "Kueue
 KUEUE_QUEUE_KINDS = (KUEUE_LOCAL_QUEUE, KUEUE_CLUSTER_QUEUE, KUEUE_FLAVOR)
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 COMPONENT_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
-
-QUOTA_RESERVED, ADMITTED, EVICTED = "QuotaReserved", "Admitted", "Evicted"
-PODS_READY, FINISHED, PREEMPTED, REQUEUED = "PodsReady", "Finished", "Preempted", "Requeued"
-
-
-@dataclass(frozen=True, slots=True)
-class KueueCondition:
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +77,10 @@ class KueueWorkloadRecord:
         return f"{self.namespace}/{self.name}"
 
     def condition(self, kind: str) -> KueueCondition | None:
-        return next((c for c in self.conditions if c.type == kind), None)
+        return _condition(self.conditions, kind)
 
     def is_true(self, kind: str) -> bool:
-        cond = self.condition(kind)
-        return cond is not None and cond.status == "True"
+        return _is_true(self.conditions, kind)
 
     @property
     def admitted(self) -> bool:
@@ -113,15 +114,7 @@ class KueueWorkloadRecord:
             queue_name=str(spec.get("queueName") or ""),
             active=spec.get("active") is not False,
             cluster_queue=str(admission.get("clusterQueue") or ""),
-            conditions=tuple(
-                KueueCondition(
-                    str(c.get("type") or ""),
-                    str(c.get("status") or ""),
-                    str(c.get("reason") or ""),
-                    str(c.get("message") or ""),
-                )
-                for c in map(_mapping, _list(status.get("conditions")))
-            ),
+            conditions=conditions_of(_list(status.get("conditions"))),
             component_index=str(_mapping(meta.get("annotations")).get(COMPONENT_INDEX_ANNOTATION) or ""),
             topology_assigned=any(
                 a.get("topologyAssignment") is not None or a.get("delayedTopologyRequest") is not None
