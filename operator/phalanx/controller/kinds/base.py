@@ -15,7 +15,7 @@ Adding a kind is one module implementing `OwnerKind` and one row in `kinds.KINDS
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -121,6 +121,28 @@ class Leaf:
     def ranked_slots(self) -> tuple[int, ...]:
         return self.slots or tuple(range(self.expected))
 
+    @property
+    def live(self) -> tuple[PodRecord, ...]:
+        """Its pods neither finished nor being deleted."""
+        return tuple(p for p in self.pods if not p.terminal and not p.deleting)
+
+    @property
+    def placed(self) -> tuple[PodRecord, ...]:
+        """Its live pods that hold a node (bound, or released to one), by name."""
+        return tuple(sorted((p for p in self.live if p.usage_node), key=lambda p: p.name))
+
+    def gang_min(self, owner: Owner | None, single: bool) -> int | None:
+        """The pods its gang needs now (None: not a gang). Members that completed count toward it and never
+        run again: a one-leaf unit (`single`) near the end of its owner asks only for what is left (its
+        completions still to make), any other leaf for its minCount less its succeeded pods."""
+        min_count = self.group.gang_min_count
+        if min_count is None:
+            return None
+        if single and owner is not None and owner.remaining is not None:
+            return max(1, min(min_count, owner.remaining))
+        succeeded = sum(1 for p in self.pods if p.succeeded and not p.deleting)
+        return max(1, min_count - succeeded)
+
 
 @dataclass(frozen=True)
 class Tree:
@@ -135,6 +157,19 @@ class Tree:
     def holder(self) -> PodGroupRecord | CompositePodGroupRecord:
         """The group whose status records the whole unit's decision: the root, or the only PodGroup."""
         return self.root if self.root is not None else self.leaves[0].group
+
+    def whole(
+        self, leaf_whole: Callable[[Leaf], bool], composite: CompositePodGroupRecord | None = None
+    ) -> bool:
+        """Whether the tree under `composite` (default the root) meets its min counts, each leaf's given by
+        `leaf_whole`: a composite needs minGroupCount (default 1) of its children whole."""
+        if self.root is None:
+            return leaf_whole(self.leaves[0])
+        g = composite or self.root
+        ok = sum(1 for leaf in self.leaves if leaf.group.parent == g.name and leaf_whole(leaf)) + sum(
+            1 for child in self.composites if child.parent == g.name and self.whole(leaf_whole, child)
+        )
+        return ok >= (g.min_group_count or 1)
 
 
 @dataclass(frozen=True)

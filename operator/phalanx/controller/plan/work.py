@@ -151,19 +151,13 @@ class UnitWork:
     ) -> bool:
         """Whether the pods placed now alone meet every min count (under `composite`, default the root);
         with `counts` (leaf name -> pods), whether that many pods per leaf would."""
+        assert self.unit.tree is not None
 
-        def leaf_whole(leaf: LeafWork) -> bool:
-            return leaf.whole if counts is None else leaf.whole_with(counts.get(leaf.group.name, 0))
+        def leaf_whole(leaf: Leaf) -> bool:
+            work = self.leaves[leaf.group.name]
+            return work.whole if counts is None else work.whole_with(counts.get(leaf.group.name, 0))
 
-        if self.root is None:
-            single = self.single
-            return single is not None and leaf_whole(single)
-        g = composite or self.root
-        composites, leaves = self.children(g.name)
-        ok = sum(1 for leaf in leaves if leaf_whole(leaf)) + sum(
-            1 for child in composites if self.whole(child, counts)
-        )
-        return ok >= (g.min_group_count or 1)
+        return self.unit.tree.whole(leaf_whole, composite)
 
     def countable(self, composite: CompositePodGroupRecord) -> bool:
         """Whether the pods there (ready or placed) can meet every min count under `composite`."""
@@ -174,25 +168,16 @@ class UnitWork:
 
 def leaf_work(leaf: Leaf, owner: Owner | None, single: bool) -> LeafWork:
     """A leaf classified for scheduling: its pods that wait (rank order, as the kind gave them), that are
-    placed, and its minCount. Members that completed count toward the gang and are never run again: a
-    one-leaf unit near the end of its owner asks only for what is left (its completions still to make),
-    any other leaf for its minCount less its succeeded pods."""
-    pods = [p for p in leaf.pods if not p.terminal and not p.deleting]
-    waiting = tuple(p for p in pods if p.gated)
-    placed = tuple(sorted((p for p in pods if p.usage_node), key=lambda p: p.name))
-    min_count = leaf.group.gang_min_count
-    if single and min_count is not None and owner is not None and owner.remaining is not None:
-        min_count = max(1, min(min_count, owner.remaining))
-    elif min_count is not None:
-        succeeded = sum(1 for p in leaf.pods if p.succeeded and not p.deleting)
-        min_count = max(1, min_count - succeeded)
+    placed, and its minCount now (`Leaf.gang_min`)."""
+    waiting = tuple(p for p in leaf.live if p.gated)
+    min_count = leaf.gang_min(owner, single)
     return LeafWork(
         leaf=leaf,
         min_count=min_count or 1,
         gang=min_count is not None,
         waiting=waiting,
         ready=tuple(p for p in waiting if not p.other_gates),
-        placed=placed,
+        placed=leaf.placed,
         admission=leaf.group.status.admission,
     )
 
