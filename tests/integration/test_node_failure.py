@@ -77,3 +77,46 @@ def test_train_3_is_replaced_in_its_block_then_requeued_whole_into_the_other(ns:
     finally:
         for node in failed:
             heal_node(ns.api, node)
+
+
+HOLD = "phalanx.dev/test-hold"  # a finalizer of the test's own, as another tool may keep on a Job
+
+
+def test_a_job_being_deleted_under_a_finalizer_that_loses_a_node_is_taken_down_not_left_split(
+    ns: Namespace,
+) -> None:
+    """The user deletes a running gang's Job (background propagation) while another tool's finalizer holds
+    it: its pods would run until the garbage collector takes them after the Job. A node of the gang fails
+    meanwhile and its pod is evicted; the Job controller makes no pod for a Job being deleted, and Phalanx
+    places none, so the other two would run split for as long as the finalizer holds. Phalanx deletes them
+    at once and says so on the Job; nothing is made again for it."""
+    ns.create(managed_job("held-3", 3, key=NB_KEY))
+    pods = wait_bound(ns, "held-3", 3)
+    ns.patch_job("held-3", {"metadata": {"finalizers": [HOLD]}})
+    path = f"/apis/batch/v1/namespaces/{ns.name}/jobs/held-3"
+    failed = ""
+    try:
+        ns.api.request(
+            "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        )
+        wait_for("the Job being deleted", lambda: ns.get(path)["metadata"].get("deletionTimestamp"))
+        # Whole, it is left alone: its pods run until the finalizer goes.
+        hold("the whole gang keeps running", lambda: len(bound(ns.job_pods("held-3"))) == 3, seconds=3)
+        failed = sorted(nodes_of(pods))[0]
+        fail_node(ns.api, failed, how="taint")
+        wait_for("no pod of the Job left running", lambda: not ns.job_pods("held-3"), timeout=60)
+        events = ns.events_until(
+            "the Job told why",
+            lambda evs: any(
+                e["reason"] == "SplitWhileDeleting" and e["involvedObject"]["name"] == "held-3" for e in evs
+            ),
+        )
+        (said,) = {e["message"] for e in events if e["reason"] == "SplitWhileDeleting"}
+        assert "is being deleted and its gang runs short" in said
+        assert ns.get(path)["metadata"].get("deletionTimestamp")  # still held by the finalizer
+        hold("nothing runs again for it", lambda: not ns.job_pods("held-3"), seconds=3)
+    finally:
+        if failed:
+            heal_node(ns.api, failed)
+        ns.api.request("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    wait_for("the Job gone", lambda: not [j for j in ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]])

@@ -8,14 +8,16 @@ from typing import Any
 
 import kopf
 import pytest
-from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, owner_cluster
+from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, made_groups, owner_cluster
 
 from phalanx.api.trainjob import PATCH_MANAGER
+from phalanx.controller.kinds.common import SPLIT_WHILE_DELETING
 from phalanx.controller.kinds.trainjob import TrainJobKind
 from phalanx.controller.model.actions import (
     CreateCompositePodGroup,
     CreatePodGroup,
     CreateWorkload,
+    DeletePod,
     PostEvent,
     ReleasePod,
     ResumeJob,
@@ -109,6 +111,30 @@ def test_the_jobset_of_a_trainjob_being_deleted_makes_nothing_again_and_releases
         made = [a for a in result.actions if isinstance(a, CreateWorkload)]
         released = [a for a in result.actions if isinstance(a, ReleasePod)]
         assert (len(made), len(released)) == (expected, 4 * expected)
+
+
+@pytest.mark.parametrize(("running", "deleted"), [(4, 0), (3, 3)])
+def test_the_gang_of_a_trainjob_being_deleted_that_runs_short_is_taken_down_and_told_on_the_trainjob(
+    running: int, deleted: int
+) -> None:
+    """A finalizer holds the TrainJob being deleted, and with it its JobSet, whose pods run on until the
+    garbage collector takes them. Whole, they are left alone; short of one (its node died), the others are
+    deleted at once (nothing places pods for an owner being deleted) and the TrainJob says why."""
+    gated = [jobset_pod("llm", "node", 0, i) for i in range(4)]
+    first = plan(owner_cluster([("TrainJob", trainjob()), ("JobSet", its_jobset())], gated), NOW)
+    nodes = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    groups = made_groups(first)
+    pods = [
+        jobset_pod("llm", "node", 0, i, node=nodes[f"llm-node-0-{i}"], gated=False) for i in range(running)
+    ]
+    going = trainjob()
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    going["metadata"]["finalizers"] = ["example.com/keep"]
+    result = plan(owner_cluster([("TrainJob", going), ("JobSet", its_jobset())], pods, groups=groups), NOW)
+    assert len([a for a in result.actions if isinstance(a, DeletePod)]) == deleted
+    told = [a for a in result.actions if isinstance(a, PostEvent) and a.reason == SPLIT_WHILE_DELETING]
+    assert [(e.involved.kind, e.involved.name) for e in told] == ([("TrainJob", "llm")] if deleted else [])
+    assert not [a for a in result.actions if isinstance(a, (CreateWorkload, CreatePodGroup, ReleasePod))]
 
 
 def test_a_requeued_trainjob_is_resumed_through_the_trainjob_once_its_pods_are_gone() -> None:

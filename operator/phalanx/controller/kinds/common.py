@@ -4,17 +4,26 @@ policy, notes said once per change, and letting go of an owner that is no longer
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from phalanx.api import keys
 from phalanx.api.group import API_VERSION, WORKLOAD_KIND
 from phalanx.api.podgroup import PodGroupSpec
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
-from phalanx.controller.kinds.base import ClusterView, OwnerKind, OwnerRecord, OwnerState, Unit
-from phalanx.controller.model.actions import Action, DeleteObject, PostEvent, RememberAnnounced, UngatePod
+from phalanx.controller.kinds.base import ClusterView, Leaf, OwnerKind, OwnerRecord, OwnerState, Unit
+from phalanx.controller.model.actions import (
+    Action,
+    DeleteObject,
+    DeletePod,
+    PostEvent,
+    RememberAnnounced,
+    UngatePod,
+)
 from phalanx.controller.model.keys import unit_key
 from phalanx.controller.model.records import PodGroupRecord, PodRecord, PriorityClassRecord
 from phalanx.controller.model.refs import ObjectRef
+
+SPLIT_WHILE_DELETING = "SplitWhileDeleting"  # the event of a gang taken down while its owner is deleted
 
 
 def priority_class_of(
@@ -111,12 +120,17 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
     the webhook or before an upgrade; a bug), a Warning on the owner once and nothing scheduled for it: its
     pods stay gated, so it never runs partly, and every other owner is still scheduled in this pass.
 
-    An owner being deleted has none: the garbage collector deletes its Workload and groups (owned by it,
-    blockOwnerDeletion) before it in a foreground deletion, or with it, and its pods go too; made again,
-    they would be deleted again, or left behind once a finalizer let it go."""
+    An owner being deleted has none to schedule: the garbage collector deletes its Workload and groups
+    (owned by it, blockOwnerDeletion) before it in a foreground deletion, or with it, and its pods go too;
+    made again, they would be deleted again, or left behind once a finalizer let it go. Only a gang of it
+    left split meanwhile is taken down (`_split_while_deleting`)."""
     owner: OwnerRecord = state.owner
     if owner.deleting:
-        return ()
+        try:
+            made = tuple(kind.owner_units(state, view))
+        except Exception:
+            return ()  # said on the owner when it was made (below); its pods stay as they are
+        return split_while_deleting(kind.name, owner.ref, made)
     try:
         units = tuple(kind.owner_units(state, view))
     except Exception as error:
@@ -129,6 +143,55 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
         key = unit_key(kind.name, owner.namespace, owner.name)
         return (Unit(key, None, None, tuple(notes), created=owner.created),)
     return _said_managed_problem(units, kind, state, view)
+
+
+def split_while_deleting(kind: str, owner: ObjectRef, units: Iterable[Unit]) -> tuple[Unit, ...]:
+    """An owner whose deletion waits (another tool's finalizer, under a background deletion) keeps its pods
+    running until the garbage collector deletes them after it. If a gang of it loses pods meanwhile (a node
+    died), nothing places them again (its Job controller makes no more pods for a Job being deleted; a
+    StatefulSet's remade pods wait gated, since nothing is placed for an owner being deleted), so the rest
+    would run split for as long as the finalizer holds: they are deleted at once (no grace period: nothing
+    can come to make the gang whole). So are those of a decision whose releases the deletion interrupted
+    (nothing finishes it for an owner being deleted). A gang is split when a pod its recorded decision named
+    does not run and the pods that run fall short of its min counts. Nothing else is made, written or
+    placed: only the deletions, in a unit with nothing to schedule. `units`: the owner's units as its kind
+    makes them (their setup is dropped); `owner`: the object being deleted, where the event goes."""
+    out = []
+    for unit in units:
+        placed, lost = _split(unit)
+        if not placed:
+            continue
+        why = (
+            f"{kind} {owner.name} is being deleted and its gang runs short: {len(lost)} pod(s) of "
+            f"its decision do not run ({', '.join(sorted(lost)[:3])}) and nothing places them while a "
+            f"finalizer holds the {kind}, so its {len(placed)} running pod(s) are deleted rather than "
+            "run split"
+        )
+        actions: list[Action] = [DeletePod(p.ref, why, "below-min-count") for p in placed]
+        actions.append(PostEvent(owner, "Warning", SPLIT_WHILE_DELETING, why))
+        out.append(Unit(unit.key, unit.owner, None, tuple(actions), unit.priority, unit.created))
+    return tuple(out)
+
+
+def _split(unit: Unit) -> tuple[list[PodRecord], set[str]]:
+    """A split gang's running pods, and the pods its recorded decision named that do not run (gone, failed,
+    or never released); nothing when it is not split (whole, or only grown beyond its decision)."""
+    tree = unit.tree
+    if tree is None:
+        return [], set()
+    placed = [p for leaf in tree.leaves for p in leaf.placed]
+    decisions = (g.status.admission for g in (tree.holder, *(leaf.group for leaf in tree.leaves)))
+    named = {a.pod for decision in decisions if decision is not None for a in decision.assignments}
+    succeeded = {p.name for leaf in tree.leaves for p in leaf.pods if p.succeeded}
+    lost = named - succeeded - {p.name for p in placed}
+    single = tree.root is None
+
+    def leaf_whole(leaf: Leaf) -> bool:
+        return leaf.done or len(leaf.placed) >= (leaf.gang_min(unit.owner, single) or 1)
+
+    if not placed or not lost or tree.whole(leaf_whole):
+        return [], set()
+    return placed, lost
 
 
 def _said_managed_problem(

@@ -50,6 +50,7 @@ from phalanx.controller.kinds.common import (
     owners_units,
     preemption_policy_of,
     priority_class_of,
+    split_while_deleting,
     unit_priority,
 )
 from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
@@ -205,8 +206,12 @@ class JobSetKind:
 
     def owner_units(self, state: OwnerState, view: ClusterView) -> Iterable[Unit]:
         jobset: JobSetRecord = state.owner
-        if _trainjob_deleting(jobset, view):
-            return  # as an owner being deleted (common.owner_units_of): its JobSet and groups go with it
+        trainjob = _trainjob_deleting(jobset, view)
+        if trainjob is not None:
+            # As an owner being deleted (common.owner_units_of): its JobSet and groups go with it.
+            if jobset.managed:
+                yield from split_while_deleting(TRAINJOB_KIND, trainjob, (jobset_unit(state, view),))
+            return
         if not jobset.managed:
             actions = let_go(state, KIND)
             if actions:
@@ -215,13 +220,14 @@ class JobSetKind:
             yield jobset_unit(state, view)
 
 
-def _trainjob_deleting(jobset: JobSetRecord, view: ClusterView) -> bool:
-    """The TrainJob that made it is being deleted: the garbage collector deletes the JobSet and its groups
-    next, and the TrainJob's deletion is seen first — the JobSet's may be seen after its groups are gone."""
+def _trainjob_deleting(jobset: JobSetRecord, view: ClusterView) -> ObjectRef | None:
+    """The TrainJob that made it, when it is being deleted: the garbage collector deletes the JobSet and its
+    groups next, and the TrainJob's deletion is seen first — the JobSet's may be seen after its groups are
+    gone."""
     if jobset.controller[0] != TRAINJOB_KIND:
-        return False
+        return None
     trainjob = view.owner_record(TRAINJOB_KIND, jobset.controller[1])
-    return trainjob is not None and bool(trainjob.deleting)
+    return trainjob.ref if trainjob is not None and trainjob.deleting else None
 
 
 def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:
