@@ -34,20 +34,21 @@ def decided() -> PodGroupStatus:
     return status_of(plan(cluster([(job, group, pods)]), NOW))
 
 
-def deleting(job: dict[str, Any]) -> dict[str, Any]:
+def deleting(job: dict[str, Any], finalizer: str = "example.com/keep") -> dict[str, Any]:
     job["metadata"]["deletionTimestamp"] = "2026-11-30T11:59:00Z"
-    job["metadata"]["finalizers"] = ["example.com/keep"]
+    job["metadata"]["finalizers"] = [finalizer]
     return job
 
 
-def case(*, being_deleted: bool, pods: str, count: int = 3) -> Plan:
-    """`pods`: one letter per pod of the decision, in order — r running where decided, g still gated (its
+def case(*, being_deleted: bool | str, pods: str, count: int = 3) -> Plan:
+    """`being_deleted`: True (held by another tool's finalizer), or the finalizer that holds it. `pods`: one
+    letter per pod of the decision, in order — r running where decided, g still gated (its
     release never happened), x gone (its node died); a trailing + is a pod added by a scale-up, gated."""
     status = decided()
     nodes = {a.pod: a.node for a in status.admission.assignments} if status.admission else {}
     job = job_body("train", count, annotations=TOPOLOGY)
     if being_deleted:
-        job = deleting(job)
+        job = deleting(job, *([being_deleted] if isinstance(being_deleted, str) else []))
     group = group_of(job, status)
     bodies = []
     for i, letter in enumerate(pods):
@@ -67,6 +68,9 @@ ROWS = [
     ("all gone: nothing left to delete", True, "xxx", 3, [], False),
     ("scaled up, its decision's pods all run: nothing", True, "rrr+", 4, [], False),
     ("not being deleted: the grace period, not a deletion", False, "rrx", 3, [], False),
+    # The garbage collector deletes every pod of a Job deleted in the foreground before the Job: a pod
+    # already gone is its work, not a split to tell of.
+    ("a foreground deletion: the garbage collector's", "foregroundDeletion", "rrx", 3, [], False),
 ]
 
 
@@ -75,7 +79,7 @@ ROWS = [
     [pytest.param(*row[1:], id=row[0]) for row in ROWS],
 )
 def test_a_gang_of_an_owner_being_deleted(
-    being_deleted: bool, pods: str, count: int, deleted: list[str], said: bool
+    being_deleted: bool | str, pods: str, count: int, deleted: list[str], said: bool
 ) -> None:
     result = case(being_deleted=being_deleted, pods=pods, count=count)
     assert sorted(a.pod.name for a in only(result.actions, DeletePod)) == deleted

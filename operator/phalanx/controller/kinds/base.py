@@ -40,6 +40,15 @@ from phalanx.placement import (
 )
 
 RequeueHow = Literal["suspend", "delete-pods"]
+FOREGROUND_DELETION = (
+    "foregroundDeletion"  # the garbage collector's finalizer of a deletion in the foreground
+)
+
+
+def dependents_first(meta: Mapping[str, Any]) -> bool:
+    """Being deleted in the foreground: the garbage collector deletes its dependents (its pods among them)
+    before it (kinds/common.split_while_deleting leaves those to it)."""
+    return bool(meta.get("deletionTimestamp")) and FOREGROUND_DELETION in (meta.get("finalizers") or [])
 
 
 @dataclass(frozen=True)
@@ -217,6 +226,11 @@ class OwnerRecord(Protocol):
     def deleting(self) -> bool:
         """Its deletion waits (a foreground deletion for its dependents, or a finalizer): nothing is made
         again or placed for it (kinds/common.py owner_units_of)."""
+        ...
+
+    @property
+    def dependents_first(self) -> bool:
+        """Its deletion is in the foreground (`dependents_first`): its pods go before it."""
         ...
 
     @property

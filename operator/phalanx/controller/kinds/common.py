@@ -126,6 +126,8 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
     left split meanwhile is taken down (`_split_while_deleting`)."""
     owner: OwnerRecord = state.owner
     if owner.deleting:
+        if owner.dependents_first:
+            return ()  # its pods go first, all of them
         try:
             made = tuple(kind.owner_units(state, view))
         except Exception:

@@ -19,7 +19,7 @@ from phalanx.api.job_policy import (
     parse_job_policy,
 )
 from phalanx.api.scheduling import PREEMPT_NEVER
-from phalanx.controller.kinds.base import Owner, OwnerState, Resource
+from phalanx.controller.kinds.base import Owner, OwnerState, Resource, dependents_first
 from phalanx.controller.model.actions import (
     Action,
     ResumeJob,
@@ -58,6 +58,7 @@ class JobRecord:
     succeeded: int = 0  # status.succeeded (the Job controller counts a pod's completion a moment later)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
+    dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
 
     @property
     def key(self) -> str:
@@ -123,6 +124,7 @@ class JobRecord:
             ),
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
+            dependents_first=dependents_first(meta),
         )
 
 

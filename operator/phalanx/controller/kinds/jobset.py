@@ -42,6 +42,7 @@ from phalanx.controller.kinds.base import (
     Resource,
     Tree,
     Unit,
+    dependents_first,
 )
 from phalanx.controller.kinds.common import (
     announce_once,
@@ -97,6 +98,7 @@ class JobSetRecord:
     controller: tuple[str, str] = ("", "")  # (kind, uid) of its controller owner (a TrainJob)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
+    dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
 
     @property
     def key(self) -> str:
@@ -144,6 +146,7 @@ class JobSetRecord:
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
+            dependents_first=dependents_first(meta),
             controller=controller_of(meta),
         )
 
@@ -209,8 +212,8 @@ class JobSetKind:
         trainjob = _trainjob_deleting(jobset, view)
         if trainjob is not None:
             # As an owner being deleted (common.owner_units_of): its JobSet and groups go with it.
-            if jobset.managed:
-                yield from split_while_deleting(TRAINJOB_KIND, trainjob, (jobset_unit(state, view),))
+            if jobset.managed and not trainjob.dependents_first:
+                yield from split_while_deleting(TRAINJOB_KIND, trainjob.ref, (jobset_unit(state, view),))
             return
         if not jobset.managed:
             actions = let_go(state, KIND)
@@ -220,14 +223,14 @@ class JobSetKind:
             yield jobset_unit(state, view)
 
 
-def _trainjob_deleting(jobset: JobSetRecord, view: ClusterView) -> ObjectRef | None:
-    """The TrainJob that made it, when it is being deleted: the garbage collector deletes the JobSet and its
-    groups next, and the TrainJob's deletion is seen first — the JobSet's may be seen after its groups are
-    gone."""
+def _trainjob_deleting(jobset: JobSetRecord, view: ClusterView) -> Any:
+    """The TrainJob that made it (its record), when it is being deleted (else None): the garbage collector
+    deletes the JobSet and its groups next, and the TrainJob's deletion is seen first — the JobSet's may be
+    seen after its groups are gone."""
     if jobset.controller[0] != TRAINJOB_KIND:
         return None
     trainjob = view.owner_record(TRAINJOB_KIND, jobset.controller[1])
-    return trainjob.ref if trainjob is not None and trainjob.deleting else None
+    return trainjob if trainjob is not None and trainjob.deleting else None
 
 
 def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:

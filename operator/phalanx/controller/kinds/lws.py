@@ -43,6 +43,7 @@ from phalanx.controller.kinds.base import (
     Resource,
     Tree,
     Unit,
+    dependents_first,
 )
 from phalanx.controller.kinds.common import (
     announce_once,
@@ -91,6 +92,7 @@ class LwsRecord:
     requeued: str = ""
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
+    dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
 
     @property
     def key(self) -> str:
@@ -132,6 +134,7 @@ class LwsRecord:
             body=slim,
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
+            dependents_first=dependents_first(meta),
         )
 
 

@@ -28,7 +28,7 @@ from phalanx.api.trainjob import (
     runtime_patches,
 )
 from phalanx.bodies import mapping
-from phalanx.controller.kinds.base import ClusterView, OwnerState, Resource, Unit
+from phalanx.controller.kinds.base import ClusterView, OwnerState, Resource, Unit, dependents_first
 from phalanx.controller.model.records import PodRecord, meta_of, parse_time
 from phalanx.controller.model.refs import ObjectRef
 
@@ -49,6 +49,7 @@ class TrainJobRecord:
     resource_version: str = field(default="", compare=False)
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
+    dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
 
     @property
     def ref(self) -> ObjectRef:
@@ -72,6 +73,7 @@ class TrainJobRecord:
             created=parse_time(meta.get("creationTimestamp")),
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
+            dependents_first=dependents_first(meta),
         )
 
 
