@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.kubeclient import ApiClient, load
 
+from .faultproxy import FaultProxy, Rates
 from .kube import Namespace, delete_namespace, new_namespace, wait_for
 
 pytestmark = pytest.mark.integration
@@ -139,6 +141,33 @@ async def test_no_workload_is_made_again_for_an_owner_the_api_has_deleted_or_is_
     finally:
         if finalizer is not None:
             ns.patch_job("owner", {"metadata": {"finalizers": None}})
+
+
+async def test_units_of_one_owner_whose_objects_went_ask_the_api_about_it_once(
+    owner_ns: Namespace, stock_cluster: ClusterState, tmp_path: Path
+) -> None:
+    """Several units of one owner (a LeaderWorkerSet's groups) make its objects again in one pass, after
+    one of them went while the cache held the owner alive: one read of the owner, their answer shared —
+    counted at a proxy in front of the apiserver. The owner is gone: nothing is made by any of them."""
+    ns = owner_ns
+    job = unmanaged_job(ns)
+    cache, workload = cache_that_saw_its_workload_go(job)
+    ns.api.request("DELETE", f"/apis/batch/v1/namespaces/{ns.name}/jobs/owner")
+    wait_for("the Job gone", lambda: not ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"])
+    proxy = FaultProxy(stock_cluster, tmp_path, rates=Rates.none())
+    proxy.start()
+    try:
+        credentials = load(str(proxy.kubeconfig), in_cluster_first=True)
+        async with ApiClient(credentials, allowed=declared(Settings())) as through_proxy:
+            applier = Applier(cache, Kube(through_proxy), Events())
+            plans = [UnitPlan(f"Job/owner-gone/owner-{i}", (CreateWorkload(workload),)) for i in range(4)]
+            results = await applier.apply(plans)
+        assert all(r.ok for r in results)
+        assert workloads_in_api(ns) == []
+        asked = proxy.requests("GET", f"/apis/batch/v1/namespaces/{ns.name}/jobs/owner")
+        assert len(asked) == 1, asked
+    finally:
+        proxy.stop()
 
 
 async def test_a_workload_deleted_by_hand_is_made_again_for_an_owner_that_still_is(

@@ -35,7 +35,7 @@ from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller import metrics
 from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 from phalanx.controller.apply.kube import Kube
-from phalanx.controller.apply.owners import OwnerGoneError, owner_alive
+from phalanx.controller.apply.owners import OwnerGoneError, OwnerLookups, owner_alive
 from phalanx.controller.cache.store import POD, ClusterCache
 from phalanx.controller.model.actions import (
     CONCURRENT,
@@ -260,6 +260,7 @@ class Applier:
         self._limit = asyncio.Semaphore(MAX_GROUPS_IN_FLIGHT)
         self._setup_limit = asyncio.Semaphore(MAX_SETUP_IN_FLIGHT)  # its own: setup never queues a decision
         self._event_tasks: set[asyncio.Future[None]] = set()  # events of a cancelled unit, still posted
+        self._owner_lookups = OwnerLookups()  # reads of owners whose objects went (apply/owners.py)
         self.requeues = Requeues()
         self.faults = Faults.from_env()  # test-only switches (faults.py); inert unless set
 
@@ -455,7 +456,7 @@ class Applier:
         """Writes of Phalanx's own objects: Workloads, groups, their status, Topologies' status."""
         cache, kube = self.cache, self.kube
         if isinstance(action, CreateWorkload | CreatePodGroup | CreateCompositePodGroup):
-            await owner_alive(cache, kube, action)
+            await owner_alive(cache, kube, action, self._owner_lookups)
         match action:
             case CreateWorkload(workload=workload):
                 created = await kube.create_object(WORKLOADS, workload.to_api())

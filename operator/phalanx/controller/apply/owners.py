@@ -9,11 +9,13 @@ held the owner alive (cache `bereft`), the applier asks the API before making on
 deleted, nothing is made (the cache learns what the API said; the next pass plans without the owner;
 a 404 counts only if it names the owner);
 alive (a user deleted the object by hand), it is made again and the owner is no longer asked about. One
-read, only after such a deletion: a Workload's first creation asks nothing.
+read, only after such a deletion: a Workload's first creation asks nothing; and one at a time per owner
+(`OwnerLookups`): the units of one owner applied at once (a LeaderWorkerSet's groups) share it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from phalanx.controller.apply.kube import Kube
@@ -28,7 +30,32 @@ class OwnerGoneError(RuntimeError):
     """The owner an object of ours was about to be made for is gone, or being deleted: not a failure."""
 
 
-async def owner_alive(cache: ClusterCache, kube: Kube, action: Creation) -> None:
+class OwnerLookups:
+    """The owners' reads in flight, by uid: a second unit asking about the same owner meanwhile waits for the
+    first read's answer instead of sending its own."""
+
+    def __init__(self) -> None:
+        self._asking: dict[str, asyncio.Future[Any]] = {}
+
+    async def get(self, kube: Kube, ref: ObjectRef) -> Any:
+        asking = self._asking.get(ref.uid)
+        if asking is None:
+            asking = asyncio.ensure_future(kube.get_owner(ref))
+            self._asking[ref.uid] = asking
+            asking.add_done_callback(lambda done: self._done(ref.uid, done))
+        # Shielded: a unit cancelled while it waits does not cancel the read the others wait for.
+        return await asyncio.shield(asking)
+
+    def _done(self, uid: str, done: asyncio.Future[Any]) -> None:
+        if self._asking.get(uid) is done:
+            del self._asking[uid]
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter was cancelled, or each raises it itself
+
+
+async def owner_alive(
+    cache: ClusterCache, kube: Kube, action: Creation, lookups: OwnerLookups | None = None
+) -> None:
     """Return if the object may be made; raise OwnerGoneError if its owner is gone or going."""
     meta = _metadata(action)
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
@@ -38,7 +65,8 @@ async def owner_alive(cache: ClusterCache, kube: Kube, action: Creation) -> None
     if kind not in cache.kinds:  # marked only for owners the cache holds (cache/store.py `_alive`)
         return
     namespace, name = str(meta.get("namespace", "")), str(owner.get("name", ""))
-    found = await kube.get_owner(ObjectRef(str(owner.get("apiVersion", "")), kind, namespace, name, uid))
+    ref = ObjectRef(str(owner.get("apiVersion", "")), kind, namespace, name, uid)
+    found = await (lookups or OwnerLookups()).get(kube, ref)
     found_meta = (found or {}).get("metadata") or {}
     if found is not None and found_meta.get("uid") == uid:
         if not found_meta.get("deletionTimestamp"):
