@@ -45,7 +45,7 @@ CA_INJECTION = frozenset(
     for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
     for verb in ("get", "patch")
 )
-# watch/webhooks.py gate_trainjob: the runtime a TrainJob refers to, read live at its creation.
+# watch/trainjob_gate.py: the runtime a TrainJob refers to, read live at its creation.
 TRAINER_RUNTIMES = frozenset(Access(TRAINER_GROUP, plural, "get") for plural in RUNTIME_PLURALS.values())
 INSTALL_CRDS = frozenset(
     Access("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "patch")

@@ -21,6 +21,7 @@ from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import AdmittingKind, Resource
 from phalanx.controller.kinds.trainjob import TrainJobKind
 from phalanx.controller.watch.review import Reviewer
+from phalanx.controller.watch.trainjob_gate import gate_trainjob
 from phalanx.controller.watch.watched import WATCHED, Watched
 from phalanx.controller.watch.webhooks import WatchContext, Webhooks
 
@@ -194,7 +195,7 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
             continue
         r, name = kind.resource, kind.name.lower()
         # A TrainJob's gate reads its runtime too (Kueue's TAS annotations there reach its JobSet's pods).
-        gate = hooks.gate_trainjob(kind) if isinstance(kind, TrainJobKind) else hooks.gate_owner(kind)
+        gate = gate_trainjob(hooks, kind) if isinstance(kind, TrainJobKind) else hooks.gate_owner(kind)
         out.append(
             _Hook(True, r, f"gate-{name}", ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, gate)
         )

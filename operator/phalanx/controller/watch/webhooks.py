@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import kopf
@@ -21,7 +21,6 @@ from phalanx.api.admission_checks import (
     pod_group_namespace_problem,
     preferred_affinity_warnings,
     removed_gate_problems,
-    runtime_tas_problems,
     scheduler_problems,
     slice_key_problem,
     slice_key_warning,
@@ -42,7 +41,6 @@ from phalanx.api.job_policy import (
 )
 from phalanx.api.naming import pod_group_label_value
 from phalanx.api.owned import OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL
-from phalanx.api.trainjob import runtime_ref
 from phalanx.api.workload import workload_problems
 from phalanx.bodies import mapping
 from phalanx.controller.apply.kube import Kube
@@ -123,10 +121,10 @@ class Webhooks:
         its pods held behind Phalanx's gate through its templates."""
 
         def gate(body: kopf.Body, patch: kopf.Patch, runtime_problems: Sequence[str] = (), **_: Any) -> None:
-            if not self._gates(body):
+            if not self.gated_here(body):
                 return
             # One placement engine per object (api/admission_checks.py); `runtime_problems`: the same found
-            # in a TrainJob's runtime (gate_trainjob).
+            # in a TrainJob's runtime (trainjob_gate.py).
             kueue = tas_problems(kind.name, body) + list(runtime_problems)
             if kueue:
                 raise kopf.AdmissionError("; ".join(kueue), code=422)
@@ -148,56 +146,12 @@ class Webhooks:
 
         return gate
 
-    def _gates(self, body: kopf.Body) -> bool:
+    def gated_here(self, body: kopf.Body) -> bool:
         """An owner's creation the owner gates check: in a namespace Phalanx manages, not opted out."""
         meta = mapping(body.get("metadata"))
         if not self.ctx.watches(str(meta.get("namespace") or "")):
             return False  # another operator's namespace (--namespaces)
         return mapping(meta.get("labels")).get(names.MANAGED_LABEL) != names.UNMANAGED_VALUE  # else opted out
-
-    def gate_trainjob(self, kind: AdmittingKind) -> Callable[..., Awaitable[None]]:
-        """`gate_owner` for a TrainJob, with its runtime read live: Kubeflow Trainer copies the runtime's
-        JobSet template into the JobSet it makes, so Kueue's Topology-Aware Scheduling annotations on the
-        runtime's pod templates would reach a managed gang's pods. Refused here, at the TrainJob's creation,
-        naming the runtime and its field; else Trainer's creation of the JobSet would be refused by the
-        JobSet's webhook, again at each of its retries, with Kueue meanwhile queueing (and perhaps
-        admitting, its quota reserved) a TrainJob that can never run."""
-        gate = self.gate_owner(kind)
-
-        async def gate_confirmed(
-            body: kopf.Body, patch: kopf.Patch, warnings: list[str] | None = None, **kwargs: Any
-        ) -> None:
-            problems: list[str] = []
-            if self._gates(body):
-                problems, said = await self._runtime_problems(body)
-                if said and warnings is not None:
-                    warnings.append(said)
-            gate(body=body, patch=patch, warnings=warnings, runtime_problems=problems, **kwargs)
-
-        return gate_confirmed
-
-    async def _runtime_problems(self, body: kopf.Body) -> tuple[list[str], str | None]:
-        """(Kueue TAS problems of the TrainJob's runtime, a warning when it could not be read). A runtime
-        that does not exist is Trainer's to refuse (its webhook requires it), and without an API client
-        (a test's context) nothing is read."""
-        ref = runtime_ref(body)
-        if ref is None or self.ctx.kube is None:
-            return [], None
-        kind, name = ref
-        meta = mapping(body.get("metadata"))
-        namespace = str(meta.get("namespace") or "")
-        try:
-            runtime = await self.ctx.kube.get_runtime(kind, namespace, name)
-        except Exception as e:  # the API's failure: let the TrainJob through, and say what was not checked
-            log.warning(
-                "could not read %s %s for TrainJob %s/%s: %s", kind, name, namespace, meta.get("name"), e
-            )
-            return [], (
-                f"spec.runtimeRef: Phalanx could not read {kind} {name} to check its pod templates for "
-                f"Kueue's Topology-Aware Scheduling annotations ({e}); if it has any, Trainer's creation of "
-                "this TrainJob's JobSet is refused, and its events say why"
-            )
-        return ([], None) if runtime is None else (runtime_tas_problems(runtime), None)
 
     def regate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
         """The mutating UPDATE handler of an owner kind whose templates may change at any time (a
