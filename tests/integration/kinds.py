@@ -17,7 +17,7 @@ from typing import Any
 
 from phalanx.devcluster.http import ApiError
 
-from .kube import GPU_KEY, Namespace, bound, node_labels, wait_for
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, node_labels, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -159,6 +159,39 @@ def torch_runtime(name: str, nodes: int) -> dict[str, Any]:
             },
         },
     }
+
+
+TAS = "kueue.x-k8s.io/podset-required-topology"
+
+
+def tas_runtime(name: str) -> dict[str, Any]:
+    """torch_runtime's four 8-GPU nodes, their pods asking Kueue's Topology-Aware Scheduling for one network
+    block (as a runtime written for Kueue-only TAS does): Phalanx refuses a managed TrainJob of it."""
+    runtime = torch_runtime(name, 4)
+    rjob = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    rjob["template"]["spec"]["template"]["metadata"] = {"annotations": {TAS: NB_KEY}}
+    return runtime
+
+
+def runtime_annotations(ns: Namespace, name: str, annotations: dict[str, str] | None) -> None:
+    """Give runtime `name`'s pod template these annotations (None: none), as its owner would edit it."""
+    runtime = ns.get(f"{RUNTIMES}/{name}")
+    rjobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    rjobs[0]["template"]["spec"]["template"]["metadata"] = {"annotations": annotations} if annotations else {}
+    ns.api.request(
+        "PATCH",
+        f"{RUNTIMES}/{name}",
+        {"spec": {"template": {"spec": {"replicatedJobs": rjobs}}}},
+        "application/merge-patch+json",
+    )
+
+
+def delete_runtime(ns: Namespace, name: str) -> None:
+    try:
+        ns.api.request("DELETE", f"{RUNTIMES}/{name}")
+    except ApiError as e:
+        if e.status != 404:
+            raise
 
 
 def trainjob(name: str, runtime: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:

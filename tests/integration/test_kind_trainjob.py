@@ -7,6 +7,7 @@ network block; `kubectl get podgroups`, events and `phalanx explain trainjob/NAM
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -18,8 +19,10 @@ from .kinds import (
     JOBSETS,
     RESTART_ATTEMPT,
     RUNTIMES,
+    TAS,
     TRAINJOBS,
     condition,
+    delete_runtime,
     ensure,
     events_of,
     explain,
@@ -33,6 +36,8 @@ from .kinds import (
     owned,
     phalanx_objects,
     reasons_of,
+    runtime_annotations,
+    tas_runtime,
     torch_runtime,
     trainjob,
     wait_bound,
@@ -316,3 +321,157 @@ def test_a_pod_of_a_running_trainjob_deleted_by_hand_is_replaced_in_the_gangs_bl
     assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
     assert phalanx_objects(ns, "TrainJob/hand") == made
     assert not ns.get(f"{TRAINJOBS}/hand")["spec"].get("suspend")
+
+
+# ---------------------------------------------------------------------- Kueue's TAS through Trainer
+BOTH = "Kueue's Topology-Aware Scheduling and Phalanx would both place these pods"
+POD_TEMPLATE = "spec.template.spec.replicatedJobs[0].template.spec.template"
+REFUSED_BY_US = 'admission webhook "gate-trainjob.phalanx.dev" denied the request: '
+
+
+def _nothing_of(ns: Namespace, name: str) -> bool:
+    """No TrainJob, JobSet, pod, event, Workload or group of Phalanx's for `name` in the namespace."""
+    return (
+        _get(ns, f"{TRAINJOBS}/{name}") is None
+        and _get(ns, f"{JOBSETS}/{name}") is None
+        and not ns.pods()
+        and not events_of(ns, "TrainJob", name)
+        and not any(phalanx_objects(ns, f"TrainJob/{name}").values())
+    )
+
+
+def _refusal(ns: Namespace, body: dict[str, Any]) -> str:
+    with pytest.raises(ApiError) as refused:
+        ns.create(body)
+    assert refused.value.status == 422, refused.value
+    message: str = json.loads(refused.value.body)["message"]
+    print(message)
+    return message
+
+
+def test_a_trainjob_whose_runtime_asks_kueue_tas_is_refused_naming_the_runtime_and_runs_whole_once_fixed(
+    kinds_ns: Namespace,
+) -> None:
+    """A ClusterTrainingRuntime whose trainer pods carry kueue.x-k8s.io/podset-required-topology: a
+    Phalanx-managed TrainJob of it is refused at its creation, where its user looks (kubectl's answer),
+    naming the runtime, the runtime's field and both systems. Nothing is made for it: no TrainJob, no JobSet
+    (Trainer never tries, so no refusal of Trainer's retries either), no pod, no group. Its runtime's owner
+    removes the annotation and the same TrainJob, created again, runs whole in one network block."""
+    ns = kinds_ns
+    runtime = f"torch-tas-{uuid.uuid4().hex[:5]}"
+    ensure(ns, RUNTIMES, tas_runtime(runtime))
+    try:
+        message = _refusal(ns, trainjob("tas", runtime, KEY))
+        assert message.startswith(
+            f"{REFUSED_BY_US}spec.runtimeRef: ClusterTrainingRuntime {runtime} has "
+            f"{POD_TEMPLATE}.metadata.annotations[{TAS}], which Kubeflow Trainer puts on this TrainJob's "
+            f"pods: {BOTH}"
+        )
+        assert (
+            f"refer to a runtime without {TAS} (or remove it from ClusterTrainingRuntime {runtime})"
+            in message
+        )
+        assert "or remove the label phalanx.dev/managed from the TrainJob" in message
+        hold("nothing made for it", lambda: _nothing_of(ns, "tas"), seconds=2)
+
+        runtime_annotations(ns, runtime, None)
+        with whole_gangs(ns, {"tas": 4}, jobset_gang):
+            ns.create(trainjob("tas", runtime, KEY))
+            pods = wait_bound(ns, "tas", lambda: jobset_pods(ns, "tas"), 4)
+        labels = node_labels(ns.api)
+        assert len({label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods}) == 1
+        assert not [p for p in pods if TAS in (p["metadata"].get("annotations") or {})]
+        assert "TrainJobResourcesCreationFailed" not in reasons_of(ns, "TrainJob", "tas")
+    finally:
+        delete_runtime(ns, runtime)
+
+
+def test_a_trainjob_whose_runtime_patch_asks_kueue_tas_is_refused_naming_the_entry_and_runs_whole_without_it(
+    kinds_ns: Namespace,
+) -> None:
+    """A TrainJob's own runtime patch (Trainer v2.2's spec.runtimePatches: an entry of the user's manager
+    patching the `node` replicated Job's pod template) adds kueue.x-k8s.io/podset-required-topology: refused
+    at its creation naming the entry's field, its manager and both systems; nothing is made. The same entry
+    without it (another annotation kept) is accepted beside Phalanx's entry and Kueue's, and the TrainJob runs
+    whole in one network block with the entry's annotation on its pods."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+
+    def patched(annotations: dict[str, str]) -> dict[str, Any]:
+        body = trainjob("patched", RUNTIME, KEY)
+        pod = {"metadata": {"annotations": annotations}}
+        rjob = {"name": "node", "template": {"spec": {"template": pod}}}
+        entry = {"manager": "example.com/placement", "trainingRuntimeSpec": {"template": {"spec": {}}}}
+        entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"] = [rjob]
+        body["spec"]["runtimePatches"] = [entry]
+        return body
+
+    message = _refusal(ns, patched({TAS: NB_KEY, "example.com/team": "vision"}))
+    assert message.startswith(
+        f"{REFUSED_BY_US}spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template"
+        f".spec.template.metadata.annotations[{TAS}]: {BOTH}"
+    )
+    assert f"remove {TAS} from this runtime patch (manager example.com/placement)" in message
+    hold("nothing made for it", lambda: _nothing_of(ns, "patched"), seconds=2)
+
+    with whole_gangs(ns, {"patched": 4}, jobset_gang):
+        created = ns.create(patched({"example.com/team": "vision"}))
+        managers = sorted(p["manager"] for p in created["spec"]["runtimePatches"])
+        assert managers == ["example.com/placement", "kueue.x-k8s.io/manager", "phalanx.dev/manager"]
+        pods = wait_bound(ns, "patched", lambda: jobset_pods(ns, "patched"), 4)
+    labels = node_labels(ns.api)
+    assert len({label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods}) == 1
+    assert {(p["metadata"].get("annotations") or {}).get("example.com/team") for p in pods} == {"vision"}
+
+
+def test_a_runtime_given_kueue_tas_after_its_trainjobs_creation_is_said_in_the_trainjobs_events(
+    kinds_ns: Namespace,
+) -> None:
+    """What the TrainJob's webhook cannot see: its runtime given Kueue's TAS after the TrainJob was created.
+    The TrainJob is created suspended (its JobSet with it); its runtime's owner adds the annotation and the
+    JobSet is deleted, so Trainer makes it again from the runtime: Phalanx's JobSet webhook refuses that,
+    and Trainer's Warning on the TrainJob (TrainJobResourcesCreationFailed) says, whole, that the JobSet is
+    the TrainJob's, which annotation, both systems and where to remove it. No JobSet, pod or group meanwhile.
+    The annotation removed, Trainer's next try makes the JobSet, and the TrainJob, resumed, runs whole."""
+    ns = kinds_ns
+    runtime = f"torch-late-{uuid.uuid4().hex[:5]}"
+    ensure(ns, RUNTIMES, torch_runtime(runtime, 4))
+    try:
+        body = trainjob("late", runtime, KEY)
+        body["spec"]["suspend"] = True
+        ns.create(body)
+        wait_for("its suspended JobSet", lambda: _get(ns, f"{JOBSETS}/late"), timeout=60)
+        runtime_annotations(ns, runtime, {TAS: NB_KEY})
+        ns.api.request("DELETE", f"{JOBSETS.replace('{ns}', ns.name)}/late")
+
+        def said() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in events_of(ns, "TrainJob", "late")
+                if e["reason"] == "TrainJobResourcesCreationFailed"
+            ]
+
+        (event, *_) = wait_for("Trainer's warning on the TrainJob", said, timeout=90)
+        text = str(event.get("message") or event.get("note") or "")
+        print(text)
+        assert event["type"] == "Warning"
+        assert 'admission webhook "gate-jobset.phalanx.dev" denied the request: ' in text
+        assert f"spec.replicatedJobs[0].template.spec.template.metadata.annotations[{TAS}]: {BOTH}" in text
+        assert "this JobSet is Kubeflow Trainer's for TrainJob late, made from its runtime" in text
+        assert text.endswith("or the label phalanx.dev/managed from the TrainJob to let Kueue place it"), text
+        assert _get(ns, f"{JOBSETS}/late") is None and not ns.pods()
+        wait_for(  # the suspended JobSet's groups go with it (garbage collected), none made again
+            "no group of Phalanx's for it",
+            lambda: not any(phalanx_objects(ns, "TrainJob/late").values()),
+            timeout=60,
+        )
+
+        runtime_annotations(ns, runtime, None)
+        wait_for("Trainer's next try to make the JobSet", lambda: _get(ns, f"{JOBSETS}/late"), timeout=120)
+        with whole_gangs(ns, {"late": 4}, jobset_gang):
+            _suspend(ns, "late", False)
+            pods = wait_bound(ns, "late", lambda: jobset_pods(ns, "late"), 4)
+        labels = node_labels(ns.api)
+        assert len({label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods}) == 1
+    finally:
+        delete_runtime(ns, runtime)

@@ -34,18 +34,32 @@ from .kinds import (
     JOBSET_NAME,
     JOBSETS,
     RUNTIMES,
+    TAS,
     TRAINJOBS,
     condition,
+    delete_runtime,
     ensure,
     gated,
     jobset_gang,
     jobset_pods,
     owned,
+    runtime_annotations,
+    tas_runtime,
     torch_runtime,
     trainjob,
     whole_gangs,
 )
-from .kube import GPU_KEY, NB_KEY, Namespace, bound, delete_namespace, domains_of, new_namespace, wait_for
+from .kube import (
+    GPU_KEY,
+    NB_KEY,
+    Namespace,
+    bound,
+    delete_namespace,
+    domains_of,
+    hold,
+    new_namespace,
+    wait_for,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -916,6 +930,66 @@ def test_a_queued_trainjob_runs_whole_once_kueue_admits_it_and_the_next_waits_in
     assert flips == {"first": [True, False], "second": [True, False]}, flips
     ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
     assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted", "Preempting")], ours
+
+
+def cq_reserved(api: RestClient, name: str) -> dict[tuple[str, str], str]:
+    """What the ClusterQueue has reserved, by (flavor, resource)."""
+    status = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {})
+    return {
+        (f["name"], r["name"]): str(r.get("total"))
+        for f in status.get("flavorsReservation") or []
+        for r in f.get("resources") or []
+    }
+
+
+def test_a_queued_trainjob_whose_runtime_asks_kueue_tas_is_refused_so_nothing_is_queued_or_reserved(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    """A TrainJob labelled for both, queued in `lq`, of a ClusterTrainingRuntime whose trainer pods carry
+    kueue.x-k8s.io/podset-required-topology: refused at its creation naming the runtime, its field and both
+    systems, so Kueue never sees it: no Workload, nothing reserved in the ClusterQueue, no JobSet, no pod
+    (before, the TrainJob was let through: Kueue made a Workload asking TAS for it, and a ClusterQueue with
+    a topologyName flavor admitted it and reserved its 32 GPUs while Trainer's every JobSet creation was
+    refused). The runtime's owner removes the annotation; the TrainJob, queued again, is admitted by Kueue
+    and runs whole in one network block."""
+    runtime = f"torch-tas-{uuid.uuid4().hex[:5]}"
+    ensure(kns, RUNTIMES, tas_runtime(runtime))
+    path = f"{TRAINJOBS.replace('{ns}', kns.name)}/tas"
+    reserved = cq_reserved(kns.api, kueue_queue)
+    try:
+        with pytest.raises(ApiError) as refused:
+            kns.create(queued_trainjob("tas", runtime))
+        assert refused.value.status == 422
+        message = json.loads(refused.value.body)["message"]
+        print(message)
+        assert message.startswith(
+            'admission webhook "gate-trainjob.phalanx.dev" denied the request: spec.runtimeRef: '
+            f"ClusterTrainingRuntime {runtime} has spec.template.spec.replicatedJobs[0].template.spec."
+            f"template.metadata.annotations[{TAS}], which Kubeflow Trainer puts on this TrainJob's pods: "
+            "Kueue's Topology-Aware Scheduling and Phalanx would both place these pods"
+        )
+
+        def nothing() -> bool:
+            return (
+                not kueue_workloads(kns)
+                and cq_reserved(kns.api, kueue_queue) == reserved
+                and not kns.pods()
+                and not kns.get(TRAINJOBS)["items"]
+                and not kns.get(JOBSETS)["items"]
+            )
+
+        hold("nothing queued, reserved or made for it", nothing, seconds=2)
+
+        runtime_annotations(kns, runtime, None)
+        with whole_gangs(kns, {"tas": 4}, jobset_gang):
+            kns.create(queued_trainjob("tas", runtime))
+            block = wait_for("its 4 pods whole in one block", lambda: trainjob_whole(kns, "tas"), 180)
+        assert kueue_condition(workload_of(kns, "tas"), "Admitted").get("status") == "True"
+        print(kns.where(f"{JOBSET_NAME}=tas"), f"ran in {block}")
+    finally:
+        delete_if_there(kns, path)
+        wait_for("its Kueue Workload gone", lambda: workload_of(kns, "tas") is None, timeout=120)
+        delete_runtime(kns, runtime)
 
 
 # ---------------------------------------------------------------------------- Kueue preempts a TrainJob

@@ -342,37 +342,132 @@ TAS_ANNOTATIONS = (
 JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 
 
-def _tas_template_problems(template: Any, path: str) -> list[str]:
+def _annotation_field(path: str, key: str) -> str:
+    return f"{path}.metadata.annotations[{key}]"
+
+
+def _tas_template_problems(
+    template: Any,
+    path: str,
+    remedy: Callable[[str], str] | None = None,
+    field: Callable[[str, str], str] = _annotation_field,
+) -> list[str]:
+    """Each Kueue TAS annotation on the pod template at `path`. `field(path, key)`: how the message names
+    where it is; `remedy(key)`: what to do (default: remove it, or the managed label)."""
     annotations = mapping(mapping(mapping(template).get("metadata")).get("annotations"))
-    return [
-        f"{path}.metadata.annotations[{key}]: Kueue's Topology-Aware Scheduling and Phalanx would both place "
-        f"these pods; a Phalanx-managed object ({keys.MANAGED_LABEL}=true) takes its topology from "
-        f"{keys.TOPOLOGY_KEY_ANNOTATION} (and Phalanx's Topology levels), and Kueue keeps quota and "
-        f"queueing: remove {key}, or the label {keys.MANAGED_LABEL} to let Kueue place it"
-        for key in TAS_ANNOTATIONS
-        if key in annotations
-    ]
+    out = []
+    for key in TAS_ANNOTATIONS:
+        if key not in annotations:
+            continue
+        advice = (
+            remedy(key)
+            if remedy
+            else f"remove {key}, or the label {keys.MANAGED_LABEL} to let Kueue place it"
+        )
+        out.append(
+            f"{field(path, key)}: Kueue's Topology-Aware Scheduling and Phalanx would both place these "
+            f"pods; a Phalanx-managed object ({keys.MANAGED_LABEL}=true) takes its topology from "
+            f"{keys.TOPOLOGY_KEY_ANNOTATION} (and Phalanx's Topology levels), and Kueue keeps quota and "
+            f"queueing: {advice}"
+        )
+    return out
+
+
+def _replicated_jobs_tas(
+    jobset_spec: Any,
+    path: str,
+    remedy: Callable[[str], str] | None = None,
+    field: Callable[[str, str], str] = _annotation_field,
+) -> list[str]:
+    """Kueue TAS annotations on the pod templates of a JobSet spec's replicated Jobs (a JobSet's, a Trainer
+    runtime's template, a TrainJob's runtime patch); `path` is where that spec is."""
+    out = []
+    for i, rjob in enumerate(mapping(jobset_spec).get("replicatedJobs") or []):
+        job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
+        at = f"{path}.replicatedJobs[{i}].template.spec.template"
+        out += _tas_template_problems(job_spec.get("template"), at, remedy, field)
+    return out
+
+
+def made_for_trainjob(body: Mapping[str, Any]) -> str | None:
+    """The name of the TrainJob that controls this object (a JobSet Kubeflow Trainer made), if any."""
+    for ref in mapping(body.get("metadata")).get("ownerReferences") or []:
+        ref = mapping(ref)
+        if ref.get("controller") and ref.get("kind") == "TrainJob":
+            return str(ref.get("name") or "")
+    return None
 
 
 def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
-    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, each naming its
-    field."""
+    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, or in a TrainJob's
+    `spec.runtimePatches` (its runtime: `runtime_tas_problems`), each naming its field."""
     spec = mapping(body.get("spec"))
     if kind == "Job":
         return _tas_template_problems(spec.get("template"), "spec.template")
     if kind == "JobSet":
-        out = []
-        for i, rjob in enumerate(spec.get("replicatedJobs") or []):
-            job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
-            path = f"spec.replicatedJobs[{i}].template.spec.template"
-            out += _tas_template_problems(job_spec.get("template"), path)
-        return out
+        trainjob = made_for_trainjob(body)
+        if trainjob is None:
+            return _replicated_jobs_tas(spec, "spec")
+        # Trainer's JobSet (the TrainJob's webhook checked both; a runtime edited since, say): the user wrote
+        # neither the JobSet nor its field, and reads this in the TrainJob's events (Trainer's
+        # TrainJobResourcesCreationFailed), so it says where the annotation came from.
+        return _replicated_jobs_tas(
+            spec,
+            "spec",
+            lambda key: (
+                f"this JobSet is Kubeflow Trainer's for TrainJob {trainjob}, made from its runtime "
+                f"(spec.runtimeRef) and spec.runtimePatches: remove {key} there, or the label "
+                f"{keys.MANAGED_LABEL} from the TrainJob to let Kueue place it"
+            ),
+        )
     if kind == "LeaderWorkerSet":
         lwt = mapping(spec.get("leaderWorkerTemplate"))
         path = "spec.leaderWorkerTemplate"
         out = _tas_template_problems(lwt.get("leaderTemplate"), f"{path}.leaderTemplate")
         return out + _tas_template_problems(lwt.get("workerTemplate"), f"{path}.workerTemplate")
+    if kind == "TrainJob":
+        # Trainer merges each entry's replicated Job templates into its runtime's (a strategic merge patch):
+        # an annotation an entry sets reaches the pods of the JobSet Trainer makes.
+        out = []
+        for i, entry in enumerate(spec.get("runtimePatches") or []):
+            entry = mapping(entry)
+            manager = entry.get("manager")
+            template = mapping(mapping(entry.get("trainingRuntimeSpec")).get("template"))
+            out += _replicated_jobs_tas(
+                template.get("spec"),
+                f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec",
+                _patch_remedy(manager),
+            )
+        return out
     return []
+
+
+def _patch_remedy(manager: Any) -> Callable[[str], str]:
+    return lambda key: (
+        f"remove {key} from this runtime patch (manager {manager}), or the label {keys.MANAGED_LABEL} to let "
+        "Kueue place it"
+    )
+
+
+def runtime_tas_problems(runtime: Mapping[str, Any]) -> list[str]:
+    """Kueue TAS annotations on the pod templates of the Trainer runtime (a ClusterTrainingRuntime or
+    TrainingRuntime) a TrainJob refers to: Trainer copies its JobSet template, annotations and all, into the
+    TrainJob's JobSet. Each names the TrainJob's `spec.runtimeRef`, the runtime and the runtime's field."""
+    kind = str(runtime.get("kind") or "runtime")
+    name = str(mapping(runtime.get("metadata")).get("name") or "")
+    template = mapping(mapping(runtime.get("spec")).get("template"))
+    return _replicated_jobs_tas(
+        template.get("spec"),
+        "spec.template.spec",
+        lambda key: (
+            f"refer to a runtime without {key} (or remove it from {kind} {name}), or remove the label "
+            f"{keys.MANAGED_LABEL} from the TrainJob to let Kueue place it"
+        ),
+        lambda at, key: (
+            f"spec.runtimeRef: {kind} {name} has {at}.metadata.annotations[{key}], which Kubeflow Trainer "
+            "puts on this TrainJob's pods"
+        ),
+    )
 
 
 def partial_admission_problems(body: Mapping[str, Any], sliced: bool) -> list[str]:

@@ -8,6 +8,10 @@ that JobSet. `spec.runtimePatches` is Trainer's door for other managers (Kueue's
 label and the JobSet annotations of the TrainJob, so the JobSet is gated and placed as any managed JobSet.
 Trainer lets runtimePatches change only while the TrainJob is suspended: Phalanx writes its entry at
 creation and never after.
+
+The runtime a TrainJob refers to (`spec.runtimeRef`: a ClusterTrainingRuntime, or a TrainingRuntime of its
+namespace) holds the JobSet template Trainer copies, pod template annotations and all: the TrainJob's
+webhook reads it live to refuse Kueue's Topology-Aware Scheduling annotations there (`runtime_ref`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ API_GROUP: Final = "trainer.kubeflow.org"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
 KIND: Final = "TrainJob"
 PATCH_MANAGER: Final = "phalanx.dev/manager"
+# The runtimes a TrainJob may refer to, by kind: their plural (a ClusterTrainingRuntime is cluster-scoped,
+# a TrainingRuntime is in the TrainJob's namespace).
+RUNTIME_PLURALS: Final = {
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+}
 
 
 def finished_how(status: Mapping[str, Any]) -> str:
@@ -62,3 +72,14 @@ def runtime_patches(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     if current is not None and current.get("trainingRuntimeSpec") == ours["trainingRuntimeSpec"]:
         return None
     return [*others, ours]
+
+
+def runtime_ref(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the runtime the TrainJob refers to (`spec.runtimeRef`; its kind and API group default
+    as the CRD's schema defaults them), or None: none named, or not one of Trainer's runtimes."""
+    ref = mapping(mapping(body.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    name = ref.get("name")
+    if (ref.get("apiGroup") or API_GROUP) != API_GROUP or kind not in RUNTIME_PLURALS:
+        return None
+    return (str(kind), name) if isinstance(name, str) and name else None

@@ -41,6 +41,7 @@ from phalanx.tools.kueue_view import KUEUE, KueueView, kueue_view
 from phalanx.tools.kueue_view import lines as kueue_lines
 from phalanx.tools.kueue_view import to_json as kueue_json
 from phalanx.tools.targets import (
+    TRAINJOB,
     Facts,
     Gang,
     Target,
@@ -709,6 +710,14 @@ def _summary(
         return "waiting", "waiting: " + placement.verdict
     if not gang.gang:
         return "basic", "basic policy: Phalanx holds nothing; kube-scheduler places the pods one by one"
+    if not groups and kind == TRAINJOB.kind and not counts.live and owner is not None:
+        # Its groups are its JobSet's, which Trainer makes: when Trainer cannot (a refusal of its JobSet's
+        # creation), Trainer says why on the TrainJob, not Phalanx.
+        return "no-group", (
+            "no PodGroup yet: Phalanx makes the TrainJob's groups once Kubeflow Trainer has made its JobSet; "
+            "if Trainer cannot make it, the TrainJob's events say why (`kubectl describe trainjob "
+            f"{name_of(owner)}`: TrainJobResourcesCreationFailed); else check that `phalanx run` is running"
+        )
     if not groups:
         return "no-group", (
             "no PodGroup yet: Phalanx creates one at its first pass after the creation (if none appears, "

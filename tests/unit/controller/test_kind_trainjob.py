@@ -10,6 +10,7 @@ import kopf
 import pytest
 from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, made_groups, owner_cluster
 
+from phalanx.api.admission_checks import TAS_ANNOTATIONS, runtime_tas_problems, tas_problems
 from phalanx.api.trainjob import PATCH_MANAGER
 from phalanx.controller.kinds.common import SPLIT_WHILE_DELETING
 from phalanx.controller.kinds.trainjob import TrainJobKind
@@ -230,3 +231,219 @@ def test_phalanxs_runtime_patch_entry_stays_on_a_managed_trainjob(
     with pytest.raises(kopf.AdmissionError) as error:
         validate(body=kopf.Body(new), old=kopf.Body(old))
     assert str(error.value).startswith(refused), error.value
+
+
+# ---------------------------------------------------------------------- Kueue's TAS through Trainer
+TAS = "kueue.x-k8s.io/podset-required-topology"
+BOTH = "Kueue's Topology-Aware Scheduling and Phalanx would both place these pods"
+RUNTIME_FIELD = "spec.template.spec.replicatedJobs[0].template.spec.template.metadata.annotations"
+
+
+def runtime(
+    kind: str = "ClusterTrainingRuntime", name: str = "torch-distributed", annotations: Any = None
+) -> dict[str, Any]:
+    """A Trainer runtime of one replicated Job `node`, its pod template annotated with `annotations`."""
+    template: dict[str, Any] = {"spec": {"containers": [{"name": "node", "image": "x"}]}}
+    if annotations is not None:
+        template["metadata"] = {"annotations": annotations}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, **({"namespace": "ml"} if kind == "TrainingRuntime" else {})},
+        "spec": {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}
+            }
+        },
+    }
+
+
+def tas_patch(manager: str = "example.com/placement", key: str = TAS) -> dict[str, Any]:
+    """A runtime patch entry whose replicated Job `node` puts `key` on its pod template."""
+    pod = {"metadata": {"annotations": {key: NB}}}
+    rjob = {"name": "node", "template": {"spec": {"template": pod}}}
+    return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [rjob]}}}}
+
+
+def _create_review(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE", "object": body, "userInfo": {"username": "alice"}},
+    }
+
+
+CLUSTER_PATH = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/torch-distributed"
+NAMESPACED_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainingruntimes/torch-distributed"
+
+
+@pytest.mark.parametrize(
+    ("ref_kind", "served", "patches", "label", "asked", "refused", "warned"),
+    [
+        # Its ClusterTrainingRuntime (runtimeRef's default kind) puts Kueue's TAS on its pods: refused at the
+        # TrainJob's creation, naming the runtime and the runtime's field (before: let through, and Trainer's
+        # every JobSet creation refused by the JobSet webhook).
+        (
+            None,
+            (200, {TAS: NB}),
+            None,
+            "true",
+            [CLUSTER_PATH],
+            f"spec.runtimeRef: ClusterTrainingRuntime torch-distributed has {RUNTIME_FIELD}[{TAS}], which "
+            "Kubeflow Trainer puts on this TrainJob's pods: " + BOTH,
+            None,
+        ),
+        # A TrainingRuntime is read in the TrainJob's namespace.
+        (
+            "TrainingRuntime",
+            (200, {"kueue.x-k8s.io/podset-slice-size": "2"}),
+            None,
+            "true",
+            [NAMESPACED_PATH],
+            "spec.runtimeRef: TrainingRuntime torch-distributed has "
+            f"{RUNTIME_FIELD}[kueue.x-k8s.io/podset-slice-size]",
+            None,
+        ),
+        # A runtime patch of the TrainJob's own puts it there: refused naming the entry's field and manager.
+        (
+            None,
+            (200, None),
+            [tas_patch()],
+            "true",
+            [CLUSTER_PATH],
+            "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template"
+            f".metadata.annotations[{TAS}]: " + BOTH,
+            None,
+        ),
+        # Other annotations on the runtime: gated as before (Phalanx's runtime patch added).
+        (None, (200, {"example.com/other": "x"}), None, "true", [CLUSTER_PATH], None, None),
+        # No such runtime: Trainer's webhook refuses the TrainJob; Phalanx lets it through.
+        (None, (404, None), None, "true", [CLUSTER_PATH], None, None),
+        # The API cannot say: let through (its JobSet's webhook still refuses), and said.
+        (
+            None,
+            (500, None),
+            None,
+            "true",
+            [CLUSTER_PATH],
+            None,
+            "spec.runtimeRef: Phalanx could not read ClusterTrainingRuntime torch-distributed",
+        ),
+        # Opted out: not Phalanx's, nothing read.
+        (None, (200, {TAS: NB}), None, "false", [], None, None),
+    ],
+)
+async def test_kueue_tas_through_a_trainjobs_runtime_is_refused_at_the_trainjobs_creation(
+    ref_kind: str | None,
+    served: tuple[int, Any],
+    patches: Any,
+    label: str,
+    asked: list[str],
+    refused: str | None,
+    warned: str | None,
+) -> None:
+    """The gate-trainjob webhook as registered, over a real API client: the runtime a TrainJob refers to is
+    read live, and Kueue's TAS annotations on its pod templates or in the TrainJob's runtime patches are
+    refused with the TrainJob, so nothing is made, queued or reserved for it."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from phalanx.controller.apply.kube import Kube
+    from phalanx.controller.watch.registry import reviewers
+    from phalanx.controller.watch.review import answer
+    from phalanx.kubeclient import ApiClient, Credentials
+
+    status, annotations = served
+    seen: list[str] = []
+
+    async def get_runtime(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        kind = "TrainingRuntime" if "/namespaces/" in request.path else "ClusterTrainingRuntime"
+        if status == 404:
+            details = {"name": request.match_info["name"], "kind": kind.lower() + "s"}
+            return web.json_response({"kind": "Status", "code": 404, "details": details}, status=404)
+        if status != 200:
+            return web.json_response({"kind": "Status", "code": status}, status=status)
+        return web.json_response(runtime(kind, request.match_info["name"], annotations))
+
+    app = web.Application()
+    app.router.add_get("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/{name}", get_runtime)
+    app.router.add_get(
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainingruntimes/{name}", get_runtime
+    )
+    server = TestServer(app)
+    await server.start_server()
+    body = trainjob(patches=patches)
+    body["metadata"]["labels"]["phalanx.dev/managed"] = label
+    if ref_kind:
+        body["spec"]["runtimeRef"]["kind"] = ref_kind
+    context = StaticContext()
+    try:
+        async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
+            context.kube = Kube(api)
+            answered = await answer(_create_review(body), reviewers(context)["gate-trainjob"])
+    finally:
+        await server.close()
+    assert answered is not None
+    response = answered["response"]
+    assert seen == asked
+    if refused is None:
+        assert response["allowed"], response
+        assert ("patch" in response) is (label == "true")  # Phalanx's runtime patch, when managed
+    else:
+        assert not response["allowed"]
+        message = response["status"]["message"]
+        assert message.startswith(refused), message
+        assert "phalanx.dev/managed" in message and "phalanx.dev/topology-key" in message
+    said = response.get("warnings") or []
+    assert [w for w in said if warned and w.startswith(warned)] == ([said[0]] if warned else []), said
+
+
+@pytest.mark.parametrize("annotation", TAS_ANNOTATIONS)
+def test_every_kueue_tas_annotation_in_a_runtime_or_a_runtime_patch_is_found(annotation: str) -> None:
+    (in_runtime,) = runtime_tas_problems(runtime(annotations={annotation: "x"}))
+    assert in_runtime.startswith(
+        f"spec.runtimeRef: ClusterTrainingRuntime torch-distributed has {RUNTIME_FIELD}[{annotation}]"
+    )
+    assert f"refer to a runtime without {annotation} (or remove it from ClusterTrainingRuntime" in in_runtime
+    kueues = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
+    (in_patch,) = tas_problems("TrainJob", trainjob(patches=[kueues, tas_patch(key=annotation)]))
+    assert in_patch.startswith("spec.runtimePatches[1].trainingRuntimeSpec.template.spec.replicatedJobs[0]")
+    assert f"remove {annotation} from this runtime patch (manager example.com/placement)" in in_patch
+    assert not runtime_tas_problems(runtime(annotations={"example.com/other": "x"}))
+    assert not tas_problems("TrainJob", trainjob(patches=[kueues, _ours()]))
+
+
+TRAINER_EVENT = 950  # Trainer's TrainJobResourcesCreationFailed message: its error, cut at 950 characters
+TRAINER_PREFIX = (  # what comes before the webhook's answer there
+    "TrainJob resources reconciliation failed: "
+    'admission webhook "gate-jobset.phalanx.dev" denied the request: '
+)
+
+
+def test_trainers_jobset_refused_for_kueue_tas_says_where_it_came_from_within_trainers_event() -> None:
+    """A JobSet Trainer makes (a runtime edited after the TrainJob's creation, say) is still refused, and the
+    refusal, which the user reads in the TrainJob's events, names the TrainJob and where to remove the
+    annotation, whole within what Trainer's event keeps. A JobSet of the user's is refused as before."""
+    from phalanx.controller.kinds.jobset import JobSetKind
+
+    gate = Webhooks(StaticContext()).gate_owner(JobSetKind())
+    for body, said in (
+        (its_jobset(), "this JobSet is Kubeflow Trainer's for TrainJob llm"),
+        (jobset_body("own"), ""),
+    ):
+        pod_template = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod_template["metadata"] = {"annotations": {TAS: NB}}
+        with pytest.raises(kopf.AdmissionError) as error:
+            gate(body=kopf.Body(body), patch=kopf.Patch())
+        message = str(error.value)
+        assert message.startswith(
+            f"spec.replicatedJobs[0].template.spec.template.metadata.annotations[{TAS}]: {BOTH}"
+        )
+        if said:
+            assert said in message
+            assert "(spec.runtimeRef) and spec.runtimePatches: remove" in message
+            shown = f"{TRAINER_PREFIX}{message}"
+            assert len(shown) <= TRAINER_EVENT, len(shown)
+        else:
+            assert message.endswith(f"remove {TAS}, or the label phalanx.dev/managed to let Kueue place it")

@@ -739,3 +739,34 @@ def test_a_reservation_is_said_under_the_group_at_the_end_of_the_verdict_and_in_
     assert "Reservation (Preemption): 4 nodes in nb-a" in preempting
     assert "being freed for it by preempting 2 pods, held until 2026-11-30T12:03:00Z" in preempting
     assert to_json(explain(facts(job=managed_job(), group=pod_group())))["groups"][0]["reservation"] is None
+
+
+def test_a_trainjob_whose_jobset_trainer_has_not_made_points_at_the_trainjobs_events() -> None:
+    """A managed TrainJob with no JobSet yet (Trainer's creation of it refused: Kueue TAS put in its runtime
+    after the TrainJob's creation, say): no group and no pod; the reason is in Trainer's event on the
+    TrainJob, not in Phalanx, so explain says where to look instead of blaming `phalanx run` only."""
+    from phalanx.api.trainjob import runtime_patches
+    from phalanx.tools.targets import TRAINJOB
+
+    body: dict[str, Any] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": "late",
+            "namespace": NS,
+            "uid": "uid-tj",
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": {"phalanx.dev/topology-key": NB},
+        },
+        "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": 4}},
+    }
+    body["spec"]["runtimePatches"] = runtime_patches(body)
+    f = dataclasses.replace(
+        facts(group_pods=[]), target=Target("trainjob", "late"), owner_kind=TRAINJOB, owner=body
+    )
+    assert text_of(f).splitlines()[0] == (
+        f"trainjob/late in namespace {NS}: no PodGroup yet: Phalanx makes the TrainJob's groups once "
+        "Kubeflow Trainer has made its JobSet; if Trainer cannot make it, the TrainJob's events say why "
+        "(`kubectl describe trainjob late`: TrainJobResourcesCreationFailed); else check that `phalanx run` "
+        "is running"
+    )

@@ -26,6 +26,8 @@ from phalanx.api import keys as names
 from phalanx.api.cluster_objects import REQUIRED, name_pin
 from phalanx.api.group import GROUP, VERSION
 from phalanx.api.naming import pod_group_label_value
+from phalanx.api.trainjob import API_GROUP as TRAINER_GROUP
+from phalanx.api.trainjob import RUNTIME_PLURALS
 from phalanx.controller import metrics
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.model.refs import ObjectRef
@@ -224,6 +226,20 @@ class Kube:
         listed: dict[str, Any] = await retrying(lambda: self.api.json("GET", _ours(plural)), verb="list")
         items: list[dict[str, Any]] = listed.get("items") or []
         return items
+
+    async def get_runtime(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Kubeflow Trainer runtime a TrainJob refers to (api/trainjob.runtime_ref: a
+        ClusterTrainingRuntime, or a TrainingRuntime of `namespace`), read live once, with no retries (the
+        TrainJob's webhook asks, within its review's deadline); None when there is no such runtime."""
+        scoped = namespace if kind == "TrainingRuntime" else None
+        path = resource_path(TRAINER_GROUP, "v1alpha1", RUNTIME_PLURALS[kind], namespace=scoped, name=name)
+        try:
+            found: dict[str, Any] = await self.api.json("GET", path)
+        except ApiException as e:
+            if e.status == 404 and e.details_name() == name:
+                return None
+            raise
+        return found
 
     async def patch_spec(
         self, plural: str, namespace: str, name: str, spec: Mapping[str, Any]

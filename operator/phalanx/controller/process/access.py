@@ -8,6 +8,8 @@ events) go through Kopf's client and are listed there. Add a new call here, with
 from __future__ import annotations
 
 from phalanx.api.group import GROUP
+from phalanx.api.trainjob import API_GROUP as TRAINER_GROUP
+from phalanx.api.trainjob import RUNTIME_PLURALS
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.process.settings import Settings
 from phalanx.controller.watch.watched import INFORMER, WATCHED, served_by
@@ -43,6 +45,8 @@ CA_INJECTION = frozenset(
     for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
     for verb in ("get", "patch")
 )
+# watch/trainjob_gate.py: the runtime a TrainJob refers to, read live at its creation.
+TRAINER_RUNTIMES = frozenset(Access(TRAINER_GROUP, plural, "get") for plural in RUNTIME_PLURALS.values())
 INSTALL_CRDS = frozenset(
     Access("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "patch")
 )
@@ -58,6 +62,8 @@ def declared(settings: Settings) -> frozenset[Access]:
     accesses |= {Access(k.resource.group, k.resource.plural, "patch") for k in OWNER_KINDS if k.suspends}
     # apply/owners.py: whether an owner whose objects went while it seemed alive still is.
     accesses |= {Access(k.resource.group, k.resource.plural, "get") for k in OWNER_KINDS}
+    if settings.serves_webhooks:
+        accesses |= TRAINER_RUNTIMES
     if settings.leader_election:
         accesses |= LEADER_ELECTION
     if settings.webhook_secret:

@@ -19,7 +19,9 @@ from phalanx.api.group import GROUP, POD_GROUPS, TOPOLOGIES, VERSION, WORKLOADS
 from phalanx.api.owned import OWNER_UID_LABEL
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import AdmittingKind, Resource
+from phalanx.controller.kinds.trainjob import TrainJobKind
 from phalanx.controller.watch.review import Reviewer
+from phalanx.controller.watch.trainjob_gate import gate_trainjob
 from phalanx.controller.watch.watched import WATCHED, Watched
 from phalanx.controller.watch.webhooks import WatchContext, Webhooks
 
@@ -192,16 +194,10 @@ def _owner_hooks(hooks: Webhooks) -> tuple[_Hook, ...]:
         if not isinstance(kind, AdmittingKind):
             continue
         r, name = kind.resource, kind.name.lower()
+        # A TrainJob's gate reads its runtime too (Kueue's TAS annotations there reach its JobSet's pods).
+        gate = gate_trainjob(hooks, kind) if isinstance(kind, TrainJobKind) else hooks.gate_owner(kind)
         out.append(
-            _Hook(
-                True,
-                r,
-                f"gate-{name}",
-                ("CREATE",),
-                {names.MANAGED_LABEL: kopf.PRESENT},
-                False,
-                hooks.gate_owner(kind),
-            )
+            _Hook(True, r, f"gate-{name}", ("CREATE",), {names.MANAGED_LABEL: kopf.PRESENT}, False, gate)
         )
         if kind.regates_on_update:
             # Phalanx's gate put back into an edited template. Mutating, not refusing, where the kind's

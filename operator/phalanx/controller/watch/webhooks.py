@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import kopf
@@ -120,13 +120,12 @@ class Webhooks:
         """The CREATE handler of an owner kind with a webhook of its own (a JobSet): its annotations checked,
         its pods held behind Phalanx's gate through its templates."""
 
-        def gate(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-            meta = mapping(body.get("metadata"))
-            if not self.ctx.watches(str(meta.get("namespace") or "")):
-                return  # another operator's namespace (--namespaces)
-            if mapping(meta.get("labels")).get(names.MANAGED_LABEL) == names.UNMANAGED_VALUE:
-                return  # opted out in so many words
-            kueue = tas_problems(kind.name, body)  # one placement engine per object (api/admission_checks.py)
+        def gate(body: kopf.Body, patch: kopf.Patch, runtime_problems: Sequence[str] = (), **_: Any) -> None:
+            if not self.gated_here(body):
+                return
+            # One placement engine per object (api/admission_checks.py); `runtime_problems`: the same found
+            # in a TrainJob's runtime (trainjob_gate.py).
+            kueue = tas_problems(kind.name, body) + list(runtime_problems)
             if kueue:
                 raise kopf.AdmissionError("; ".join(kueue), code=422)
             try:
@@ -146,6 +145,13 @@ class Webhooks:
                 patch.spec.update(spec)
 
         return gate
+
+    def gated_here(self, body: kopf.Body) -> bool:
+        """An owner's creation the owner gates check: in a namespace Phalanx manages, not opted out."""
+        meta = mapping(body.get("metadata"))
+        if not self.ctx.watches(str(meta.get("namespace") or "")):
+            return False  # another operator's namespace (--namespaces)
+        return mapping(meta.get("labels")).get(names.MANAGED_LABEL) != names.UNMANAGED_VALUE  # else opted out
 
     def regate_owner(self, kind: AdmittingKind) -> Callable[..., None]:
         """The mutating UPDATE handler of an owner kind whose templates may change at any time (a
