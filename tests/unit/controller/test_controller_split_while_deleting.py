@@ -9,7 +9,22 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from testkit import NOW, TOPOLOGY, cluster, group_of, job_body, only, pod_body, running, status_of
+from testkit import (
+    NB,
+    NOW,
+    TOPOLOGY,
+    cluster,
+    group_of,
+    job_body,
+    lws_body,
+    lws_pod,
+    made_groups,
+    only,
+    owner_cluster,
+    pod_body,
+    running,
+    status_of,
+)
 
 from phalanx.api.status import PodGroupStatus
 from phalanx.controller.kinds.common import SPLIT_WHILE_DELETING
@@ -118,3 +133,30 @@ def test_the_decision_in_the_rows_is_on_n1_to_n3() -> None:
     assert status.admission is not None
     assert sorted(a.pod for a in status.admission.assignments) == ["train-0", "train-1", "train-2"]
     assert status.admission.domain == "nb-a"
+
+
+@pytest.mark.parametrize("subgroup_size", [None, 2])
+@pytest.mark.parametrize(("running", "deleted"), [(4, 0), (3, 3)])
+def test_a_group_of_a_leaderworkerset_being_deleted(
+    subgroup_size: int | None, running: int, deleted: int
+) -> None:
+    """A group's StatefulSet makes a lost pod again, gated, and nothing places it while its LWS is being
+    deleted: the group's running pods are deleted (the leader among them), a whole group is left alone —
+    with subgroups (a tree of slices) as without."""
+    lws = lws_body(size=4, subgroup_size=subgroup_size, annotations={"phalanx.dev/topology-key": NB})
+    gated = [lws_pod("serve", 0, w) for w in range(4)]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], gated), NOW)
+    nodes = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    groups = made_groups(first)
+    names = ["serve-0", "serve-0-1", "serve-0-2", "serve-0-3"]
+    pods = [lws_pod("serve", 0, w, node=nodes[names[w]], gated=False) for w in range(running)]
+    pods += [lws_pod("serve", 0, w) for w in range(running, 4)]  # made again by its StatefulSet, gated
+    going = deleting(lws)
+    result = plan(owner_cluster([("LeaderWorkerSet", going)], pods, groups=groups), NOW)
+    assert sorted(a.pod.name for a in only(result.actions, DeletePod)) == names[:deleted]
+    told = [a for a in only(result.actions, PostEvent) if a.reason == SPLIT_WHILE_DELETING]
+    assert [(e.involved.kind, e.involved.name) for e in told] == (
+        [("LeaderWorkerSet", "serve")] if deleted else []
+    )
+    for kind in (CreateWorkload, CreatePodGroup, PatchStatus, RecordAdmission, ReleasePod):
+        assert not only(result.actions, kind), kind
