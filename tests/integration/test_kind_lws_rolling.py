@@ -116,6 +116,21 @@ def shaped(ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]]
     return found
 
 
+def half_rolled(ns: Namespace, name: str, manifest: dict[str, Any]) -> tuple[str, dict[int, Group]]:
+    """The LWS of `manifest` (replicas 2, size 4, a rollout held at partition 1) created and its two groups
+    running at one revision (returned first), then its worker template edited (new_template): once LWS
+    has remade group 1 at the new revision, bound, and kept group 0 bound at the old (the groups)."""
+    ns.create(manifest)
+    _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+    new_template(ns, name, manifest, "v2")
+    half = wait_for(
+        "group 1 remade at the new revision and bound, group 0 bound at the old",
+        lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
+        timeout=150,
+    )
+    return old, half
+
+
 def high_job(ns: Namespace, victim: Group) -> dict[str, Any]:
     """A high-priority gang Job of 2 (PriorityClass high) that must run in `victim`'s network block (a
     nodeSelector): that group is the one victim that makes room for it. (Left to choose, Phalanx prices the
@@ -159,6 +174,37 @@ def waits_for_room(ns: Namespace, name: str, suffix: str, high: list[dict[str, A
         raise
 
 
+def preempted(
+    ns: Namespace, name: str, old: str, before: dict[int, Group], victim: int
+) -> tuple[list[dict[str, Any]], dict[int, Group]]:
+    """A high-priority gang Job of 2 for group `victim`'s block (high_job) bound, and that group taken
+    whole: LWS makes it again at the revision it had, all its pods new and gated, every other group running
+    untouched (the pods of `before`), one PodGroup per group; the events Preempted and Requeued on the LWS.
+    The Job's pods and the groups then."""
+    ns.create(high_job(ns, before[victim]))
+    high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+    want = {i: (g.revision != old, GATED if i == victim else BOUND) for i, g in before.items()}
+
+    def remade() -> dict[int, Group] | None:
+        found = shaped(ns, name, old, want)
+        if found is None or found[victim].revision != before[victim].revision:
+            return None
+        if found[victim].uids & before[victim].uids:
+            return None
+        return found if all(found[i].uids == g.uids for i, g in before.items() if i != victim) else None
+
+    groups = wait_for(
+        f"group {victim} made again at its revision, gated whole; the other groups running, untouched",
+        remade,
+        timeout=120,
+    )
+    wait_for(
+        "events Preempted and Requeued on the LWS",
+        lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
+    )
+    return high, groups
+
+
 def ran(watch: Any, gang: str) -> bool:
     with watch.lock:
         found = watch.gangs.get(gang)
@@ -189,6 +235,23 @@ def new_groups_whole(
     return names
 
 
+def workers_in_their_slots(
+    names: dict[str, dict[str, Any]], groups: dict[int, list[dict[str, Any]]], new: str
+) -> dict[int, dict[str, Any]]:
+    """Each LeaderReady group of 4 pods (`groups`) was decided whole with its leader: its PodGroup of the
+    revision `new` (in `names`) records a slot per worker, and the workers run on the slots' nodes. The
+    recorded decisions, by group index."""
+    out: dict[int, dict[str, Any]] = {}
+    for index, pods in groups.items():
+        (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
+        admission = out[index] = group["status"]["admission"]
+        print(group["metadata"]["name"], json.dumps(admission)[:1500])
+        slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+        workers = sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0")
+        assert len(workers) == 3 and slots == workers, (index, slots, workers)
+    return out
+
+
 def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and_the_rollout_completes_after(
     kinds_ns: Namespace,
 ) -> None:
@@ -209,38 +272,15 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
     )
     try:
         with whole_lws_groups(ns, name, 4, NB_KEY) as watch:
-            ns.create(manifest)
-            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
-            new_template(ns, name, manifest, "v2")
-            half = wait_for(
-                "group 1 remade at the new revision and bound, group 0 bound at the old",
-                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
-                timeout=150,
-            )
+            old, half = half_rolled(ns, name, manifest)
             new = half[1].revision
             print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-            ns.create(high_job(ns, half[1]))
-            high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
-            waiting = wait_for(
-                "group 1 made again at the new revision, gated whole; group 0 running, untouched",
-                lambda: (
-                    gs
-                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
-                    and gs[0].uids == half[0].uids
-                    and not gs[1].uids & half[1].uids
-                    else None
-                ),
-                timeout=120,
-            )
+            high, waiting = preempted(ns, name, old, half, 1)
             print(ns.where())
             assert waiting[1].revision == new
             assert not {p["spec"]["nodeName"] for p in high} & {
                 p["spec"]["nodeName"] for p in waiting[0].pods
             }
-            wait_for(
-                "events Preempted and Requeued on the LWS",
-                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
-            )
             print(waits_for_room(ns, name, f"-1-{new}", high))
             patch_lws(
                 ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
@@ -286,23 +326,7 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
                 lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (False, BOUND)}),
                 timeout=120,
             )
-            ns.create(high_job(ns, first[1]))
-            wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
-            preempted = wait_for(
-                "group 1 made again at the old revision, gated whole; group 0 running, untouched",
-                lambda: (
-                    gs
-                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (False, GATED)}))
-                    and gs[0].uids == first[0].uids
-                    and not gs[1].uids & first[1].uids
-                    else None
-                ),
-                timeout=120,
-            )
-            wait_for(
-                "events Preempted and Requeued on the LWS",
-                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
-            )
+            _, waiting = preempted(ns, name, old, first, 1)
             print(ns.where())
             new_template(ns, name, manifest, "v2")
             remade = wait_for(
@@ -311,7 +335,7 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
                     gs
                     if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
                     and gs[0].uids == first[0].uids
-                    and not gs[1].uids & preempted[1].uids
+                    and not gs[1].uids & waiting[1].uids
                     else None
                 ),
                 timeout=120,
@@ -369,16 +393,8 @@ def test_a_rolling_update_of_a_leader_ready_lws_decides_each_new_group_whole_wit
         one_block_each(ns, groups)
         assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
         names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
-        for index, pods in groups.items():
-            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
-            admission = group["status"]["admission"]
-            print(group["metadata"]["name"], json.dumps(admission)[:1500])
+        for admission in workers_in_their_slots(names, groups, new).values():
             assert admission.get("attempt", 0) == 0, admission
-            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
-            workers = sorted(
-                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
-            )
-            assert len(workers) == 3 and slots == workers, (index, slots, workers)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
     except AssertionError:
         diagnose(ns, name)
@@ -525,14 +541,7 @@ def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_wi
 
     try:
         with whole_lws_groups(ns, name, 4, NB_KEY, settle=LEADER_ALONE) as watch:
-            ns.create(manifest)
-            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
-            new_template(ns, name, manifest, "v2")
-            half = wait_for(
-                "group 1 remade at the new revision and bound, group 0 bound at the old",
-                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
-                timeout=150,
-            )
+            old, half = half_rolled(ns, name, manifest)
             new = half[1].revision
             ns.create(high_job(ns, half[1]))
             high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
@@ -553,15 +562,7 @@ def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_wi
             )
             groups = rollout_done_once_the_job_is_gone(ns, name, new)
         names = new_groups_whole(ns, name, new, watch, groups)
-        for index, pods in groups.items():
-            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
-            admission = group["status"]["admission"]
-            print(group["metadata"]["name"], json.dumps(admission)[:1500])
-            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
-            workers = sorted(
-                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
-            )
-            assert len(workers) == 3 and slots == workers, (index, slots, workers)
+        workers_in_their_slots(names, groups, new)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
     except AssertionError:
         diagnose(ns, name)
