@@ -1,10 +1,12 @@
 """Rolling updates of a LeaderWorkerSet in the harder cases, against the real LWS v0.8.0 controller: a
-higher-priority gang preempting a group in the middle of a rollout (a rollout held at a partition, and a
-rollout that reaches a preempted group while it waits), a rollout of an LWS with startupPolicy LeaderReady,
-and a rollout of an LWS with subgroups (slices). Every group of every revision is bound whole or not at all
-(`whole_lws_groups`: a pod watch, one gang per group index and revision), in one network block; the rollout
-completes once there is room; Phalanx's groups follow the groups LWS has (none of an old revision is left,
-also of a group that never ran again). The helpers of the plainer rollouts are test_kind_lws_lifecycle.py's.
+higher-priority gang preempting a group in the middle of a rollout (a rollout held at a partition, a rollout
+that reaches a preempted group while it waits, and a rollout with maxSurge whose surge group is preempted on a
+full cluster), a rollout of an LWS with startupPolicy LeaderReady, and a rollout of an LWS with subgroups
+(slices). Every group of every revision (surge groups too) is bound whole or not at all (`whole_lws_groups`: a
+pod watch, one gang per group index and revision), in one network block; the rollout completes once there is
+room; Phalanx's groups follow the groups LWS has (none of an old revision is left, also of a group that never
+ran again, nor of a surge group LWS scaled away). The helpers of the plainer rollouts are
+test_kind_lws_lifecycle.py's.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any
 
 import pytest
 
+from phalanx.devcluster.tools import filler_pod
+
 from .kinds import (
     LWS_WORKER,
     MANAGED,
     condition,
     gated,
+    groups,
     label_of,
     lws,
     lws_pods,
@@ -100,11 +105,13 @@ def roots_of(ns: Namespace, name: str, plural: str = "podgroups") -> set[str]:
     return {"-".join(n.rsplit("-", 2)[1:]) for n in group_names(ns, name, plural)}
 
 
-def shaped(ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]]) -> dict[int, Group] | None:
-    """The groups (of 4 pods) once each index of `want` is (at a revision other than `old`?, BOUND or GATED),
-    those of another revision than `old` all of one, and the LWS's PodGroups exactly one per group, of its
-    revision (none left of a revision the group no longer has)."""
-    found = groups_now(ns, name, 4)
+def shaped(
+    ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]], size: int = 4
+) -> dict[int, Group] | None:
+    """The groups (of `size` pods) once each index of `want` is (at a revision other than `old`?, BOUND or
+    GATED), those of another revision than `old` all of one, and the LWS's PodGroups exactly one per group,
+    of its revision (none left of a revision the group no longer has)."""
+    found = groups_now(ns, name, size)
     if found is None or sorted(found) != sorted(want):
         return None
     if any((g.revision != old, g.state) != want[i] for i, g in found.items()):
@@ -114,6 +121,21 @@ def shaped(ns: Namespace, name: str, old: str, want: dict[int, tuple[bool, str]]
     if roots_of(ns, name) != {f"{i}-{g.revision}" for i, g in found.items()}:
         return None
     return found
+
+
+def half_rolled(ns: Namespace, name: str, manifest: dict[str, Any]) -> tuple[str, dict[int, Group]]:
+    """The LWS of `manifest` (replicas 2, size 4, a rollout held at partition 1) created and its two groups
+    running at one revision (returned first), then its worker template edited (new_template): once LWS
+    has remade group 1 at the new revision, bound, and kept group 0 bound at the old (the groups)."""
+    ns.create(manifest)
+    _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
+    new_template(ns, name, manifest, "v2")
+    half = wait_for(
+        "group 1 remade at the new revision and bound, group 0 bound at the old",
+        lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
+        timeout=150,
+    )
+    return old, half
 
 
 def high_job(ns: Namespace, victim: Group) -> dict[str, Any]:
@@ -159,6 +181,37 @@ def waits_for_room(ns: Namespace, name: str, suffix: str, high: list[dict[str, A
         raise
 
 
+def preempted(
+    ns: Namespace, name: str, old: str, before: dict[int, Group], victim: int, size: int = 4
+) -> tuple[list[dict[str, Any]], dict[int, Group]]:
+    """A high-priority gang Job of 2 for group `victim`'s block (high_job) bound, and that group taken
+    whole: LWS makes it again at the revision it had, all its pods new and gated, every other group running
+    untouched (the pods of `before`), one PodGroup per group; the events Preempted and Requeued on the LWS.
+    The Job's pods and the groups then."""
+    ns.create(high_job(ns, before[victim]))
+    high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
+    want = {i: (g.revision != old, GATED if i == victim else BOUND) for i, g in before.items()}
+
+    def remade() -> dict[int, Group] | None:
+        found = shaped(ns, name, old, want, size)
+        if found is None or found[victim].revision != before[victim].revision:
+            return None
+        if found[victim].uids & before[victim].uids:
+            return None
+        return found if all(found[i].uids == g.uids for i, g in before.items() if i != victim) else None
+
+    groups = wait_for(
+        f"group {victim} made again at its revision, gated whole; the other groups running, untouched",
+        remade,
+        timeout=120,
+    )
+    wait_for(
+        "events Preempted and Requeued on the LWS",
+        lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
+    )
+    return high, groups
+
+
 def ran(watch: Any, gang: str) -> bool:
     with watch.lock:
         found = watch.gangs.get(gang)
@@ -189,6 +242,23 @@ def new_groups_whole(
     return names
 
 
+def workers_in_their_slots(
+    names: dict[str, dict[str, Any]], groups: dict[int, list[dict[str, Any]]], new: str
+) -> dict[int, dict[str, Any]]:
+    """Each LeaderReady group of 4 pods (`groups`) was decided whole with its leader: its PodGroup of the
+    revision `new` (in `names`) records a slot per worker, and the workers run on the slots' nodes. The
+    recorded decisions, by group index."""
+    out: dict[int, dict[str, Any]] = {}
+    for index, pods in groups.items():
+        (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
+        admission = out[index] = group["status"]["admission"]
+        print(group["metadata"]["name"], json.dumps(admission)[:1500])
+        slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
+        workers = sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0")
+        assert len(workers) == 3 and slots == workers, (index, slots, workers)
+    return out
+
+
 def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and_the_rollout_completes_after(
     kinds_ns: Namespace,
 ) -> None:
@@ -209,38 +279,15 @@ def test_a_higher_priority_job_preempts_the_updated_group_of_a_rollout_whole_and
     )
     try:
         with whole_lws_groups(ns, name, 4, NB_KEY) as watch:
-            ns.create(manifest)
-            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
-            new_template(ns, name, manifest, "v2")
-            half = wait_for(
-                "group 1 remade at the new revision and bound, group 0 bound at the old",
-                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
-                timeout=150,
-            )
+            old, half = half_rolled(ns, name, manifest)
             new = half[1].revision
             print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-            ns.create(high_job(ns, half[1]))
-            high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
-            waiting = wait_for(
-                "group 1 made again at the new revision, gated whole; group 0 running, untouched",
-                lambda: (
-                    gs
-                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
-                    and gs[0].uids == half[0].uids
-                    and not gs[1].uids & half[1].uids
-                    else None
-                ),
-                timeout=120,
-            )
+            high, waiting = preempted(ns, name, old, half, 1)
             print(ns.where())
             assert waiting[1].revision == new
             assert not {p["spec"]["nodeName"] for p in high} & {
                 p["spec"]["nodeName"] for p in waiting[0].pods
             }
-            wait_for(
-                "events Preempted and Requeued on the LWS",
-                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
-            )
             print(waits_for_room(ns, name, f"-1-{new}", high))
             patch_lws(
                 ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
@@ -286,23 +333,7 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
                 lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (False, BOUND)}),
                 timeout=120,
             )
-            ns.create(high_job(ns, first[1]))
-            wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
-            preempted = wait_for(
-                "group 1 made again at the old revision, gated whole; group 0 running, untouched",
-                lambda: (
-                    gs
-                    if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (False, GATED)}))
-                    and gs[0].uids == first[0].uids
-                    and not gs[1].uids & first[1].uids
-                    else None
-                ),
-                timeout=120,
-            )
-            wait_for(
-                "events Preempted and Requeued on the LWS",
-                lambda: {"Preempted", "Requeued"} <= reasons_of(ns, "LeaderWorkerSet", name) or None,
-            )
+            _, waiting = preempted(ns, name, old, first, 1)
             print(ns.where())
             new_template(ns, name, manifest, "v2")
             remade = wait_for(
@@ -311,7 +342,7 @@ def test_a_rollout_remakes_a_preempted_group_while_it_waits_and_completes_once_t
                     gs
                     if (gs := shaped(ns, name, old, {0: (False, BOUND), 1: (True, GATED)}))
                     and gs[0].uids == first[0].uids
-                    and not gs[1].uids & preempted[1].uids
+                    and not gs[1].uids & waiting[1].uids
                     else None
                 ),
                 timeout=120,
@@ -369,16 +400,8 @@ def test_a_rolling_update_of_a_leader_ready_lws_decides_each_new_group_whole_wit
         one_block_each(ns, groups)
         assert ran(watch, f"{name}/0/{new}") and ran(watch, f"{name}/1/{new}")
         names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
-        for index, pods in groups.items():
-            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
-            admission = group["status"]["admission"]
-            print(group["metadata"]["name"], json.dumps(admission)[:1500])
+        for admission in workers_in_their_slots(names, groups, new).values():
             assert admission.get("attempt", 0) == 0, admission
-            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
-            workers = sorted(
-                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
-            )
-            assert len(workers) == 3 and slots == workers, (index, slots, workers)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
     except AssertionError:
         diagnose(ns, name)
@@ -525,14 +548,7 @@ def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_wi
 
     try:
         with whole_lws_groups(ns, name, 4, NB_KEY, settle=LEADER_ALONE) as watch:
-            ns.create(manifest)
-            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 4), timeout=120)
-            new_template(ns, name, manifest, "v2")
-            half = wait_for(
-                "group 1 remade at the new revision and bound, group 0 bound at the old",
-                lambda: shaped(ns, name, old, {0: (False, BOUND), 1: (True, BOUND)}),
-                timeout=150,
-            )
+            old, half = half_rolled(ns, name, manifest)
             new = half[1].revision
             ns.create(high_job(ns, half[1]))
             high = wait_for("high-2 bound", lambda: job_bound(ns, "high-2", 2), timeout=120)
@@ -553,16 +569,215 @@ def test_a_leader_ready_group_preempted_in_the_middle_of_a_rollout_comes_back_wi
             )
             groups = rollout_done_once_the_job_is_gone(ns, name, new)
         names = new_groups_whole(ns, name, new, watch, groups)
-        for index, pods in groups.items():
-            (group,) = [g for n, g in names.items() if n.endswith(f"-{index}-{new}")]
-            admission = group["status"]["admission"]
-            print(group["metadata"]["name"], json.dumps(admission)[:1500])
-            slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
-            workers = sorted(
-                p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"][LWS_WORKER] != "0"
-            )
-            assert len(workers) == 3 and slots == workers, (index, slots, workers)
+        workers_in_their_slots(names, groups, new)
         assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
+"""The nodes of network block nb-b (the seed topology)."""
+
+
+def busy(ns: Namespace, *nodes: str) -> None:
+    """Each node kept busy by a pod of all its GPUs (ns.fill), of PriorityClass high: of the high Job's
+    priority, so never its victim (Phalanx preempts strictly lower priorities only), unlike ns.fill's."""
+    for node in nodes:
+        pod = filler_pod(node)
+        pod["spec"]["priorityClassName"] = "high"
+        ns.create(pod)
+    wait_for(
+        f"fillers on {nodes} running",
+        lambda: (
+            {
+                p["spec"].get("nodeName")
+                for p in ns.pods("app=filler")
+                if p["status"].get("phase") == "Running"
+            }
+            >= set(nodes)
+        ),
+        timeout=60,
+    )
+
+
+def free(ns: Namespace, *nodes: str) -> None:
+    """The fillers of `nodes` deleted, and gone."""
+    for node in nodes:
+        ns.unfill(node)
+    names = {f"filler-{node}" for node in nodes}
+    wait_for(
+        f"the fillers of {nodes} gone",
+        lambda: not names & {p["metadata"]["name"] for p in ns.pods("app=filler")},
+        timeout=60,
+    )
+
+
+def reservations(ns: Namespace) -> dict[str, Any]:
+    """The PodGroups of the namespace that record room held for them (`status.reservation`), by name."""
+    return {g["metadata"]["name"]: r for g in groups(ns) if (r := (g.get("status") or {}).get("reservation"))}
+
+
+SURGED = {0: (False, BOUND), 1: (False, BOUND), 2: (True, BOUND)}
+"""Groups 0 and 1 bound at the old revision, the surge group 2 bound at the new (`shaped`)."""
+
+
+def surge_preempted(
+    ns: Namespace, name: str
+) -> tuple[str, dict[int, Group], dict[int, Group], dict[str, Any], list[dict[str, Any]]]:
+    """The surge tests' first steps, inside their watches: LWS `name` (replicas 2, size 2, topology-key,
+    PriorityClass low, maxSurge 1, maxUnavailable 1 (v0.8.0 refuses 0: its StatefulSet gets it as is), the
+    rollout held at partition 2) made while pods of PriorityClass high keep nb-b busy (busy), so both
+    groups go to nb-a; two of those pods go (nb-b has room for one group, no more). The template is edited:
+    LWS makes a surge group 2 at the new revision (beyond spec.replicas), placed whole in nb-b, and keeps
+    groups 0 and 1 at the old one (partition 2): no node is free. A high-priority gang Job of 2 for nb-b
+    (preempted) takes the surge group whole (the busy pods are of its own priority, never its victims);
+    LWS makes it again at the new revision, its 2 pods gated whole; its PodGroup is the one it had (LWS
+    makes that group again: kept, as a group's below spec.replicas is) and says Unschedulable; groups 0
+    and 1 run untouched. Returns the old revision, the groups before and after the preemption, the surge
+    group's PodGroup and the Job's pods."""
+    priority_classes(ns)
+    busy(ns, *NB_B)
+    manifest = rolling(
+        lws(name, 2, replicas=2, annotations=KEY, priority_class="low"),
+        maxUnavailable=1,
+        maxSurge=1,
+        partition=2,
+    )
+    ns.create(manifest)
+    first, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 2), timeout=120)
+    assert one_block_each(ns, first) == {0: "nb-a", 1: "nb-a"}
+    free(ns, *NB_B[:2])
+    new_template(ns, name, manifest, "v2")
+    surged = wait_for(
+        "the surge group 2 at the new revision bound, groups 0 and 1 bound at the old",
+        lambda: shaped(ns, name, old, SURGED, 2),
+        timeout=150,
+    )
+    print(ns.where())
+    new = surged[2].revision
+    (surge,) = [g for n, g in group_names(ns, name).items() if n.endswith(f"-2-{new}")]
+    high, waiting = preempted(ns, name, old, surged, 2, size=2)
+    print(ns.where())
+    assert {p["spec"]["nodeName"] for p in high} == {p["spec"]["nodeName"] for p in surged[2].pods}
+    said = wait_for(
+        f"{surge['metadata']['name']} Admitted=False Unschedulable",
+        lambda: (
+            g
+            if condition(g := group_names(ns, name).get(surge["metadata"]["name"])).get("reason")
+            == "Unschedulable"
+            else None
+        ),
+    )
+    print(condition(said))
+    assert said["metadata"]["uid"] == surge["metadata"]["uid"], (said["metadata"], surge["metadata"])
+    return old, surged, waiting, surge, high
+
+
+def sts_partition(ns: Namespace, name: str) -> int:
+    """The partition LWS gave its leader StatefulSet (named as the LWS): the groups below it keep the old
+    template (its rolling update's step, partition or not)."""
+    sts = ns.get(f"/apis/apps/v1/namespaces/{{ns}}/statefulsets/{name}")
+    return int(sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"])
+
+
+def test_a_surge_group_preempted_in_a_rollout_waits_whole_and_the_rollout_completes_once_the_job_is_gone(
+    kinds_ns: Namespace,
+) -> None:
+    """surge_preempted: in a rollout with maxSurge 1 held at partition 2 on a full cluster, the surge group 2
+    of the new revision is taken whole by a high-priority Job and made again, gated whole, its PodGroup
+    kept. The partition is lifted while the Job runs: LWS moves its StatefulSet's partition to 1 (group 1's
+    turn), but takes no old group down while the surge group waits (the StatefulSet's maxUnavailable 1
+    counts it): groups 0 and 1 run untouched, the surge group waits gated whole. Once the Job is gone the
+    surge group is placed whole (the rollout needs it Ready), LWS remakes groups 1 and 0, each placed
+    whole, and deletes the surge group: the rollout completes, the two groups of the new revision each with
+    its PodGroup; the surge group's PodGroup is gone, no PodGroup holds a reservation, no pod is left
+    gated. Every group (the surge group too) is bound whole or not at all at every pod event."""
+    ns, name = kinds_ns, "surge-low"
+    try:
+        with whole_lws_groups(ns, name, 2, NB_KEY) as watch:
+            old, surged, waiting, surge, _ = surge_preempted(ns, name)
+            new = surged[2].revision
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            wait_for("LWS's StatefulSet at partition 1", lambda: sts_partition(ns, name) == 1, timeout=60)
+            hold(
+                "the surge group gated whole, groups 0 and 1 running at the old revision, while the Job runs",
+                lambda: (
+                    (gs := shaped(ns, name, old, {**SURGED, 2: (True, GATED)}, 2)) is not None
+                    and all(gs[i].uids == waiting[i].uids for i in (0, 1, 2))
+                    and job_bound(ns, "high-2", 2) is not None
+                ),
+                seconds=3,
+            )
+            delete_job(ns, "high-2")
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each, no surge group",
+                lambda: settled(ns, name, 2, 2, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert all(ran(watch, f"{name}/{i}/{new}") for i in (0, 1, 2))  # the surge group too
+        names = wait_for("the new PodGroups Admitted and Running", lambda: admitted_groups(ns, name, 2))
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}, names
+        assert surge["metadata"]["name"] not in names
+        assert not reservations(ns), reservations(ns)
+        assert not gated(ns.pods())
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+
+
+def test_a_preempted_surge_group_that_lws_scales_away_while_it_waits_leaves_no_pod_group_behind(
+    kinds_ns: Namespace,
+) -> None:
+    """surge_preempted: in a rollout with maxSurge 1 held at partition 2 on a full cluster, the surge group 2
+    of the new revision is taken whole by a high-priority Job and made again, gated whole, its PodGroup
+    kept. The user scales the LWS down to 1 replica while the Job runs: LWS deletes group 1 and the
+    waiting surge group (a group it no longer has: it counts 1 group) and keeps group 0 at the old revision
+    (partition 2). Their PodGroups go, group 0's stays; no PodGroup holds a reservation, no pod is gated.
+    The Job is deleted and the partition lifted: LWS remakes group 0 at the new revision, placed whole; the
+    rollout completes, one group of the new revision, one PodGroup. Every group is bound whole or not at
+    all at every pod event."""
+    ns, name = kinds_ns, "surge-away"
+    try:
+        with whole_lws_groups(ns, name, 2, NB_KEY) as watch:
+            old, surged, waiting, surge, _ = surge_preempted(ns, name)
+            new = surged[2].revision
+            patch_lws(ns, name, {"spec": {"replicas": 1}})
+            scaled = wait_for(
+                "groups 1 and 2 gone with their PodGroups, group 0 running untouched at the old revision",
+                lambda: (
+                    gs
+                    if (gs := shaped(ns, name, old, {0: (False, BOUND)}, 2)) is not None
+                    and gs[0].uids == waiting[0].uids
+                    else None
+                ),
+                timeout=120,
+            )
+            print(ns.where())
+            assert surge["metadata"]["name"] not in group_names(ns, name)
+            wait_for("no PodGroup holding a reservation", lambda: not reservations(ns), timeout=60)
+            assert not gated(ns.pods()), ns.where()
+            delete_job(ns, "high-2")
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            groups, _ = wait_for(
+                "the rollout done: group 0 of the new revision bound, one PodGroup",
+                lambda: settled(ns, name, 1, 2, new),
+                timeout=180,
+            )
+        print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+        one_block_each(ns, groups)
+        assert not {p["metadata"]["uid"] for p in groups[0]} & scaled[0].uids
+        assert ran(watch, f"{name}/0/{new}")
+        names = wait_for("the new PodGroup Admitted and Running", lambda: admitted_groups(ns, name, 1))
+        assert roots_of(ns, name) == {f"0-{new}"}, names
+        assert not reservations(ns), reservations(ns)
+        assert not gated(ns.pods())
     except AssertionError:
         diagnose(ns, name)
         raise

@@ -303,6 +303,47 @@ def test_the_pod_group_of_a_group_scaled_away_or_of_an_old_revision_goes_once_it
     assert _deleted(none) == names
 
 
+@pytest.mark.parametrize(
+    ("replicas", "groups_made", "leaving", "kept"),
+    [
+        (2, 3, False, True),  # a rollout's surge group (maxSurge 1): LWS counts it, and makes it again
+        (2, None, True, True),  # its pods are being deleted (a requeue; LWS's count dips meanwhile)
+        (2, 2, True, True),  # ... or LWS scales it away: the PodGroup goes once they are gone
+        (2, 2, False, False),  # the surge group LWS scaled away: it counts 2 groups, no pod is left
+        (2, None, False, False),  # no status.replicas: the groups of spec.replicas only
+        (3, 2, False, True),  # scaled up to 3: group 2 is LWS's although its count lags
+        (1, 2, False, False),  # scaled down to 1, LWS counting 2: group 2 is gone either way
+    ],
+)
+def test_a_group_whose_pods_are_gone_keeps_its_pod_group_while_lws_has_it(
+    replicas: int, groups_made: int | None, leaving: bool, kept: bool
+) -> None:
+    """Group 2 has no live pod (its leader deleted: a requeue, or LWS's group restart; with `leaving`, its
+    pods are still being deleted): its PodGroup stays while group 2 is one LWS has — below spec.replicas,
+    below status.replicas (the groups LWS counts: a rolling update with maxSurge makes surge groups beyond
+    spec.replicas, and makes one again like any other), or while its pods are still there — and LWS's pods
+    made again find it (no PodGroup made again). A group LWS no longer has (scaled away, a surge group too)
+    loses its PodGroup once its pods are gone."""
+    three = lws_body(size=2, replicas=3)
+    pods = [p for g in range(3) for p in group_pods("serve", g, 2)]
+    groups = made_groups(plan(owner_cluster([("LeaderWorkerSet", three)], pods), NOW))
+    (surge,) = [g.name for g in groups if g.name.endswith("-2-r1")]
+    owners = [("LeaderWorkerSet", lws_body(size=2, replicas=replicas, groups_made=groups_made))]
+    left = [_deleting(p) for p in pods[4:]] if leaving else []
+    gone = plan(owner_cluster(owners, pods[:4] + left, groups=groups), NOW)
+    assert _deleted(gone) == ([] if kept else [surge])
+    if kept:
+        again = plan(owner_cluster(owners, pods, groups=groups), NOW)
+        assert not [a for a in again.actions if isinstance(a, CreatePodGroup)]
+        assert _deleted(again) == []
+        assert {"serve-2", "serve-2-1"} <= set(releases(again))  # placed whole, in its PodGroup
+
+
+def _deleting(body: dict[str, Any]) -> dict[str, Any]:
+    out = {**body, "metadata": {**body["metadata"], "deletionTimestamp": "2026-11-30T12:00:00Z"}}
+    return out
+
+
 def test_an_lws_being_deleted_gets_no_new_object_of_phalanx() -> None:
     """Deleted in the foreground, an LWS stays (deletionTimestamp set) while the garbage collector deletes
     what blocks it: Phalanx's Workload and groups, its StatefulSets and pods. Its pods are still there for a

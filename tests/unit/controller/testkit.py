@@ -446,7 +446,9 @@ def lws_body(
     gated: bool = True,
     gpus: int = 8,
     created: str = "2026-11-30T11:00:00Z",
+    groups_made: int | None = None,
 ) -> dict[str, Any]:
+    """`groups_made`: its status.replicas, the groups LWS has made (surge groups of a rollout included)."""
     pod_spec: dict[str, Any] = {
         "containers": [{"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
     }
@@ -470,6 +472,7 @@ def lws_body(
             "annotations": dict(annotations or {}),
         },
         "spec": spec,
+        **({"status": {"replicas": groups_made}} if groups_made is not None else {}),
     }
 
 

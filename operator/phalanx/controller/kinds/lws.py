@@ -93,6 +93,9 @@ class LwsRecord:
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
     dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
+    # status.replicas: the groups LWS has made (its leader StatefulSet's), which a rolling update with
+    # maxSurge takes beyond spec.replicas (surge groups) until it scales them away
+    groups_made: int = 0
 
     @property
     def key(self) -> str:
@@ -121,6 +124,7 @@ class LwsRecord:
             "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations")},
         }
         managed, managed_problem = managed_by_label(meta.get("labels") or {})
+        made = (body.get("status") or {}).get("replicas")
         return cls(
             uid=str(meta.get("uid", "")),
             namespace=str(meta.get("namespace", "")),
@@ -135,6 +139,7 @@ class LwsRecord:
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
             dependents_first=dependents_first(meta),
+            groups_made=made if isinstance(made, int) and not isinstance(made, bool) and made > 0 else 0,
         )
 
 
@@ -243,21 +248,32 @@ def _groups(pods: Iterable[PodRecord]) -> dict[tuple[int, str], list[PodRecord]]
     for pod in pods:
         if pod.terminal or pod.deleting:
             continue
-        index = pod.label(GROUP_INDEX_LABEL)
-        if index.isascii() and index.isdigit():
-            out.setdefault((int(index), pod.label(REVISION_LABEL)), []).append(pod)
+        index = _index(pod)
+        if index is not None:
+            out.setdefault((index, pod.label(REVISION_LABEL)), []).append(pod)
     return {key: _of_present_leader(members) for key, members in out.items()}
+
+
+def _index(pod: PodRecord) -> int | None:
+    index = pod.label(GROUP_INDEX_LABEL)
+    return int(index) if index.isascii() and index.isdigit() else None
 
 
 def _being_remade(
     state: OwnerState, policy: LwsPolicy, groups: Mapping[tuple[int, str], list[PodRecord]]
 ) -> list[tuple[int, str]]:
-    """The groups LWS is making again: an index below `spec.replicas` none of whose pods is live (its leader
+    """The groups LWS is making again: an index of a group LWS has, none of whose pods is live (its leader
     was deleted — by hand, by LWS's group restart, by a requeue — and the garbage collector took its
     workers), whose root group (PodGroup, or CompositePodGroup with subgroups) exists. Its group stays, a
     unit waiting for its pods: deleting it now would lose its `status.lastDomain` (where the pods made
     again go back) and make it again a moment later. Of several revisions' roots, the newest (a rolling
-    update's); once pods of another revision appear at that index, the old one is stale."""
+    update's); once pods of another revision appear at that index, the old one is stale.
+
+    LWS has the groups below `spec.replicas`, and during a rolling update with maxSurge the surge groups
+    beyond it, until it scales them away: a group beyond spec.replicas is LWS's while `status.replicas`
+    (the groups LWS counts) covers it or while pods of that index are still there, being deleted (LWS
+    scaling it away takes them as a requeue does; the count lags, and dips while a group's leader is
+    made again). Once neither holds, the group is gone: its root goes."""
     lws: LwsRecord = state.owner
     identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
     tree = policy.subgroup_size is not None
@@ -266,13 +282,14 @@ def _being_remade(
     }
     revisions = sorted({name.rsplit("-", 1)[-1] for name in roots} | {""})
     present = {index for index, _ in groups}
+    leaving = {index for pod in state.pods if (index := _index(pod)) is not None}
+    has = set(range(max(policy.replicas, lws.groups_made))) | leaving
     out: list[tuple[int, str]] = []
-    for index in range(policy.replicas):
+    for index in sorted(has - present):
         found = [
             (record.created or _EPOCH, revision)
             for revision in revisions
-            if index not in present
-            and (record := roots.get(root_name(identity, _suffix(index, revision), tree=tree))) is not None
+            if (record := roots.get(root_name(identity, _suffix(index, revision), tree=tree))) is not None
         ]
         if found:
             out.append((index, max(found)[1]))
