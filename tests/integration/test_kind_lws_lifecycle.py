@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from phalanx.devcluster.tools import fail_node, heal_node
+
 from .kinds import (
     GATE,
     LWS_GROUP,
@@ -34,7 +36,7 @@ from .kinds import (
     owned,
     whole_lws_groups,
 )
-from .kube import NB_KEY, Namespace, bound, node_labels, wait_for
+from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -438,3 +440,55 @@ def test_a_group_restarted_by_hand_is_made_again_whole_in_the_block_it_had(kinds
     except AssertionError:
         diagnose(ns, name)
         raise
+
+
+HOLD = "phalanx.dev/test-hold"  # a finalizer of the test's own, as another tool may keep on an LWS
+
+
+def test_a_group_of_an_lws_being_deleted_that_loses_a_node_is_taken_down_not_left_split(
+    kinds_ns: Namespace,
+) -> None:
+    """The user deletes a running LWS (background, kubectl's default) while another tool's finalizer holds
+    it: its group runs on until the garbage collector takes it after the LWS. A node of the group fails and
+    its pod is evicted; the group's StatefulSet makes it again, gated, and Phalanx places nothing for an LWS
+    being deleted, so the three others would run split for as long as the finalizer holds. Phalanx deletes
+    them at once (the leader among them) and says so on the LWS; nothing of the group runs again, and the
+    group is never left bound in part (the pod watch). `restartPolicy: None`: with LWS's default
+    (RecreateGroupOnPodRestart) LWS itself deletes the leader when a worker fails."""
+    ns = kinds_ns
+    ns.create(lws("held", 4, restart_policy="None", annotations=KEY))
+    found = wait_for("the group running", lambda: settled(ns, "held", 1, 4), timeout=120)
+    patch_lws(ns, "held", {"metadata": {"finalizers": [HOLD]}})
+    failed = ""
+    try:
+        with whole_lws_groups(ns, "held", 4, NB_KEY):
+            ns.api.request("DELETE", lws_path(ns, "held"), {"propagationPolicy": "Background"})
+            wait_for(
+                "the LWS being deleted", lambda: get_lws(ns, "held")["metadata"].get("deletionTimestamp")
+            )
+            hold("whole, left alone", lambda: len(bound(lws_pods(ns, "held"))) == 4, seconds=3)
+            workers = [p for p in found[0][0] if p["metadata"]["labels"].get(LWS_WORKER) != "0"]
+            failed = workers[0]["spec"]["nodeName"]
+            fail_node(ns.api, failed, how="taint")
+            wait_for("no pod of the group bound", lambda: not bound(lws_pods(ns, "held")), timeout=60)
+            said = wait_for(
+                "SplitWhileDeleting on the LWS",
+                lambda: [
+                    e for e in events_of(ns, "LeaderWorkerSet", "held") if e["reason"] == "SplitWhileDeleting"
+                ],
+            )
+            assert "is being deleted and its gang runs short" in said[0]["message"], said
+            hold("nothing of it bound again", lambda: not bound(lws_pods(ns, "held")), seconds=3)
+    except AssertionError:
+        print(ns.where())
+        print_events(ns)
+        raise
+    finally:
+        if failed:
+            heal_node(ns.api, failed)
+        patch_lws(ns, "held", {"metadata": {"finalizers": None}})
+    wait_for(
+        "the LWS, its pods and every Phalanx object gone",
+        lambda: not ns.get(LWSS)["items"] and not live(ns.pods()) and not phalanx_objects(ns),
+        timeout=120,
+    )
