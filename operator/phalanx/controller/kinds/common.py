@@ -123,7 +123,8 @@ def owner_units_of(kind: OwnerKind, state: OwnerState, view: ClusterView) -> tup
     An owner being deleted has none to schedule: the garbage collector deletes its Workload and groups
     (owned by it, blockOwnerDeletion) before it in a foreground deletion, or with it, and its pods go too;
     made again, they would be deleted again, or left behind once a finalizer let it go. Only a gang of it
-    left split meanwhile is taken down (`_split_while_deleting`)."""
+    left split meanwhile is taken down (`split_while_deleting`), unless the garbage collector takes its pods
+    first (a foreground deletion)."""
     owner: OwnerRecord = state.owner
     if owner.deleting:
         if owner.dependents_first:
