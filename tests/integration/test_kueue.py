@@ -1304,22 +1304,44 @@ def cq_counts(api: RestClient, name: str) -> dict[str, Any]:
     }
 
 
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+
+
+def ignoring_runtime(name: str) -> dict[str, Any]:
+    """The torch runtime of four 8-GPU nodes whose child Job ignores the failures of pods that were
+    disruption targets (a podFailurePolicy rule Ignore on DisruptionTarget, which needs restartPolicy
+    Never): the only place a TrainJob's child Job can get one (Trainer's runtime patches carry none)."""
+    runtime = torch_runtime(name, 4)
+    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["podFailurePolicy"] = IGNORE_DISRUPTIONS
+    job["template"]["spec"]["restartPolicy"] = "Never"
+    return runtime
+
+
+@pytest.mark.parametrize("disruptions", ["counted", "ignored"])
 def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_its_pods_with_no_suspend_fight(
-    kns: Namespace, kueue_queue: str
+    kns: Namespace, kueue_queue: str, disruptions: str
 ) -> None:
-    """A TrainJob of four 8-GPU nodes (the module's torch runtime: no podFailurePolicy, no JobSet
-    failurePolicy) queued in `lq` is admitted by Kueue and placed whole by Phalanx in one network block,
-    all four of its nodes. One of them fails (a NoExecute taint: its pod is evicted) and the block has no
-    other node, so Phalanx requeues the gang whole — by deleting its pods, never by suspending the TrainJob
-    (Kueue would undo it): the Job controller makes them again, born gated, and they run whole in the other
-    block. Checked: no pod placed beside the ones the failure left, and the gang whole again within SETTLE
-    (`whole_gangs_through_a_failure`); Phalanx's Requeued event on the TrainJob, and its mark on each pod it
-    deleted; spec.suspend of the TrainJob and its JobSet only Kueue's true then false; the one Workload
-    admitted throughout (never evicted, preempted or readmitted) and the ClusterQueue counting the
-    TrainJob's 32 GPUs once; the pods came back through the Job controller (the same child Job, no JobSet
-    restart), the failures it counted (the eviction and Phalanx's deletions: the runtime has no rule
-    ignoring disruptions) within its backoffLimit, so nothing failed."""
-    ensure(kns, RUNTIMES, torch_runtime(TRAINJOB_RUNTIME, 4))
+    """A TrainJob of four 8-GPU nodes queued in `lq` is admitted by Kueue and placed whole by Phalanx in
+    one network block, all four of its nodes. One of them fails (a NoExecute taint: its pod is evicted) and
+    the block has no other node, so Phalanx requeues the gang whole — by deleting its pods, never by
+    suspending the TrainJob (Kueue would undo it): the Job controller makes them again, born gated, and
+    they run whole in the other block. Checked: no pod placed beside the ones the failure left, and the
+    gang whole again within SETTLE (`whole_gangs_through_a_failure`); Phalanx's Requeued event on the
+    TrainJob, and its mark on each pod it deleted; spec.suspend of the TrainJob and its JobSet only Kueue's
+    true then false; the one Workload admitted throughout (never evicted, preempted or readmitted) and the
+    ClusterQueue counting the TrainJob's 32 GPUs once; the pods came back through the Job controller (the
+    same child Job, no JobSet restart, which none of the runtimes asks for: no JobSet failurePolicy) and
+    nothing failed. `counted`: the module's torch runtime, as Trainer's own (no podFailurePolicy, the
+    Job's default backoffLimit 6), so the child Job counts the eviction and Phalanx's three deletions as
+    four failures, within its backoffLimit; `ignored`: a runtime whose child Job ignores disruption
+    targets (docs/kueue.md's advice), so it counts none."""
+    runtime = TRAINJOB_RUNTIME
+    if disruptions == "counted":
+        ensure(kns, RUNTIMES, torch_runtime(runtime, 4))
+    else:
+        runtime = f"{TRAINJOB_RUNTIME}-ignore-{uuid.uuid4().hex[:5]}"
+        ensure(kns, RUNTIMES, ignoring_runtime(runtime))
     name, child = "tj", "tj-node-0"  # the JobSet's one child Job: replicated Job `node`, index 0
     path = f"{TRAINJOBS.replace('{ns}', kns.name)}/{name}"
     flavor = kns.get(f"{KUEUE}/clusterqueues/{kueue_queue}")["spec"]["resourceGroups"][0]["flavors"][0][
@@ -1333,12 +1355,12 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_it
     }
     suspends = {"TrainJob": TrainJobSuspendWatch(kns, name), "JobSet": JobSetSuspendWatch(kns, name)}
     workloads = WorkloadWatch(kns, name)
-    disruptions = Disruptions(kns, name)
+    marks = Disruptions(kns, name)
     seen = FirstSeen(kns)
     victim = ""
     try:
         with whole_gangs_through_a_failure(kns, {name: 4}, jobset_gang) as gangs:
-            kns.create(queued_trainjob(name))
+            kns.create(queued_trainjob(name, runtime))
             first = wait_for(f"{name}'s 4 pods whole in one block", lambda: trainjob_whole(kns, name), 180)
             assert kueue_condition(workload_of(kns, name), "Admitted").get("status") == "True"
             wait_for("the ClusterQueue counting it once", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
@@ -1359,6 +1381,7 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_it
             )
             assert requeued[0].get("reportingComponent") == COMPONENT, requeued
             assert "below its minCount" in requeued[0]["message"], requeued
+            print("Requeued:", requeued[0]["message"])
             wait_for(
                 f"every pod of {name} from before the failure gone",
                 lambda: not old & {p["metadata"]["name"] for p in kns.pods(f"{JOBSET_NAME}={name}")},
@@ -1372,6 +1395,8 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_it
             assert again != first  # its block has three nodes left
         pods = jobset_pods(kns, name)
         print(kns.where(f"{JOBSET_NAME}={name}"), f"{name} in {first}, {victim} failed, then in {again}")
+        made = sorted(p["metadata"]["creationTimestamp"] for p in pods)
+        print(f"requeued at {requeued[0].get('firstTimestamp')}; the pods made again at {made}")
         assert not old & {p["metadata"]["name"] for p in pods}
         # Made again by the Job controller: the same child Job, no restart of the JobSet.
         assert {p["metadata"]["labels"].get(RESTART_ATTEMPT) for p in pods} == {"0"}
@@ -1386,11 +1411,13 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_it
     finally:
         flips = {what: _flips(w.stop()) for what, w in suspends.items()}
         versions = workloads.stop()
-        reasons = disruptions.stop()
+        reasons = marks.stop()
         seen.stop()
         if victim:
             heal_node(kns.api, victim)
         delete_if_there(kns, path)
+        if runtime != TRAINJOB_RUNTIME:
+            delete_runtime(kns, runtime)
     assert seen.order and not seen.born_ungated, seen.born_ungated
     # Created suspended by Kueue, admitted by Kueue: no other change, no tug-of-war.
     assert flips == {"TrainJob": [True, False], "JobSet": [True, False]}, flips
@@ -1405,8 +1432,10 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_it
     by_phalanx = sorted(pod for pod, reason in reasons.items() if reason == "RequeueByPhalanx")
     assert len(by_phalanx) == 3 and set(by_phalanx) < old, reasons
     assert len(reasons) == 4 and set(reasons) <= old, reasons
-    # Each counted as a failure of the child Job (no podFailurePolicy), within its backoffLimit (6).
-    assert job["status"].get("failed") == 4 and job["spec"]["backoffLimit"] == 6, job["status"]
+    # Without a podFailurePolicy each counts as a failure of the child Job, within its backoffLimit (6);
+    # with the rule, none does (each pod was marked a disruption target: the taint manager's, Phalanx's).
+    failed = 4 if disruptions == "counted" else 0
+    assert job["status"].get("failed", 0) == failed and job["spec"]["backoffLimit"] == 6, job["status"]
     assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"], job["status"]
     ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
     assert not [e for e in ours if e["reason"] in ("Preempted", "Preempting")], ours
