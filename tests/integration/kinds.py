@@ -401,6 +401,55 @@ def whole_lws_groups(
     assert not recorder.split_gangs(), recorder.split_gangs()
 
 
+class ThroughFailure(Recorder):
+    """whole_gangs' rule with a node failure in the middle (`failure()`, called just before the node fails,
+    once the watch saw the gang whole: `whole`). A failure leaves the gang short, which no scheduler can
+    prevent; what must not happen is the gang running in part on purpose. So from the failure on, the pods
+    bound before it (what the failure left running) may run short of the gang until they are gone, but
+    no pod bound after it may ever run beside them: that would be the gang placed again in part, or
+    split. Once none of them runs, a gang placed again is held to whole_gangs' rule (whole within SETTLE
+    seconds, and whole when the block ends)."""
+
+    def __init__(self, sizes: dict[str, int], gang_of: Any) -> None:
+        super().__init__(sizes, SETTLE, gang_of=gang_of)
+        self.failed_at: float | None = None
+
+    def whole(self, gang: str) -> bool:
+        """The watch sees all of the gang's pods bound (every bind it had happened before this)."""
+        with self.lock:
+            g = self.gangs[gang]
+            return len(g.bound_live()) == g.size
+
+    def failure(self) -> None:
+        with self.lock:
+            self.failed_at = time.monotonic()
+
+    def _check(self, gang: Gang, now: float, final: bool) -> None:
+        failed_at = self.failed_at
+        if failed_at is not None and not gang.partial and not final:
+            live = gang.bound_live()
+            left = [p for p in live if p.bound is not None and p.bound < failed_at]
+            if left:
+                newer = sorted(p.name for p in live if p not in left)
+                if newer:
+                    gang.partial = (
+                        f"{gang.job}: {newer} bound beside {len(left)} pod(s) the node failure left running"
+                    )
+                gang.partial_since = None
+                return
+        super()._check(gang, now, final)
+
+
+@contextmanager
+def whole_gangs_through_a_failure(
+    ns: Namespace, sizes: dict[str, int], gang_of: Any
+) -> Iterator[ThroughFailure]:
+    """whole_gangs, for a block in which a node fails under a gang (ThroughFailure's rule)."""
+    recorder = ThroughFailure(sizes, gang_of)
+    with _watched(ns, recorder):
+        yield recorder
+
+
 @contextmanager
 def _watched(ns: Namespace, recorder: Recorder, settle: float = SETTLE) -> Iterator[Recorder]:
     watch = PodWatch(ns.cluster, ns.name, recorder.on_pod)

@@ -33,12 +33,14 @@ from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
 from .kinds import (
     JOBSET_NAME,
     JOBSETS,
+    RESTART_ATTEMPT,
     RUNTIMES,
     TAS,
     TRAINJOBS,
     condition,
     delete_runtime,
     ensure,
+    events_of,
     gated,
     jobset_gang,
     jobset_pods,
@@ -48,6 +50,7 @@ from .kinds import (
     torch_runtime,
     trainjob,
     whole_gangs,
+    whole_gangs_through_a_failure,
 )
 from .kube import (
     GPU_KEY,
@@ -1237,3 +1240,202 @@ def test_a_trainjob_borrowing_in_a_cohort_is_reclaimed_by_kueue_goes_whole_and_i
         wait_for("the namespace's Kueue Workloads gone", lambda: not kueue_workloads(kns), timeout=120)
         for path, obj in reversed(made):
             delete_if_there(kns, f"{path}/{obj['metadata']['name']}")
+
+
+# ---------------------------------------------------------------------------- Phalanx requeues a TrainJob
+class WorkloadWatch:
+    """Every version of the Kueue Workloads owned by `owner` (listed, then watched): its uid and its
+    conditions' statuses, so an eviction or a readmission shows however briefly it lasts."""
+
+    def __init__(self, ns: Namespace, owner: str) -> None:
+        self.owner = owner
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=f"{KUEUE[1:]}/workloads")
+        self._watch.start()
+
+    def _see(self, _kind: str, workload: dict[str, Any], _now: float) -> None:
+        if any(o["name"] == self.owner for o in workload["metadata"].get("ownerReferences") or []):
+            conditions = (workload.get("status") or {}).get("conditions") or []
+            self.seen.append((workload["metadata"]["uid"], {c["type"]: c["status"] for c in conditions}))
+
+    def stop(self) -> list[tuple[str, dict[str, str]]]:
+        self._watch.stop()
+        return self.seen
+
+
+class Disruptions:
+    """The DisruptionTarget reason of every pod of JobSet `jobset` that got one (listed, then watched): who
+    took it away (the taint manager's eviction, Phalanx's requeue)."""
+
+    def __init__(self, ns: Namespace, jobset: str) -> None:
+        self.jobset = jobset
+        self.reasons: dict[str, str] = {}
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
+
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        if (pod["metadata"].get("labels") or {}).get(JOBSET_NAME) != self.jobset:
+            return
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond["type"] == "DisruptionTarget" and cond["status"] == "True":
+                self.reasons[pod["metadata"]["name"]] = str(cond.get("reason") or "")
+
+    def stop(self) -> dict[str, str]:
+        self._watch.stop()
+        return self.reasons
+
+
+def cq_counts(api: RestClient, name: str) -> dict[str, Any]:
+    """What the ClusterQueue counts: reserved and used quota by (flavor, resource), and its Workloads."""
+    status = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {})
+
+    def totals(key: str) -> dict[tuple[str, str], str]:
+        return {
+            (f["name"], r["name"]): str(r.get("total"))
+            for f in status.get(key) or []
+            for r in f.get("resources") or []
+        }
+
+    return {
+        "reserved": totals("flavorsReservation"),
+        "used": totals("flavorsUsage"),
+        "reserving": status.get("reservingWorkloads", 0),
+        "admitted": status.get("admittedWorkloads", 0),
+    }
+
+
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+
+
+def ignoring_runtime(name: str) -> dict[str, Any]:
+    """The torch runtime of four 8-GPU nodes whose child Job ignores the failures of pods that were
+    disruption targets (a podFailurePolicy rule Ignore on DisruptionTarget, which needs restartPolicy
+    Never): the only place a TrainJob's child Job can get one (Trainer's runtime patches carry none)."""
+    runtime = torch_runtime(name, 4)
+    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["podFailurePolicy"] = IGNORE_DISRUPTIONS
+    job["template"]["spec"]["restartPolicy"] = "Never"
+    return runtime
+
+
+@pytest.mark.parametrize("disruptions", ["counted", "ignored"])
+def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_by_deleting_its_pods_with_no_suspend_fight(
+    kns: Namespace, kueue_queue: str, disruptions: str
+) -> None:
+    """A TrainJob of four 8-GPU nodes queued in `lq` is admitted by Kueue and placed whole by Phalanx in
+    one network block, all four of its nodes. One of them fails (a NoExecute taint: its pod is evicted) and
+    the block has no other node, so Phalanx requeues the gang whole — by deleting its pods, never by
+    suspending the TrainJob (Kueue would undo it): the Job controller makes them again, born gated, and
+    they run whole in the other block. Checked: no pod placed beside the ones the failure left, and the
+    gang whole again within SETTLE (`whole_gangs_through_a_failure`); Phalanx's Requeued event on the
+    TrainJob, and its mark on each pod it deleted; spec.suspend of the TrainJob and its JobSet only Kueue's
+    true then false; the one Workload admitted throughout (never evicted, preempted or readmitted) and the
+    ClusterQueue counting the TrainJob's 32 GPUs once; the pods came back through the Job controller (the
+    same child Job, no JobSet restart, which none of the runtimes asks for: no JobSet failurePolicy) and
+    nothing failed. `counted`: the module's torch runtime, as Trainer's own (no podFailurePolicy, the
+    Job's default backoffLimit 6), so the child Job counts the eviction and Phalanx's three deletions as
+    four failures, within its backoffLimit; `ignored`: a runtime whose child Job ignores disruption
+    targets (docs/kueue.md's advice), so it counts none."""
+    runtime = TRAINJOB_RUNTIME
+    if disruptions == "counted":
+        ensure(kns, RUNTIMES, torch_runtime(runtime, 4))
+    else:
+        runtime = f"{TRAINJOB_RUNTIME}-ignore-{uuid.uuid4().hex[:5]}"
+        ensure(kns, RUNTIMES, ignoring_runtime(runtime))
+    name, child = "tj", "tj-node-0"  # the JobSet's one child Job: replicated Job `node`, index 0
+    path = f"{TRAINJOBS.replace('{ns}', kns.name)}/{name}"
+    flavor = kns.get(f"{KUEUE}/clusterqueues/{kueue_queue}")["spec"]["resourceGroups"][0]["flavors"][0][
+        "name"
+    ]
+    once = {
+        "reserved": {(flavor, GPU_KEY): "32"},
+        "used": {(flavor, GPU_KEY): "32"},
+        "reserving": 1,
+        "admitted": 1,
+    }
+    suspends = {"TrainJob": TrainJobSuspendWatch(kns, name), "JobSet": JobSetSuspendWatch(kns, name)}
+    workloads = WorkloadWatch(kns, name)
+    marks = Disruptions(kns, name)
+    seen = FirstSeen(kns)
+    victim = ""
+    try:
+        with whole_gangs_through_a_failure(kns, {name: 4}, jobset_gang) as gangs:
+            kns.create(queued_trainjob(name, runtime))
+            first = wait_for(f"{name}'s 4 pods whole in one block", lambda: trainjob_whole(kns, name), 180)
+            assert kueue_condition(workload_of(kns, name), "Admitted").get("status") == "True"
+            wait_for("the ClusterQueue counting it once", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
+            pods = jobset_pods(kns, name)
+            old = {p["metadata"]["name"] for p in pods}
+            nodes = sorted(p["spec"]["nodeName"] for p in pods)
+            assert nodes == sorted(NB_A if first == "nb-a" else NB_B), nodes  # no free node left in it
+            job_uid = kns.get(f"/apis/batch/v1/namespaces/{kns.name}/jobs/{child}")["metadata"]["uid"]
+            wait_for("the pod watch to see it whole", lambda: gangs.whole(name), 30)
+
+            victim = nodes[0]
+            gangs.failure()
+            fail_node(kns.api, victim, how="taint")
+            requeued = wait_for(
+                f"Phalanx's Requeued event on TrainJob {name}",
+                lambda: [e for e in events_of(kns, "TrainJob", name) if e["reason"] == "Requeued"],
+                timeout=180,
+            )
+            assert requeued[0].get("reportingComponent") == COMPONENT, requeued
+            assert "below its minCount" in requeued[0]["message"], requeued
+            print("Requeued:", requeued[0]["message"])
+            wait_for(
+                f"every pod of {name} from before the failure gone",
+                lambda: not old & {p["metadata"]["name"] for p in kns.pods(f"{JOBSET_NAME}={name}")},
+                timeout=180,
+            )
+            # Requeued by deleting its pods: the TrainJob runs on, Kueue's admission and quota untouched.
+            assert kns.get(path)["spec"]["suspend"] is False
+            assert kueue_condition(workload_of(kns, name), "Admitted").get("status") == "True"
+            assert cq_counts(kns.api, kueue_queue) == once
+            again = wait_for(f"{name}'s 4 pods whole again", lambda: trainjob_whole(kns, name), timeout=300)
+            assert again != first  # its block has three nodes left
+        pods = jobset_pods(kns, name)
+        print(kns.where(f"{JOBSET_NAME}={name}"), f"{name} in {first}, {victim} failed, then in {again}")
+        made = sorted(p["metadata"]["creationTimestamp"] for p in pods)
+        print(f"requeued at {requeued[0].get('firstTimestamp')}; the pods made again at {made}")
+        assert not old & {p["metadata"]["name"] for p in pods}
+        # Made again by the Job controller: the same child Job, no restart of the JobSet.
+        assert {p["metadata"]["labels"].get(RESTART_ATTEMPT) for p in pods} == {"0"}
+        job = kns.get(f"/apis/batch/v1/namespaces/{kns.name}/jobs/{child}")
+        assert job["metadata"]["uid"] == job_uid
+        assert not (kns.get(f"{JOBSETS}/{name}").get("status") or {}).get("restarts")
+        assert kueue_condition(workload_of(kns, name), "Admitted").get("status") == "True"
+        assert cq_counts(kns.api, kueue_queue) == once
+        body = kns.get(path)
+        assert body["spec"]["suspend"] is False
+        assert condition(body, "Failed").get("status") != "True", body.get("status")
+    finally:
+        flips = {what: _flips(w.stop()) for what, w in suspends.items()}
+        versions = workloads.stop()
+        reasons = marks.stop()
+        seen.stop()
+        if victim:
+            heal_node(kns.api, victim)
+        delete_if_there(kns, path)
+        if runtime != TRAINJOB_RUNTIME:
+            delete_runtime(kns, runtime)
+    assert seen.order and not seen.born_ungated, seen.born_ungated
+    # Created suspended by Kueue, admitted by Kueue: no other change, no tug-of-war.
+    assert flips == {"TrainJob": [True, False], "JobSet": [True, False]}, flips
+    # One Workload, never evicted or preempted, and admitted from its admission on.
+    assert len({uid for uid, _ in versions}) == 1, versions
+    admitted = [i for i, (_, conds) in enumerate(versions) if conds.get("Admitted") == "True"]
+    assert admitted, versions
+    after = [conds for _, conds in versions[admitted[0] :]]
+    assert all(c.get("Admitted") == "True" and c.get("QuotaReserved") == "True" for c in after), after
+    assert not [c for _, c in versions if "True" in (c.get("Evicted"), c.get("Preempted"))], versions
+    # The failed node's pod evicted by the taint manager, the three others deleted by Phalanx.
+    by_phalanx = sorted(pod for pod, reason in reasons.items() if reason == "RequeueByPhalanx")
+    assert len(by_phalanx) == 3 and set(by_phalanx) < old, reasons
+    assert len(reasons) == 4 and set(reasons) <= old, reasons
+    # Without a podFailurePolicy each counts as a failure of the child Job, within its backoffLimit (6);
+    # with the rule, none does (each pod was marked a disruption target: the taint manager's, Phalanx's).
+    failed = 4 if disruptions == "counted" else 0
+    assert job["status"].get("failed", 0) == failed and job["spec"]["backoffLimit"] == 6, job["status"]
+    assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"], job["status"]
+    ours = [e for e in kns.events() if e.get("reportingComponent") == COMPONENT]
+    assert not [e for e in ours if e["reason"] in ("Preempted", "Preempting")], ours
