@@ -312,6 +312,43 @@ def test_a_broken_kueue_gang_is_requeued_by_deleting_its_pods_never_suspended() 
     assert not only(later.actions, SuspendJob) and not only(later.actions, ResumeJob)
 
 
+@pytest.mark.parametrize(
+    ("backoff_limit", "failed", "ignore_disruptions", "told"),
+    [(6, 0, False, False), (1, 0, False, True), (2, 1, False, True), (1, 0, True, False)],
+)
+def test_a_requeue_by_deleting_pods_says_when_it_will_fail_the_job(
+    backoff_limit: int, failed: int, ignore_disruptions: bool, told: bool
+) -> None:
+    """Each deleted pod is a failure to the Job controller unless a podFailurePolicy rule ignores the
+    DisruptionTarget condition Phalanx puts on it: a requeue deleting more pods than the Job may still lose
+    says, in its reason (event and groups), that the Job will fail and what keeps it from counting."""
+    job = queued_job(count=3)
+    job["spec"]["backoffLimit"] = backoff_limit
+    job["status"]["failed"] = failed
+    if ignore_disruptions:
+        rule = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+        job["spec"]["podFailurePolicy"] = {"rules": [rule]}
+    group = group_of(job)
+    pods = [*running("train", group.name, ["n1", "n2"]), pod_body("train", 3, group=group.name)]
+    nodes = [node_body(n) for n in ("n1", "n2", "n4", "n5", "n6", "n7", "n8")]
+    state = kueue_state(
+        [(job, group, pods)], [workload("train", count=3)], nodes=nodes, others=[filler("n4")]
+    )
+    waited = with_status(group, status_of_group(plan(state, NOW), "train"))
+    state = kueue_state(
+        [(job, waited, pods)], [workload("train", count=3)], nodes=nodes, others=[filler("n4")]
+    )
+    later = plan(state, NOW + dt.timedelta(seconds=31))
+    deleted = only(later.actions, DeletePod)
+    assert len(deleted) == 2
+    (why,) = {d.why for d in deleted}
+    assert ("its controller will fail it" in why) is told, why
+    if told:
+        assert f"({backoff_limit - failed} more failure(s) within its backoffLimit)" in why
+    said = {(e.involved.kind, e.message) for e in only(later.actions, PostEvent) if e.reason == "Requeued"}
+    assert ("Job", why) in said, said
+
+
 def test_a_released_pod_that_cannot_be_bound_requeues_a_kueue_gang_by_deleting_pods() -> None:
     job = queued_job(count=2)
     group = group_of(job)
