@@ -1,7 +1,8 @@
 """Kueue decides who may run, Phalanx decides where (docs/kueue.md), through `plan()` on the testkit's
-cluster: held until Kueue admits, dropped at once when Kueue evicts, requeued by deleting pods (never by a
-suspend of ours), victims only outside Kueue or in the same ClusterQueue, Kueue's evictions not raced, a gang
-Kueue admitted that can never fit said so, Kueue's flavor selectors honoured, Kueue's TAS warned of."""
+cluster: held until Kueue admits, dropped at once when Kueue evicts, requeued through Kueue or by deleting
+pods when that costs nothing (never by a suspend of ours), victims only outside Kueue or in the same
+ClusterQueue, Kueue's evictions not raced, a gang Kueue admitted that can never fit said so, Kueue's flavor
+selectors honoured, Kueue's TAS warned of."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ from phalanx.api import conditions as c
 from phalanx.api.admission_checks import TAS_ANNOTATIONS
 from phalanx.api.status import Admission, Assignment, PodGroupStatus, Reservation
 from phalanx.controller.cache.store import ClusterCache
-from phalanx.controller.kinds.jobset import JobSetKind
-from phalanx.controller.kinds.kueue import KUEUE_GATES, TAS_EVENT_REASON
+from phalanx.controller.kinds.base import Owner
+from phalanx.controller.kinds.jobset import JobSetKind, JobSetRecord
+from phalanx.controller.kinds.kueue import KUEUE_GATES, TAS_EVENT_REASON, kueue_owner, kueue_view
 from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.model.actions import (
+    ActivateKueueWorkload,
+    DeactivateKueueWorkload,
     DeletePod,
     EvictPod,
     PatchMinCount,
@@ -290,44 +294,17 @@ def test_partial_admission_lowers_min_count_only_once_kueue_admitted_the_job() -
 
 
 # ---------------------------------------------------------------------- requeue: pods deleted, no suspend
-def test_a_broken_kueue_gang_is_requeued_by_deleting_its_pods_never_suspended() -> None:
-    """n3 failed under train (nb-a, n4 busy): after the grace period its other pods are deleted (the Job
-    makes them again, gated); Phalanx never suspends a Job Kueue admitted (Kueue would unsuspend it)."""
-    job = queued_job(count=3)
-    group = group_of(job)
-    pods = [*running("train", group.name, ["n1", "n2"]), pod_body("train", 3, group=group.name)]
-    nodes = [node_body(n) for n in ("n1", "n2", "n4", "n5", "n6", "n7", "n8")]
-    state = kueue_state(
-        [(job, group, pods)], [workload("train", count=3)], nodes=nodes, others=[filler("n4")]
-    )
-    first = plan(state, NOW)
-    waited = with_status(group, status_of_group(first, "train"))
-    state = kueue_state(
-        [(job, waited, pods)], [workload("train", count=3)], nodes=nodes, others=[filler("n4")]
-    )
-    later = plan(state, NOW + dt.timedelta(seconds=31))
-    deleted = only(later.actions, DeletePod)
-    assert sorted(d.pod.name for d in deleted) == ["train-0", "train-1"]
-    assert {d.cause for d in deleted} == {"below-min-count"}
-    assert not only(later.actions, SuspendJob) and not only(later.actions, ResumeJob)
+IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+COUNT = {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}
+FAIL_ON_EXIT = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [137]}}
+IGNORE_ON_EXIT = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}
 
 
-@pytest.mark.parametrize(
-    ("backoff_limit", "failed", "ignore_disruptions", "told"),
-    [(6, 0, False, False), (1, 0, False, True), (2, 1, False, True), (1, 0, True, False)],
-)
-def test_a_requeue_by_deleting_pods_says_when_it_will_fail_the_job(
-    backoff_limit: int, failed: int, ignore_disruptions: bool, told: bool
-) -> None:
-    """Each deleted pod is a failure to the Job controller unless a podFailurePolicy rule ignores the
-    DisruptionTarget condition Phalanx puts on it: a requeue deleting more pods than the Job may still lose
-    says, in its reason (event and groups), that the Job will fail and what keeps it from counting."""
+def _broken(rules: list[dict[str, Any]] | None) -> Plan:
+    """n3 failed under train (nb-a, n4 busy): the pass after the grace period."""
     job = queued_job(count=3)
-    job["spec"]["backoffLimit"] = backoff_limit
-    job["status"]["failed"] = failed
-    if ignore_disruptions:
-        rule = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-        job["spec"]["podFailurePolicy"] = {"rules": [rule]}
+    if rules is not None:
+        job["spec"]["podFailurePolicy"] = {"rules": rules}
     group = group_of(job)
     pods = [*running("train", group.name, ["n1", "n2"]), pod_body("train", 3, group=group.name)]
     nodes = [node_body(n) for n in ("n1", "n2", "n4", "n5", "n6", "n7", "n8")]
@@ -338,19 +315,156 @@ def test_a_requeue_by_deleting_pods_says_when_it_will_fail_the_job(
     state = kueue_state(
         [(job, waited, pods)], [workload("train", count=3)], nodes=nodes, others=[filler("n4")]
     )
-    later = plan(state, NOW + dt.timedelta(seconds=31))
+    return plan(state, NOW + dt.timedelta(seconds=31))
+
+
+@pytest.mark.parametrize(
+    ("rules", "through_kueue"),
+    [
+        (None, True),  # each deleted pod would be a failure of the Job
+        ([IGNORE], False),  # docs/kueue.md's advice: deleting costs nothing
+        ([COUNT], True),
+        ([FAIL_ON_EXIT, IGNORE], True),  # the exit-code rule may match a disrupted pod first
+        ([IGNORE_ON_EXIT, IGNORE], False),  # an Ignore on exit codes is passed over
+    ],
+)
+def test_a_broken_kueue_gang_is_requeued_through_kueue_unless_deleting_its_pods_costs_nothing(
+    rules: list[dict[str, Any]] | None, through_kueue: bool
+) -> None:
+    """A Kueue-managed Job is never suspended by Phalanx (Kueue would unsuspend it). When its
+    podFailurePolicy ignores disrupted pods, its pods are deleted (the Job makes them again, gated; Kueue's
+    admission stays); otherwise each would count as a failure, so its Kueue Workload is deactivated with
+    the why (Kueue evicts it and suspends the Job, which counts none)."""
+    later = _broken(rules)
+    assert not only(later.actions, SuspendJob) and not only(later.actions, ResumeJob)
+    deactivated = only(later.actions, DeactivateKueueWorkload)
     deleted = only(later.actions, DeletePod)
-    assert len(deleted) == 2
-    (why,) = {d.why for d in deleted}
-    assert ("its controller will fail it" in why) is told, why
-    if told:
-        assert f"({backoff_limit - failed} more failure(s) within its backoffLimit)" in why
+    if through_kueue:
+        assert not deleted
+        (d,) = deactivated
+        assert (d.workload.kind, d.workload.name, d.workload.uid) == ("Workload", "job-train-x", "wl-train-")
+        assert d.workload.api_version == "kueue.x-k8s.io/v1beta2"
+        assert d.cause == "below-min-count" and "below its minCount" in d.why
+        why = d.why
+    else:
+        assert not deactivated
+        assert sorted(d.pod.name for d in deleted) == ["train-0", "train-1"]
+        assert {d.cause for d in deleted} == {"below-min-count"}
+        (why,) = {d.why for d in deleted}
     said = {(e.involved.kind, e.message) for e in only(later.actions, PostEvent) if e.reason == "Requeued"}
     assert ("Job", why) in said, said
 
 
-def test_a_released_pod_that_cannot_be_bound_requeues_a_kueue_gang_by_deleting_pods() -> None:
+def _deactivated(state: str) -> dict[str, Any]:
+    """train's Kueue Workload after Phalanx deactivated it to requeue it: `state` is how far Kueue got."""
+    w = workload("train", count=3, active=state == "activated by someone", evicted="InactiveWorkload")
+    if state != "deactivated by someone":
+        w["metadata"]["annotations"]["phalanx.dev/requeued"] = "below its minCount: 2 of its 3 pods were left"
+    conditions = w["status"]["conditions"]
+    if state == "not evicted yet":
+        conditions.pop()  # no Evicted condition yet
+    if state in ("stopped", "activated by someone", "deactivated by someone"):
+        for cond in conditions:
+            if cond["type"] in ("QuotaReserved", "Admitted"):
+                cond.update(status="False", reason="Pending", message="evicted")
+        del w["status"]["admission"]
+    return w
+
+
+@pytest.mark.parametrize(
+    ("state", "activated"),
+    [
+        ("not evicted yet", False),
+        ("evicting", False),  # Kueue is stopping the Job: its quota is still reserved
+        ("stopped", True),  # Kueue released its quota once the Job ran no pod
+        ("activated by someone", True),  # the note is cleared
+        ("deactivated by someone", False),  # not ours: left alone
+    ],
+)
+def test_a_workload_phalanx_deactivated_is_activated_again_once_kueue_released_its_quota(
+    state: str, activated: bool
+) -> None:
+    """The second half of a requeue through Kueue: nothing runs or is requeued again meanwhile, the groups
+    say why, and once Kueue has stopped the Job (its quota released) the Workload is activated again, its
+    note cleared, and Kueue queues it again."""
+    job = queued_job(count=3, suspend=state != "not evicted yet")
+    group = group_of(job)
+    pods = [] if state != "not evicted yet" else running("train", group.name, ["n1", "n2"])
+    result = plan(kueue_state([(job, group, pods)], [_deactivated(state)]), NOW)
+    activations = only(result.actions, ActivateKueueWorkload)
+    assert [a.workload.key for a in activations] == (["ml/job-train-x"] if activated else [])
+    assert not only(result.actions, DeactivateKueueWorkload) and not only(result.actions, DeletePod)
+    assert not only(result.actions, ReleasePod) and not only(result.actions, ResumeJob)
+    reason, message = admitted_condition(status_of_group(result, "train"))
+    if state in ("not evicted yet", "evicting"):
+        assert reason == c.REASON_REQUEUED, message
+        assert message.startswith("requeued by Phalanx: below its minCount"), message
+        assert "Phalanx deactivated its Workload job-train-x (spec.active: false)" in message, message
+    elif state == "deactivated by someone":
+        assert "Kueue deactivated its Workload job-train-x" in message, message
+
+
+def test_the_answer_to_a_deactivation_is_not_undone_by_an_older_event_of_kueues() -> None:
+    """Our write's answer goes into the cache at once, and a watch event older than it (Kueue's status
+    write, still active and without our note) does not bring the Workload back: the next pass would
+    requeue the gang a second time."""
+    cache = ClusterCache()
+    before = workload("train", count=3)
+    before["metadata"]["resourceVersion"] = "10"
+    cache.upsert(KUEUE_WORKLOAD, before)
+    ours = workload("train", count=3, active=False)
+    ours["metadata"]["annotations"]["phalanx.dev/requeued"] = "below its minCount"
+    ours["metadata"]["resourceVersion"] = "12"
+    cache.upsert(KUEUE_WORKLOAD, ours, own_write=True)
+    older = workload("train", count=3, evicted="InactiveWorkload")
+    older["metadata"]["resourceVersion"] = "11"
+    cache.upsert(KUEUE_WORKLOAD, older)
+    held = cache.kueue.items["ml/job-train-x"]
+    assert (held.active, held.requeued) == (False, "below its minCount")
+    kueues = workload("train", count=3, active=False, evicted="InactiveWorkload")
+    kueues["metadata"]["annotations"]["phalanx.dev/requeued"] = "below its minCount"
+    kueues["metadata"]["resourceVersion"] = "13"
+    cache.upsert(KUEUE_WORKLOAD, kueues)  # Kueue's eviction, after our write: shown
+    assert cache.kueue.items["ml/job-train-x"].is_true("Evicted")
+
+
+@pytest.mark.parametrize(
+    ("policies", "how"),
+    [
+        ((None, None), "kueue"),
+        (([IGNORE], [COUNT]), "kueue"),  # one replicated Job would count its deleted pods
+        (([IGNORE], [IGNORE_ON_EXIT, IGNORE]), "delete-pods"),
+    ],
+)
+def test_a_kueue_jobset_is_requeued_by_deleting_pods_only_when_every_replicated_job_ignores_them(
+    policies: tuple[list[dict[str, Any]] | None, ...], how: str
+) -> None:
+    """A JobSet (and a TrainJob, through its JobSet) is requeued through Kueue unless each of its
+    replicated Jobs' podFailurePolicy ignores disrupted pods; a LeaderWorkerSet group, which has no
+    suspend, by deleting its pods whatever."""
+    body = jobset_body(replicated=(("workers", 2, 2), ("driver", 1, 1)))
+    body["metadata"]["labels"].update(QUEUE)
+    for replicated, rules in zip(body["spec"]["replicatedJobs"], policies, strict=True):
+        if rules is not None:
+            replicated["template"]["spec"]["podFailurePolicy"] = {"rules": rules}
+    record = JobSetRecord.from_body(body)
+    assert record.disruptions_ignored is (how == "delete-pods")
+    view = kueue_view(
+        body["metadata"]["labels"], [KueueWorkloadRecord.from_body(workload("train", kind="JobSet"))]
+    )
+    suspendable = Owner("JobSet", record.ref, None, requeue_free=record.disruptions_ignored)
+    owner = kueue_owner(suspendable, view)
+    assert owner.requeue == how
+    assert owner.kueue_workload is not None and owner.kueue_workload.name == "jobset-train-x"
+    lws_group = kueue_owner(dataclasses.replace(suspendable, requeue="delete-pods"), view)
+    assert lws_group.requeue == "delete-pods"
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_a_released_pod_that_cannot_be_bound_requeues_a_kueue_gang_whole(ignored: bool) -> None:
     job = queued_job(count=2)
+    if ignored:
+        job["spec"]["podFailurePolicy"] = {"rules": [IGNORE]}
     group = group_of(job)
     stuck = pod_body("train", 0, gated=False, released_to="n1", group=group.name)
     stuck["status"]["conditions"] = [
@@ -358,7 +472,8 @@ def test_a_released_pod_that_cannot_be_bound_requeues_a_kueue_gang_by_deleting_p
     ]
     pods = [stuck, pod_body("train", 1, gated=False, node="n2", phase="Running", group=group.name)]
     result = plan(kueue_state([(job, group, pods)], [workload("train", count=2)]), NOW)
-    assert {d.cause for d in only(result.actions, DeletePod)} == {"unbindable"}
+    causes = {d.cause for d in only(result.actions, DeletePod if ignored else DeactivateKueueWorkload)}
+    assert causes == {"unbindable"}
     assert not only(result.actions, SuspendJob)
 
 
@@ -400,15 +515,27 @@ def _preempt(*units: tuple[dict[str, Any], Any, list[dict[str, Any]], Any]) -> P
 def test_phalanx_preempts_no_kueue_managed_victim_for_a_gang_kueue_does_not_manage() -> None:
     result = _preempt(_low("low-a", 1, "cq"), _low("low-b", 5, "cq"), _high(None))
     assert not only(result.actions, DeletePod) and not only(result.actions, SuspendJob)
+    assert not only(result.actions, DeactivateKueueWorkload)
     assert not only(result.actions, EvictPod)
 
 
-def test_a_kueue_gang_preempts_only_victims_of_its_own_cluster_queue_by_deleting_their_pods() -> None:
-    result = _preempt(_low("low-a", 1, "other-cq"), _low("low-b", 5, "cq"), _high("cq"))
+@pytest.mark.parametrize("ignored", [False, True])
+def test_a_kueue_gang_preempts_only_victims_of_its_own_cluster_queue_whole(ignored: bool) -> None:
+    """A Kueue-managed victim is never suspended by Phalanx: requeued through Kueue (its Workload
+    deactivated), or, when its podFailurePolicy ignores disrupted pods, by deleting them."""
+    low_b = _low("low-b", 5, "cq")
+    if ignored:
+        low_b[0]["spec"]["podFailurePolicy"] = {"rules": [IGNORE]}
+    result = _preempt(_low("low-a", 1, "other-cq"), low_b, _high("cq"))
     deleted = only(result.actions, DeletePod)
-    assert {d.pod.name.rsplit("-", 1)[0] for d in deleted} == {"low-b"} and len(deleted) == 4
-    assert {d.cause for d in deleted} == {"preempted"}
-    assert not only(result.actions, SuspendJob)  # a Kueue-managed victim is never suspended by Phalanx
+    deactivated = only(result.actions, DeactivateKueueWorkload)
+    if ignored:
+        assert {d.pod.name.rsplit("-", 1)[0] for d in deleted} == {"low-b"} and len(deleted) == 4
+        assert {d.cause for d in deleted} == {"preempted"} and not deactivated
+    else:
+        assert [(d.workload.name, d.cause) for d in deactivated] == [("job-low-b-x", "preempted")]
+        assert not deleted
+    assert not only(result.actions, SuspendJob)
 
 
 def test_a_kueue_gang_may_take_a_victim_kueue_does_not_manage() -> None:

@@ -33,6 +33,7 @@ from phalanx.api.group import (
 )
 from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller import metrics
+from phalanx.controller.apply.describe import describe, error_text, written_for
 from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.apply.owners import OwnerGoneError, OwnerLookups, owner_alive
@@ -40,9 +41,11 @@ from phalanx.controller.cache.store import POD, ClusterCache
 from phalanx.controller.model.actions import (
     CONCURRENT,
     Action,
+    ActivateKueueWorkload,
     CreateCompositePodGroup,
     CreatePodGroup,
     CreateWorkload,
+    DeactivateKueueWorkload,
     DeleteObject,
     DeletePod,
     EventType,
@@ -60,6 +63,7 @@ from phalanx.controller.model.actions import (
     UngatePod,
     UnitPlan,
 )
+from phalanx.controller.model.kueue import KUEUE_WORKLOAD
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiException, namespace_terminating
 
@@ -153,64 +157,6 @@ class GroupResult:
     failed_action: str = ""
     error: str = ""
     retry_in: float = 0.0
-
-
-def describe(action: Action) -> str:
-    """What an action does, in words for an event or a log line."""
-    match action:
-        case CreateWorkload(workload=w):
-            return f"creating Workload {w.metadata.get('name')}"
-        case CreatePodGroup(pod_group=g):
-            return f"creating PodGroup {g.metadata.get('name')}"
-        case CreateCompositePodGroup(group=g):
-            return f"creating CompositePodGroup {g.metadata.get('name')}"
-        case PatchMinCount(pod_group=g, min_count=n):
-            return f"setting minCount {n} on PodGroup {g.name}"
-        case RecordAdmission(group=g):
-            return f"recording the admission on {g.kind} {g.name}"
-        case ReleasePod(pod=p, node=n):
-            return f"releasing pod {p.name} to node {n}"
-        case LabelPod(pod=p):
-            return f"labelling pod {p.name}"
-        case UngatePod(pod=p):
-            return f"removing the gate of pod {p.name}"
-        case PatchStatus(group=g):
-            return f"writing the status of {g.kind} {g.name}"
-        case PatchTopologyStatus(topology=t):
-            return f"writing the status of Topology {t.name}"
-        case PostEvent(reason=r):
-            return f"posting event {r}"
-        case RememberAnnounced():
-            return "noting an announced problem"
-        case DeleteObject(target=t):
-            return f"deleting {t.kind} {t.name}"
-        case EvictPod(pod=p):
-            return f"evicting pod {p.name}"
-        case SuspendJob(job=j):
-            return f"suspending {j.kind} {j.name} to requeue it"
-        case DeletePod(pod=p):
-            return f"deleting pod {p.name} to requeue its group"
-        case ResumeJob(job=j):
-            return f"resuming {j.kind} {j.name}"
-    raise AssertionError(f"unknown action {action!r}")
-
-
-def written_for(action: Action) -> tuple[str, str] | None:
-    """The labels an action's API write is counted under (metrics.WRITES): its kind and why (a status
-    write's phase). None: not counted here — noting an announced problem writes nothing, and an event is
-    counted where every event is posted (Applier._post, under its reason), the FailedSync of a failure too."""
-    match action:
-        case RememberAnnounced() | PostEvent():
-            return None
-        case PatchStatus(status=status) | RecordAdmission(status=status):
-            return type(action).__name__, (status.phase or "") if status is not None else ""
-    return type(action).__name__, ""
-
-
-def error_text(error: BaseException) -> str:
-    if isinstance(error, ApiException):
-        return f"{error.status} {error.status_message()}"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _gone(error: BaseException) -> bool:
@@ -357,7 +303,9 @@ class Applier:
 
     def _observe(self, group: UnitPlan) -> None:
         # One requeue per suspension, or per group of pods deleted for the same reason.
-        requeues: list[SuspendJob | DeletePod] = [a for a in group.actions if isinstance(a, SuspendJob)]
+        requeues: list[SuspendJob | DeactivateKueueWorkload | DeletePod] = [
+            a for a in group.actions if isinstance(a, SuspendJob | DeactivateKueueWorkload)
+        ]
         requeues += list({a.why: a for a in group.actions if isinstance(a, DeletePod)}.values())
         for requeue in requeues:
             metrics.REQUEUES.labels(requeue.cause).inc()
@@ -447,7 +395,7 @@ class Applier:
                 self.cache.announce(key, message)
             case ReleasePod() | UngatePod() | LabelPod() | EvictPod() | DeletePod():
                 await self._pod(action)
-            case SuspendJob() | ResumeJob():
+            case SuspendJob() | ResumeJob() | DeactivateKueueWorkload() | ActivateKueueWorkload():
                 await self._owner(action)
             case _:
                 await self._ours(action)
@@ -546,7 +494,8 @@ class Applier:
                 raise AssertionError(f"unknown action {action!r}")
 
     async def _owner(self, action: Action) -> None:
-        """Writes of owners: suspended to be requeued whole, resumed once its pods are gone."""
+        """Writes of owners: suspended to be requeued whole, resumed once its pods are gone; a Kueue-managed
+        one's Kueue Workload deactivated instead, activated again once Kueue stopped it."""
         cache, kube = self.cache, self.kube
         match action:
             case SuspendJob(job=job, why=why):
@@ -566,6 +515,20 @@ class Applier:
                 )
                 if resumed is not None:
                     cache.upsert(job.kind, resumed, own_write=True)
+            case DeactivateKueueWorkload(workload=workload, why=why):
+                deactivated = await kube.patch_kueue_workload(
+                    workload,
+                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"active": False}},
+                )
+                if deactivated is not None:
+                    cache.upsert(KUEUE_WORKLOAD, deactivated, own_write=True)
+            case ActivateKueueWorkload(workload=workload):
+                activated = await kube.patch_kueue_workload(
+                    workload,
+                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: None}}, "spec": {"active": True}},
+                )
+                if activated is not None:
+                    cache.upsert(KUEUE_WORKLOAD, activated, own_write=True)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
 

@@ -30,6 +30,7 @@ from phalanx.api.trainjob import API_GROUP as TRAINER_GROUP
 from phalanx.api.trainjob import RUNTIME_PLURALS
 from phalanx.controller import metrics
 from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.model.kueue import KUEUE_GROUP, KUEUE_VERSION
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.kubeclient import ApiClient, ApiException, namespace_terminating, resource_path
 
@@ -376,6 +377,26 @@ class Kube:
         except ApiException as e:
             if e.status == 404:
                 return None
+            raise
+        return patched
+
+    async def patch_kueue_workload(
+        self, workload: ObjectRef, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """A merge patch of a Kueue Workload (a requeue through Kueue: kinds/kueue.py), on the one the plan
+        saw (its uid a precondition: a Workload Kueue made again for the same owner is not touched); None if
+        gone."""
+        body = dict(patch)
+        if workload.uid:
+            body["metadata"] = {**dict(patch.get("metadata") or {}), "uid": workload.uid}
+        path = resource_path(
+            KUEUE_GROUP, KUEUE_VERSION, "workloads", namespace=workload.namespace, name=workload.name
+        )
+        try:
+            patched: dict[str, Any] = await retrying(lambda: self._json("PATCH", path, body), verb="patch")
+        except ApiException as e:
+            if e.status in (404, 409):
+                return None  # gone, or made again (another uid): nothing of ours to write there
             raise
         return patched
 

@@ -29,7 +29,17 @@ from phalanx.api.cluster_objects import node_info
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
 from phalanx.controller.cache.owned import GroupRecord, Owned
 from phalanx.controller.cache.recent import RecentUids
-from phalanx.controller.cache.shown import owner_marks, owner_reflects, pod_marks, pod_reflects, status_shown
+from phalanx.controller.cache.shown import (
+    kueue_marks,
+    kueue_reflects,
+    owner_marks,
+    owner_reflects,
+    pod_marks,
+    pod_reflects,
+    stale_answer,
+    status_shown,
+    superseded,
+)
 from phalanx.controller.cache.volumes import VolumeCatalog
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import OwnerKind, OwnerState
@@ -147,8 +157,7 @@ class ClusterCache:
         elif kind == PRIORITY_CLASS:
             self._upsert_priority_class(body)
         elif kind == KUEUE_WORKLOAD:
-            if self.kueue.upsert(body):
-                self._touch_view()
+            self._upsert_kueue(body, own_write)
         elif kind in KUEUE_QUEUE_KINDS:
             if self.kueue_queues.upsert(kind, body):
                 self._touch_view()
@@ -188,6 +197,7 @@ class ClusterCache:
             if self.priority_classes.pop(key, None) is not None:
                 self._touch_view()
         elif kind == KUEUE_WORKLOAD:
+            self.expectations.forget(KUEUE_WORKLOAD, key)
             if self.kueue.delete(key):
                 self._touch_view()
         elif kind in KUEUE_QUEUE_KINDS:
@@ -284,6 +294,18 @@ class ClusterCache:
             return True
         return self.expectations.admit(kind, key, body)
 
+    def _upsert_kueue(self, body: Mapping[str, Any], own_write: bool) -> None:
+        """A Kueue Workload; with `own_write`, the answer to our deactivation or activation of it (a requeue
+        through Kueue), which an older watch event must not undo."""
+        record = KueueWorkloadRecord.from_body(body)
+        held = self.kueue.items.get(record.key) if own_write else None
+        shown = held is not None and kueue_marks(held) == kueue_marks(record)
+        reflects = kueue_reflects(record)
+        if not self._admitted(KUEUE_WORKLOAD, record.key, body, own_write, reflects, shown):
+            return
+        if self.kueue.upsert(body):
+            self._touch_view(wake=not own_write)
+
     # ------------------------------------------------------------------ nodes and priority classes
     def _upsert_node(self, body: Mapping[str, Any]) -> None:
         info = node_info(body)
@@ -331,9 +353,9 @@ class ClusterCache:
     def _upsert_pod(self, body: Mapping[str, Any], own_write: bool) -> None:
         record = PodRecord.from_body(body)
         held = self.pods.get(record.key)
-        if own_write and _stale_answer(record, held, self.gone):
+        if own_write and stale_answer(record, held, self.gone):
             return
-        if not own_write and _superseded(record, held, self.gone):
+        if not own_write and superseded(record, held, self.gone):
             return  # a late event of the pod its name had before (the watch orders events per object only)
         shown = own_write and held is not None and pod_marks(held) == pod_marks(record)
         if self._admitted(POD, record.key, body, own_write, pod_reflects(record), shown):
@@ -575,26 +597,3 @@ def _parse(kind: str, body: Mapping[str, Any]) -> Any:
     if kind == WORKLOAD:
         return WorkloadRecord.from_body(body)
     return TopologyRecord.from_body(body)
-
-
-def _stale_answer(written: PodRecord, held: PodRecord | None, gone: RecentUids) -> bool:
-    """The API's answer to our write of a pod came after the pod was deleted (its DELETED event applied)
-    or made anew under its name (a StatefulSet's pod): putting it back, and expecting its version, would
-    hold back every event of its successor until the expectation lapsed."""
-    if held is not None:
-        return held.uid != written.uid
-    return written.uid in gone
-
-
-def _superseded(seen: PodRecord, held: PodRecord | None, gone: RecentUids) -> bool:
-    """A watch event of a pod older than the one the cache holds under its name, or of one deleted already.
-    Events of one object come in order, not those of two objects under one name (a StatefulSet's pod made
-    anew): a late event of the old pod must not replace its successor (its DELETED event would then drop the
-    name, and a gated successor that changes no more would never be seen again)."""
-    if seen.uid and seen.uid in gone:
-        return True
-    if held is None or held.uid == seen.uid:
-        return False
-    if seen.created is not None and held.created is not None and seen.created != held.created:
-        return seen.created < held.created
-    return seen.deleting and not held.deleting

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from phalanx.controller.model.actions import Action
+from phalanx.controller.model.actions import Action, DeactivateKueueWorkload, RequeueCause, SuspendJob
 from phalanx.controller.model.kueue import KueueWorkloadRecord, TopologyFlavors
 from phalanx.controller.model.quota import PodsRefused, QuotaRecord
 from phalanx.controller.model.records import (
@@ -39,7 +39,9 @@ from phalanx.placement import (
     pod_traits,
 )
 
-RequeueHow = Literal["suspend", "delete-pods"]
+# How an owner is taken back whole: suspended and resumed by Phalanx; its pods deleted (its controller makes
+# them again); or, Kueue managing it, through Kueue (its Kueue Workload deactivated, then activated again).
+RequeueHow = Literal["suspend", "delete-pods", "kueue"]
 FOREGROUND_DELETION = (
     "foregroundDeletion"  # the garbage collector's finalizer of a deletion in the foreground
 )
@@ -80,7 +82,11 @@ class Owner:
     disruption_all: bool = False  # a broken gang is requeued at once, without the grace period
     priority_class: str | None = None  # the PriorityClass its pods name
     remaining: int | None = None  # pods still to run (a Job with more completions than parallelism)
-    requeue: RequeueHow = "suspend"  # how it is taken back whole: suspended and resumed, or pods deleted
+    requeue: RequeueHow = "suspend"  # how it is taken back whole (RequeueHow)
+    # Deleting its pods costs its Jobs no failure: a podFailurePolicy rule of each ignores DisruptionTarget
+    # (kinds/failure_policy.py). A Kueue-managed owner is then requeued by deleting its pods (kinds/kueue.py).
+    requeue_free: bool = False
+    kueue_workload: ObjectRef | None = None  # Kueue-managed: its Kueue Workload (requeue "kueue" acts on it)
     pods_from: str = "the Job to create the other pods"  # what a gang short of pods waits for
     held_by: str = ""  # why another system holds it while it is suspended (Kueue: kinds/kueue.py)
     kueue_queue: str | None = None  # Kueue-managed: its ClusterQueue ("" none yet); None: not managed
@@ -92,6 +98,15 @@ class Owner:
     # Scaled up and the new pods do not fit beside the running ones: requeue the gang whole (a Job's
     # phalanx.dev/on-scale-up: requeue) instead of letting the new pods wait.
     requeue_on_scale_up: bool = False
+
+    def take_back(self, why: str, cause: RequeueCause) -> SuspendJob | DeactivateKueueWorkload:
+        """The one write that requeues it whole when its pods are not deleted for it (`requeue` is not
+        "delete-pods"): suspended (Phalanx resumes it once its pods are gone), or, Kueue managing it, its
+        Kueue Workload deactivated (Kueue stops it and releases its quota; then Phalanx activates it again:
+        kinds/kueue.py)."""
+        if self.requeue == "kueue" and self.kueue_workload is not None:
+            return DeactivateKueueWorkload(self.kueue_workload, why, cause)
+        return SuspendJob(self.ref, why, cause)
 
 
 @dataclass(frozen=True)

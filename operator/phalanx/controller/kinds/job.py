@@ -36,7 +36,7 @@ from phalanx.controller.kinds.job_record import (
     root_group,
 )
 from phalanx.controller.kinds.job_slices import is_sliced, sliced_unit
-from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.kueue import kueue_owner, kueue_setup, owner_view
 from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import Action, CreatePodGroup, CreateWorkload, PatchMinCount, PostEvent
 from phalanx.controller.model.records import PodGroupRecord, PodRecord
@@ -108,7 +108,7 @@ def plain_unit(state: OwnerState, view: ClusterView) -> Unit:
     if job.gated_template and job.policy is not None and job.policy.is_gang:
         setup.extend(lost_gate(state, job.ref, KIND, view.announced))
     if kueue is not None:
-        setup.extend(kueue_notes(kueue, view.announced, job.ref))
+        setup.extend(kueue_setup(kueue, view.announced, job.ref))
     elif not held_for_quota(job, view):
         setup.extend(resume_if_requeued(job, state.pods))
     tree = None

@@ -5,11 +5,9 @@ it is requeued whole (suspended, which counts no failure), like a `disruptionMod
 An evicted pod carries `DisruptionTarget=True` (Phalanx puts it there before the eviction, as
 kube-scheduler does). The Job controller (v1.37) then:
 
-- walks `spec.podFailurePolicy.rules` in order; the first rule that matches decides. A rule on the
-  `DisruptionTarget` condition with action `Ignore` means evictions never count: no limit. `FailJob` or
-  `FailIndex` there fails the Job (or the index) at once: budget 0. `Count` counts it as below. A rule on
-  exit codes before it might match the evicted container's exit code (137 or 143, not known here): one
-  whose action is `FailJob`/`FailIndex` makes the budget 0; `Ignore`/`Count` ones are passed over.
+- takes the action of the first `spec.podFailurePolicy` rule it may match (kinds/failure_policy.py):
+  `Ignore` means evictions never count: no limit. `FailJob` or `FailIndex` fails the Job (or the index)
+  at once: budget 0. `Count` counts it as below;
 - otherwise counts a failure: the Job fails once `status.failed` exceeds `spec.backoffLimit` (defaulted by
   the apiserver), so `backoffLimit - failed` pods may go;
 - with `backoffLimitPerIndex`, an index fails once its pod's failures (annotation
@@ -25,36 +23,17 @@ from typing import Any
 
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import Owner
+from phalanx.controller.kinds.failure_policy import FAILING, job_spec_action
 from phalanx.controller.kinds.job_record import JobRecord
 from phalanx.controller.model.records import PodRecord
-
-DISRUPTION_TARGET = "DisruptionTarget"
-_FAILING = ("FailJob", "FailIndex")
-
-
-def _disruption_rule(rules: Iterable[Any]) -> str | None:
-    """The action the first podFailurePolicy rule an evicted pod may match takes ("" for "count it"),
-    None when no rule matches it (then it counts)."""
-    for raw in rules:
-        rule = mapping(raw)
-        action = str(rule.get("action") or "")
-        conditions = [mapping(c) for c in rule.get("onPodConditions") or []]
-        if any(
-            c.get("type") == DISRUPTION_TARGET and str(c.get("status") or "True") == "True"
-            for c in conditions
-        ):
-            return action
-        if rule.get("onExitCodes") is not None and action in _FAILING:
-            return action  # it may match the evicted container's exit code
-    return None
 
 
 def failure_budget(spec: Mapping[str, Any], failed: int, pods: Iterable[PodRecord]) -> int | None:
     """How many running pods the Job may lose to evictions (None: any number)."""
-    action = _disruption_rule(mapping(spec.get("podFailurePolicy")).get("rules") or [])
+    action = job_spec_action(spec)
     if action == "Ignore":
         return None
-    if action in _FAILING:
+    if action in FAILING:
         return 0
     limit = spec.get("backoffLimit")
     if not isinstance(limit, int) or isinstance(limit, bool):

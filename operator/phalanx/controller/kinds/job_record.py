@@ -19,7 +19,9 @@ from phalanx.api.job_policy import (
     parse_job_policy,
 )
 from phalanx.api.scheduling import PREEMPT_NEVER
+from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import Owner, OwnerState, Resource, dependents_first
+from phalanx.controller.kinds.failure_policy import disruptions_ignored
 from phalanx.controller.model.actions import (
     Action,
     ResumeJob,
@@ -194,6 +196,7 @@ def owner_of(
         # to run; asking for minCount then would hold the last ones forever (plain gangs; slices: issue 16).
         remaining=None if sliced else remaining_now(job, pods),
         requeue_on_scale_up=policy is not None and policy.on_scale_up == SCALE_UP_REQUEUE,
+        requeue_free=disruptions_ignored([mapping(job.body.get("spec"))]),
     )
 
 

@@ -26,7 +26,7 @@ from phalanx.controller.kinds.common import (
 )
 from phalanx.controller.kinds.job_quota import held_for_quota, with_quota
 from phalanx.controller.kinds.job_record import JobRecord, owner_of, resume_if_requeued, root_group
-from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.kueue import kueue_owner, kueue_setup, owner_view
 from phalanx.controller.kinds.lost_gate import lost_gate
 from phalanx.controller.model.actions import (
     Action,
@@ -146,7 +146,7 @@ def sliced_unit(state: OwnerState, view: ClusterView) -> Unit:
     if job.gated_template:
         setup.extend(lost_gate(state, job.ref, "Job", view.announced))
     if kueue is not None:
-        setup.extend(kueue_notes(kueue, view.announced, job.ref))
+        setup.extend(kueue_setup(kueue, view.announced, job.ref))
     elif not held_for_quota(job, view, sliced=True):
         setup.extend(resume_if_requeued(job, state.pods))
     return Unit(

@@ -33,6 +33,7 @@ from phalanx.api.owned import Owner as OwnerIdentity
 from phalanx.api.owned import build_tree
 from phalanx.api.status import PodGroupStatus
 from phalanx.api.trainjob import KIND as TRAINJOB
+from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import (
     ClusterView,
     Leaf,
@@ -54,7 +55,8 @@ from phalanx.controller.kinds.common import (
     split_while_deleting,
     unit_priority,
 )
-from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.failure_policy import disruptions_ignored
+from phalanx.controller.kinds.kueue import kueue_owner, kueue_setup, owner_view
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -99,6 +101,8 @@ class JobSetRecord:
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
     dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
+    # Each replicated Job's podFailurePolicy ignores a disrupted pod (kinds/failure_policy.py).
+    disruptions_ignored: bool = False
 
     @property
     def key(self) -> str:
@@ -148,6 +152,10 @@ class JobSetRecord:
             deleting=bool(meta.get("deletionTimestamp")),
             dependents_first=dependents_first(meta),
             controller=controller_of(meta),
+            disruptions_ignored=disruptions_ignored(
+                mapping(mapping(mapping(r).get("template")).get("spec"))
+                for r in spec.get("replicatedJobs") or []
+            ),
         )
 
 
@@ -258,6 +266,7 @@ def owner_of(jobset: JobSetRecord, view: ClusterView) -> Owner:
         disruption_all=True,  # one tree: a broken JobSet is placed again whole
         priority_class=policy.priority_class_name if policy is not None else None,
         pods_from=f"the {kind}'s Jobs to create the other pods",
+        requeue_free=jobset.disruptions_ignored,
     )
 
 
@@ -303,7 +312,7 @@ def jobset_unit(state: OwnerState, view: ClusterView) -> Unit:
     if made:
         setup.append(PostEvent(owner.ref, "Normal", "PodGroupCreated", "created " + ", ".join(made)))
     if kueue is not None:
-        setup.extend(kueue_notes(kueue, view.announced, jobset.ref))
+        setup.extend(kueue_setup(kueue, view.announced, jobset.ref))
     elif owner.requeued and (not owner.suspended or not any(not p.terminal for p in state.pods)):
         setup.append(ResumeJob(owner.ref))  # the JobSet, or its TrainJob
     return Unit(

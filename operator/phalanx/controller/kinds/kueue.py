@@ -7,9 +7,16 @@ or a Kueue Workload owns it. Then, for the state machine:
   again the moment Kueue evicts or deactivates it (and, once Kueue has released its quota, while it waits
   in its LocalQueue again): nothing is placed and nothing is reserved or recorded for it meanwhile (the
   usual path of a suspended owner);
-- it is requeued by deleting its pods (`Owner.requeue = "delete-pods"`), never by suspending it: Kueue
-  unsuspends an admitted Job and suspends one without an admitted Workload, so a suspension of Phalanx's
-  would be undone and fought over;
+- it is never suspended or resumed by Phalanx: Kueue unsuspends an admitted Job and suspends one without
+  an admitted Workload, so a suspension of Phalanx's would be undone and fought over. It is requeued whole
+  by deleting its pods (`Owner.requeue = "delete-pods"`) when that costs it nothing: its Jobs'
+  podFailurePolicy ignores disrupted pods (`Owner.requeue_free`), or it has no suspend (a LeaderWorkerSet
+  group); Kueue's admission and quota stay. Otherwise each deleted pod would be a failure of its Job, and
+  a few requeues would fail it; so it is requeued through Kueue (`Owner.requeue = "kueue"`): Phalanx
+  deactivates its Kueue Workload with a note (`spec.active: false`), Kueue evicts it and suspends the
+  owner (pods deleted by a suspension count no failure) and releases its quota, and once it has, Phalanx
+  activates the Workload again and clears the note (`kueue_setup`): Kueue queues it again, and once it
+  admits it the new pods wait for a whole placement;
 - its ClusterQueue (`Owner.kueue_queue`) decides which victims Phalanx's own preemption may take for it.
 
 A Phalanx-managed owner that Kueue's own Topology-Aware Scheduling places (or, queued where a ResourceFlavor
@@ -33,7 +40,7 @@ from phalanx.api.kueue_workload import KueueState, kueue_state
 from phalanx.bodies import mapping
 from phalanx.controller.kinds.base import ClusterView, Owner
 from phalanx.controller.kinds.common import announce_once
-from phalanx.controller.model.actions import Action
+from phalanx.controller.model.actions import Action, ActivateKueueWorkload
 from phalanx.controller.model.kueue import (
     ADMITTED,
     EVICTED,
@@ -78,6 +85,12 @@ class KueueView:
         queue = self.queue or w.queue_name
         evicted = w.condition(EVICTED)
         reason = evicted.reason if evicted is not None else ""
+        if state is KueueState.DEACTIVATED and w.requeued:
+            return (
+                f"Phalanx deactivated its Workload {w.name} (spec.active: false) to requeue it through "
+                "Kueue, which stops it (its pods go, counting no failure) and releases its quota; then "
+                "Phalanx activates it again and Kueue queues it again"
+            )
         if state is KueueState.DEACTIVATED:
             return f"Kueue deactivated its Workload {w.name} (spec.active: false)"
         if state is KueueState.EVICTING:
@@ -147,13 +160,32 @@ def kueue_owner(owner: Owner, view: KueueView | None) -> Owner:
     if view is None:
         return owner
     suspended = owner.suspended or bool(view.holds)
+    w = view.workload
+    through_kueue = owner.requeue == "suspend" and not owner.requeue_free and w is not None
     return dataclasses.replace(
         owner,
         suspended=suspended,
         held_by=view.held_message(suspended) if suspended else "",
-        requeue="delete-pods",
+        requeued=owner.requeued or (w.requeued if w is not None else ""),
+        requeue="kueue" if through_kueue else "delete-pods",
+        kueue_workload=w.ref if w is not None else None,
         kueue_queue=view.cluster_queue,
     )
+
+
+def kueue_setup(
+    view: KueueView | None, announced: Mapping[str, str], ref: ObjectRef, group: str = ""
+) -> list[Action]:
+    """What comes first for a Kueue-managed owner: its notes (`kueue_notes`), and its Kueue Workload
+    activated again once Kueue has stopped the owner Phalanx requeued through it (`Owner.requeue = "kueue"`:
+    the Workload deactivated with a note). Kueue releases the quota of an evicted Workload once its owner
+    runs no pod, so a Workload without quota has been stopped; one active again (activated by someone
+    else) only has its note cleared."""
+    actions = kueue_notes(view, announced, ref, group)
+    w = view.workload if view is not None else None
+    if w is not None and w.requeued and (w.active or not w.is_true(QUOTA_RESERVED)):
+        actions.append(ActivateKueueWorkload(w.ref))
+    return actions
 
 
 def kueue_notes(

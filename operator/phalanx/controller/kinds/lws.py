@@ -54,7 +54,7 @@ from phalanx.controller.kinds.common import (
     priority_class_of,
     unit_priority,
 )
-from phalanx.controller.kinds.kueue import kueue_notes, kueue_owner, owner_view
+from phalanx.controller.kinds.kueue import kueue_owner, kueue_setup, owner_view
 from phalanx.controller.model.actions import (
     Action,
     CreateCompositePodGroup,
@@ -347,7 +347,7 @@ def _group_unit(
     # Kueue admits each group as a Workload of its own (kinds/kueue.py); its pods wait behind Kueue's gate.
     kueue = owner_view(lws, view, index=str(index))
     owner = kueue_owner(owner, kueue)
-    setup: list[Action] = list(kueue_notes(kueue, view.announced, lws.ref, str(index)))
+    setup: list[Action] = list(kueue_setup(kueue, view.announced, lws.ref, str(index)))
     existing = {g.name: g for g in state.pod_groups}
     template = PodTemplate.of(policy.worker_spec, lws.namespace)
     if policy.subgroup_size is None:

@@ -131,6 +131,27 @@ class ResumeJob:
 
 
 @dataclass(frozen=True)
+class DeactivateKueueWorkload:
+    """Requeue a Kueue-managed owner whole through Kueue: set its Kueue Workload's `spec.active` to false,
+    noting why on it (phalanx.dev/requeued). Kueue evicts it and suspends the owner, which deletes its pods
+    without counting them as failures (pods Phalanx deletes count, unless its Jobs' podFailurePolicy ignores
+    them), and releases its quota. Never a suspension of Phalanx's own: Kueue would undo it."""
+
+    workload: ObjectRef  # the Kueue Workload
+    why: str
+    cause: RequeueCause
+
+
+@dataclass(frozen=True)
+class ActivateKueueWorkload:
+    """Activate again a Kueue Workload Phalanx deactivated, once Kueue has stopped its owner and released its
+    quota (its note cleared): Kueue queues it again, and once it is admitted the owner's new pods wait for a
+    whole placement."""
+
+    workload: ObjectRef
+
+
+@dataclass(frozen=True)
 class PatchStatus:
     group: ObjectRef  # a PodGroup, or a CompositePodGroup
     status: GroupStatus
@@ -185,11 +206,22 @@ Action = (
     | SuspendJob
     | DeletePod
     | ResumeJob
+    | DeactivateKueueWorkload
+    | ActivateKueueWorkload
 )
 
 # Actions of these kinds that follow each other in a group's list are independent of each other:
 # the applier runs such a run of them concurrently (a gang's releases go out together).
-CONCURRENT = (ReleasePod, UngatePod, LabelPod, PostEvent, EvictPod, SuspendJob, DeletePod)
+CONCURRENT = (
+    ReleasePod,
+    UngatePod,
+    LabelPod,
+    PostEvent,
+    EvictPod,
+    SuspendJob,
+    DeletePod,
+    DeactivateKueueWorkload,
+)
 
 # Actions that neither place, free nor hold room, nor record anything a decision reads: a unit's objects
 # being created, its gang size, events, and a status that holds no room (a group's first "waiting for

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.api.keys import REQUEUED_ANNOTATION
+
 # Kueue's condition names, kept in api/kueue_workload.py with the rule that reads them; re-exported here.
 from phalanx.api.kueue_workload import ADMITTED as ADMITTED
 from phalanx.api.kueue_workload import EVICTED as EVICTED
@@ -32,6 +34,7 @@ from phalanx.api.kueue_workload import KueueCondition as KueueCondition
 from phalanx.api.kueue_workload import condition as _condition
 from phalanx.api.kueue_workload import conditions_of
 from phalanx.api.kueue_workload import is_true as _is_true
+from phalanx.controller.model.refs import ObjectRef
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -70,11 +73,18 @@ class KueueWorkloadRecord:
     topology_assigned: bool
     flavors: tuple[str, ...]  # the ResourceFlavors of the admission
     admitted_counts: tuple[int, ...]  # pods per pod set Kueue admitted (partial admission lowers them)
+    # Why Phalanx deactivated it to requeue its owner through Kueue (its phalanx.dev/requeued note; "" when
+    # it did not): kinds/kueue.py activates it again once Kueue has stopped the owner.
+    requeued: str = ""
     resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(f"{KUEUE_GROUP}/{KUEUE_VERSION}", "Workload", self.namespace, self.name, self.uid)
 
     def condition(self, kind: str) -> KueueCondition | None:
         return _condition(self.conditions, kind)
@@ -122,6 +132,7 @@ class KueueWorkloadRecord:
             ),
             flavors=tuple(flavors),
             admitted_counts=tuple(int(a["count"]) for a in assignments if isinstance(a.get("count"), int)),
+            requeued=str(_mapping(meta.get("annotations")).get(REQUEUED_ANNOTATION) or ""),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 

@@ -42,9 +42,10 @@ def deadlocked(units: Iterable[Unit]) -> dict[str, str]:
             by_quota[quota].append(unit)
     out: dict[str, str] = {}
     for quota, members in sorted(by_quota.items()):
-        # Given back only through a suspend: a gang requeued by deleting its pods (Kueue's, whose suspend is
-        # Kueue's) holds only gated pods, which its controller would make again at once.
-        suspendable = [u for u in members if u.owner is not None and u.owner.requeue != "delete-pods"]
+        # Given back only through a suspend of Phalanx's, which holds it until the quota has room for the
+        # whole gang: a gang requeued by deleting its pods holds only gated pods, which its controller would
+        # make again at once; one requeued through Kueue is queued again as soon as Kueue has stopped it.
+        suspendable = [u for u in members if u.owner is not None and u.owner.requeue == "suspend"]
         if len(members) < 2 or not suspendable:
             continue
         last = suspendable[-1]

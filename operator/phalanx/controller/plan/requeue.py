@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from phalanx.api import conditions as c
 from phalanx.api.keys import ON_SCALE_UP_ANNOTATION
-from phalanx.controller.kinds.base import Owner
-from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause, SuspendJob
+from phalanx.controller.model.actions import DeletePod, PostEvent, RequeueCause
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.staging import slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
@@ -125,33 +124,17 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
         ]
         through = [p for leaf in tree.leaves for p in leaf.pods if p.key in work.unit.requeue_pods]
         pods = through or pods  # deleting these takes the rest (an LWS group's leader)
-        why += _beyond_budget(owner, len(pods))
         work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
         work.admission = None  # the decision goes with its pods (the module docstring)
         for leaf in work.leaves.values():
             leaf.admission = None
     else:
-        work.actions.append(SuspendJob(owner.ref, why, cause))
+        work.actions.append(owner.take_back(why, cause))
     work.actions.append(PostEvent(tree.holder.ref, "Warning", "Requeued", why))  # said on the owner too
     outcome = st.Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {why}")
     work.outcome = outcome
     for leaf in work.leaves.values():
         leaf.outcome = outcome
-
-
-def _beyond_budget(owner: Owner | None, deleted: int) -> str:
-    """What a requeue by deleting pods costs its owner when that is more than it may lose: each deleted pod
-    is a failure to its Job controller unless a podFailurePolicy rule ignores the DisruptionTarget condition
-    Phalanx puts on it (kinds/job_budget.py), and a Job past its backoffLimit fails. Said in the Requeued
-    event and on the groups ("" within the budget, or when it is not known: a JobSet's child Jobs)."""
-    budget = owner.failure_budget if owner is not None else None
-    if owner is None or budget is None or deleted <= budget:
-        return ""
-    return (
-        f"; deleting its {deleted} pod(s) is more than the {owner.kind} may lose ({budget} more failure(s) "
-        "within its backoffLimit): its controller will fail it. A podFailurePolicy rule with action Ignore "
-        "on the DisruptionTarget condition keeps such requeues from counting"
-    )
 
 
 def grown(leaf: LeafWork) -> bool:

@@ -126,6 +126,8 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         )
         if facts.requeued.startswith(QUOTA_DEADLOCK):
             tail = ""  # it says when it resumes
+        elif facts.held_by:
+            tail = f"; {facts.held_by}"  # requeued through Kueue (kinds/kueue.py): Kueue stops and queues it
         return Outcome(c.REASON_REQUEUED, f"requeued by Phalanx: {facts.requeued}{tail}")
     if facts.suspended and facts.held_by:
         return Outcome(c.REASON_HELD_BY_KUEUE, facts.held_by)

@@ -17,7 +17,7 @@ from functools import cached_property
 
 from phalanx.api.status import Reservation
 from phalanx.controller.kinds.base import Owner, Unit
-from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent, SuspendJob
+from phalanx.controller.model.actions import Action, DeletePod, EvictPod, PostEvent
 from phalanx.controller.model.kueue import KueueIndex
 from phalanx.controller.model.records import CompositePodGroupRecord, PodGroupRecord, PodRecord
 from phalanx.controller.model.refs import ObjectRef
@@ -189,7 +189,7 @@ def actuate(
                 DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(through or members)
             )
         else:
-            actions.append(SuspendJob(unit.owner.ref, why, "preempted"))
+            actions.append(unit.owner.take_back(why, "preempted"))
         actions.append(PostEvent(unit.owner.ref, "Warning", "Preempted", said))
         actions.append(PostEvent(unit.group, "Warning", "Preempted", said))
         # The requeue's one Warning (its Requeued condition posts none: report.announce), as requeue.py says

@@ -11,6 +11,7 @@ from phalanx.api.group import GROUP
 from phalanx.api.trainjob import API_GROUP as TRAINER_GROUP
 from phalanx.api.trainjob import RUNTIME_PLURALS
 from phalanx.controller.kinds import OWNER_KINDS
+from phalanx.controller.model.kueue import KUEUE_GROUP
 from phalanx.controller.process.settings import Settings
 from phalanx.controller.watch.watched import INFORMER, WATCHED, served_by
 from phalanx.kubeclient import Access
@@ -30,6 +31,8 @@ ALWAYS: frozenset[Access] = frozenset(
         Access("", "pods/status", "patch"),  # the DisruptionTarget condition before a delete or eviction
         Access("", "pods/eviction", "create"),  # preemption, through PodDisruptionBudgets
         Access("batch", "jobs", "patch"),  # suspend / resume a Job to requeue it whole
+        # A Kueue-managed owner is requeued through Kueue: its Kueue Workload deactivated, then activated.
+        Access(KUEUE_GROUP, "workloads", "patch"),
         Access("", "events", "create"),  # apply/events.py: a new Event
         Access("", "events", "get"),  # ... one made before this process knew it (409): read to bump it
         Access("", "events", "patch"),  # ... a repeat bumps its count
