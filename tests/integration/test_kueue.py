@@ -393,6 +393,108 @@ def test_a_node_failure_requeues_a_kueue_gang_by_deleting_its_pods_with_no_suspe
     assert kueue_condition(workload_of(kns, "gang-a"), "Admitted").get("status") == "True"
 
 
+class KueueWorkloadHistory:
+    """Every version of the Kueue Workload of Job `job` (listed, then watched): its uid, spec.active,
+    Phalanx's requeue note and its conditions' statuses, so a requeue through Kueue (deactivated with the
+    note, evicted, its quota released, activated again, readmitted) shows however briefly each step lasts."""
+
+    def __init__(self, ns: Namespace, job: str) -> None:
+        self.job = job
+        self.seen: list[tuple[str, bool, str, dict[str, str]]] = []
+        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=f"{KUEUE[1:]}/workloads")
+        self._watch.start()
+
+    def _see(self, _kind: str, w: dict[str, Any], _now: float) -> None:
+        if any(o["name"] == self.job for o in w["metadata"].get("ownerReferences") or []):
+            note = str((w["metadata"].get("annotations") or {}).get("phalanx.dev/requeued") or "")
+            conditions = {c["type"]: c["status"] for c in (w.get("status") or {}).get("conditions") or []}
+            self.seen.append((w["metadata"]["uid"], w["spec"].get("active", True), note, conditions))
+
+    def stop(self) -> list[tuple[str, bool, str, dict[str, str]]]:
+        self._watch.stop()
+        return self.seen
+
+
+def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods_through_kueue(
+    kns: Namespace,
+) -> None:
+    """gang-a has no podFailurePolicy and a backoffLimit of 1: the taint manager's eviction of its pod on
+    the failed node is its one failure left, and deleting its three other pods to requeue it would fail the
+    Job (each a failure: 4 > 1). So Phalanx requeues it through Kueue: it deactivates the Job's Kueue
+    Workload with its note, Kueue evicts it and suspends the Job (its pods go, counting no failure) and
+    releases its quota, Phalanx activates the Workload again, Kueue readmits it and resumes the Job, and
+    the gang runs whole in nb-b. Checked: no partial gang throughout; the Workload's steps in order, one
+    Workload; the Job's spec.suspend only Kueue's; status.failed 1 (the eviction); no pod deleted by
+    Phalanx; the Requeued event."""
+    job = queued_job("gang-a", 4)
+    del job["spec"]["podFailurePolicy"]
+    job["spec"]["backoffLimit"] = 1
+    history = KueueWorkloadHistory(kns, "gang-a")
+    suspends = SuspendWatch(kns, "gang-a")
+    victim = ""
+    try:
+        with whole_gangs_through_a_failure(kns, {"gang-a": 4}, _job_gang) as gangs:
+            kns.create(job)
+            first = wait_for("gang-a whole", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+            old = {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
+            wait_for("the pod watch to see it whole", lambda: gangs.whole("gang-a"), 30)
+            victim = sorted(p["spec"]["nodeName"] for p in kns.job_pods("gang-a"))[0]
+            gangs.failure()
+            fail_node(kns.api, victim, how="taint")
+            requeued = wait_for(
+                "the Requeued event on gang-a",
+                lambda: [e for e in kns.events("involvedObject.name=gang-a") if e["reason"] == "Requeued"],
+                timeout=120,
+            )
+            assert "below its minCount" in requeued[0]["message"], requeued
+            assert requeued[0].get("reportingComponent") == COMPONENT, requeued
+            again = wait_for("gang-a whole again", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=240)
+            assert (first, again) == ("nb-a", "nb-b")
+            assert not old & {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
+        body = job_of(kns, "gang-a")
+        assert not body["spec"].get("suspend"), body["spec"]
+        assert body["status"].get("failed", 0) == 1, body["status"]  # the eviction only
+        assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body[
+            "status"
+        ]
+        w = workload_of(kns, "gang-a")
+        assert w is not None and w["spec"].get("active", True)
+        assert "phalanx.dev/requeued" not in (w["metadata"].get("annotations") or {}), w["metadata"]
+        assert kueue_condition(w, "Admitted").get("status") == "True"
+    finally:
+        steps = history.stop()
+        flips = _flips(suspends.stop())
+        if victim:
+            heal_node(kns.api, victim)
+    reasons = {
+        (p["metadata"]["name"], c.get("reason"))
+        for p in kns.pods()
+        for c in (p.get("status") or {}).get("conditions") or []
+        if c["type"] == "DisruptionTarget"
+    }
+    assert not [r for r in reasons if r[1] == "RequeueByPhalanx"], reasons
+    # Created suspended by Kueue's webhook, started, stopped by Kueue's eviction, resumed on readmission.
+    assert flips == [True, False, True, False], flips
+    assert len({uid for uid, *_ in steps}) == 1, steps
+    deactivated = [i for i, (_, active, note, _) in enumerate(steps) if not active and note]
+    assert deactivated, steps
+    assert "below its minCount" in steps[deactivated[0]][2]
+    evicted = [i for i, (*_, conds) in enumerate(steps) if conds.get("Evicted") == "True"]
+    released = [i for i in evicted if steps[i][3].get("QuotaReserved") != "True"]
+    activated = [
+        i for i, (_, active, note, _) in enumerate(steps) if active and not note and i > deactivated[0]
+    ]
+    assert evicted and released and activated, steps
+    # In order: deactivated with the note, evicted, quota released, and only then activated again.
+    assert deactivated[0] <= evicted[0] <= released[0] < activated[0], steps
+    readmitted = [i for i in activated if steps[i][3].get("Admitted") == "True"]
+    assert readmitted, steps
+
+
+def _job_gang(pod: dict[str, Any]) -> str:
+    return str((pod["metadata"].get("labels") or {}).get("job-name") or "")
+
+
 def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_the_freed_block(
     kns: Namespace, kueue_queue: str
 ) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.api.keys import REQUEUED_ANNOTATION
 from phalanx.api.kueue_workload import (
     ADMITTED,
     EVICTED,
@@ -99,7 +100,10 @@ def kueue_view(owner: Body | None, workloads: Sequence[Body], error: str = "") -
     active = spec.get("active") is not False
     cluster_queue = str(admission.get("clusterQueue") or "") or None
     queue = queue or str(spec.get("queueName") or "")
-    holder, summary = _holder(name, queue, cluster_queue, active, conditions, error)
+    note = str(
+        mapping(mapping(mapping(workload).get("metadata")).get("annotations")).get(REQUEUED_ANNOTATION) or ""
+    )
+    holder, summary = _holder(name, queue, cluster_queue, active, conditions, error, note)
     topology = any(
         mapping(a).get("topologyAssignment") is not None for a in admission.get("podSetAssignments") or []
     )
@@ -113,8 +117,10 @@ def _holder(
     active: bool,
     conditions: Sequence[KueueCondition],
     error: str,
+    note: str = "",
 ) -> tuple[str, str]:
-    """Who holds the owner and why, by the rule of api/kueue_workload.py."""
+    """Who holds the owner and why, by the rule of api/kueue_workload.py (`note`: why Phalanx deactivated
+    the Workload to requeue the owner through Kueue, "" when it did not)."""
     if error:
         return KUEUE, f"queued in LocalQueue {queue}; its Kueue Workload could not be read ({error})"
     if name is None:
@@ -123,6 +129,11 @@ def _holder(
     evicted, requeued = condition(conditions, EVICTED), condition(conditions, REQUEUED)
     if state is KueueState.FINISHED:
         return NOBODY, f"Kueue's Workload {name} is finished"
+    if state is KueueState.DEACTIVATED and note:
+        return KUEUE, (
+            f"Phalanx deactivated Kueue's Workload {name} (spec.active: false) to requeue it through Kueue "
+            f"({note}): Kueue stops it and releases its quota, then Phalanx activates it again"
+        )
     if state is KueueState.DEACTIVATED:
         return KUEUE, f"Kueue's Workload {name} is deactivated (spec.active: false): it stays queued"
     if state is KueueState.ADMITTED:

@@ -103,14 +103,18 @@ KINDS = (QUOTA_RESERVED, ADMITTED, EVICTED, REQUEUED, FINISHED)
 @given(
     st.lists(st.tuples(st.sampled_from(KINDS), st.sampled_from([T, F, "Unknown"])), unique_by=lambda c: c[0]),
     st.booleans(),
+    st.sampled_from(["", "below its minCount: 3 of its 4 pods were left"]),
 )
 def test_the_operator_and_explain_say_the_same_of_any_workload(
-    pairs: list[tuple[str, str]], active: bool
+    pairs: list[tuple[str, str]], active: bool, note: str
 ) -> None:
+    """`note`: Phalanx's requeue note on the Workload (it deactivated it to requeue through Kueue)."""
     conditions = tuple(
         KueueCondition(kind, status, f"{kind}Reason", f"{kind} said") for kind, status in pairs
     )
     body = workload_body(conditions, active)
+    if note:
+        body["metadata"]["annotations"] = {"phalanx.dev/requeued": note}
     state = kueue_state(conditions, active)
     held = ControllerView("lq", KueueWorkloadRecord.from_body(body)).holds
     owner = {"metadata": {"name": "train", "uid": "job-uid", "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
@@ -124,3 +128,7 @@ def test_the_operator_and_explain_say_the_same_of_any_workload(
         assert shown.holder == KUEUE
         assert WORDS[state] in held, held
         assert WORDS[state] in shown.summary, shown.summary
+        by_phalanx = state is KueueState.DEACTIVATED and bool(note)
+        assert ("Phalanx deactivated" in held) is by_phalanx, held
+        assert ("Phalanx deactivated" in shown.summary) is by_phalanx, shown.summary
+        assert (note in shown.summary) is by_phalanx or not note, shown.summary
