@@ -27,7 +27,7 @@ own `spec`): any object with a `containers` list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from phalanx.api import keys
@@ -338,6 +338,12 @@ TAS_ANNOTATIONS = (
     "kueue.x-k8s.io/podset-slice-required-topology-constraints",
     "kueue.x-k8s.io/podset-group-name",
 )
+# Kueue writes this one itself into the pod templates of an object it admits with a ResourceFlavor that has a
+# topologyName and that asks for no topology ("implicit TAS", pkg/podset FromAssignment): an edit that adds
+# it may be Kueue's admission, which refusing would block (kinds/kueue.py warns of such a flavor instead).
+KUEUE_WRITTEN_TAS = "kueue.x-k8s.io/podset-unconstrained-topology"
+# What an edit may not add (the webhooks' UPDATE handlers): every TAS annotation but Kueue's own.
+TAS_ANNOTATIONS_OF_USERS = tuple(key for key in TAS_ANNOTATIONS if key != KUEUE_WRITTEN_TAS)
 # Partial admission (pkg/controller/jobs/job): Kueue may lower parallelism down to this at admission.
 JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 
@@ -351,12 +357,13 @@ def _tas_template_problems(
     path: str,
     remedy: Callable[[str], str] | None = None,
     field: Callable[[str, str], str] = _annotation_field,
+    checked: Sequence[str] = TAS_ANNOTATIONS,
 ) -> list[str]:
-    """Each Kueue TAS annotation on the pod template at `path`. `field(path, key)`: how the message names
-    where it is; `remedy(key)`: what to do (default: remove it, or the managed label)."""
+    """Each Kueue TAS annotation (of `checked`) on the pod template at `path`. `field(path, key)`: how the
+    message names where it is; `remedy(key)`: what to do (default: remove it, or the managed label)."""
     annotations = mapping(mapping(mapping(template).get("metadata")).get("annotations"))
     out = []
-    for key in TAS_ANNOTATIONS:
+    for key in checked:
         if key not in annotations:
             continue
         advice = (
@@ -378,6 +385,7 @@ def _replicated_jobs_tas(
     path: str,
     remedy: Callable[[str], str] | None = None,
     field: Callable[[str, str], str] = _annotation_field,
+    checked: Sequence[str] = TAS_ANNOTATIONS,
 ) -> list[str]:
     """Kueue TAS annotations on the pod templates of a JobSet spec's replicated Jobs (a JobSet's, a Trainer
     runtime's template, a TrainJob's runtime patch); `path` is where that spec is."""
@@ -385,7 +393,7 @@ def _replicated_jobs_tas(
     for i, rjob in enumerate(mapping(jobset_spec).get("replicatedJobs") or []):
         job_spec = mapping(mapping(mapping(rjob).get("template")).get("spec"))
         at = f"{path}.replicatedJobs[{i}].template.spec.template"
-        out += _tas_template_problems(job_spec.get("template"), at, remedy, field)
+        out += _tas_template_problems(job_spec.get("template"), at, remedy, field, checked)
     return out
 
 
@@ -398,16 +406,16 @@ def made_for_trainjob(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
-    """Kueue TAS annotations on the pod templates of a Job, JobSet or LeaderWorkerSet, or in a TrainJob's
-    `spec.runtimePatches` (its runtime: `runtime_tas_problems`), each naming its field."""
+def tas_problems(kind: str, body: Mapping[str, Any], checked: Sequence[str] = TAS_ANNOTATIONS) -> list[str]:
+    """Kueue TAS annotations (of `checked`) on the pod templates of a Job, JobSet or LeaderWorkerSet, or in a
+    TrainJob's `spec.runtimePatches` (its runtime: `runtime_tas_problems`), each naming its field."""
     spec = mapping(body.get("spec"))
     if kind == "Job":
-        return _tas_template_problems(spec.get("template"), "spec.template")
+        return _tas_template_problems(spec.get("template"), "spec.template", checked=checked)
     if kind == "JobSet":
         trainjob = made_for_trainjob(body)
         if trainjob is None:
-            return _replicated_jobs_tas(spec, "spec")
+            return _replicated_jobs_tas(spec, "spec", checked=checked)
         # Trainer's JobSet (the TrainJob's webhook checked both; a runtime edited since, say): the user wrote
         # neither the JobSet nor its field, and reads this in the TrainJob's events (Trainer's
         # TrainJobResourcesCreationFailed), so it says where the annotation came from.
@@ -419,12 +427,15 @@ def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
                 f"(spec.runtimeRef) and spec.runtimePatches: remove {key} there, or the label "
                 f"{keys.MANAGED_LABEL} from the TrainJob to let Kueue place it"
             ),
+            checked=checked,
         )
     if kind == "LeaderWorkerSet":
         lwt = mapping(spec.get("leaderWorkerTemplate"))
         path = "spec.leaderWorkerTemplate"
-        out = _tas_template_problems(lwt.get("leaderTemplate"), f"{path}.leaderTemplate")
-        return out + _tas_template_problems(lwt.get("workerTemplate"), f"{path}.workerTemplate")
+        out = _tas_template_problems(lwt.get("leaderTemplate"), f"{path}.leaderTemplate", checked=checked)
+        return out + _tas_template_problems(
+            lwt.get("workerTemplate"), f"{path}.workerTemplate", checked=checked
+        )
     if kind == "TrainJob":
         # Trainer merges each entry's replicated Job templates into its runtime's (a strategic merge patch):
         # an annotation an entry sets reaches the pods of the JobSet Trainer makes.
@@ -437,6 +448,7 @@ def tas_problems(kind: str, body: Mapping[str, Any]) -> list[str]:
                 template.get("spec"),
                 f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec",
                 _patch_remedy(manager),
+                checked=checked,
             )
         return out
     return []

@@ -4,15 +4,33 @@ suspending the TrainJob and resumed through it."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import kopf
 import pytest
-from testkit import NB, NOW, StaticContext, jobset_body, jobset_pod, made_groups, owner_cluster
+from testkit import (
+    NB,
+    NOW,
+    StaticContext,
+    job_body,
+    jobset_body,
+    jobset_pod,
+    lws_body,
+    made_groups,
+    owner_cluster,
+)
 
-from phalanx.api.admission_checks import TAS_ANNOTATIONS, runtime_tas_problems, tas_problems
+from phalanx.api.admission_checks import (
+    KUEUE_WRITTEN_TAS,
+    TAS_ANNOTATIONS,
+    runtime_tas_problems,
+    tas_problems,
+)
 from phalanx.api.trainjob import PATCH_MANAGER
 from phalanx.controller.kinds.common import SPLIT_WHILE_DELETING
+from phalanx.controller.kinds.jobset import JobSetKind
+from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.kinds.trainjob import TrainJobKind
 from phalanx.controller.model.actions import (
     CreateCompositePodGroup,
@@ -447,3 +465,72 @@ def test_trainers_jobset_refused_for_kueue_tas_says_where_it_came_from_within_tr
             assert len(shown) <= TRAINER_EVENT, len(shown)
         else:
             assert message.endswith(f"remove {TAS}, or the label phalanx.dev/managed to let Kueue place it")
+
+
+# ---------------------------------------------------------------------- Kueue's TAS added by an edit
+def _annotated(body: dict[str, Any], template: dict[str, Any], key: str) -> dict[str, Any]:
+    template.setdefault("metadata", {}).setdefault("annotations", {})[key] = NB
+    return body
+
+
+def _edits() -> dict[str, tuple[Any, Any, Any]]:
+    """kind -> (its validating UPDATE handler, a managed object, the same with a Kueue TAS annotation)."""
+    job = job_body("train", 4, annotations={"phalanx.dev/topology-key": NB}, suspend=True)
+    tas_job = job_body("train", 4, annotations={"phalanx.dev/topology-key": NB}, suspend=True)
+    _annotated(tas_job, tas_job["spec"]["template"], TAS)
+    jobset = its_jobset(suspend=True)
+    tas_jobset = its_jobset(suspend=True)
+    _annotated(tas_jobset, tas_jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"], TAS)
+    lws = lws_body()
+    tas_lws = lws_body()
+    _annotated(tas_lws, tas_lws["spec"]["leaderWorkerTemplate"]["workerTemplate"], TAS)
+    hooks = Webhooks(StaticContext())
+    return {
+        "Job": (hooks.validate_job_update, job, tas_job),
+        "JobSet": (hooks.validate_owner(JobSetKind()), jobset, tas_jobset),
+        "LeaderWorkerSet": (hooks.validate_owner(LwsKind()), lws, tas_lws),
+        "TrainJob": (
+            hooks.validate_owner(TrainJobKind()),
+            trainjob(suspend=True, patches=[_ours()]),
+            trainjob(suspend=True, patches=[_ours(), tas_patch()]),
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", ["Job", "JobSet", "LeaderWorkerSet", "TrainJob"])
+@pytest.mark.parametrize("edit", ["adds", "keeps", "none"])
+def test_an_edit_adding_kueue_tas_to_a_managed_owner_is_refused_naming_the_field(
+    kind: str, edit: str
+) -> None:
+    """A suspended Job's or JobSet's template may change (Kueue's window; Trainer updates its JobSet from a
+    runtime edited since), an LWS's any time, a TrainJob's runtime patches while suspended: an edit that adds
+    a Kueue TAS annotation is refused as at creation, naming the field; one that keeps an annotation the
+    object had (made around the webhook), or adds none, is not."""
+    validate, plain, tas = _edits()[kind]
+    old, new = {"adds": (plain, tas), "keeps": (tas, tas), "none": (plain, plain)}[edit]
+    if edit != "adds":
+        validate(body=kopf.Body(new), old=kopf.Body(old))
+        return
+    with pytest.raises(kopf.AdmissionError) as error:
+        validate(body=kopf.Body(new), old=kopf.Body(old))
+    assert BOTH in str(error.value) and f"[{TAS}]" in str(error.value), error.value
+    if kind == "JobSet":
+        assert "this JobSet is Kubeflow Trainer's for TrainJob llm" in str(error.value), error.value
+
+
+@pytest.mark.parametrize("kind", ["Job", "JobSet", "LeaderWorkerSet"])
+def test_the_tas_annotation_kueue_writes_itself_at_admission_is_not_refused_on_an_edit(kind: str) -> None:
+    """Kueue writes podset-unconstrained-topology into the templates of an object it admits with a
+    ResourceFlavor that has a topologyName ("implicit TAS"): refusing that edit would block its admission
+    (the controller warns of the flavor instead). Refused at creation all the same."""
+    validate, plain, _ = _edits()[kind]
+    admitted = copy.deepcopy(plain)
+    templates = {
+        "Job": lambda b: [b["spec"]["template"]],
+        "JobSet": lambda b: [r["template"]["spec"]["template"] for r in b["spec"]["replicatedJobs"]],
+        "LeaderWorkerSet": lambda b: [b["spec"]["leaderWorkerTemplate"]["workerTemplate"]],
+    }[kind]
+    for template in templates(admitted):
+        _annotated(admitted, template, KUEUE_WRITTEN_TAS)
+    validate(body=kopf.Body(admitted), old=kopf.Body(plain))
+    assert tas_problems(kind, admitted)  # what creation refuses

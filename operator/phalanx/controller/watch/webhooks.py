@@ -13,6 +13,7 @@ import kopf
 
 from phalanx.api import keys as names
 from phalanx.api.admission_checks import (
+    TAS_ANNOTATIONS_OF_USERS,
     claim_problems,
     dra_resource_problems,
     job_node_name_problems,
@@ -180,7 +181,7 @@ class Webhooks:
             labels = mapping(mapping(body.get("metadata")).get("labels"))
             if not managed_by_label(labels)[0]:
                 return  # released from Phalanx (false): its annotations no longer matter
-            problems = kind.update_problems(old, body)
+            problems = _added_tas(kind.name, old, body) + kind.update_problems(old, body)
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
 
@@ -293,6 +294,7 @@ class Webhooks:
             return  # released from Phalanx (false): its annotations no longer matter
         known = {str(p) for p in key_problems(old, creating=False)} if old is not None else set()
         added = [str(p) for p in key_problems(body, creating=False) if str(p) not in known]
+        added += _added_tas(JOB_KIND, old, body)
         if added:
             raise kopf.AdmissionError("; ".join(added), code=422)
         # Phalanx's gate taken off the template (possible only while the Job is suspended and was never
@@ -544,6 +546,17 @@ class Webhooks:
         problems = label_conflicts(name, levels, others)
         if problems:
             raise kopf.AdmissionError(f"Topology {name}: " + "; ".join(problems), code=422)
+
+
+def _added_tas(kind: str, old: kopf.Body | None, new: kopf.Body) -> list[str]:
+    """Kueue TAS annotations an edit adds to a managed owner's pod templates (a suspended Job's or JobSet's,
+    which Kueue lets change; an LWS's, any time; Trainer's JobSet made again from a runtime edited since its
+    TrainJob's creation) or to a TrainJob's runtime patches: refused as at creation, naming the field (one
+    placement engine per owner). Those it had already are left: an edit does not fail for what it keeps;
+    nor is the one Kueue writes itself at an admission with a topology flavor (KUEUE_WRITTEN_TAS: the
+    controller warns of that flavor, kinds/kueue.py)."""
+    known = set(tas_problems(kind, old, TAS_ANNOTATIONS_OF_USERS)) if old is not None else set()
+    return [p for p in tas_problems(kind, new, TAS_ANNOTATIONS_OF_USERS) if p not in known]
 
 
 def _refuse_a_bad_managed_value(old: kopf.Body | None, new: kopf.Body) -> None:
