@@ -525,6 +525,58 @@ def test_kueue_preempts_a_low_priority_gang_and_phalanx_places_the_high_one_in_t
     assert cond.get("reason") == "HeldByKueue", cond
 
 
+def test_phalanx_preempts_a_kueue_job_that_would_count_deleted_pods_through_kueue_and_it_fails_nothing(
+    kns: Namespace, kueue_queue: str
+) -> None:
+    """Phalanx's own preemption inside a ClusterQueue: a high-priority pod (4 GPUs, not Kueue's) on
+    was-worker5 leaves nb-b three nodes, so low (four 6-GPU pods, low priority) runs in nb-a. high (the
+    same, high priority) fits the quota beside it (Kueue admits both: 48 GPUs) but no block: Phalanx takes
+    low whole. low has no podFailurePolicy and backoffLimit 0, so a deleted pod would fail it at once: it is
+    requeued through Kueue (its Workload deactivated with Phalanx's note; Kueue evicts it and suspends the
+    Job; its quota released, activated again; readmitted). high runs whole in nb-a; low's new pods wait
+    gated (nb-b still has three nodes) and, once the blocking pod goes, run whole in nb-b. No gang bound in
+    part at any pod event; low never failed, nor counted a failure."""
+    suffix = kueue_queue.removeprefix("cq-")
+    blocker = filler_pod(NB_B[0], gpus=4)
+    blocker["spec"]["priorityClassName"] = f"high-{suffix}"  # not a victim for high
+    low = queued_job("low", 4, priority=f"low-{suffix}")
+    del low["spec"]["podFailurePolicy"]
+    history = KueueWorkloadHistory(kns, "low")
+    with whole_gangs(kns, {"low": 4, "high": 4}, _job_gang):
+        kns.create(blocker)
+        wait_for("the blocking pod bound", lambda: bound(kns.pods("app=filler")), timeout=60)
+        kns.create(low)
+        assert wait_for("low whole", lambda: whole_in_one_block(kns, "low", 4), timeout=120) == "nb-a"
+        old = {p["metadata"]["name"] for p in kns.job_pods("low")}
+        kns.create(queued_job("high", 4, priority=f"high-{suffix}"))
+        assert wait_for("high whole", lambda: whole_in_one_block(kns, "high", 4), timeout=240) == "nb-a"
+        preempted = [e for e in kns.events("involvedObject.name=low") if e["reason"] == "Preempted"]
+        assert [e for e in preempted if e.get("reportingComponent") == COMPONENT], preempted
+        # Readmitted by Kueue, resumed, its new pods made and waiting gated: nb-b has three nodes for four.
+        wait_for(
+            "low's new pods made, gated",
+            lambda: (
+                (pods := kns.job_pods("low"))
+                and len(pods) == 4
+                and not old & {p["metadata"]["name"] for p in pods}
+                and all(p["spec"].get("schedulingGates") for p in pods)
+            ),
+            timeout=180,
+        )
+        w = workload_of(kns, "low")
+        assert kueue_condition(w, "Admitted").get("status") == "True", w
+        assert "phalanx.dev/requeued" not in ((w or {})["metadata"].get("annotations") or {})
+        kns.delete_pod(blocker["metadata"]["name"])
+        assert wait_for("low whole again", lambda: whole_in_one_block(kns, "low", 4), timeout=180) == "nb-b"
+    steps = history.stop()
+    body = job_of(kns, "low")
+    assert not body["status"].get("failed") and body["spec"]["backoffLimit"] == 0, body["status"]
+    assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body["status"]
+    notes = [note for _, active, note, _ in steps if not active and note]
+    assert notes and notes[0].startswith("preempted by"), steps
+    assert len({uid for uid, *_ in steps}) == 1, steps
+
+
 class GateWatch:
     """Every version of the pods labelled `label=value` (bench/scale_watch.py's PodWatch lists, then watches,
     so Kueue's gate is seen however briefly it stays on): a pod seen released by Phalanx (its gate gone) while
