@@ -1469,7 +1469,7 @@ class FailureRun:
     flips: dict[str, list[bool]]  # spec.suspend of the TrainJob and of its JobSet, each change once
     workloads: list[WorkloadVersion]  # every version of its Kueue Workload(s)
     disruptions: dict[str, str]  # the pods marked DisruptionTarget, by whom (the condition's reason)
-    failures: list[tuple[str, int]]  # every version of the child Job's (uid, status.failed)
+    failed_seen: list[tuple[str, int]]  # every version of the child Job's (uid, status.failed)
     job: dict[str, Any]  # the child Job at the end
     said: list[tuple[str, str]]  # the root group's Admitted condition (reason, message), each change once
     writes: dict[str, int]  # Phalanx's requeue writes meanwhile (`requeue_writes`)
@@ -1662,6 +1662,7 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_
     assert "RequeueByPhalanx" not in run.disruptions.values(), run.disruptions
     # So the child Job counts the two evictions only, one a requeue, within its backoffLimit.
     assert run.failed_after == [1, 2], run.failed_after
+    assert _steps(run.failed_seen) == [(run.job["metadata"]["uid"], n) for n in (0, 1, 2)], run.failed_seen
     assert run.job["status"].get("failed") == 2 and run.job["spec"]["backoffLimit"] == 6, run.job["status"]
 
 
@@ -1715,4 +1716,5 @@ def test_a_node_failure_under_a_queued_trainjob_ignoring_disruptions_requeues_it
     assert not [m for _, m in run.said if "deactivated" in m], run.said
     # Each was marked a disruption target (the taint manager's, Phalanx's), which the rule ignores.
     assert run.failed_after == [0], run.failed_after
+    assert _steps(run.failed_seen) == [(run.job["metadata"]["uid"], 0)], run.failed_seen
     assert run.job["status"].get("failed", 0) == 0 and run.job["spec"]["backoffLimit"] == 6, run.job["status"]
