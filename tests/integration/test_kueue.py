@@ -394,28 +394,6 @@ def test_a_node_failure_requeues_a_kueue_gang_by_deleting_its_pods_with_no_suspe
     assert kueue_condition(workload_of(kns, "gang-a"), "Admitted").get("status") == "True"
 
 
-class KueueWorkloadHistory:
-    """Every version of the Kueue Workload of Job `job` (listed, then watched): its uid, spec.active,
-    Phalanx's requeue note and its conditions' statuses, so a requeue through Kueue (deactivated with the
-    note, evicted, its quota released, activated again, readmitted) shows however briefly each step lasts."""
-
-    def __init__(self, ns: Namespace, job: str) -> None:
-        self.job = job
-        self.seen: list[tuple[str, bool, str, dict[str, str]]] = []
-        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=f"{KUEUE[1:]}/workloads")
-        self._watch.start()
-
-    def _see(self, _kind: str, w: dict[str, Any], _now: float) -> None:
-        if any(o["name"] == self.job for o in w["metadata"].get("ownerReferences") or []):
-            note = str((w["metadata"].get("annotations") or {}).get("phalanx.dev/requeued") or "")
-            conditions = {c["type"]: c["status"] for c in (w.get("status") or {}).get("conditions") or []}
-            self.seen.append((w["metadata"]["uid"], w["spec"].get("active", True), note, conditions))
-
-    def stop(self) -> list[tuple[str, bool, str, dict[str, str]]]:
-        self._watch.stop()
-        return self.seen
-
-
 def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods_through_kueue(
     kns: Namespace,
 ) -> None:
@@ -430,7 +408,7 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
     job = queued_job("gang-a", 4)
     del job["spec"]["podFailurePolicy"]
     job["spec"]["backoffLimit"] = 1
-    history = KueueWorkloadHistory(kns, "gang-a")
+    history = WorkloadWatch(kns, "gang-a")
     suspends = SuspendWatch(kns, "gang-a")
     victim = ""
     try:
@@ -476,19 +454,17 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
     assert not [r for r in reasons if r[1] == "RequeueByPhalanx"], reasons
     # Created suspended by Kueue's webhook, started, stopped by Kueue's eviction, resumed on readmission.
     assert flips == [True, False, True, False], flips
-    assert len({uid for uid, *_ in steps}) == 1, steps
-    deactivated = [i for i, (_, active, note, _) in enumerate(steps) if not active and note]
+    assert len({v.uid for v in steps}) == 1, steps
+    deactivated = [i for i, v in enumerate(steps) if not v.active and v.note]
     assert deactivated, steps
-    assert "below its minCount" in steps[deactivated[0]][2]
-    evicted = [i for i, (*_, conds) in enumerate(steps) if conds.get("Evicted") == "True"]
-    released = [i for i in evicted if steps[i][3].get("QuotaReserved") != "True"]
-    activated = [
-        i for i, (_, active, note, _) in enumerate(steps) if active and not note and i > deactivated[0]
-    ]
+    assert "below its minCount" in steps[deactivated[0]].note
+    evicted = [i for i, v in enumerate(steps) if v.true("Evicted")]
+    released = [i for i in evicted if not steps[i].true("QuotaReserved")]
+    activated = [i for i, v in enumerate(steps) if v.active and not v.note and i > deactivated[0]]
     assert evicted and released and activated, steps
     # In order: deactivated with the note, evicted, quota released, and only then activated again.
     assert deactivated[0] <= evicted[0] <= released[0] < activated[0], steps
-    readmitted = [i for i in activated if steps[i][3].get("Admitted") == "True"]
+    readmitted = [i for i in activated if steps[i].true("Admitted")]
     assert readmitted, steps
 
 
@@ -542,7 +518,7 @@ def test_phalanx_preempts_a_kueue_job_that_would_count_deleted_pods_through_kueu
     blocker["spec"]["priorityClassName"] = f"high-{suffix}"  # not a victim for high
     low = queued_job("low", 4, priority=f"low-{suffix}")
     del low["spec"]["podFailurePolicy"]
-    history = KueueWorkloadHistory(kns, "low")
+    history = WorkloadWatch(kns, "low")
     with whole_gangs(kns, {"low": 4, "high": 4}, _job_gang):
         kns.create(blocker)
         wait_for("the blocking pod bound", lambda: bound(kns.pods("app=filler")), timeout=60)
@@ -573,9 +549,9 @@ def test_phalanx_preempts_a_kueue_job_that_would_count_deleted_pods_through_kueu
     body = job_of(kns, "low")
     assert not body["status"].get("failed") and body["spec"]["backoffLimit"] == 0, body["status"]
     assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body["status"]
-    notes = [note for _, active, note, _ in steps if not active and note]
+    notes = [v.note for v in steps if not v.active and v.note]
     assert notes and notes[0].startswith("preempted by"), steps
-    assert len({uid for uid, *_ in steps}) == 1, steps
+    assert len({v.uid for v in steps}) == 1, steps
 
 
 class GateWatch:
