@@ -47,8 +47,9 @@ fi
 
 # Two workers (PHALANX_TEST_WORKERS) for what does not need the later builds: the integration tests mostly
 # wait on their control planes; a file's tests stay on one worker (--dist loadfile: its module's cluster
-# starts once, and the real node's host network is never set up twice at a time). The addon tests run on
-# one worker: they share the session's one cluster with the addon controllers.
+# starts once, and the real node's host network is never set up twice at a time). The tests that need the
+# later builds run on two workers too, each worker with its own cluster and addon controllers (a session's
+# cluster is its worker's): their files take turns on two clusters instead of one.
 workers=(-n "${PHALANX_TEST_WORKERS:-2}" --dist loadfile)
 
 mkdir -p .cache
@@ -62,5 +63,5 @@ if ! wait "$builds"; then
   tail -n 50 .cache/builds.log >&2
   exit 1
 fi
-run_pytest -m needs_builds || rc=$?
+run_pytest "${workers[@]}" -m needs_builds || rc=$?
 exit $rc

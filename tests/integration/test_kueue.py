@@ -1089,6 +1089,14 @@ def test_a_queued_trainjob_whose_runtime_asks_kueue_tas_is_refused_so_nothing_is
     runtime = f"torch-tas-{uuid.uuid4().hex[:5]}"
     ensure(kns, RUNTIMES, tas_runtime(runtime))
     path = f"{TRAINJOBS.replace('{ns}', kns.name)}/tas"
+    # The module's earlier tests' Workloads are gone (their namespaces' teardown), but the ClusterQueue's
+    # status may still count them for a moment on a loaded machine: its baseline is read once it reserves
+    # for nothing.
+    wait_for(
+        "the ClusterQueue reserving for no Workload",
+        lambda: cq_counts(kns.api, kueue_queue)["reserving"] == 0,
+        60,
+    )
     reserved = cq_reserved(kns.api, kueue_queue)
     try:
         with pytest.raises(ApiError) as refused:
