@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.controller.apply.events import COMPONENT
+from phalanx.controller.apply.faults import AFTER_DEACTIVATE
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.operator_process import OperatorProcess
@@ -466,6 +469,127 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
     assert deactivated[0] <= evicted[0] <= released[0] < activated[0], steps
     readmitted = [i for i in activated if steps[i].true("Admitted")]
     assert readmitted, steps
+
+
+@contextmanager
+def armed(operator: OperatorProcess, point: str, count: int = 1) -> Iterator[OperatorProcess]:
+    """The session's operator restarted with the test-only abort `point` armed (controller/apply/faults.py);
+    at the end restarted without it, whatever happened (a test sharing it after this one finds it unarmed)."""
+    operator.stop()
+    operator.env[point] = str(count)
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.env.pop(point, None)
+        operator.stop()  # still running armed if the test failed before the abort; a dead one: nothing
+        operator.start()
+
+
+def released_by_kueue(ns: Namespace, job: str) -> dict[str, Any] | None:
+    """The Job's Kueue Workload once Kueue has evicted it and released its quota while it is still
+    deactivated with Phalanx's note (nobody activated it), or None."""
+    w = workload_of(ns, job)
+    if w is None or w["spec"].get("active", True):
+        return None
+    if not (w["metadata"].get("annotations") or {}).get("phalanx.dev/requeued"):
+        return None
+    if kueue_condition(w, "Evicted").get("status") != "True":
+        return None
+    return None if kueue_condition(w, "QuotaReserved").get("status") == "True" else w
+
+
+def test_phalanx_killed_right_after_deactivating_a_kueue_workload_activates_it_once_restarted(
+    kns: Namespace, phalanx_addons: OperatorProcess
+) -> None:
+    """A requeue through Kueue cut by a real SIGKILL between its two writes: gang-a (no podFailurePolicy,
+    backoffLimit 1, as above) loses a node to a taint; the operator, with PHALANX_FAULT_ABORT_AFTER_DEACTIVATE
+    =1, deactivates its Kueue Workload with the note and dies at once. While it is down Kueue evicts the
+    Workload, suspends the Job and releases its quota, and the Workload stays deactivated with the note
+    (nobody else activates it). Restarted without the fault, Phalanx finds from state alone a Workload
+    with its note and no quota, activates it and clears the note; Kueue readmits it and the gang runs
+    whole in nb-b. Checked: no partial gang throughout; one Workload, deactivated once (not requeued again
+    after the restart); the Job's status.failed only ever 0 then 1 (the eviction); the Job not Failed."""
+    job = queued_job("gang-a", 4)
+    del job["spec"]["podFailurePolicy"]
+    job["spec"]["backoffLimit"] = 1
+    history = WorkloadWatch(kns, "gang-a")
+    failures = JobFailures(kns, "gang-a")
+    victim = ""
+    try:
+        with whole_gangs_through_a_failure(kns, {"gang-a": 4}, _job_gang) as gangs:
+            with armed(phalanx_addons, AFTER_DEACTIVATE) as operator:
+                killed = operator.proc
+                assert killed is not None
+                kns.create(job)
+                first = wait_for("gang-a whole", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
+                old = {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
+                wait_for("the pod watch to see it whole", lambda: gangs.whole("gang-a"), 30)
+                victim = sorted(p["spec"]["nodeName"] for p in kns.job_pods("gang-a"))[0]
+                gangs.failure()
+                fail_node(kns.api, victim, how="taint")
+                wait_for(
+                    "the operator killed right after the deactivation",
+                    lambda: killed.poll() is not None,
+                    timeout=180,
+                )
+                assert killed.returncode == -signal.SIGKILL, killed.returncode
+                log = operator.current_log()
+                assert f"fault injection: SIGKILL at {AFTER_DEACTIVATE} #1" in log, log[-3000:]
+                # Phalanx is down: Kueue evicts the Workload, stops the Job (its pods go) and releases the
+                # quota; the Workload stays deactivated with the note.
+                down = wait_for(
+                    "Kueue to evict the Workload and release its quota",
+                    lambda: released_by_kueue(kns, "gang-a"),
+                    timeout=180,
+                )
+                assert "below its minCount" in down["metadata"]["annotations"]["phalanx.dev/requeued"]
+                wait_for(
+                    "the Job suspended by Kueue, its pods gone",
+                    lambda: job_of(kns, "gang-a")["spec"].get("suspend") and not kns.pods("job-name=gang-a"),
+                    timeout=180,
+                )
+                assert killed.poll() is not None and operator.proc is killed  # nobody restarted Phalanx
+                still = released_by_kueue(kns, "gang-a")
+                assert still is not None, workload_of(kns, "gang-a")
+                assert still["metadata"]["uid"] == down["metadata"]["uid"]
+            # Restarted without the fault (armed's exit): from state alone, activated and readmitted.
+            assert phalanx_addons.proc is not killed and phalanx_addons.proc is not None
+            assert phalanx_addons.proc.poll() is None
+            assert AFTER_DEACTIVATE not in phalanx_addons.env
+            again = wait_for("gang-a whole again", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=240)
+            assert (first, again) == ("nb-a", "nb-b")
+            assert not old & {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
+        body = job_of(kns, "gang-a")
+        assert not body["spec"].get("suspend"), body["spec"]
+        assert body["status"].get("failed", 0) == 1, body["status"]  # the eviction only
+        assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body[
+            "status"
+        ]
+        w = workload_of(kns, "gang-a")
+        assert w is not None and w["spec"].get("active", True)
+        assert "phalanx.dev/requeued" not in (w["metadata"].get("annotations") or {}), w["metadata"]
+        assert kueue_condition(w, "Admitted").get("status") == "True"
+    finally:
+        steps = history.stop()
+        failed = failures.stop()
+        if victim:
+            heal_node(kns.api, victim)
+    assert len({v.uid for v in steps}) == 1, steps
+    assert len({uid for uid, _ in failed}) == 1 and _steps([n for _, n in failed]) == [0, 1], failed
+    # Deactivated once: one version going from active to inactive with the note, none after the restart.
+    went_inactive = [
+        i for i in range(1, len(steps)) if steps[i - 1].active and not steps[i].active and steps[i].note
+    ]
+    assert len(went_inactive) == 1, [v.phase for v in steps]
+    assert not [v for v in steps if not v.active and not v.note], [v.phase for v in steps]
+    deactivated = went_inactive[0]
+    released = [i for i, v in enumerate(steps) if v.phase == "released" and i > deactivated]
+    activated = [i for i, v in enumerate(steps) if v.active and not v.note and i > deactivated]
+    assert released and activated, [v.phase for v in steps]
+    assert released[0] < activated[0], [v.phase for v in steps]
+    assert [i for i in activated if steps[i].true("Admitted")], [v.phase for v in steps]
+    assert _steps([v.phase for v in steps])[-1] == "admitted", [v.phase for v in steps]
 
 
 def _job_gang(pod: dict[str, Any]) -> str:

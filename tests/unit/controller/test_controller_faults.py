@@ -8,7 +8,14 @@ import signal
 import subprocess
 import sys
 
-from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+from phalanx.controller.apply.faults import (
+    ABORT_POINTS,
+    AFTER_DEACTIVATE,
+    AFTER_RECORD,
+    AFTER_RELEASES,
+    BEFORE_STATUS,
+    Faults,
+)
 
 
 def test_no_variable_set_means_nothing_armed() -> None:
@@ -17,13 +24,15 @@ def test_no_variable_set_means_nothing_armed() -> None:
     killed: list[bool] = []
     faults.kill = lambda: killed.append(True)
     for _ in range(100):
-        for point in (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS):
+        for point in ABORT_POINTS:
             faults.reached(point)
     assert killed == []
 
 
 def test_zero_or_empty_is_inert() -> None:
-    assert not Faults.from_env({AFTER_RELEASES: "0", BEFORE_STATUS: "", AFTER_RECORD: "0"}).armed
+    assert not Faults.from_env(
+        {AFTER_RELEASES: "0", BEFORE_STATUS: "", AFTER_RECORD: "0", AFTER_DEACTIVATE: "0"}
+    ).armed
 
 
 def test_the_nth_passage_of_the_armed_point_kills_and_no_other_point_counts() -> None:
@@ -37,6 +46,25 @@ def test_the_nth_passage_of_the_armed_point_kills_and_no_other_point_counts() ->
     assert killed == []
     faults.reached(AFTER_RELEASES)
     assert killed == [3]
+
+
+def test_the_abort_after_a_kueue_workload_deactivation_is_a_switch_of_its_own() -> None:
+    """PHALANX_FAULT_ABORT_AFTER_DEACTIVATE=N: the Nth deactivation kills; records, releases and status
+    writes do not count towards it, and it counts towards none of them."""
+    assert AFTER_DEACTIVATE == "PHALANX_FAULT_ABORT_AFTER_DEACTIVATE" and AFTER_DEACTIVATE in ABORT_POINTS
+    faults = Faults.from_env({AFTER_DEACTIVATE: "2"})
+    assert faults.armed and faults.abort_at == {AFTER_DEACTIVATE: 2}
+    killed: list[int] = []
+    faults.kill = lambda: killed.append(faults.seen[AFTER_DEACTIVATE])
+    for point in (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, AFTER_DEACTIVATE):
+        faults.reached(point)
+    assert killed == []
+    faults.reached(AFTER_DEACTIVATE)
+    assert killed == [2]
+    others = Faults.from_env({AFTER_RECORD: "1"})
+    others.kill = lambda: killed.append(-1)
+    others.reached(AFTER_DEACTIVATE)
+    assert killed == [2]
 
 
 def test_an_armed_abort_is_a_real_sigkill_of_the_process() -> None:

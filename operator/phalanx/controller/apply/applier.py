@@ -34,7 +34,13 @@ from phalanx.api.group import (
 from phalanx.api.status import GroupStatus, PodGroupStatus
 from phalanx.controller import metrics
 from phalanx.controller.apply.describe import describe, error_text, written_for
-from phalanx.controller.apply.faults import AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, Faults
+from phalanx.controller.apply.faults import (
+    AFTER_DEACTIVATE,
+    AFTER_RECORD,
+    AFTER_RELEASES,
+    BEFORE_STATUS,
+    Faults,
+)
 from phalanx.controller.apply.kube import Kube
 from phalanx.controller.apply.owners import OwnerGoneError, OwnerLookups, owner_alive
 from phalanx.controller.cache.store import POD, ClusterCache
@@ -522,6 +528,7 @@ class Applier:
                 )
                 if deactivated is not None:
                     cache.upsert(KUEUE_WORKLOAD, deactivated, own_write=True)
+                    self.faults.reached(AFTER_DEACTIVATE)
             case ActivateKueueWorkload(workload=workload):
                 activated = await kube.patch_kueue_workload(
                     workload,

@@ -7,6 +7,8 @@ They exist so that tests can prove crash safety at exact points of an admission;
     PHALANX_FAULT_ABORT_AFTER_RELEASES=N    ... right after its Nth pod release the API confirmed (releases
                                             are then sent one at a time, so the kill falls between two)
     PHALANX_FAULT_ABORT_BEFORE_STATUS=N     ... right before its Nth PodGroup status write
+    PHALANX_FAULT_ABORT_AFTER_DEACTIVATE=N  ... right after its Nth Kueue Workload deactivation the API
+                                            confirmed (a requeue through Kueue, before its activation)
 
 An abort is a real SIGKILL of the operator's own process (what `kill -9` does: no cleanup, no Lease
 release, requests in flight lost or not), not an exception the code could handle.
@@ -31,7 +33,8 @@ PAUSE_BEFORE_RELEASE_ENV = "PHALANX_FAULT_PAUSE_BEFORE_RELEASE"
 AFTER_RECORD = "PHALANX_FAULT_ABORT_AFTER_RECORD"
 AFTER_RELEASES = "PHALANX_FAULT_ABORT_AFTER_RELEASES"
 BEFORE_STATUS = "PHALANX_FAULT_ABORT_BEFORE_STATUS"
-ABORT_POINTS = (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS)
+AFTER_DEACTIVATE = "PHALANX_FAULT_ABORT_AFTER_DEACTIVATE"
+ABORT_POINTS = (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, AFTER_DEACTIVATE)
 
 
 def _kill_self() -> None:
