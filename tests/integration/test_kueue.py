@@ -397,6 +397,19 @@ def test_a_node_failure_requeues_a_kueue_gang_by_deleting_its_pods_with_no_suspe
     assert kueue_condition(workload_of(kns, "gang-a"), "Admitted").get("status") == "True"
 
 
+def back_through_kueue(kns: Namespace, job: str, failed: int) -> None:
+    """A Job requeued through Kueue, at the end: resumed, `failed` failures and not Failed, its Kueue
+    Workload active again without Phalanx's note, and admitted."""
+    body = job_of(kns, job)
+    assert not body["spec"].get("suspend"), body["spec"]
+    assert body["status"].get("failed", 0) == failed, body["status"]
+    assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body["status"]
+    w = workload_of(kns, job)
+    assert w is not None and w["spec"].get("active", True)
+    assert "phalanx.dev/requeued" not in (w["metadata"].get("annotations") or {}), w["metadata"]
+    assert kueue_condition(w, "Admitted").get("status") == "True"
+
+
 def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods_through_kueue(
     kns: Namespace,
 ) -> None:
@@ -433,16 +446,7 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
             again = wait_for("gang-a whole again", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=240)
             assert (first, again) == ("nb-a", "nb-b")
             assert not old & {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
-        body = job_of(kns, "gang-a")
-        assert not body["spec"].get("suspend"), body["spec"]
-        assert body["status"].get("failed", 0) == 1, body["status"]  # the eviction only
-        assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body[
-            "status"
-        ]
-        w = workload_of(kns, "gang-a")
-        assert w is not None and w["spec"].get("active", True)
-        assert "phalanx.dev/requeued" not in (w["metadata"].get("annotations") or {}), w["metadata"]
-        assert kueue_condition(w, "Admitted").get("status") == "True"
+        back_through_kueue(kns, "gang-a", failed=1)  # the eviction only
     finally:
         steps = history.stop()
         flips = _flips(suspends.stop())
@@ -560,16 +564,7 @@ def test_phalanx_killed_right_after_deactivating_a_kueue_workload_activates_it_o
             again = wait_for("gang-a whole again", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=240)
             assert (first, again) == ("nb-a", "nb-b")
             assert not old & {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
-        body = job_of(kns, "gang-a")
-        assert not body["spec"].get("suspend"), body["spec"]
-        assert body["status"].get("failed", 0) == 1, body["status"]  # the eviction only
-        assert not [c for c in body["status"].get("conditions") or [] if c["type"] == "Failed"], body[
-            "status"
-        ]
-        w = workload_of(kns, "gang-a")
-        assert w is not None and w["spec"].get("active", True)
-        assert "phalanx.dev/requeued" not in (w["metadata"].get("annotations") or {}), w["metadata"]
-        assert kueue_condition(w, "Admitted").get("status") == "True"
+        back_through_kueue(kns, "gang-a", failed=1)  # the eviction only
     finally:
         steps = history.stop()
         failed = failures.stop()
