@@ -397,6 +397,27 @@ def test_a_node_failure_requeues_a_kueue_gang_by_deleting_its_pods_with_no_suspe
     assert kueue_condition(workload_of(kns, "gang-a"), "Admitted").get("status") == "True"
 
 
+def counting_job(name: str, count: int) -> dict[str, Any]:
+    """`queued_job` without the podFailurePolicy rule and with backoffLimit 1: each pod deleted to requeue
+    it would count, and two failures fail it (the node failure's eviction is the one it may have)."""
+    job = queued_job(name, count)
+    del job["spec"]["podFailurePolicy"]
+    job["spec"]["backoffLimit"] = 1
+    return job
+
+
+def running_whole(kns: Namespace, job: dict[str, Any], gangs: Any) -> tuple[str, set[str], str]:
+    """Create the Job and wait for it whole in one block, seen so by the pod watch `gangs`: (its block,
+    its pods' names, the node to fail: its first by name)."""
+    name = job["metadata"]["name"]
+    count = job["spec"]["parallelism"]
+    kns.create(job)
+    first = wait_for(f"{name} whole", lambda: whole_in_one_block(kns, name, count), timeout=120)
+    old = {p["metadata"]["name"] for p in kns.job_pods(name)}
+    wait_for("the pod watch to see it whole", lambda: gangs.whole(name), 30)
+    return first, old, sorted(p["spec"]["nodeName"] for p in kns.job_pods(name))[0]
+
+
 def back_through_kueue(kns: Namespace, job: str, failed: int) -> None:
     """A Job requeued through Kueue, at the end: resumed, `failed` failures and not Failed, its Kueue
     Workload active again without Phalanx's note, and admitted."""
@@ -421,19 +442,13 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
     the gang runs whole in nb-b. Checked: no partial gang throughout; the Workload's steps in order, one
     Workload; the Job's spec.suspend only Kueue's; status.failed 1 (the eviction); no pod deleted by
     Phalanx; the Requeued event."""
-    job = queued_job("gang-a", 4)
-    del job["spec"]["podFailurePolicy"]
-    job["spec"]["backoffLimit"] = 1
+    job = counting_job("gang-a", 4)
     history = WorkloadWatch(kns, "gang-a")
     suspends = SuspendWatch(kns, "gang-a")
     victim = ""
     try:
         with whole_gangs_through_a_failure(kns, {"gang-a": 4}, _job_gang) as gangs:
-            kns.create(job)
-            first = wait_for("gang-a whole", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
-            old = {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
-            wait_for("the pod watch to see it whole", lambda: gangs.whole("gang-a"), 30)
-            victim = sorted(p["spec"]["nodeName"] for p in kns.job_pods("gang-a"))[0]
+            first, old, victim = running_whole(kns, job, gangs)
             gangs.failure()
             fail_node(kns.api, victim, how="taint")
             requeued = wait_for(
@@ -476,18 +491,35 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
 
 
 @contextmanager
-def armed(operator: OperatorProcess, point: str, count: int = 1) -> Iterator[OperatorProcess]:
+def armed(operator: OperatorProcess, point: str, ns: Namespace, count: int = 1) -> Iterator[OperatorProcess]:
     """The session's operator restarted with the test-only abort `point` armed (controller/apply/faults.py);
-    at the end restarted without it, whatever happened (a test sharing it after this one finds it unarmed)."""
+    at the end restarted without it, whatever happened (a test sharing it after this one finds it unarmed).
+    Yielded once the apiserver calls the new process's webhooks (`webhooks_answer`)."""
     operator.stop()
     operator.env[point] = str(count)
     try:
         operator.start()
+        webhooks_answer(ns)
         yield operator
     finally:
         operator.env.pop(point, None)
         operator.stop()  # still running armed if the test failed before the abort; a dead one: nothing
         operator.start()
+
+
+def webhooks_answer(ns: Namespace) -> None:
+    """Wait until a Job's creation (dry run) gets through the webhooks: the operator is ready once its
+    webhook configuration names its new port, and the apiserver may still call the old one for a moment
+    (connection refused)."""
+
+    def answered() -> bool:
+        try:
+            ns.create(queued_job("probe", 1), f"/apis/batch/v1/namespaces/{ns.name}/jobs?dryRun=All")
+        except ApiError:
+            return False
+        return True
+
+    wait_for("the apiserver calling the operator's webhooks", answered, timeout=60)
 
 
 def released_by_kueue(ns: Namespace, job: str) -> dict[str, Any] | None:
@@ -514,22 +546,16 @@ def test_phalanx_killed_right_after_deactivating_a_kueue_workload_activates_it_o
     with its note and no quota, activates it and clears the note; Kueue readmits it and the gang runs
     whole in nb-b. Checked: no partial gang throughout; one Workload, deactivated once (not requeued again
     after the restart); the Job's status.failed only ever 0 then 1 (the eviction); the Job not Failed."""
-    job = queued_job("gang-a", 4)
-    del job["spec"]["podFailurePolicy"]
-    job["spec"]["backoffLimit"] = 1
+    job = counting_job("gang-a", 4)
     history = WorkloadWatch(kns, "gang-a")
     failures = JobFailures(kns, "gang-a")
     victim = ""
     try:
         with whole_gangs_through_a_failure(kns, {"gang-a": 4}, _job_gang) as gangs:
-            with armed(phalanx_addons, AFTER_DEACTIVATE) as operator:
+            with armed(phalanx_addons, AFTER_DEACTIVATE, kns) as operator:
                 killed = operator.proc
                 assert killed is not None
-                kns.create(job)
-                first = wait_for("gang-a whole", lambda: whole_in_one_block(kns, "gang-a", 4), timeout=120)
-                old = {p["metadata"]["name"] for p in kns.job_pods("gang-a")}
-                wait_for("the pod watch to see it whole", lambda: gangs.whole("gang-a"), 30)
-                victim = sorted(p["spec"]["nodeName"] for p in kns.job_pods("gang-a"))[0]
+                first, old, victim = running_whole(kns, job, gangs)
                 gangs.failure()
                 fail_node(kns.api, victim, how="taint")
                 wait_for(
