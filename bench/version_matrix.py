@@ -46,17 +46,11 @@ V138_NOTES = [
     "- Built by `hack/build.sh --kubernetes-version v1.38.0-beta.0` from `hack/k8s-v1.38.0-beta.0/go.mod`, "
     "whose `toolchain go1.27.3` line makes hack/build.sh export `GOTOOLCHAIN=go1.27.3` for that build alone "
     "(the go command fetches that toolchain through the module proxy; everything else stays on the "
-    "machine's Go 1.26, `GOTOOLCHAIN=local`). Two modules the proxy refuses (403 \"This module version is "
-    'not available", 2026-12-02) are replaced: `sigs.k8s.io/structured-merge-diff/v7` v7.0.1 by v7.0.0 '
-    "(served; it compiles), and `k8s.io/apiextensions-api` v0.38.0-beta.0 (new in 1.38: the CRD API "
-    "types and their client, which kube-apiserver and kube-controller-manager import) by a folder that "
-    "`hack/k8s-apiextensions-api.sh` lays out in `.cache/k8s/src/`: v0.37.2's "
-    "`apiextensions-apiserver/pkg/apis/apiextensions/v1{,beta1}` types (1.38's internal CRD types equal "
-    "v0.37.2's but for comments; 1.38 keeps the old packages as aliases of the new ones) and a client "
-    "generated from them by 1.38's own code generators with the flags of 1.38's apiextensions "
-    "`update-codegen.sh`. So the CRD API objects of this build are v0.37.2's types under 1.38's import "
-    "paths, not upstream's apiextensions-api module byte for byte. `go mod tidy -e` in "
-    "hack/k8s-module.sh: `k8s.io/ktesting` v0.38.0-beta.0, imported only by tests, is refused too.",
+    "machine's Go 1.26, `GOTOOLCHAIN=local`). Every module is the proxy's own, at the version "
+    "k8s.io/kubernetes@v1.38.0-beta.0 asks for (since 2026-12-06; until then the proxy refused "
+    "`sigs.k8s.io/structured-merge-diff/v7@v7.0.1`, `k8s.io/apiextensions-api@v0.38.0-beta.0` and "
+    "`k8s.io/ktesting@v0.38.0-beta.0`, and the build ran with stand-ins: v7.0.0, and the CRD API types laid "
+    "out from apiextensions-apiserver v0.37.2).",
     "- Build time here (2 shared cores, load 5 to 7 from other work): a first attempt that stopped at a "
     "compile error took 13 min and filled the build cache; the build after it 10 min 15 s (kube-apiserver "
     "80 s, kube-controller-manager 338 s, kube-scheduler 196 s), plus about 2 min once for the code "

@@ -21,12 +21,6 @@ if [[ ${1:-} == --kubernetes-version ]]; then
   # the module proxy); the default build and everything else keep the machine's Go (GOTOOLCHAIN=local).
   toolchain=$(sed -n 's/^toolchain \(go[0-9.]*\)$/\1/p' "$module/go.mod")
   export GOTOOLCHAIN=${toolchain:-local}
-  # A module the proxy refuses, replaced by a folder that hack/k8s-apiextensions-api.sh lays out in .cache
-  # (v1.38: k8s.io/apiextensions-api, from apiextensions-apiserver v0.37.2; see that script).
-  from=$(sed -n 's#^replace k8s.io/apiextensions-api => \.\./\.\./\.cache/k8s/src/apiextensions-api-from-\(v[0-9.]*\)$#\1#p' "$module/go.mod")
-  if [[ -n $from ]]; then
-    bash "$here/k8s-apiextensions-api.sh" "$from" "$here/../.cache/k8s/src/apiextensions-api-from-$from" "$module" >/dev/null
-  fi
   minor=${version#v1.}; minor=${minor%%.*}
   ldflags="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do

@@ -9,10 +9,8 @@
 # for the `tool` directives (the godebug line, or go<its go line> without one, keeps its runtime defaults).
 #
 # Usage: hack/k8s-module.sh VERSION [GOTOOLCHAIN]   e.g. v1.30.14, or v1.38.0-beta.0 go1.27.3
-# v1.38 needs two more replaces, for modules the proxy refuses (403 "This module version is not available",
-# 2026-12-02): sigs.k8s.io/structured-merge-diff/v7 v7.0.1 -> v7.0.0 (served), and
-# k8s.io/apiextensions-api v0.38.0-beta.0 (a staging module new in 1.38) -> a folder under .cache laid out
-# by hack/k8s-apiextensions-api.sh from apiextensions-apiserver v0.37.2; docs/dev-cluster.md.
+# Every module is the proxy's own, at the version k8s.io/kubernetes asks for (v1.38's needed two stand-ins
+# while the proxy refused them, until 2026-12-06; docs/versions.md).
 set -euo pipefail
 version=$1
 toolchain=${2:-}
@@ -41,30 +39,9 @@ if [[ $(printf '%s\n1.24.0\n' "$their_go" | sort -V | head -1) != 1.24.0 ]]; the
 } > go.mod
 sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod" |
   while read -r m; do go mod edit -replace="$m=$m@$staging"; done
-case $version in
-  v1.38.*)
-    go mod edit -replace=sigs.k8s.io/structured-merge-diff/v7=sigs.k8s.io/structured-merge-diff/v7@v7.0.0
-    apiext=../../.cache/k8s/src/apiextensions-api-from-v0.37.2
-    bash "$here/k8s-apiextensions-api.sh" v0.37.2 "$work/$apiext" >/dev/null
-    go mod edit -replace="k8s.io/apiextensions-api=$apiext"
-    ;;
-esac
 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$version" "k8s.io/kubernetes/cmd/kube-controller-manager@$version" \
   "k8s.io/kubernetes/cmd/kube-scheduler@$version"
-# v1.38: tidy also walks the tests of every dependency, and k8s.io/ktesting v0.38.0-beta.0 (imported only by
-# tests) is refused too; -e keeps going, and what the three commands build is complete without it.
-case $version in
-  v1.38.*)
-    go mod tidy -e
-    # Now that the module resolves: the go.sum lines of what generates the client (1.38's code generators,
-    # models-schema), written even when the generated folder is already in .cache; then the client.
-    go list -deps k8s.io/code-generator/cmd/applyconfiguration-gen k8s.io/code-generator/cmd/client-gen \
-      k8s.io/code-generator/cmd/lister-gen k8s.io/code-generator/cmd/informer-gen \
-      k8s.io/apiextensions-apiserver/pkg/generated/openapi/cmd/models-schema >/dev/null
-    bash "$here/k8s-apiextensions-api.sh" v0.37.2 "$work/$apiext" "$work" >/dev/null
-    ;;
-  *) go mod tidy ;;
-esac
+go mod tidy
 mkdir -p "$dir"
 cp go.mod go.sum "$dir/"
 echo "$dir/go.mod"

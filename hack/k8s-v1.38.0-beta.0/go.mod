@@ -8,7 +8,7 @@ godebug default=go1.27
 
 replace k8s.io/api => k8s.io/api v0.38.0-beta.0
 
-replace k8s.io/apiextensions-api => ../../.cache/k8s/src/apiextensions-api-from-v0.37.2
+replace k8s.io/apiextensions-api => k8s.io/apiextensions-api v0.38.0-beta.0
 
 replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.38.0-beta.0
 
@@ -75,8 +75,6 @@ replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.38.0-beta.0
 replace k8s.io/sample-controller => k8s.io/sample-controller v0.38.0-beta.0
 
 replace k8s.io/streaming => k8s.io/streaming v0.38.0-beta.0
-
-replace sigs.k8s.io/structured-merge-diff/v7 => sigs.k8s.io/structured-merge-diff/v7 v7.0.0
 
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
@@ -198,7 +196,6 @@ require (
 	k8s.io/client-go v0.38.0-beta.0 // indirect
 	k8s.io/cloud-provider v0.38.0-beta.0 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
-	k8s.io/code-generator v0.38.0-beta.0 // indirect
 	k8s.io/component-base v0.38.0-beta.0 // indirect
 	k8s.io/component-helpers v0.38.0-beta.0 // indirect
 	k8s.io/controller-manager v0.38.0-beta.0 // indirect
