@@ -5,6 +5,7 @@ contention run, each system on a fresh dev cluster of its own, interleaved, seve
     python3 bench/scale.py --sizes 1000 --rounds 1 --systems phalanx,upstream
     python3 bench/scale.py --sizes 2x5x10 --rounds 1         # 100 nodes, 10 Jobs: a quick check
     python3 bench/scale.py --sizes 1000 --scenarios contention
+    python3 bench/scale.py --sizes 1000,2000 --systems phalanx,upstream,upstream-1.38   # and upstream's next
 
 Every Job is Indexed, 8 pods x 8 GPUs (a whole node each), required in one local block
 (`oci.oraclecloud.com/rdma.local_block_id`); a size BxRxN has B*R local blocks of N nodes.
@@ -657,7 +658,7 @@ def ratios(results: list[dict[str, Any]]) -> list[str]:
     lines = []
     for case in dict.fromkeys(r["case"] for r in results):
         mine = [r for r in results if r["case"] == case and r["system"] == "phalanx"]
-        for other in ("upstream", "kueue"):
+        for other in ("upstream", "upstream-1.38", "kueue"):
             theirs = [r for r in results if r["case"] == case and r["system"] == other]
             parts = []
             for name in RATIO_COLUMNS:

@@ -23,6 +23,7 @@ from tests.integration.kube import gpu_job  # noqa: E402
 
 from phalanx.api.job_policy import JobPolicy, annotations_for, upstream_scheduling  # noqa: E402
 from phalanx.api.keys import MANAGED_LABEL, MANAGED_VALUE  # noqa: E402
+from phalanx.devcluster.binaries import MissingBinariesError, ensure_control_plane  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, free_port  # noqa: E402
 from phalanx.devcluster.http import ApiError, RestClient  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
@@ -163,6 +164,35 @@ class Upstream(System):
             pods,
             scheduling=upstream_scheduling(gang_policy(pods, key)),
             pod_annotations=run_annotations(run_seconds),
+        )
+
+
+class Upstream138(Upstream):
+    """Upstream's next release, v1.38.0-beta.0 (built by `hack/build.sh --kubernetes-version
+    v1.38.0-beta.0`, 20 to 25 min cold, never by the bench): the same Job `spec.scheduling`, now
+    `scheduling.k8s.io/v1`'s types, on its own control plane (etcd, kwok and kubectl stay v1.37.2's)."""
+
+    name = "upstream-1.38"
+    title = "upstream v1.38.0-beta.0 (in-tree gang scheduling)"
+    version: ClassVar[str] = "v1.38.0-beta.0"
+
+    def unavailable(self) -> str | None:
+        try:
+            ensure_control_plane(self.version, build=False)
+        except MissingBinariesError as e:
+            return str(e)
+        return None
+
+    def _up(
+        self, cluster: DevCluster, topology: str, log: Callable[[str], None], timeout: float
+    ) -> ClusterState:
+        return cluster.up(
+            mode=self.mode,
+            topology=topology,
+            log=log,
+            ready_timeout=timeout,
+            node_monitor_grace_seconds=self.node_grace_seconds,
+            kubernetes_version=self.version,
         )
 
 
@@ -394,6 +424,7 @@ SYSTEMS: dict[str, type[System]] = {
     "phalanx-webhook-process": PhalanxWebhookProcess,
     "phalanx-webhook-processes": PhalanxWebhookProcesses,
     "upstream": Upstream,
+    "upstream-1.38": Upstream138,
     "kueue": Kueue,
     "plain": Plain,
 }
