@@ -748,6 +748,7 @@ def report(document: dict[str, Any]) -> str:
         f"Python {m['python']}; "
         f"Kubernetes {m['kubernetes']}; commit {document['commit']}; "
         f"load average at the start {document['load_at_start']:.2f}.",
+        "Systems: " + "; ".join(f"{s}: {SYSTEMS[s].title}" for s in systems if s in SYSTEMS) + ".",
         "",
         table(results, systems),
         "",
