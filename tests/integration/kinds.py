@@ -17,7 +17,7 @@ from typing import Any
 
 from phalanx.devcluster.http import ApiError
 
-from .kube import GPU_KEY, NB_KEY, Namespace, bound, node_labels, wait_for
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, node_labels, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -467,6 +467,116 @@ def _watched(ns: Namespace, recorder: Recorder, settle: float = SETTLE) -> Itera
     assert recorder.events > 0, "the pod watch saw nothing"
 
 
+# ---------------------------------------------------------------------- histories (listed, then watched)
+REQUEUED = "phalanx.dev/requeued"
+
+
+def changes(values: list[Any]) -> list[Any]:
+    """The values a sequence went through, each change once."""
+    out: list[Any] = []
+    for value in values:
+        if not out or out[-1] != value:
+            out.append(value)
+    return out
+
+
+class SuspendWatch:
+    """Every version of a Job's spec.suspend, listed then watched (bench/scale_watch.py's PodWatch on Jobs),
+    so a suspend fight shows as a True among them however briefly it lasts; `notes` has each version's
+    (spec.suspend, Phalanx's requeue note phalanx.dev/requeued or ""), so a suspension by Phalanx shows
+    as one with the note. JobSetSuspendWatch and TrainJobSuspendWatch watch those kinds."""
+
+    collection = "apis/batch/v1/jobs"
+
+    def __init__(self, ns: Namespace, name: str) -> None:
+        self.job = name
+        self.seen: list[tuple[float, bool]] = []
+        self.notes: list[tuple[bool, str]] = []
+        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=self.collection)
+        self._watch.start()
+
+    def _see(self, _kind: str, obj: dict[str, Any], now: float) -> None:
+        if obj["metadata"]["name"] == self.job:
+            suspended = bool(obj["spec"].get("suspend"))
+            self.seen.append((now, suspended))
+            self.notes.append((suspended, str((obj["metadata"].get("annotations") or {}).get(REQUEUED, ""))))
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._watch.stop()
+        return self.seen
+
+
+class JobSetSuspendWatch(SuspendWatch):
+    """Every version of a JobSet's spec.suspend (listed, then watched)."""
+
+    collection = "apis/jobset.x-k8s.io/v1alpha2/jobsets"
+
+
+class TrainJobSuspendWatch(SuspendWatch):
+    """Every version of a TrainJob's spec.suspend (listed, then watched)."""
+
+    collection = "apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+
+
+def suspend_flips(seen: list[tuple[float, bool]]) -> list[bool]:
+    """The values spec.suspend went through, each change once."""
+    return changes([value for _, value in seen])
+
+
+class GroupSays:
+    """Every (reason, message) of the Admitted condition of the compositepodgroups of `owner` (`Kind/name`),
+    listed then watched: what Phalanx told of the gang as it went."""
+
+    def __init__(self, ns: Namespace, owner: str) -> None:
+        self.owner = owner
+        self.seen: list[tuple[str, str]] = []
+        self._watch = PodWatch(
+            ns.cluster,
+            ns.name,
+            self._see,
+            collection="apis/scheduling.phalanx.dev/v1beta1/compositepodgroups",
+        )
+        self._watch.start()
+
+    def _see(self, _kind: str, group: dict[str, Any], _now: float) -> None:
+        if (group["metadata"].get("annotations") or {}).get("phalanx.dev/owner") == self.owner:
+            cond = condition(group)
+            self.seen.append((str(cond.get("reason", "")), str(cond.get("message", ""))))
+
+    def stop(self) -> list[tuple[str, str]]:
+        self._watch.stop()
+        return self.seen
+
+
+class FirstSeen:
+    """The order in which pods of JobSets first appear (listed, then watched), and marks the test sets in
+    between: a pod seen before a mark was made before the mark was set."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.order: list[str] = []  # "mark:<name>" or "<jobset>/<pod>"
+        self.born_ungated: list[str] = []  # pods first seen without Phalanx's gate
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
+
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        jobset = (pod["metadata"].get("labels") or {}).get(JOBSET_NAME)
+        seen = f"{jobset}/{pod['metadata']['name']}"
+        if jobset and seen not in self.order:
+            self.order.append(seen)
+            if not gated([pod]):
+                self.born_ungated.append(seen)
+
+    def mark(self, name: str) -> None:
+        self.order.append(f"mark:{name}")
+
+    def pods_before(self, mark: str, jobset: str) -> list[str]:
+        before = self.order[: self.order.index(f"mark:{mark}")]
+        return [p for p in before if p.startswith(f"{jobset}/")]
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
 # ---------------------------------------------------------------------- Phalanx's objects, made once
 PHALANX_PLURALS = ("workloads", "compositepodgroups", "podgroups")
 
@@ -546,3 +656,14 @@ def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
         {"metadata": {"annotations": notes}},
         "application/merge-patch+json",
     )
+
+
+# ---------------------------------------------------------------------- a node failure under a running gang
+def jobset_block(ns: Namespace, name: str, count: int) -> str | None:
+    """The network block all `count` live pods of JobSet `name` (a TrainJob's is named after it) are bound
+    in, or None."""
+    pods = jobset_pods(ns, name)
+    if len(pods) != count or len(bound(pods)) != count:
+        return None
+    blocks = domains_of(ns.api, pods, NB_KEY)
+    return next(iter(blocks)) if len(blocks) == 1 else None
