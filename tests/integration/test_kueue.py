@@ -1636,6 +1636,8 @@ class FailureRun:
     victims: list[str]  # the nodes that failed, one a requeue
     old: set[str]  # every pod of the placements before the last
     requeued: list[dict[str, Any]]  # Phalanx's Requeued events on the TrainJob
+    # The Requeued event's message after each requeue (one Event per object and reason: it keeps the latest)
+    requeue_messages: list[str]
     failed_after: list[int]  # the child Job's status.failed once the gang ran whole again, a requeue each
     flips: dict[str, list[bool]]  # spec.suspend of the TrainJob and of its JobSet, each change once
     workloads: list[WorkloadVersion]  # every version of its Kueue Workload(s)
@@ -1678,6 +1680,7 @@ def trainjob_through_node_failures(
     old: set[str] = set()
     failed_after: list[int] = []
     requeued: list[dict[str, Any]] = []
+    messages: list[str] = []
     writes_before = requeue_writes(operator)
     try:
         with whole_gangs_through_a_failure(kns, {name: 4}, jobset_gang) as gangs:
@@ -1708,6 +1711,7 @@ def trainjob_through_node_failures(
                 assert _count(requeued) == n, requeued
                 assert all("below its minCount" in e["message"] for e in requeued), requeued
                 print(f"Requeued ({n}):", requeued[-1]["message"])
+                messages.append(requeued[-1]["message"])
                 wait_for(
                     f"every pod of {name} from before failure {n} gone",
                     partial(pods_gone, kns, name, before),
@@ -1764,6 +1768,7 @@ def trainjob_through_node_failures(
         victims,
         old,
         requeued,
+        messages,
         failed_after,
         flips,
         versions,
@@ -1796,7 +1801,12 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_
     the TrainJob (docs/kueue.md, item 14 of How it is tested)."""
     ensure(kns, RUNTIMES, torch_runtime(TRAINJOB_RUNTIME, 4))
     run = trainjob_through_node_failures(kns, kueue_queue, phalanx_addons, TRAINJOB_RUNTIME, failures=2)
-    why = {e["message"] for e in run.requeued}
+    # Each requeue says where the gang was left: the block it ran in before it.
+    left = [m.split(", ")[0] for m in run.requeue_messages]
+    assert left == [f"below its minCount: 3 pod(s) of the tree were left in {b}" for b in run.blocks[:-1]], (
+        left
+    )
+    why = set(run.requeue_messages)
     # Kueue suspended and resumed it for each requeue: its creation, its admission, then each eviction and
     # readmission; Trainer keeps the JobSet in step. Phalanx never wrote either.
     assert run.flips == {"TrainJob": [True, False] * 3, "JobSet": [True, False] * 3}, run.flips
