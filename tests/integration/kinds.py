@@ -12,12 +12,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phalanx.controller.apply.events import COMPONENT
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.tools import fail_node, heal_node
 
-from .kube import GPU_KEY, NB_KEY, Namespace, bound, node_labels, wait_for
+from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, node_labels, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -59,8 +62,10 @@ def replicated_job(
     priority_class: str | None = None,
     depends_on: str | None = None,
     complete_after: str | None = None,
+    backoff_limit: int = 0,
 ) -> dict[str, Any]:
-    """`replicas` child Jobs of `parallelism` pods (Indexed); `complete_after` makes kwok end its pods."""
+    """`replicas` child Jobs of `parallelism` pods (Indexed), each failing at its first failed pod unless
+    `backoff_limit` says more; `complete_after` makes kwok end its pods."""
     template: dict[str, Any] = {"spec": gpu_pod_spec(priority_class)}
     if complete_after:
         template["metadata"] = {"annotations": {"sim.phalanx.dev/complete-after": complete_after}}
@@ -72,7 +77,7 @@ def replicated_job(
                 "parallelism": parallelism,
                 "completions": parallelism,
                 "completionMode": "Indexed",
-                "backoffLimit": 0,
+                "backoffLimit": backoff_limit,
                 "template": template,
             }
         },
@@ -408,10 +413,15 @@ class ThroughFailure(Recorder):
     bound before it (what the failure left running) may run short of the gang until they are gone, but
     no pod bound after it may ever run beside them: that would be the gang placed again in part, or
     split. Once none of them runs, a gang placed again is held to whole_gangs' rule (whole within SETTLE
-    seconds, and whole when the block ends)."""
+    seconds, and whole when the block ends).
 
-    def __init__(self, sizes: dict[str, int], gang_of: Any) -> None:
-        super().__init__(sizes, SETTLE, gang_of=gang_of)
+    With `domain` (node -> domain of the gang's topology-key) the gang may instead be *completed in its
+    domain*: a pod bound after the failure beside the ones it left is their replacement, allowed while every
+    live pod of the gang is in one domain (live pods in two domains at once are reported: `split_gangs`);
+    the gang must be whole again when the block ends."""
+
+    def __init__(self, sizes: dict[str, int], gang_of: Any, domain: dict[str, str] | None = None) -> None:
+        super().__init__(sizes, SETTLE, domain=domain, gang_of=gang_of)
         self.failed_at: float | None = None
 
     def whole(self, gang: str) -> bool:
@@ -431,7 +441,7 @@ class ThroughFailure(Recorder):
             left = [p for p in live if p.bound is not None and p.bound < failed_at]
             if left:
                 newer = sorted(p.name for p in live if p not in left)
-                if newer:
+                if newer and not self.domain:
                     gang.partial = (
                         f"{gang.job}: {newer} bound beside {len(left)} pod(s) the node failure left running"
                     )
@@ -442,12 +452,18 @@ class ThroughFailure(Recorder):
 
 @contextmanager
 def whole_gangs_through_a_failure(
-    ns: Namespace, sizes: dict[str, int], gang_of: Any
+    ns: Namespace, sizes: dict[str, int], gang_of: Any, completed_in: str | None = None
 ) -> Iterator[ThroughFailure]:
-    """whole_gangs, for a block in which a node fails under a gang (ThroughFailure's rule)."""
-    recorder = ThroughFailure(sizes, gang_of)
+    """whole_gangs, for a block in which a node fails under a gang (ThroughFailure's rule); with
+    `completed_in` (the gangs' topology-key), the gang may be completed in its domain of that key instead
+    of being requeued whole, and never runs in two of its domains at once."""
+    domain = None
+    if completed_in is not None:
+        domain = {node: labels.get(completed_in, "-") for node, labels in node_labels(ns.api).items()}
+    recorder = ThroughFailure(sizes, gang_of, domain)
     with _watched(ns, recorder):
         yield recorder
+    assert not recorder.split_gangs(), recorder.split_gangs()
 
 
 @contextmanager
@@ -465,6 +481,116 @@ def _watched(ns: Namespace, recorder: Recorder, settle: float = SETTLE) -> Itera
     recorder.check_all(time.monotonic(), final=True)
     assert not recorder.partial_gangs(), recorder.partial_gangs()
     assert recorder.events > 0, "the pod watch saw nothing"
+
+
+# ---------------------------------------------------------------------- histories (listed, then watched)
+REQUEUED = "phalanx.dev/requeued"
+
+
+def changes(values: list[Any]) -> list[Any]:
+    """The values a sequence went through, each change once."""
+    out: list[Any] = []
+    for value in values:
+        if not out or out[-1] != value:
+            out.append(value)
+    return out
+
+
+class SuspendWatch:
+    """Every version of a Job's spec.suspend, listed then watched (bench/scale_watch.py's PodWatch on Jobs),
+    so a suspend fight shows as a True among them however briefly it lasts; `notes` has each version's
+    (spec.suspend, Phalanx's requeue note phalanx.dev/requeued or ""), so a suspension by Phalanx shows
+    as one with the note. JobSetSuspendWatch and TrainJobSuspendWatch watch those kinds."""
+
+    collection = "apis/batch/v1/jobs"
+
+    def __init__(self, ns: Namespace, name: str) -> None:
+        self.job = name
+        self.seen: list[tuple[float, bool]] = []
+        self.notes: list[tuple[bool, str]] = []
+        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=self.collection)
+        self._watch.start()
+
+    def _see(self, _kind: str, obj: dict[str, Any], now: float) -> None:
+        if obj["metadata"]["name"] == self.job:
+            suspended = bool(obj["spec"].get("suspend"))
+            self.seen.append((now, suspended))
+            self.notes.append((suspended, str((obj["metadata"].get("annotations") or {}).get(REQUEUED, ""))))
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._watch.stop()
+        return self.seen
+
+
+class JobSetSuspendWatch(SuspendWatch):
+    """Every version of a JobSet's spec.suspend (listed, then watched)."""
+
+    collection = "apis/jobset.x-k8s.io/v1alpha2/jobsets"
+
+
+class TrainJobSuspendWatch(SuspendWatch):
+    """Every version of a TrainJob's spec.suspend (listed, then watched)."""
+
+    collection = "apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+
+
+def suspend_flips(seen: list[tuple[float, bool]]) -> list[bool]:
+    """The values spec.suspend went through, each change once."""
+    return changes([value for _, value in seen])
+
+
+class GroupSays:
+    """Every (reason, message) of the Admitted condition of the compositepodgroups of `owner` (`Kind/name`),
+    listed then watched: what Phalanx told of the gang as it went."""
+
+    def __init__(self, ns: Namespace, owner: str) -> None:
+        self.owner = owner
+        self.seen: list[tuple[str, str]] = []
+        self._watch = PodWatch(
+            ns.cluster,
+            ns.name,
+            self._see,
+            collection="apis/scheduling.phalanx.dev/v1beta1/compositepodgroups",
+        )
+        self._watch.start()
+
+    def _see(self, _kind: str, group: dict[str, Any], _now: float) -> None:
+        if (group["metadata"].get("annotations") or {}).get("phalanx.dev/owner") == self.owner:
+            cond = condition(group)
+            self.seen.append((str(cond.get("reason", "")), str(cond.get("message", ""))))
+
+    def stop(self) -> list[tuple[str, str]]:
+        self._watch.stop()
+        return self.seen
+
+
+class FirstSeen:
+    """The order in which pods of JobSets first appear (listed, then watched), and marks the test sets in
+    between: a pod seen before a mark was made before the mark was set."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.order: list[str] = []  # "mark:<name>" or "<jobset>/<pod>"
+        self.born_ungated: list[str] = []  # pods first seen without Phalanx's gate
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
+
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        jobset = (pod["metadata"].get("labels") or {}).get(JOBSET_NAME)
+        seen = f"{jobset}/{pod['metadata']['name']}"
+        if jobset and seen not in self.order:
+            self.order.append(seen)
+            if not gated([pod]):
+                self.born_ungated.append(seen)
+
+    def mark(self, name: str) -> None:
+        self.order.append(f"mark:{name}")
+
+    def pods_before(self, mark: str, jobset: str) -> list[str]:
+        before = self.order[: self.order.index(f"mark:{mark}")]
+        return [p for p in before if p.startswith(f"{jobset}/")]
+
+    def stop(self) -> None:
+        self._watch.stop()
 
 
 # ---------------------------------------------------------------------- Phalanx's objects, made once
@@ -546,3 +672,113 @@ def fail_pod(ns: Namespace, pod: dict[str, Any]) -> None:
         {"metadata": {"annotations": notes}},
         "application/merge-patch+json",
     )
+
+
+# ---------------------------------------------------------------------- a node failure under a running gang
+def jobset_block(ns: Namespace, name: str, count: int) -> str | None:
+    """The network block all `count` live pods of JobSet `name` (a TrainJob's is named after it) are bound
+    in, or None."""
+    pods = jobset_pods(ns, name)
+    if len(pods) != count or len(bound(pods)) != count:
+        return None
+    blocks = domains_of(ns.api, pods, NB_KEY)
+    return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def requeues_of(ns: Namespace, kind: str, name: str) -> list[dict[str, Any]]:
+    """Phalanx's Requeued events on the object."""
+    return [
+        e
+        for e in events_of(ns, kind, name)
+        if e["reason"] == "Requeued" and e.get("reportingComponent") == COMPONENT
+    ]
+
+
+@dataclass(frozen=True)
+class FailedOver:
+    """What `requeued_after_a_node_failure` saw."""
+
+    blocks: tuple[str, str]  # the network block the gang ran in, then the one it runs in after the requeue
+    victim: str  # the node that failed
+    lost: dict[str, Any]  # its pod, as it ran there
+    old: set[str]  # the names of the pods that ran before the failure
+    children: dict[str, str]  # the child Jobs before the failure: name -> uid
+    pods: list[dict[str, Any]]  # the live pods at the end
+    requeued: list[dict[str, Any]]  # Phalanx's Requeued events on the owner
+    # (spec.suspend, requeue note) of the owner (and of a TrainJob's JobSet) by kind, each change once
+    notes: dict[str, list[tuple[bool, str]]]
+    said: list[tuple[str, str]]  # the root group's Admitted condition (reason, message), each change once
+    born_ungated: list[str]  # the gang's pods first seen without Phalanx's gate
+
+
+def requeued_after_a_node_failure(ns: Namespace, owner: str, body: dict[str, Any], size: int) -> FailedOver:
+    """A node failure under a running JobSet or TrainJob (`owner`, `Kind/name`, created from `body`; its
+    JobSet is named `name` too) of `size` 8-GPU pods, one network block, the size of a block. Once it runs
+    whole, its first node by name fails (a NoExecute taint: the taint manager evicts its pod) and its
+    block has no other node, so Phalanx requeues it whole: waited for, its Requeued event on the owner,
+    every pod from before gone, then the gang whole again in one block. Checked throughout: no pod placed
+    beside the ones the failure left, the gang whole within SETTLE once placed again
+    (`whole_gangs_through_a_failure`). Watched meanwhile: every version of the owner's (and a TrainJob's
+    JobSet's) spec.suspend and requeue note, what its root group said, whether each pod was born gated.
+    The failed node is healed at the end, whatever happened."""
+    kind, name = owner.split("/")
+    watches = {kind: TrainJobSuspendWatch(ns, name) if kind == "TrainJob" else JobSetSuspendWatch(ns, name)}
+    if kind == "TrainJob":
+        watches["JobSet"] = JobSetSuspendWatch(ns, name)
+    says = GroupSays(ns, owner)
+    born = FirstSeen(ns)
+    victim = ""
+    try:
+        with whole_gangs_through_a_failure(ns, {name: size}, jobset_gang) as gangs:
+            ns.create(body)
+            first = wait_for(f"{owner} whole in one block", lambda: jobset_block(ns, name, size), timeout=180)
+            before = jobset_pods(ns, name)
+            children = {
+                j["metadata"]["name"]: j["metadata"]["uid"]
+                for j in ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+                if (j["metadata"].get("labels") or {}).get(JOBSET_NAME) == name
+            }
+            wait_for("the pod watch to see it whole", lambda: gangs.whole(name), timeout=30)
+            lost = min(before, key=lambda p: str(p["spec"]["nodeName"]))
+            victim = lost["spec"]["nodeName"]
+            gangs.failure()
+            fail_node(ns.api, victim, how="taint")
+            requeued = wait_for(
+                f"Phalanx's Requeued event on {owner}", lambda: requeues_of(ns, kind, name), timeout=120
+            )
+            old = {p["metadata"]["name"] for p in before}
+            wait_for(
+                f"every pod of {owner} from before the failure gone",
+                lambda: not old & {p["metadata"]["name"] for p in ns.pods(f"{JOBSET_NAME}={name}")},
+                timeout=120,
+            )
+            again = wait_for(f"{owner} whole again", lambda: jobset_block(ns, name, size), timeout=180)
+    finally:
+        notes = {what: _notes(w) for what, w in watches.items()}
+        said = changes(says.stop())
+        born.stop()
+        if victim:
+            heal_node(ns.api, victim)
+    pods = jobset_pods(ns, name)
+    print(ns.where(f"{JOBSET_NAME}={name}"), f"{owner} ran in {first}, then {again}; {victim} failed")
+    print("Requeued:", [e["message"] for e in requeued])
+    print("suspend, requeue note:", notes)
+    for step in said:
+        print("root group says:", step)
+    return FailedOver(
+        (first, again),
+        victim,
+        lost,
+        old,
+        children,
+        pods,
+        requeued,
+        notes,
+        said,
+        [p for p in born.born_ungated if p.startswith(f"{name}/")],
+    )
+
+
+def _notes(watch: SuspendWatch) -> list[tuple[bool, str]]:
+    watch.stop()
+    return changes(watch.notes)

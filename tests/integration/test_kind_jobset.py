@@ -16,12 +16,14 @@ from phalanx.controller.apply.faults import AFTER_RELEASES
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError
 from phalanx.devcluster.operator_process import OperatorProcess
+from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kinds import (
     JOBSET_NAME,
     JOBSETS,
     PHALANX_PLURALS,
     RESTART_ATTEMPT,
+    JobSetSuspendWatch,
     condition,
     events_of,
     explain,
@@ -38,9 +40,13 @@ from .kinds import (
     priority_classes,
     reasons_of,
     replicated_job,
+    requeued_after_a_node_failure,
+    requeues_of,
+    suspend_flips,
     wait_bound,
     wait_unschedulable,
     whole_gangs,
+    whole_gangs_through_a_failure,
 )
 from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
 
@@ -285,6 +291,141 @@ def test_a_failure_policy_restart_goes_whole_elsewhere_when_its_block_no_longer_
         )
     finally:
         cordon(ns, "was-worker8", False)
+
+
+# ---------------------------------------------------------------------- a node failure
+NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
+NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
+KEY = {"phalanx.dev/topology-key": NB_KEY}
+
+
+def child_jobs(ns: Namespace, name: str) -> dict[str, dict[str, Any]]:
+    """The JobSet's child Jobs by name."""
+    jobs = ns.get("/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+    return {
+        j["metadata"]["name"]: j for j in jobs if j["metadata"].get("labels", {}).get(JOBSET_NAME) == name
+    }
+
+
+def failed_of(job: dict[str, Any]) -> int:
+    return int((job.get("status") or {}).get("failed") or 0)
+
+
+def test_a_jobset_that_loses_a_node_gets_its_pod_back_in_its_block_and_is_not_suspended(
+    kinds_ns: Namespace,
+) -> None:
+    """A JobSet of two child Jobs, a driver and two workers (each Job may lose one pod without failing:
+    backoffLimit 1; no failurePolicy), runs in nb-a, which keeps one node free, while nb-b is all free. A
+    worker's node fails (a NoExecute taint): the taint manager evicts its pod, which its child Job counts
+    as a failure, and the Job makes a replacement, born gated. Phalanx completes the gang in its block:
+    the replacement goes to nb-a's free node beside the two pods still running (not to nb-b, which could
+    hold the whole JobSet), the gang is whole again, and the JobSet is never suspended nor restarted."""
+    ns = kinds_ns
+    ns.fill(*NB_B)  # the JobSet goes to nb-a, which keeps one free node
+    body = jobset(
+        "mend",
+        replicated_job("driver", 1, 1, backoff_limit=1),
+        replicated_job("workers", 1, 2, backoff_limit=1),
+        annotations=KEY,
+    )
+    suspends = JobSetSuspendWatch(ns, "mend")
+    victim = ""
+    try:
+        with whole_gangs_through_a_failure(ns, {"mend": 3}, jobset_gang, completed_in=NB_KEY) as gangs:
+            ns.create(body)
+            first = wait_bound(ns, "mend", lambda: jobset_pods(ns, "mend"), 3)
+            labels = node_labels(ns.api)
+            assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in first} == {"nb-a"}
+            for node in NB_B:
+                ns.unfill(node)  # nb-b free again: the JobSet could go there whole
+            wait_for("the fillers gone", lambda: not ns.pods("app=filler") or None, timeout=60)
+            wait_for("the pod watch to see it whole", lambda: gangs.whole("mend"), timeout=30)
+            lost = min(
+                (p for p in first if p["metadata"]["labels"]["job-name"] == "mend-workers-0"),
+                key=lambda p: str(p["spec"]["nodeName"]),
+            )
+            victim = lost["spec"]["nodeName"]
+            print(ns.where(f"{JOBSET_NAME}=mend"), f"{victim} fails")
+            gangs.failure()
+            fail_node(ns.api, victim, how="taint")
+
+            def mended() -> list[dict[str, Any]] | None:
+                pods = jobset_pods(ns, "mend")
+                names = {p["metadata"]["name"] for p in pods}
+                whole = len(pods) == 3 and len(bound(pods)) == 3
+                return pods if whole and lost["metadata"]["name"] not in names else None
+
+            pods = wait_for("the gang whole again, off the failed node", mended, timeout=90)
+    finally:
+        seen = suspends.stop()
+        if victim:
+            heal_node(ns.api, victim)
+    print(ns.where(f"{JOBSET_NAME}=mend"))
+    # Never suspended, nothing requeued: the two pods the failure left ran on, one pod made beside them.
+    assert suspend_flips(seen) == [False], seen
+    before = {p["metadata"]["uid"] for p in first}
+    new = [p for p in pods if p["metadata"]["uid"] not in before]
+    assert len(new) == 1, [p["metadata"]["name"] for p in new]
+    (free,) = set(NB_A) - {p["spec"]["nodeName"] for p in first}
+    assert new[0]["spec"]["nodeName"] == free
+    assert new[0]["metadata"]["labels"]["job-name"] == "mend-workers-0"
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+    # No failurePolicy restart: the same child Jobs, the eviction their only failure.
+    body = ns.get(f"{JOBSETS}/mend")
+    assert "phalanx.dev/requeued" not in (body["metadata"].get("annotations") or {})
+    assert int(body.get("status", {}).get("restarts") or 0) == 0
+    jobs = child_jobs(ns, "mend")
+    assert {n: failed_of(j) for n, j in jobs.items()} == {"mend-driver-0": 0, "mend-workers-0": 1}
+    assert not requeues_of(ns, "JobSet", "mend")
+    root = wait_for(
+        "the root Admitted in nb-a",
+        lambda: r if condition(r := root_of(ns, "mend")).get("status") == "True" else None,
+        timeout=60,
+    )
+    assert root["status"].get("domain") == "nb-a", root["status"]
+
+
+def test_a_jobset_whose_block_has_no_room_for_its_lost_pod_is_suspended_resumed_and_placed_whole_elsewhere(
+    kinds_ns: Namespace,
+) -> None:
+    """A JobSet of two child Jobs of two pods (each Job may lose one pod without failing: backoffLimit 1;
+    no failurePolicy, so a failed child Job would fail the JobSet) fills a network block. One of its nodes
+    fails: the taint manager evicts that pod (its child Job counts it, and makes a replacement, born gated)
+    and the block has no other node. Phalanx requeues the JobSet whole at once (a JobSet is one tree): it
+    suspends it with phalanx.dev/requeued saying why — the JobSet controller suspends its child Jobs,
+    whose three pods left go counting no failure — and resumes it once they are gone, clearing the note;
+    its four new pods, born gated, run whole in the other block. The same child Jobs throughout
+    (suspended and resumed, not made again), no failurePolicy restart; the Requeued event and the root
+    group's condition say why."""
+    ns = kinds_ns
+    body = jobset("moved", replicated_job("workers", 2, 2, backoff_limit=1), annotations=KEY)
+    run = requeued_after_a_node_failure(ns, "JobSet/moved", body, 4)
+    first, again = run.blocks
+    assert again != first
+    assert not run.old & {p["metadata"]["name"] for p in run.pods}
+    assert not run.born_ungated, run.born_ungated
+    (why,) = {e["message"] for e in run.requeued}
+    assert why.startswith("below its minCount: 3 pod(s) of the tree were left in "), why
+    # Suspended by Phalanx with its note, resumed with the note gone: nothing else.
+    assert run.notes == {"JobSet": [(False, ""), (True, why), (False, "")]}, run.notes
+    assert ("Requeued", f"requeued by Phalanx: {why}") in run.said, run.said
+    assert run.said[-1][0] == "Admitted", run.said
+    jobset_body = ns.get(f"{JOBSETS}/moved")
+    assert int(jobset_body.get("status", {}).get("restarts") or 0) == 0
+    assert not [c for c in jobset_body["status"].get("conditions") or [] if c["status"] == "True"], (
+        jobset_body
+    )
+    # The same child Jobs, suspended and resumed; the eviction is the one failure (of the lost pod's Job),
+    # the suspension counted none.
+    jobs = child_jobs(ns, "moved")
+    assert {n: j["metadata"]["uid"] for n, j in jobs.items()} == run.children
+    lost_job = run.lost["metadata"]["labels"]["job-name"]
+    assert {n: failed_of(j) for n, j in jobs.items()} == {n: int(n == lost_job) for n in run.children}
+    wait_for(
+        f"the root's status.domain {again}",
+        lambda: (root_of(ns, "moved").get("status") or {}).get("domain") == again or None,
+        timeout=60,
+    )
 
 
 # ---------------------------------------------------------------------- a restart mid-admission

@@ -36,6 +36,7 @@ from .kinds import (
     owned,
     phalanx_objects,
     reasons_of,
+    requeued_after_a_node_failure,
     runtime_annotations,
     tas_runtime,
     torch_runtime,
@@ -321,6 +322,55 @@ def test_a_pod_of_a_running_trainjob_deleted_by_hand_is_replaced_in_the_gangs_bl
     assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
     assert phalanx_objects(ns, "TrainJob/hand") == made
     assert not ns.get(f"{TRAINJOBS}/hand")["spec"].get("suspend")
+
+
+def test_a_trainjob_whose_block_has_no_room_for_its_lost_pod_is_suspended_resumed_and_runs_whole_elsewhere(
+    kinds_ns: Namespace,
+) -> None:
+    """A TrainJob of the torch runtime (four 8-GPU nodes in one network block: it fills one), not queued in
+    Kueue, runs whole; one of its nodes fails (a NoExecute taint: the taint manager evicts its pod) and its
+    block has no other node. Phalanx requeues it whole: it suspends the *TrainJob* (spec.suspend true,
+    phalanx.dev/requeued saying why; Trainer suspends its JobSet, the JobSet controller its child Job,
+    whose three pods left go), resumes it once they are gone (the note cleared; Trainer resumes the
+    JobSet), and its four new pods, born gated, run whole in the other block. The child Job (the runtime
+    sets no backoffLimit: the Job's default 6; no failurePolicy) counts the eviction as its one failure,
+    the suspension none; the same child Job throughout, no JobSet restart, the TrainJob not failed."""
+    ns = kinds_ns
+    ensure(ns, RUNTIMES, torch_runtime(RUNTIME, 4))
+    run = requeued_after_a_node_failure(ns, "TrainJob/moved", trainjob("moved", RUNTIME, KEY), 4)
+    first, again = run.blocks
+    assert again != first
+    assert not run.old & {p["metadata"]["name"] for p in run.pods}
+    assert not run.born_ungated, run.born_ungated
+    (why,) = {e["message"] for e in run.requeued}
+    assert why.startswith("below its minCount: 3 pod(s) of the tree were left in "), why
+    # Phalanx suspended the TrainJob with its note and resumed it, the note gone; Trainer kept its JobSet
+    # in step (Phalanx writes no note there). Nothing else.
+    assert run.notes == {
+        "TrainJob": [(False, ""), (True, why), (False, "")],
+        "JobSet": [(False, ""), (True, ""), (False, "")],
+    }, run.notes
+    assert ("Requeued", f"requeued by Phalanx: {why}") in run.said, run.said
+    assert run.said[-1][0] == "Admitted", run.said
+    # Made again by the same child Job, resumed: no JobSet restart.
+    assert {p["metadata"]["labels"].get(RESTART_ATTEMPT) for p in run.pods} == {"0"}
+    assert not (ns.get(f"{JOBSETS}/moved").get("status") or {}).get("restarts")
+    ((child, uid),) = run.children.items()
+    job = ns.get(f"/apis/batch/v1/namespaces/{{ns}}/jobs/{child}")
+    assert job["metadata"]["uid"] == uid
+    assert (int(job["status"].get("failed") or 0), job["spec"]["backoffLimit"]) == (1, 6), job["status"]
+    body = ns.get(f"{TRAINJOBS}/moved")
+    assert not body["spec"].get("suspend")
+    assert condition(body, "Failed").get("status") != "True", body.get("status")
+    wait_for(
+        f"the root's status.domain {again}",
+        lambda: [
+            r
+            for r in owned(ns, "TrainJob/moved", "compositepodgroups")
+            if (r.get("status") or {}).get("domain") == again
+        ],
+        timeout=60,
+    )
 
 
 # ---------------------------------------------------------------------- Kueue's TAS through Trainer

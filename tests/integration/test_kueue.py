@@ -41,15 +41,22 @@ from .kinds import (
     RUNTIMES,
     TAS,
     TRAINJOBS,
+    FirstSeen,
+    GroupSays,
+    JobSetSuspendWatch,
+    SuspendWatch,
+    TrainJobSuspendWatch,
+    changes,
     condition,
     delete_runtime,
     ensure,
     events_of,
-    gated,
+    jobset_block,
     jobset_gang,
     jobset_pods,
     owned,
     runtime_annotations,
+    suspend_flips,
     tas_runtime,
     torch_runtime,
     trainjob,
@@ -290,25 +297,6 @@ def explain(ns: Namespace, job: str, kind: str = "job") -> dict[str, Any]:
     return result
 
 
-class SuspendWatch:
-    """Every version of a Job's spec.suspend, listed then watched (bench/scale_watch.py's PodWatch on Jobs),
-    so a suspend fight shows as a True among them however briefly it lasts."""
-
-    def __init__(self, ns: Namespace, job: str) -> None:
-        self.job = job
-        self.seen: list[tuple[float, bool]] = []
-        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection="apis/batch/v1/jobs")
-        self._watch.start()
-
-    def _see(self, _kind: str, job: dict[str, Any], now: float) -> None:
-        if job["metadata"]["name"] == self.job:
-            self.seen.append((now, bool(job["spec"].get("suspend"))))
-
-    def stop(self) -> list[tuple[float, bool]]:
-        self._watch.stop()
-        return self.seen
-
-
 # ---------------------------------------------------------------------------- the tests
 def test_quota_admits_two_gangs_the_third_waits_in_kueue_and_each_runs_whole_in_one_block_by_best_fit(
     kns: Namespace,
@@ -464,7 +452,7 @@ def test_a_node_failure_requeues_a_kueue_gang_whose_job_would_count_deleted_pods
         back_through_kueue(kns, "gang-a", failed=1)  # the eviction only
     finally:
         steps = history.stop()
-        flips = _flips(suspends.stop())
+        flips = suspend_flips(suspends.stop())
         if victim:
             heal_node(kns.api, victim)
     reasons = {
@@ -597,7 +585,7 @@ def test_phalanx_killed_right_after_deactivating_a_kueue_workload_activates_it_o
         if victim:
             heal_node(kns.api, victim)
     assert len({v.uid for v in steps}) == 1, steps
-    assert len({uid for uid, _ in failed}) == 1 and _steps([n for _, n in failed]) == [0, 1], failed
+    assert len({uid for uid, _ in failed}) == 1 and changes([n for _, n in failed]) == [0, 1], failed
     # Deactivated once: one version going from active to inactive with the note, none after the restart.
     went_inactive = [
         i for i in range(1, len(steps)) if steps[i - 1].active and not steps[i].active and steps[i].note
@@ -610,7 +598,7 @@ def test_phalanx_killed_right_after_deactivating_a_kueue_workload_activates_it_o
     assert released and activated, [v.phase for v in steps]
     assert released[0] < activated[0], [v.phase for v in steps]
     assert [i for i in activated if steps[i].true("Admitted")], [v.phase for v in steps]
-    assert _steps([v.phase for v in steps])[-1] == "admitted", [v.phase for v in steps]
+    assert changes([v.phase for v in steps])[-1] == "admitted", [v.phase for v in steps]
 
 
 def _job_gang(pod: dict[str, Any]) -> str:
@@ -967,27 +955,6 @@ def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
     assert "walk-through: 1 OK, 0 skipped, 0 failed" in result.stdout
 
 
-class JobSetSuspendWatch(SuspendWatch):
-    """Every version of a JobSet's spec.suspend (listed, then watched)."""
-
-    def __init__(self, ns: Namespace, name: str) -> None:
-        self.job = name
-        self.seen = []
-        self._watch = PodWatch(
-            ns.cluster, ns.name, self._see, collection="apis/jobset.x-k8s.io/v1alpha2/jobsets"
-        )
-        self._watch.start()
-
-
-def _flips(seen: list[tuple[float, bool]]) -> list[bool]:
-    """The values spec.suspend went through, each change once."""
-    out: list[bool] = []
-    for _, value in seen:
-        if not out or out[-1] != value:
-            out.append(value)
-    return out
-
-
 def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_whole_when_readmitted(
     kns: Namespace, kueue_queue: str
 ) -> None:
@@ -1078,7 +1045,7 @@ def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_
         seen = watch.stop()
         kns.api.request("DELETE", path)
     # Created suspended by Kueue, started, preempted, started again: no other change, no tug-of-war.
-    assert _flips(seen) == [True, False, True, False], _flips(seen)
+    assert suspend_flips(seen) == [True, False, True, False], suspend_flips(seen)
     ours = [e for e in kns.events("involvedObject.name=train") if e.get("reportingComponent") == COMPONENT]
     assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted")], ours  # Kueue's preemption
     assert not [e for e in kns.events() if e["reason"] == "Preempting"]  # Phalanx preempted nothing
@@ -1086,47 +1053,6 @@ def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_
 
 # ---------------------------------------------------------------------------- a TrainJob through Kueue
 TRAINJOB_RUNTIME = "torch-kueue-4x8"  # 4 nodes of 8 GPUs: 32 of the ClusterQueue's 48, so one at a time
-
-
-class TrainJobSuspendWatch(SuspendWatch):
-    """Every version of a TrainJob's spec.suspend (listed, then watched)."""
-
-    def __init__(self, ns: Namespace, name: str) -> None:
-        self.job = name
-        self.seen = []
-        self._watch = PodWatch(
-            ns.cluster, ns.name, self._see, collection="apis/trainer.kubeflow.org/v1alpha1/trainjobs"
-        )
-        self._watch.start()
-
-
-class FirstSeen:
-    """The order in which pods of JobSets first appear (listed, then watched), and marks the test sets in
-    between: a pod seen before a mark was made before the mark was set."""
-
-    def __init__(self, ns: Namespace) -> None:
-        self.order: list[str] = []  # "mark:<name>" or "<jobset>/<pod>"
-        self.born_ungated: list[str] = []  # pods first seen without Phalanx's gate
-        self._watch = PodWatch(ns.cluster, ns.name, self._see)
-        self._watch.start()
-
-    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
-        jobset = (pod["metadata"].get("labels") or {}).get(JOBSET_NAME)
-        seen = f"{jobset}/{pod['metadata']['name']}"
-        if jobset and seen not in self.order:
-            self.order.append(seen)
-            if not gated([pod]):
-                self.born_ungated.append(seen)
-
-    def mark(self, name: str) -> None:
-        self.order.append(f"mark:{name}")
-
-    def pods_before(self, mark: str, jobset: str) -> list[str]:
-        before = self.order[: self.order.index(f"mark:{mark}")]
-        return [p for p in before if p.startswith(f"{jobset}/")]
-
-    def stop(self) -> None:
-        self._watch.stop()
 
 
 def queued_trainjob(name: str, runtime: str = TRAINJOB_RUNTIME, queue: str = "lq") -> dict[str, Any]:
@@ -1195,7 +1121,7 @@ def test_a_queued_trainjob_runs_whole_once_kueue_admits_it_and_the_next_waits_in
             assert kueue_condition(workload_of(kns, "second"), "Admitted").get("status") == "True"
             print(kns.where(f"{JOBSET_NAME}=second"), f"first ran in {first}, second in {block}")
     finally:
-        flips = {n: _flips(w.stop()) for n, w in suspends.items()}
+        flips = {n: suspend_flips(w.stop()) for n, w in suspends.items()}
         seen.stop()
         for path in paths.values():
             try:
@@ -1291,11 +1217,7 @@ def priority_runtime(name: str, priority_class: str) -> dict[str, Any]:
 
 def trainjob_whole(ns: Namespace, name: str) -> str | None:
     """The network block the TrainJob's four pods are all bound in, or None."""
-    pods = jobset_pods(ns, name)
-    if len(pods) != 4 or len(bound(pods)) != 4:
-        return None
-    blocks = domains_of(ns.api, pods, NB_KEY)
-    return next(iter(blocks)) if len(blocks) == 1 else None
+    return jobset_block(ns, name, 4)
 
 
 def pod_gang(pod: dict[str, Any]) -> str:
@@ -1402,7 +1324,7 @@ def trainjob_preempted_and_readmitted(
                 f"{low} in {first}, {preemptor.name} in {block}, {low} in {again}",
             )
     finally:
-        flips = {what: _flips(w.stop()) for what, w in suspends.items()}
+        flips = {what: suspend_flips(w.stop()) for what, w in suspends.items()}
         seen.stop()
         for path in (low_path, preemptor.path):
             delete_if_there(kns, path)
@@ -1582,15 +1504,6 @@ class WorkloadWatch:
         return self.seen
 
 
-def _steps(values: list[Any]) -> list[Any]:
-    """The values a sequence went through, each change once."""
-    out: list[Any] = []
-    for value in values:
-        if not out or out[-1] != value:
-            out.append(value)
-    return out
-
-
 class JobFailures:
     """Every version of a Job's (uid, status.failed), listed then watched."""
 
@@ -1629,31 +1542,6 @@ class Disruptions:
     def stop(self) -> dict[str, str]:
         self._watch.stop()
         return self.reasons
-
-
-class GroupSays:
-    """Every (reason, message) of the Admitted condition of the compositepodgroups of `owner` (`Kind/name`),
-    listed then watched: what Phalanx told of the gang as it went."""
-
-    def __init__(self, ns: Namespace, owner: str) -> None:
-        self.owner = owner
-        self.seen: list[tuple[str, str]] = []
-        self._watch = PodWatch(
-            ns.cluster,
-            ns.name,
-            self._see,
-            collection="apis/scheduling.phalanx.dev/v1beta1/compositepodgroups",
-        )
-        self._watch.start()
-
-    def _see(self, _kind: str, group: dict[str, Any], _now: float) -> None:
-        if (group["metadata"].get("annotations") or {}).get("phalanx.dev/owner") == self.owner:
-            cond = condition(group)
-            self.seen.append((str(cond.get("reason", "")), str(cond.get("message", ""))))
-
-    def stop(self) -> list[tuple[str, str]]:
-        self._watch.stop()
-        return self.seen
 
 
 def cq_counts(api: RestClient, name: str) -> dict[str, Any]:
@@ -1748,6 +1636,8 @@ class FailureRun:
     victims: list[str]  # the nodes that failed, one a requeue
     old: set[str]  # every pod of the placements before the last
     requeued: list[dict[str, Any]]  # Phalanx's Requeued events on the TrainJob
+    # The Requeued event's message after each requeue (one Event per object and reason: it keeps the latest)
+    requeue_messages: list[str]
     failed_after: list[int]  # the child Job's status.failed once the gang ran whole again, a requeue each
     flips: dict[str, list[bool]]  # spec.suspend of the TrainJob and of its JobSet, each change once
     workloads: list[WorkloadVersion]  # every version of its Kueue Workload(s)
@@ -1790,6 +1680,7 @@ def trainjob_through_node_failures(
     old: set[str] = set()
     failed_after: list[int] = []
     requeued: list[dict[str, Any]] = []
+    messages: list[str] = []
     writes_before = requeue_writes(operator)
     try:
         with whole_gangs_through_a_failure(kns, {name: 4}, jobset_gang) as gangs:
@@ -1820,6 +1711,7 @@ def trainjob_through_node_failures(
                 assert _count(requeued) == n, requeued
                 assert all("below its minCount" in e["message"] for e in requeued), requeued
                 print(f"Requeued ({n}):", requeued[-1]["message"])
+                messages.append(requeued[-1]["message"])
                 wait_for(
                     f"every pod of {name} from before failure {n} gone",
                     partial(pods_gone, kns, name, before),
@@ -1849,7 +1741,7 @@ def trainjob_through_node_failures(
         assert condition(body, "Failed").get("status") != "True", body.get("status")
         writes = {k: v - writes_before[k] for k, v in requeue_writes(operator).items()}
     finally:
-        flips = {what: _flips(w.stop()) for what, w in suspends.items()}
+        flips = {what: suspend_flips(w.stop()) for what, w in suspends.items()}
         versions = workloads.stop()
         reasons = marks.stop()
         job_versions = jobs.stop()
@@ -1864,11 +1756,11 @@ def trainjob_through_node_failures(
     # Phalanx preempted nothing, and none of its writes failed (a refused Workload patch would say so).
     assert not [e for e in ours if e["reason"] in ("Preempted", "Preempting", "FailedSync")], ours
     print("suspend:", flips)
-    print("Workload:", _steps([(v.uid[:8], v.phase) for v in versions]))
-    print("Workload conditions:", _steps([(v.active, v.note[:20], v.status, v.reasons) for v in versions]))
-    print("child Job (uid, failed):", _steps([(uid[:8], failed) for uid, failed in job_versions]))
+    print("Workload:", changes([(v.uid[:8], v.phase) for v in versions]))
+    print("Workload conditions:", changes([(v.active, v.note[:20], v.status, v.reasons) for v in versions]))
+    print("child Job (uid, failed):", changes([(uid[:8], failed) for uid, failed in job_versions]))
     print("DisruptionTarget:", reasons)
-    for step in _steps(said):
+    for step in changes(said):
         print("group says:", step)
     print("requeue writes:", writes)
     return FailureRun(
@@ -1876,13 +1768,14 @@ def trainjob_through_node_failures(
         victims,
         old,
         requeued,
+        messages,
         failed_after,
         flips,
         versions,
         reasons,
         job_versions,
         job,
-        _steps(said),
+        changes(said),
         writes,
     )
 
@@ -1908,21 +1801,26 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_
     the TrainJob (docs/kueue.md, item 14 of How it is tested)."""
     ensure(kns, RUNTIMES, torch_runtime(TRAINJOB_RUNTIME, 4))
     run = trainjob_through_node_failures(kns, kueue_queue, phalanx_addons, TRAINJOB_RUNTIME, failures=2)
-    why = {e["message"] for e in run.requeued}
+    # Each requeue says where the gang was left: the block it ran in before it.
+    left = [m.split(", ")[0] for m in run.requeue_messages]
+    assert left == [f"below its minCount: 3 pod(s) of the tree were left in {b}" for b in run.blocks[:-1]], (
+        left
+    )
+    why = set(run.requeue_messages)
     # Kueue suspended and resumed it for each requeue: its creation, its admission, then each eviction and
     # readmission; Trainer keeps the JobSet in step. Phalanx never wrote either.
     assert run.flips == {"TrainJob": [True, False] * 3, "JobSet": [True, False] * 3}, run.flips
     # The one Workload, deactivated with Phalanx's note, evicted by Kueue, its quota released, activated
     # again without the note, queued and admitted: once a requeue.
     assert len({v.uid for v in run.workloads}) == 1, run.workloads
-    steps = _steps([v.phase for v in run.workloads])
+    steps = changes([v.phase for v in run.workloads])
     requeue = ["deactivated", "evicted", "released", "queued", "admitted"]
     assert steps == ["queued", "admitted", *requeue, *requeue], steps
     assert {v.note for v in run.workloads if v.note} == why, run.workloads
     evicted = [v for v in run.workloads if v.phase == "evicted"]
     assert {v.reasons.get("Evicted") for v in evicted} == {"Deactivated"}, evicted
     # Kueue requeued it because it was reactivated (Requeued=False Deactivated, then True Reactivated).
-    requeued = _steps([v.reasons["Requeued"] for v in run.workloads if "Requeued" in v.reasons])
+    requeued = changes([v.reasons["Requeued"] for v in run.workloads if "Requeued" in v.reasons])
     assert requeued == ["Deactivated", "Reactivated"] * 2, requeued
     # One deactivation and one activation a requeue, no pod deleted by Phalanx.
     assert run.writes == {
@@ -1945,7 +1843,7 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_
     assert "RequeueByPhalanx" not in run.disruptions.values(), run.disruptions
     # So the child Job counts the two evictions only, one a requeue, within its backoffLimit.
     assert run.failed_after == [1, 2], run.failed_after
-    assert _steps(run.failed_seen) == [(run.job["metadata"]["uid"], n) for n in (0, 1, 2)], run.failed_seen
+    assert changes(run.failed_seen) == [(run.job["metadata"]["uid"], n) for n in (0, 1, 2)], run.failed_seen
     assert run.job["status"].get("failed") == 2 and run.job["spec"]["backoffLimit"] == 6, run.job["status"]
 
 
@@ -1980,7 +1878,7 @@ def test_a_node_failure_under_a_queued_trainjob_ignoring_disruptions_requeues_it
     assert run.flips == {"TrainJob": [True, False], "JobSet": [True, False]}, run.flips
     # One Workload, never deactivated, evicted or preempted, and admitted from its admission on.
     assert len({v.uid for v in run.workloads}) == 1, run.workloads
-    assert _steps([v.phase for v in run.workloads]) == ["queued", "admitted"], run.workloads
+    assert changes([v.phase for v in run.workloads]) == ["queued", "admitted"], run.workloads
     admitted = next(i for i, v in enumerate(run.workloads) if v.true("Admitted"))
     assert all(v.true("Admitted") and v.true("QuotaReserved") for v in run.workloads[admitted:]), (
         run.workloads
@@ -1999,5 +1897,5 @@ def test_a_node_failure_under_a_queued_trainjob_ignoring_disruptions_requeues_it
     assert not [m for _, m in run.said if "deactivated" in m], run.said
     # Each was marked a disruption target (the taint manager's, Phalanx's), which the rule ignores.
     assert run.failed_after == [0], run.failed_after
-    assert _steps(run.failed_seen) == [(run.job["metadata"]["uid"], 0)], run.failed_seen
+    assert changes(run.failed_seen) == [(run.job["metadata"]["uid"], 0)], run.failed_seen
     assert run.job["status"].get("failed", 0) == 0 and run.job["spec"]["backoffLimit"] == 6, run.job["status"]

@@ -34,6 +34,7 @@ from phalanx.controller.model.actions import (
     PostEvent,
     ReleasePod,
     ResumeJob,
+    SuspendJob,
     UngatePod,
     status_write,
 )
@@ -332,6 +333,41 @@ def test_a_failure_policy_restart_places_the_new_pods_whole_where_the_jobset_was
     again = plan(jobset_cluster([jobset], all_pods(), groups=groups), NOW)
     assert {BLOCK[a.node] for a in again.actions if isinstance(a, ReleasePod)} == {"nb-b"}
     assert len([a for a in again.actions if isinstance(a, ReleasePod)]) == 4
+
+
+def test_a_jobset_of_one_child_job_that_loses_a_node_keeps_its_domain_and_is_requeued_saying_where() -> None:
+    """One child Job of four pods (a TrainJob's torch JobSet has that shape) runs in nb-a; n1 fails and its
+    pod goes. The child Job is short of its minCount, but three of its pods still run there: the root keeps
+    its recorded decision and its domain while they do, as a PodGroup keeps its own. The replacement finds
+    no room in nb-a, so the JobSet is requeued whole, saying where it was left. (Before, the root dropped
+    its decision as soon as its only child group was short, and the requeue of a real TrainJob said "3
+    pod(s) of the tree were left, ..." without its block.)"""
+    jobset = jobset_body(replicated=(("node", 1, 4),), annotations={"phalanx.dev/topology-key": NB})
+    pods = [jobset_pod("train", "node", 0, i) for i in range(4)]
+    groups = made(plan(jobset_cluster([jobset], pods), NOW))
+    first = plan(jobset_cluster([jobset], pods, groups=groups, busy=(5,)), NOW)
+    nodes = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    assert sorted(nodes.values()) == ["n1", "n2", "n3", "n4"]
+    groups = _with(groups, first)
+    running = []
+    for i in range(4):
+        pod = jobset_pod("train", "node", 0, i, node=nodes[f"train-node-0-{i}"], gated=False)
+        pod["status"]["phase"] = "Running"
+        running.append(pod)
+    (lost,) = [p for p in running if p["spec"]["nodeName"] == "n1"]
+    left = [p for p in running if p is not lost]
+    later = NOW + dt.timedelta(seconds=5)
+    short = plan(jobset_cluster([jobset], left, groups=groups, busy=(1,)), later)  # n1 unusable now
+    groups = _with(groups, short)
+    (root,) = [g for g in groups if isinstance(g, CompositePodGroupRecord)]
+    assert root.status.admission is not None and root.status.domain == "nb-a", root.status
+    replacement = jobset_pod("train", "node", 0, int(lost["metadata"]["name"].rsplit("-", 1)[1]))
+    replacement["metadata"].update(name="train-node-0-again", uid="uid-again")
+    broken = plan(jobset_cluster([jobset], [*left, replacement], groups=groups, busy=(1,)), later)
+    assert not [a for a in broken.actions if isinstance(a, ReleasePod)]  # nb-b has room, but not nb-a
+    (suspend,) = [a for a in broken.actions if isinstance(a, SuspendJob)]
+    assert suspend.job.kind == "JobSet"
+    assert suspend.why.startswith("below its minCount: 3 pod(s) of the tree were left in nb-a, "), suspend.why
 
 
 def test_a_jobset_requeued_by_phalanx_forgets_its_domain() -> None:

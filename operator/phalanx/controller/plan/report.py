@@ -172,7 +172,11 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
         owner_kind=owner.kind if owner else "Job",
         held_by=owner.held_by if owner else "",
     )
-    admission = work.admission if is_root and placed else None
+    # The tree's decision stays while a child group is placed, or while any pod of it still holds a node,
+    # as a PodGroup keeps its own (_leaf_status): a tree whose every child group lost a pod (a JobSet of
+    # one child Job after a node failure) still runs where it says, and is completed or requeued there.
+    holds = is_root and any(leaf.placed or leaf.released_now for leaf in work.leaves.values())
+    admission = work.admission if is_root and (placed or holds) else None
     desired = st.desired_status(
         composite.status,
         facts,
