@@ -857,6 +857,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile=args.profile,
     )
     out = Path(args.out)
+    # <out>.json and <out>.txt, the dots of <out> kept (--out …-upstream-1.38 is not a suffix to replace)
+    json_path, text_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     document: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -882,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             folder = Path(args.workdir) / f"r{round_ + 1}-{case.id}-{name}"
             result = run_case(SYSTEMS[name](), case, folder, options) | {"round": round_ + 1}
             document["runs"].append(result)
-            out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
+            json_path.write_text(json.dumps(document, indent=1) + "\n")
             brief = {
                 k: result.get(k)
                 for k in (
@@ -897,10 +899,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             print(f"  -> {brief}")
     text = report(document)
-    out.with_suffix(".txt").write_text(text)
+    text_path.write_text(text)
     print()
     print(text)
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.txt')}")
+    print(f"wrote {json_path} and {text_path}")
     failed = [
         r
         for r in document["runs"]
