@@ -55,6 +55,7 @@ class System:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
     mode: ClassVar[str] = "stock"
+    version: ClassVar[str | None] = None  # its control plane's Kubernetes version (None: the default)
     agents: ClassVar[tuple[str, ...]] = ()
     """The user agents (first token) of the system's own admission component, in the apiserver's log."""
 
@@ -82,6 +83,7 @@ class System:
             log=log,
             ready_timeout=timeout,
             node_monitor_grace_seconds=self.node_grace_seconds,
+            kubernetes_version=self.version,
         )
 
     def _after_up(self, folder: Path, log: Callable[[str], None], timeout: float) -> None:
@@ -169,7 +171,7 @@ class Upstream(System):
 
 class Upstream138(Upstream):
     """Upstream's next release, v1.38.0-beta.0 (built by `hack/build.sh --kubernetes-version
-    v1.38.0-beta.0`, 20 to 25 min cold, never by the bench): the same Job `spec.scheduling`, now
+    v1.38.0-beta.0`, 10 to 15 min cold, never by the bench): the same Job `spec.scheduling`, now
     `scheduling.k8s.io/v1`'s types, on its own control plane (etcd, kwok and kubectl stay v1.37.2's)."""
 
     name = "upstream-1.38"
@@ -182,18 +184,6 @@ class Upstream138(Upstream):
         except MissingBinariesError as e:
             return str(e)
         return None
-
-    def _up(
-        self, cluster: DevCluster, topology: str, log: Callable[[str], None], timeout: float
-    ) -> ClusterState:
-        return cluster.up(
-            mode=self.mode,
-            topology=topology,
-            log=log,
-            ready_timeout=timeout,
-            node_monitor_grace_seconds=self.node_grace_seconds,
-            kubernetes_version=self.version,
-        )
 
 
 class Kueue(System):

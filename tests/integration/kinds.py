@@ -710,6 +710,20 @@ class FailedOver:
     said: list[tuple[str, str]]  # the root group's Admitted condition (reason, message), each change once
     born_ungated: list[str]  # the gang's pods first seen without Phalanx's gate
 
+    def moved_whole(self) -> str:
+        """What every such requeue must show: the gang runs in another block, with none of its old pods
+        and none of its new ones born ungated, after one requeue that says how many pods the failure
+        left and in which block. Its why."""
+        first, again = self.blocks
+        assert again != first, self.blocks
+        assert not self.old & {p["metadata"]["name"] for p in self.pods}
+        assert not self.born_ungated, self.born_ungated
+        (why,) = {e["message"] for e in self.requeued}
+        assert why.startswith(
+            f"below its minCount: {len(self.old) - 1} pod(s) of the tree were left in {first}"
+        ), why
+        return why
+
 
 def requeued_after_a_node_failure(ns: Namespace, owner: str, body: dict[str, Any], size: int) -> FailedOver:
     """A node failure under a running JobSet or TrainJob (`owner`, `Kind/name`, created from `body`; its
