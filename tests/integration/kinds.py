@@ -6,6 +6,7 @@ ever bound in part (bench/scale_watch.py's Recorder, keyed by the kind's gang in
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -335,6 +336,24 @@ def explain(ns: Namespace, target: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def diagnose_lws(ns: Namespace, name: str) -> None:
+    """What the cluster looked like when a wait for LWS `name` timed out: the pods, the events, Phalanx's
+    groups."""
+    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+    print(ns.where())
+    for e in ns.events():
+        obj = e["involvedObject"]
+        print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
+    for group in groups(ns):
+        print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+
+
+def worker_node(pods: list[dict[str, Any]]) -> str:
+    """The node of a worker (not the leader: losing the leader, LWS makes the whole group again itself, its
+    workers' StatefulSet being the leader pod's)."""
+    return sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get(LWS_WORKER) != "0")[0]
 
 
 # ---------------------------------------------------------------------- no partial gang, ever
@@ -958,7 +977,8 @@ class WorkloadWatch:
 class GateWatch:
     """Every version of the pods labelled `label=value` (bench/scale_watch.py's PodWatch lists, then watches,
     so Kueue's gate is seen however briefly it stays on): a pod seen released by Phalanx (its gate gone) while
-    still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
+    still carrying one of Kueue's gates would be Phalanx not waiting for Kueue. `kueue_gated`: the uids of
+    the pods seen behind one of Kueue's gates (a pod made again under its old name is another pod)."""
 
     def __init__(self, ns: Namespace, label: str, value: str) -> None:
         self.label, self.value = label, value
@@ -973,7 +993,7 @@ class GateWatch:
         gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
         name = pod["metadata"]["name"]
         if gates & set(KUEUE_GATES):
-            self.kueue_gated.add(name)
+            self.kueue_gated.add(pod["metadata"]["uid"])
             if "phalanx.dev/admission" not in gates:
                 self.early.append(name)
 
