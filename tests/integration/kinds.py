@@ -6,6 +6,7 @@ ever bound in part (bench/scale_watch.py's Recorder, keyed by the kind's gang in
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -16,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from phalanx.controller.apply.events import COMPONENT
-from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.http import ApiError, RestClient
+from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
 from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, node_labels, wait_for
@@ -332,6 +336,24 @@ def explain(ns: Namespace, target: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def diagnose_lws(ns: Namespace, name: str) -> None:
+    """What the cluster looked like when a wait for LWS `name` timed out: the pods, the events, Phalanx's
+    groups."""
+    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
+    print(ns.where())
+    for e in ns.events():
+        obj = e["involvedObject"]
+        print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
+    for group in groups(ns):
+        print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
+
+
+def worker_node(pods: list[dict[str, Any]]) -> str:
+    """The node of a worker (not the leader: losing the leader, LWS makes the whole group again itself, its
+    workers' StatefulSet being the leader pod's)."""
+    return sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get(LWS_WORKER) != "0")[0]
 
 
 # ---------------------------------------------------------------------- no partial gang, ever
@@ -796,3 +818,200 @@ def requeued_after_a_node_failure(ns: Namespace, owner: str, body: dict[str, Any
 def _notes(watch: SuspendWatch) -> list[tuple[bool, str]]:
     watch.stop()
     return changes(watch.notes)
+
+
+# ---------------------------------------------------------------------- Kueue beside Phalanx (test_kueue*.py)
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
+GPUS = 6  # a Kueue test's pod's GPUs: one pod a node, and room for a small filler beside it
+
+
+def kueue_pod_spec(restart: str | None = "Never") -> dict[str, Any]:
+    """A pod of 6 GPUs (`restart`: None for a LeaderWorkerSet, whose StatefulSets take Always only)."""
+    spec: dict[str, Any] = {"restartPolicy": restart} if restart else {}
+    return spec | {
+        "containers": [
+            {
+                "name": "worker",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {GPU_KEY: str(GPUS)}},
+            }
+        ],
+    }
+
+
+def queued_job(
+    name: str, count: int, *, priority: str | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A gang of `count` pods, one network block, queued in Kueue's `lq`. Its podFailurePolicy ignores pods
+    that were disruption targets (a taint's eviction, Phalanx's requeue), so none counts as a failure."""
+    pod_spec = kueue_pod_spec()
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"phalanx.dev/managed": "true", "kueue.x-k8s.io/queue-name": "lq"},
+            "annotations": {"phalanx.dev/topology-key": NB_KEY, **(annotations or {})},
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            "backoffLimit": 0,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": {"spec": pod_spec},
+        },
+    }
+
+
+def kueue_workloads(ns: Namespace) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = ns.get(f"{KUEUE}/namespaces/{{ns}}/workloads")["items"]
+    return items
+
+
+def workload_of(ns: Namespace, job: str) -> dict[str, Any] | None:
+    return next(
+        (
+            w
+            for w in kueue_workloads(ns)
+            if any(o["name"] == job for o in w["metadata"].get("ownerReferences", []))
+        ),
+        None,
+    )
+
+
+def kueue_condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next(
+        (c for c in (workload or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {}
+    )
+
+
+def whole_in_one_block(ns: Namespace, job: str, count: int) -> str | None:
+    """The network block the Job's `count` pods are all bound in, or None."""
+    pods = ns.job_pods(job)
+    if len(pods) != count or len(bound(pods)) != count:
+        return None
+    blocks = domains_of(ns.api, pods, NB_KEY)
+    return next(iter(blocks)) if len(blocks) == 1 else None
+
+
+def cq_counts(api: RestClient, name: str) -> dict[str, Any]:
+    """What the ClusterQueue counts: reserved and used quota by (flavor, resource), and its Workloads."""
+    status = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {})
+
+    def totals(key: str) -> dict[tuple[str, str], str]:
+        return {
+            (f["name"], r["name"]): str(r.get("total"))
+            for f in status.get(key) or []
+            for r in f.get("resources") or []
+        }
+
+    return {
+        "reserved": totals("flavorsReservation"),
+        "used": totals("flavorsUsage"),
+        "reserving": status.get("reservingWorkloads", 0),
+        "admitted": status.get("admittedWorkloads", 0),
+    }
+
+
+@dataclass(frozen=True)
+class WorkloadVersion:
+    """One version of a Kueue Workload as a watch saw it."""
+
+    uid: str
+    active: bool  # spec.active
+    note: str  # Phalanx's requeue note (phalanx.dev/requeued), "" without
+    status: dict[str, str]  # its conditions: type -> status
+    reasons: dict[str, str]  # type -> reason
+
+    def true(self, kind: str) -> bool:
+        return self.status.get(kind) == "True"
+
+    @property
+    def phase(self) -> str:
+        """Where it is, in the words of a requeue through Kueue: queued (no quota yet), admitted;
+        deactivated by Phalanx (inactive, its note on it), evicted by Kueue for it, its quota released."""
+        if self.active and not self.note:
+            return "admitted" if self.true("Admitted") else "queued"
+        if self.active or not self.note:
+            return f"active={self.active} note={self.note!r}"  # neither Phalanx's nor Kueue's step
+        if not self.true("Evicted"):
+            return "deactivated"
+        return "evicted" if self.true("QuotaReserved") else "released"
+
+
+class WorkloadWatch:
+    """Every version of the Kueue Workloads owned by `owner` (listed, then watched), so an eviction or a
+    readmission shows however briefly it lasts."""
+
+    def __init__(self, ns: Namespace, owner: str) -> None:
+        self.owner = owner
+        self.seen: list[WorkloadVersion] = []
+        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=f"{KUEUE[1:]}/workloads")
+        self._watch.start()
+
+    def _see(self, _kind: str, workload: dict[str, Any], _now: float) -> None:
+        meta = workload["metadata"]
+        if any(o["name"] == self.owner for o in meta.get("ownerReferences") or []):
+            conditions = (workload.get("status") or {}).get("conditions") or []
+            self.seen.append(
+                WorkloadVersion(
+                    meta["uid"],
+                    workload["spec"].get("active") is not False,
+                    (meta.get("annotations") or {}).get("phalanx.dev/requeued", ""),
+                    {c["type"]: c["status"] for c in conditions},
+                    {c["type"]: c.get("reason", "") for c in conditions},
+                )
+            )
+
+    def stop(self) -> list[WorkloadVersion]:
+        self._watch.stop()
+        return self.seen
+
+
+class GateWatch:
+    """Every version of the pods labelled `label=value` (bench/scale_watch.py's PodWatch lists, then watches,
+    so Kueue's gate is seen however briefly it stays on): a pod seen released by Phalanx (its gate gone) while
+    still carrying one of Kueue's gates would be Phalanx not waiting for Kueue. `kueue_gated`: the uids of
+    the pods seen behind one of Kueue's gates (a pod made again under its old name is another pod)."""
+
+    def __init__(self, ns: Namespace, label: str, value: str) -> None:
+        self.label, self.value = label, value
+        self.early: list[str] = []
+        self.kueue_gated: set[str] = set()
+        self._watch = PodWatch(ns.cluster, ns.name, self._see)
+        self._watch.start()
+
+    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
+        if (pod["metadata"].get("labels") or {}).get(self.label) != self.value:
+            return
+        gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+        name = pod["metadata"]["name"]
+        if gates & set(KUEUE_GATES):
+            self.kueue_gated.add(pod["metadata"]["uid"])
+            if "phalanx.dev/admission" not in gates:
+                self.early.append(name)
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+REQUEUE_WRITES = ("DeactivateKueueWorkload", "ActivateKueueWorkload", "DeletePod")
+
+
+def requeue_writes(operator: OperatorProcess) -> dict[str, int]:
+    """How many of the writes that requeue a Kueue-managed owner Phalanx made so far (its
+    phalanx_writes_total, by action), and how many requeues it counted (phalanx_requeues_total)."""
+    out = dict.fromkeys((*REQUEUE_WRITES, "requeues"), 0)
+    for family in text_string_to_metric_families(operator.scrape()):
+        for s in family.samples:
+            if s.name == "phalanx_writes_total" and s.labels.get("action") in REQUEUE_WRITES:
+                out[s.labels["action"]] += int(s.value)
+            elif s.name == "phalanx_requeues_total":
+                out["requeues"] += int(s.value)
+    return out

@@ -17,10 +17,10 @@ from .kinds import (
     LWS_GROUP,
     LWS_WORKER,
     condition,
+    diagnose_lws,
     events_of,
     explain,
     gated,
-    groups,
     label_of,
     lws,
     lws_gang,
@@ -31,6 +31,7 @@ from .kinds import (
     wait_bound,
     wait_unschedulable,
     whole_gangs,
+    worker_node,
 )
 from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
 
@@ -120,23 +121,6 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     assert slots == workers
 
 
-def diagnose(ns: Namespace, name: str) -> None:
-    """What the cluster looked like when a wait timed out: the pods, the events, Phalanx's groups."""
-    print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
-    print(ns.where())
-    for e in ns.events():
-        obj = e["involvedObject"]
-        print(f"event {obj['kind']}/{obj['name']} {e['reason']}: {e.get('message')}")
-    for group in groups(ns):
-        print(group["metadata"]["name"], json.dumps(group.get("status"))[:2000])
-
-
-def worker_node(pods: list[dict[str, Any]]) -> str:
-    """The node of a worker (not the leader: losing the leader, LWS makes the whole group again itself, its
-    workers' StatefulSet being the leader pod's)."""
-    return sorted(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get(LWS_WORKER) != "0")[0]
-
-
 def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is_requeued_whole(
     kinds_ns: Namespace,
 ) -> None:
@@ -214,7 +198,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
         assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-b"}
         hold("it stays whole", lambda: len(bound(lws_pods(ns, "infer"))) == 3, seconds=2)
     except AssertionError:  # what the cluster looked like when a wait timed out (a flake seen once)
-        diagnose(ns, "infer")
+        diagnose_lws(ns, "infer")
         raise
     finally:
         for node in failed:
@@ -298,7 +282,7 @@ def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_
                 ns, "low", lambda: lws_pods(ns, "low"), 8, timeout=120
             )  # whole again once there is room
     except AssertionError:
-        diagnose(ns, "low")
+        diagnose_lws(ns, "low")
         raise
 
 

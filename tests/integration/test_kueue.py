@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.controller.apply.events import COMPONENT
 from phalanx.controller.apply.faults import AFTER_DEACTIVATE
@@ -37,24 +36,34 @@ from phalanx.devcluster.tools import fail_node, filler_pod, heal_node
 from .kinds import (
     JOBSET_NAME,
     JOBSETS,
+    KUEUE,
     RESTART_ATTEMPT,
     RUNTIMES,
     TAS,
     TRAINJOBS,
     FirstSeen,
+    GateWatch,
     GroupSays,
     JobSetSuspendWatch,
     SuspendWatch,
     TrainJobSuspendWatch,
+    WorkloadVersion,
+    WorkloadWatch,
     changes,
     condition,
+    cq_counts,
     delete_runtime,
     ensure,
     events_of,
     jobset_block,
     jobset_gang,
     jobset_pods,
+    kueue_condition,
+    kueue_pod_spec,
+    kueue_workloads,
     owned,
+    queued_job,
+    requeue_writes,
     runtime_annotations,
     suspend_flips,
     tas_runtime,
@@ -62,18 +71,19 @@ from .kinds import (
     trainjob,
     whole_gangs,
     whole_gangs_through_a_failure,
+    whole_in_one_block,
+    workload_of,
 )
 from .kube import (
     GPU_KEY,
     NB_KEY,
     Namespace,
     bound,
-    delete_namespace,
     domains_of,
     hold,
-    new_namespace,
     wait_for,
 )
+from .kueue_fixtures import cq_active
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -81,185 +91,11 @@ from scale_watch import PodWatch
 
 pytestmark = pytest.mark.integration
 
-KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-GPUS = 6  # a pod's GPUs: one pod a node, and room for a small filler beside it
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
-KUEUE_GATES = ("kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology")
-
-
-# ---------------------------------------------------------------------------- the module's set-up
-def cq_active(api: RestClient, name: str) -> bool:
-    conditions = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {}).get("conditions", [])
-    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-
-@pytest.fixture(scope="module")
-def kueue_queue(addons_cluster: ClusterState) -> Iterator[str]:
-    """A ResourceFlavor (the seed nodes' instance type), a ClusterQueue of 48 GPUs for every namespace
-    (preempting lower priorities inside it) and the PriorityClasses low and high; the ClusterQueue's name."""
-    api = addons_cluster.client()
-    suffix = uuid.uuid4().hex[:6]
-    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
-    made = [
-        (
-            f"{KUEUE}/resourceflavors",
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": flavor},
-                "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "BM.GPU.H100.8"}},
-            },
-        ),
-        (
-            f"{KUEUE}/clusterqueues",
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "namespaceSelector": {},
-                    "preemption": {"withinClusterQueue": "LowerPriority"},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": [GPU_KEY],
-                            "flavors": [
-                                {"name": flavor, "resources": [{"name": GPU_KEY, "nominalQuota": "48"}]}
-                            ],
-                        }
-                    ],
-                },
-            },
-        ),
-        *(
-            (
-                "/apis/scheduling.k8s.io/v1/priorityclasses",
-                {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": f"{name}-{suffix}"},
-                    "value": value,
-                },
-            )
-            for name, value in (("low", 10), ("high", 1000))
-        ),
-    ]
-    for path, obj in made:
-        api.request("POST", path, obj)
-    wait_for("the ClusterQueue Active", lambda: cq_active(api, cq), timeout=60)
-    try:
-        yield cq
-    finally:
-        for path, obj in reversed(made):
-            try:
-                api.request("DELETE", f"{path}/{obj['metadata']['name']}")
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-
-
-@pytest.fixture
-def kns(
-    addons_cluster: ClusterState,
-    kueue_queue: str,
-    phalanx_addons: OperatorProcess,
-    request: pytest.FixtureRequest,
-) -> Iterator[Namespace]:
-    """A fresh namespace with a LocalQueue `lq` of the module's ClusterQueue; at the end its Jobs and their
-    Kueue Workloads are gone before the next test (their quota released). Phalanx is the session's one
-    operator on this cluster (`phalanx_addons`, restarted if a test stopped it): a second one beside it
-    would be a second scheduling loop on the same cluster (neither elects a leader)."""
-    if phalanx_addons.proc is None or phalanx_addons.proc.poll() is not None:
-        phalanx_addons.start()
-    ns = new_namespace(addons_cluster, request.node.name)
-    ns.api.request(
-        "POST",
-        f"{KUEUE}/namespaces/{ns.name}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq"},
-            "spec": {"clusterQueue": kueue_queue},
-        },
-    )
-    try:
-        yield ns
-    finally:
-        ns.api.request(
-            "DELETE",
-            f"/apis/batch/v1/namespaces/{ns.name}/jobs",
-            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-        )
-        wait_for("the namespace's Kueue Workloads gone", lambda: not kueue_workloads(ns), timeout=120)
-        delete_namespace(ns, timeout=180)
 
 
 # ---------------------------------------------------------------------------- helpers
-def _pod_spec(restart: str | None = "Never") -> dict[str, Any]:
-    """A pod of 6 GPUs (`restart`: None for a LeaderWorkerSet, whose StatefulSets take Always only)."""
-    spec: dict[str, Any] = {"restartPolicy": restart} if restart else {}
-    return spec | {
-        "containers": [
-            {
-                "name": "worker",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"limits": {GPU_KEY: str(GPUS)}},
-            }
-        ],
-    }
-
-
-def queued_job(
-    name: str, count: int, *, priority: str | None = None, annotations: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A gang of `count` pods, one network block, queued in Kueue's `lq`. Its podFailurePolicy ignores pods
-    that were disruption targets (a taint's eviction, Phalanx's requeue), so none counts as a failure."""
-    pod_spec = _pod_spec()
-    if priority:
-        pod_spec["priorityClassName"] = priority
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "labels": {"phalanx.dev/managed": "true", "kueue.x-k8s.io/queue-name": "lq"},
-            "annotations": {"phalanx.dev/topology-key": NB_KEY, **(annotations or {})},
-        },
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": count,
-            "parallelism": count,
-            "backoffLimit": 0,
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
-            },
-            "template": {"spec": pod_spec},
-        },
-    }
-
-
-def kueue_workloads(ns: Namespace) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = ns.get(f"{KUEUE}/namespaces/{{ns}}/workloads")["items"]
-    return items
-
-
-def workload_of(ns: Namespace, job: str) -> dict[str, Any] | None:
-    return next(
-        (
-            w
-            for w in kueue_workloads(ns)
-            if any(o["name"] == job for o in w["metadata"].get("ownerReferences", []))
-        ),
-        None,
-    )
-
-
-def kueue_condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    return next(
-        (c for c in (workload or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {}
-    )
-
-
 def job_of(ns: Namespace, name: str) -> dict[str, Any]:
     body: dict[str, Any] = ns.get(f"/apis/batch/v1/namespaces/{{ns}}/jobs/{name}")
     return body
@@ -273,15 +109,6 @@ def group_of(ns: Namespace, job: str) -> dict[str, Any]:
 def admitted_condition(ns: Namespace, job: str) -> dict[str, Any]:
     conditions = group_of(ns, job).get("status", {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == "Admitted"), {})
-
-
-def whole_in_one_block(ns: Namespace, job: str, count: int) -> str | None:
-    """The network block the Job's `count` pods are all bound in, or None."""
-    pods = ns.job_pods(job)
-    if len(pods) != count or len(bound(pods)) != count:
-        return None
-    blocks = domains_of(ns.api, pods, NB_KEY)
-    return next(iter(blocks)) if len(blocks) == 1 else None
 
 
 def explain(ns: Namespace, job: str, kind: str = "job") -> dict[str, Any]:
@@ -687,32 +514,6 @@ def test_phalanx_preempts_a_kueue_job_that_would_count_deleted_pods_through_kueu
     assert len({v.uid for v in steps}) == 1, steps
 
 
-class GateWatch:
-    """Every version of the pods labelled `label=value` (bench/scale_watch.py's PodWatch lists, then watches,
-    so Kueue's gate is seen however briefly it stays on): a pod seen released by Phalanx (its gate gone) while
-    still carrying one of Kueue's gates would be Phalanx not waiting for Kueue."""
-
-    def __init__(self, ns: Namespace, label: str, value: str) -> None:
-        self.label, self.value = label, value
-        self.early: list[str] = []
-        self.kueue_gated: set[str] = set()
-        self._watch = PodWatch(ns.cluster, ns.name, self._see)
-        self._watch.start()
-
-    def _see(self, _kind: str, pod: dict[str, Any], _now: float) -> None:
-        if (pod["metadata"].get("labels") or {}).get(self.label) != self.value:
-            return
-        gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
-        name = pod["metadata"]["name"]
-        if gates & set(KUEUE_GATES):
-            self.kueue_gated.add(name)
-            if "phalanx.dev/admission" not in gates:
-                self.early.append(name)
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-
 def _both(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -740,7 +541,7 @@ def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kn
                             "parallelism": 2,
                             "completions": 2,
                             "backoffLimit": 0,
-                            "template": {"spec": _pod_spec()},
+                            "template": {"spec": kueue_pod_spec()},
                         }
                     },
                 }
@@ -755,7 +556,7 @@ def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kn
         "metadata": _both("serve"),
         "spec": {
             "replicas": 1,
-            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": _pod_spec(None)}},
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": kueue_pod_spec(None)}},
         },
     }
     kns.create(lws, f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{kns.name}/leaderworkersets")
@@ -964,7 +765,7 @@ def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_
     the second Job runs in the freed block. Once that Job is deleted Kueue readmits the JobSet, and its new
     pods, born gated, are placed whole again in one block."""
     suffix = kueue_queue.removeprefix("cq-")
-    pod_spec = _pod_spec() | {"priorityClassName": f"low-{suffix}"}
+    pod_spec = kueue_pod_spec() | {"priorityClassName": f"low-{suffix}"}
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -1449,61 +1250,6 @@ def test_a_trainjob_borrowing_in_a_cohort_is_reclaimed_by_kueue_goes_whole_and_i
 
 
 # ---------------------------------------------------------------------------- Phalanx requeues a TrainJob
-@dataclass(frozen=True)
-class WorkloadVersion:
-    """One version of a Kueue Workload as a watch saw it."""
-
-    uid: str
-    active: bool  # spec.active
-    note: str  # Phalanx's requeue note (phalanx.dev/requeued), "" without
-    status: dict[str, str]  # its conditions: type -> status
-    reasons: dict[str, str]  # type -> reason
-
-    def true(self, kind: str) -> bool:
-        return self.status.get(kind) == "True"
-
-    @property
-    def phase(self) -> str:
-        """Where it is, in the words of a requeue through Kueue: queued (no quota yet), admitted;
-        deactivated by Phalanx (inactive, its note on it), evicted by Kueue for it, its quota released."""
-        if self.active and not self.note:
-            return "admitted" if self.true("Admitted") else "queued"
-        if self.active or not self.note:
-            return f"active={self.active} note={self.note!r}"  # neither Phalanx's nor Kueue's step
-        if not self.true("Evicted"):
-            return "deactivated"
-        return "evicted" if self.true("QuotaReserved") else "released"
-
-
-class WorkloadWatch:
-    """Every version of the Kueue Workloads owned by `owner` (listed, then watched), so an eviction or a
-    readmission shows however briefly it lasts."""
-
-    def __init__(self, ns: Namespace, owner: str) -> None:
-        self.owner = owner
-        self.seen: list[WorkloadVersion] = []
-        self._watch = PodWatch(ns.cluster, ns.name, self._see, collection=f"{KUEUE[1:]}/workloads")
-        self._watch.start()
-
-    def _see(self, _kind: str, workload: dict[str, Any], _now: float) -> None:
-        meta = workload["metadata"]
-        if any(o["name"] == self.owner for o in meta.get("ownerReferences") or []):
-            conditions = (workload.get("status") or {}).get("conditions") or []
-            self.seen.append(
-                WorkloadVersion(
-                    meta["uid"],
-                    workload["spec"].get("active") is not False,
-                    (meta.get("annotations") or {}).get("phalanx.dev/requeued", ""),
-                    {c["type"]: c["status"] for c in conditions},
-                    {c["type"]: c.get("reason", "") for c in conditions},
-                )
-            )
-
-    def stop(self) -> list[WorkloadVersion]:
-        self._watch.stop()
-        return self.seen
-
-
 class JobFailures:
     """Every version of a Job's (uid, status.failed), listed then watched."""
 
@@ -1544,25 +1290,6 @@ class Disruptions:
         return self.reasons
 
 
-def cq_counts(api: RestClient, name: str) -> dict[str, Any]:
-    """What the ClusterQueue counts: reserved and used quota by (flavor, resource), and its Workloads."""
-    status = api.get(f"{KUEUE}/clusterqueues/{name}").get("status", {})
-
-    def totals(key: str) -> dict[tuple[str, str], str]:
-        return {
-            (f["name"], r["name"]): str(r.get("total"))
-            for f in status.get(key) or []
-            for r in f.get("resources") or []
-        }
-
-    return {
-        "reserved": totals("flavorsReservation"),
-        "used": totals("flavorsUsage"),
-        "reserving": status.get("reservingWorkloads", 0),
-        "admitted": status.get("admittedWorkloads", 0),
-    }
-
-
 def cq_once(ns: Namespace, cq: str) -> dict[str, Any]:
     """`cq_counts` of ClusterQueue `cq` counting one TrainJob of four 8-GPU nodes (32 GPUs), once."""
     flavor = ns.get(f"{KUEUE}/clusterqueues/{cq}")["spec"]["resourceGroups"][0]["flavors"][0]["name"]
@@ -1595,22 +1322,6 @@ def phalanx_requeues(ns: Namespace, name: str) -> list[dict[str, Any]]:
         for e in events_of(ns, "TrainJob", name)
         if e["reason"] == "Requeued" and e.get("reportingComponent") == COMPONENT
     ]
-
-
-REQUEUE_WRITES = ("DeactivateKueueWorkload", "ActivateKueueWorkload", "DeletePod")
-
-
-def requeue_writes(operator: OperatorProcess) -> dict[str, int]:
-    """How many of the writes that requeue a Kueue-managed owner Phalanx made so far (its
-    phalanx_writes_total, by action), and how many requeues it counted (phalanx_requeues_total)."""
-    out = dict.fromkeys((*REQUEUE_WRITES, "requeues"), 0)
-    for family in text_string_to_metric_families(operator.scrape()):
-        for s in family.samples:
-            if s.name == "phalanx_writes_total" and s.labels.get("action") in REQUEUE_WRITES:
-                out[s.labels["action"]] += int(s.value)
-            elif s.name == "phalanx_requeues_total":
-                out["requeues"] += int(s.value)
-    return out
 
 
 def _count(events: list[dict[str, Any]]) -> int:
