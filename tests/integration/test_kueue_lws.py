@@ -21,6 +21,9 @@ with the pods of 6 GPUs (one a node) the other Kueue tests use.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -116,6 +119,39 @@ def print_history(versions: list[WorkloadVersion]) -> None:
         print("  Workload conditions:", step)
 
 
+@dataclass
+class GroupWatches:
+    """What a test of the group watches while it runs, and what it saw."""
+
+    history: WorkloadWatch  # the group's Kueue Workload, version by version
+    gates: GateWatch  # whose gates each of the group's pods had
+    writes: dict[str, int]  # Phalanx's requeue writes before the test
+    victim: str = ""  # the node the test failed, healed at the end
+    versions: list[WorkloadVersion] = field(default_factory=list)
+    made: dict[str, int] = field(default_factory=dict)  # Phalanx's requeue writes during the test
+
+
+@contextmanager
+def the_groups_watches(ns: Namespace, operator: OperatorProcess) -> Iterator[GroupWatches]:
+    """Watch the group (its Workload, its pods' gates, Phalanx's requeue writes) for the block; on an
+    AssertionError say where the group stands; at the end stop the watches and heal the failed node,
+    whatever happened, and print what the Workload went through."""
+    run = GroupWatches(WorkloadWatch(ns, NAME), GateWatch(ns, LWS_NAME, NAME), requeue_writes(operator))
+    try:
+        yield run
+        run.made = {k: v - run.writes[k] for k, v in requeue_writes(operator).items()}
+    except AssertionError:
+        diagnose_lws(ns, NAME)
+        raise
+    finally:
+        run.versions = run.history.stop()
+        run.gates.stop()
+        if run.victim:
+            heal_node(ns.api, run.victim)
+    print_history(run.versions)
+    print("Phalanx's requeue writes:", run.made)
+
+
 def kept_admitted(versions: list[WorkloadVersion]) -> None:
     """The group's one Kueue Workload, admitted once and never let go: queued, then admitted, and from its
     admission on every version admitted with its quota, never evicted, preempted or deactivated."""
@@ -153,18 +189,14 @@ def test_a_node_failure_under_a_queued_lws_group_with_room_in_its_block_is_compl
     18 GPUs once; no pod released by Phalanx while Kueue's gate was on it; the LWS's spec untouched."""
     kns.fill(*NB_B)
     once = counting(kns, kueue_queue, 3 * GPUS, 1)
-    history = WorkloadWatch(kns, NAME)
-    gates = GateWatch(kns, LWS_NAME, NAME)
-    writes = requeue_writes(phalanx_addons)
-    victim = ""
-    try:
+    with the_groups_watches(kns, phalanx_addons) as run:
         with whole_gangs_through_a_failure(kns, {GROUP: 3}, lws_gang, completed_in=NB_KEY) as gangs:
             kns.create(queued_lws(3))
             assert wait_for("serve whole in one block", lambda: lws_block(kns, 3), timeout=180) == "nb-a"
             before = lws_pods(kns, NAME)
             wait_for("the ClusterQueue counting it", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
             wait_for("the pod watch to see it whole", lambda: gangs.whole(GROUP), 30)
-            victim = worker_node(before)
+            victim = run.victim = worker_node(before)
             gangs.failure()
             fail_node(kns.api, victim, how="taint")
             lost = {p["metadata"]["uid"] for p in before if p["spec"]["nodeName"] == victim}
@@ -182,22 +214,12 @@ def test_a_node_failure_under_a_queued_lws_group_with_room_in_its_block_is_compl
         assert uids(before) - lost < uids(pods)  # the leader and the other worker kept running
         wait_for("the ClusterQueue counting it once", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
         assert kueue_condition(workload_of(kns, NAME), "Admitted").get("status") == "True"
-        made = {k: v - writes[k] for k, v in requeue_writes(phalanx_addons).items()}
-    except AssertionError:
-        diagnose_lws(kns, NAME)
-        raise
-    finally:
-        versions = history.stop()
-        gates.stop()
-        if victim:
-            heal_node(kns.api, victim)
-    print_history(versions)
-    print("Phalanx's requeue writes:", made)
+    versions, made = run.versions, run.made
     assert not requeues_of(kns, "LeaderWorkerSet", NAME)
     assert made == {"DeactivateKueueWorkload": 0, "ActivateKueueWorkload": 0, "DeletePod": 0, "requeues": 0}
     kept_admitted(versions)
-    assert uids(before) | uids(pods) <= gates.kueue_gated, gates.kueue_gated  # the new worker's too
-    assert not gates.early, f"released while Kueue's gate was on: {gates.early}"
+    assert uids(before) | uids(pods) <= run.gates.kueue_gated, run.gates.kueue_gated  # the new worker's too
+    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
     kueue_stopped_nothing(kns)
     lws_untouched(kns)
 
@@ -216,18 +238,14 @@ def test_a_node_failure_under_a_queued_lws_group_with_no_room_left_requeues_it_w
     no pod released by Phalanx while Kueue's gate was on it; Kueue stopped no pod; the ClusterQueue ends
     counting the group's 24 GPUs once; the LWS's spec untouched."""
     once = counting(kns, kueue_queue, 4 * GPUS, 1)
-    history = WorkloadWatch(kns, NAME)
-    gates = GateWatch(kns, LWS_NAME, NAME)
-    writes = requeue_writes(phalanx_addons)
-    victim = ""
-    try:
+    with the_groups_watches(kns, phalanx_addons) as run:
         with whole_gangs_through_a_failure(kns, {GROUP: 4}, lws_gang) as gangs:
             kns.create(queued_lws(4))
             first = wait_for("serve whole in one block", lambda: lws_block(kns, 4), timeout=180)
             before = lws_pods(kns, NAME)
             wait_for("the ClusterQueue counting it", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
             wait_for("the pod watch to see it whole", lambda: gangs.whole(GROUP), 30)
-            victim = worker_node(before)
+            victim = run.victim = worker_node(before)
             gangs.failure()
             fail_node(kns.api, victim, how="taint")
             requeued = wait_for(
@@ -249,22 +267,14 @@ def test_a_node_failure_under_a_queued_lws_group_with_no_room_left_requeues_it_w
         assert why.startswith(f"below its minCount: 3 of its 4 pods were left in {first}"), why
         wait_for("the ClusterQueue counting it once", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
         assert kueue_condition(workload_of(kns, NAME), "Admitted").get("status") == "True"
-        made = {k: v - writes[k] for k, v in requeue_writes(phalanx_addons).items()}
-    except AssertionError:
-        diagnose_lws(kns, NAME)
-        raise
-    finally:
-        versions = history.stop()
-        gates.stop()
-        if victim:
-            heal_node(kns.api, victim)
-    print_history(versions)
-    print("Phalanx's requeue writes:", made)
+    versions, made = run.versions, run.made
     # The leader deleted, nothing else: the workers went with their StatefulSet, the Workload untouched.
     assert made == {"DeactivateKueueWorkload": 0, "ActivateKueueWorkload": 0, "DeletePod": 1, "requeues": 1}
     kept_admitted(versions)
-    assert uids(pods) <= gates.kueue_gated, gates.kueue_gated  # the new group passed Kueue's gates again
-    assert not gates.early, f"released while Kueue's gate was on: {gates.early}"
+    assert uids(pods) <= run.gates.kueue_gated, (
+        run.gates.kueue_gated
+    )  # the new group passed Kueue's gates again
+    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
     kueue_stopped_nothing(kns)
     lws_untouched(kns)
 
@@ -287,14 +297,11 @@ def test_phalanx_preempts_a_queued_lws_group_whole_for_a_higher_priority_gang_an
     blocker = filler_pod(NB_B[0], gpus=4)
     blocker["spec"]["priorityClassName"] = f"high-{suffix}"  # no victim for high
     both = counting(kns, kueue_queue, 8 * GPUS, 2)
-    history = WorkloadWatch(kns, NAME)
-    gates = GateWatch(kns, LWS_NAME, NAME)
-    writes = requeue_writes(phalanx_addons)
 
     def gang_of(pod: dict[str, Any]) -> str:
         return str((pod["metadata"].get("labels") or {}).get("job-name") or "")
 
-    try:
+    with the_groups_watches(kns, phalanx_addons) as run:
         with whole_gangs(kns, {"high": 4}, gang_of), whole_lws_groups(kns, NAME, 4, NB_KEY):
             kns.create(blocker)
             wait_for("the blocking pod bound", lambda: bound(kns.pods("app=filler")), timeout=60)
@@ -331,20 +338,12 @@ def test_phalanx_preempts_a_queued_lws_group_whole_for_a_higher_priority_gang_an
         print(kns.where(), "\nPreempted:", [e["message"] for e in preempted])
         assert whole_in_one_block(kns, "high", 4) == "nb-a"
         wait_for("the ClusterQueue counting both", lambda: cq_counts(kns.api, kueue_queue) == both, 60)
-        made = {k: v - writes[k] for k, v in requeue_writes(phalanx_addons).items()}
-    except AssertionError:
-        diagnose_lws(kns, NAME)
-        raise
-    finally:
-        versions = history.stop()
-        gates.stop()
-    print_history(versions)
-    print("Phalanx's requeue writes:", made)
+    versions, made = run.versions, run.made
     assert (
         made["DeletePod"] == 1 and not made["DeactivateKueueWorkload"] and not made["ActivateKueueWorkload"]
     )
     kept_admitted(versions)
     assert not [v for v in versions if v.note], versions  # never Phalanx's requeue note on it
-    assert not gates.early, f"released while Kueue's gate was on: {gates.early}"
+    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
     kueue_stopped_nothing(kns)
     lws_untouched(kns)
