@@ -40,6 +40,7 @@ from .test_kind_lws_lifecycle import (
     admitted_groups,
     by_group,
     diagnose,
+    get_lws,
     group_names,
     one_block_each,
     patch_lws,
@@ -781,3 +782,111 @@ def test_a_preempted_surge_group_that_lws_scales_away_while_it_waits_leaves_no_p
     except AssertionError:
         diagnose(ns, name)
         raise
+
+
+def sts_replicas(ns: Namespace, name: str) -> int:
+    """The replicas LWS asks of its leader StatefulSet: spec.replicas, plus maxSurge while it surges."""
+    return int(ns.get(f"/apis/apps/v1/namespaces/{{ns}}/statefulsets/{name}")["spec"]["replicas"])
+
+
+def test_a_surge_groups_pod_group_stays_while_lws_cannot_make_its_leader_again_and_the_group_comes_back_to_it(
+    kinds_ns: Namespace,
+) -> None:
+    """A rollout with maxSurge 1 held at partition 2: LWS runs the surge group 2 at the new revision beside
+    groups 0 and 1 at the old one, its leader StatefulSet at 3 replicas. A ResourceQuota lets no more pod be
+    made in the namespace, and the surge group's leader is deleted (as LWS's own group restart does): the
+    garbage collector takes its workers and the StatefulSet cannot make the leader again, so no pod of
+    group 2 is left and LWS's status.replicas (its StatefulSet's status) falls to 2, while the StatefulSet
+    still wants 3. The surge group's PodGroup stays, the same object, all that time. The quota lifted, LWS
+    makes the group again and it is placed whole under that PodGroup (no PodGroupCreated for it again). The
+    partition lifted, the rollout completes and the surge group's PodGroup goes with it. Every group is bound
+    whole or not at all at every pod event."""
+    ns, name = kinds_ns, "surge-dip"
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-more-pods"}}
+    quotas = f"/api/v1/namespaces/{ns.name}/resourcequotas"
+    try:
+        with whole_lws_groups(ns, name, 2, NB_KEY) as watch:
+            manifest = rolling(
+                lws(name, 2, replicas=2, annotations=KEY), maxUnavailable=1, maxSurge=1, partition=2
+            )
+            ns.create(manifest)
+            _, old = wait_for("2 groups running", lambda: settled(ns, name, 2, 2), timeout=120)
+            new_template(ns, name, manifest, "v2")
+            surged = wait_for(
+                "the surge group 2 at the new revision bound, groups 0 and 1 bound at the old",
+                lambda: shaped(ns, name, old, SURGED, 2),
+                timeout=150,
+            )
+            new = surged[2].revision
+            (surge,) = [g for n, g in group_names(ns, name).items() if n.endswith(f"-2-{new}")]
+            assert sts_replicas(ns, name) == 3
+            live = [p for p in ns.pods() if not p["metadata"].get("deletionTimestamp")]
+            ns.create({**quota, "spec": {"hard": {"pods": str(len(live) - 2)}}}, quotas)
+            wait_for(
+                "the quota's usage counted",
+                lambda: "pods" in (ns.get(f"{quotas}/no-more-pods").get("status") or {}).get("used", {}),
+                timeout=60,
+            )
+            ns.delete_pod(f"{name}-2")
+            dipped = wait_for(
+                "no pod of group 2 left, LWS counting 2 groups, its StatefulSet still wanting 3",
+                lambda: (
+                    not by_group(lws_pods(ns, name)).get(2)
+                    and get_lws(ns, name).get("status", {}).get("replicas") == 2
+                    and sts_replicas(ns, name) == 3
+                ),
+                timeout=120,
+            )
+            assert dipped
+            hold(
+                "the surge group's PodGroup, the same object, while no pod of group 2 can be made",
+                lambda: (
+                    (g := group_names(ns, name).get(surge["metadata"]["name"])) is not None
+                    and g["metadata"]["uid"] == surge["metadata"]["uid"]
+                    and not by_group(lws_pods(ns, name)).get(2)
+                ),
+                seconds=5,
+            )
+            ns.api.request("DELETE", f"{quotas}/no-more-pods")
+            again = wait_for(
+                "the surge group made again and bound, groups 0 and 1 untouched",
+                lambda: (
+                    gs
+                    if (gs := shaped(ns, name, old, SURGED, 2)) is not None
+                    and not gs[2].uids & surged[2].uids
+                    and all(gs[i].uids == surged[i].uids for i in (0, 1))
+                    else None
+                ),
+                timeout=180,
+            )
+            print(ns.where())
+            kept = group_names(ns, name)[surge["metadata"]["name"]]
+            assert kept["metadata"]["uid"] == surge["metadata"]["uid"], (kept["metadata"], surge["metadata"])
+            created = [
+                e
+                for e in ns.events()
+                if e.get("reason") == "PodGroupCreated" and surge["metadata"]["name"] in e.get("message", "")
+            ]
+            assert len(created) == 1 and created[0].get("count", 1) == 1, created
+            patch_lws(
+                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
+            )
+            groups, _ = wait_for(
+                "the rollout done: 2 groups of the new revision bound, one PodGroup each, no surge group",
+                lambda: settled(ns, name, 2, 2, new),
+                timeout=180,
+            )
+        one_block_each(ns, groups)
+        one_block_each(ns, {i: g.pods for i, g in again.items()})
+        assert all(ran(watch, f"{name}/{i}/{new}") for i in (0, 1, 2))
+        wait_for(
+            "the surge group's PodGroup gone", lambda: surge["metadata"]["name"] not in group_names(ns, name)
+        )
+        assert roots_of(ns, name) == {f"0-{new}", f"1-{new}"}
+        assert not gated(ns.pods())
+    except AssertionError:
+        diagnose(ns, name)
+        raise
+    finally:
+        if ns.get(quotas)["items"]:
+            ns.api.request("DELETE", f"{quotas}/no-more-pods")

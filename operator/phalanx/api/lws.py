@@ -31,7 +31,7 @@ from phalanx.api.keys import (
     TOPOLOGY_MODE_ANNOTATION,
 )
 from phalanx.api.scheduling import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER, PreemptionPolicy
-from phalanx.bodies import mapping
+from phalanx.bodies import items, mapping
 
 API_GROUP: Final = "leaderworkerset.x-k8s.io"
 API_VERSION: Final = f"{API_GROUP}/v1"
@@ -49,6 +49,46 @@ LWS_ANNOTATIONS: Final = (
     PREEMPTION_POLICY_ANNOTATION,
 )
 LEADER_EXCLUDED: Final = "LeaderExcluded"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSet:
+    """What Phalanx reads of an LWS's leader StatefulSet: the groups LWS wants now.
+
+    LWS makes one StatefulSet named as itself, owned by it, labelled with `NAME_LABEL` and no
+    `GROUP_INDEX_LABEL` (a group's workers' StatefulSets carry both), whose pods are the groups' leaders.
+    Its `spec.replicas` is the LWS's `spec.replicas`, plus maxSurge while a rolling update surges: the
+    groups LWS has. The LWS's own `status.replicas` is that StatefulSet's *status*.replicas, which dips
+    while a leader is being made again (its pod deleted, not yet made), so it cannot tell a surge group
+    being remade from one scaled away."""
+
+    owner_uid: (
+        str  # the LWS's (its controller ownerReference): a set of an LWS of the same name before is not
+    )
+    replicas: int
+
+
+def leader_set(body: Mapping[str, Any]) -> LeaderSet | None:
+    """The LWS leader StatefulSet `body` is, or None for any other StatefulSet."""
+    meta = mapping(body.get("metadata"))
+    labels = mapping(meta.get("labels"))
+    if labels.get(NAME_LABEL) != meta.get("name") or GROUP_INDEX_LABEL in labels:
+        return None
+    owner = next(
+        (
+            ref
+            for ref in items(meta.get("ownerReferences"))
+            if isinstance(ref, Mapping)
+            and ref.get("controller")
+            and ref.get("kind") == KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/")
+        ),
+        None,
+    )
+    replicas = mapping(body.get("spec")).get("replicas", 1)
+    if owner is None or not isinstance(replicas, int) or isinstance(replicas, bool):
+        return None
+    return LeaderSet(str(owner.get("uid", "")), max(replicas, 0))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from testkit import (
     LB,
     LOCAL,
     NB,
+    NODES,
     NOW,
     StaticContext,
     cluster,
@@ -20,18 +21,24 @@ from testkit import (
     job_body,
     jobset_body,
     jobset_pod,
+    leader_statefulset,
     lws_body,
     lws_pod,
     made_groups,
+    node_body,
     owner_cluster,
     pod_body,
     written,
 )
 
 from phalanx.api import conditions as c
+from phalanx.api.lws import LeaderSet
 from phalanx.api.naming import pod_group_label_value
+from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.lws import LwsKind
+from phalanx.controller.loop.incremental import UnitMemo
 from phalanx.controller.loop.scheduler import BIND_TIMEOUT_SECONDS as BIND_TIMEOUT
+from phalanx.controller.loop.scheduler import plan_input
 from phalanx.controller.model.actions import (
     CreatePodGroup,
     DeleteObject,
@@ -303,32 +310,50 @@ def test_the_pod_group_of_a_group_scaled_away_or_of_an_old_revision_goes_once_it
     assert _deleted(none) == names
 
 
+OTHER_LWS = "uid-lws-serve-before"  # the uid of an LWS of the same name, deleted before this one was made
+
+
 @pytest.mark.parametrize(
-    ("replicas", "groups_made", "leaving", "kept"),
+    ("replicas", "groups_made", "leaving", "kept", "leader_set"),
     [
-        (2, 3, False, True),  # a rollout's surge group (maxSurge 1): LWS counts it, and makes it again
-        (2, None, True, True),  # its pods are being deleted (a requeue; LWS's count dips meanwhile)
-        (2, 2, True, True),  # ... or LWS scales it away: the PodGroup goes once they are gone
-        (2, 2, False, False),  # the surge group LWS scaled away: it counts 2 groups, no pod is left
-        (2, None, False, False),  # no status.replicas: the groups of spec.replicas only
-        (3, 2, False, True),  # scaled up to 3: group 2 is LWS's although its count lags
-        (1, 2, False, False),  # scaled down to 1, LWS counting 2: group 2 is gone either way
+        (2, 3, False, True, None),  # a rollout's surge group (maxSurge 1): LWS counts it, and makes it again
+        (2, None, True, True, None),  # its pods are being deleted (a requeue; LWS's count dips meanwhile)
+        (2, 2, True, True, None),  # ... or LWS scales it away: the PodGroup goes once they are gone
+        (2, 2, False, False, None),  # the surge group LWS scaled away: it counts 2 groups, no pod is left
+        (2, None, False, False, None),  # no status.replicas: the groups of spec.replicas only
+        (3, 2, False, True, None),  # scaled up to 3: group 2 is LWS's although its count lags
+        (1, 2, False, False, None),  # scaled down to 1, LWS counting 2: group 2 is gone either way
+        # With the leader StatefulSet seen, its spec.replicas says what LWS has, whatever status says:
+        (2, 2, False, True, 3),  # the surge group's leader made again: status.replicas dips, spec does not
+        (2, 1, False, True, 3),  # ... also while another group's leader is made again
+        (2, 3, False, False, 2),  # LWS scaled the surge group away; its count still lags at 3
+        (2, 3, False, True, (3, OTHER_LWS)),  # the set of an LWS of that name before: status stands in
+        (2, 2, False, False, (3, OTHER_LWS)),  # ... and says 2
+        (3, 2, False, True, 2),  # scaled up to 3 before LWS's StatefulSet followed: spec.replicas counts
     ],
 )
 def test_a_group_whose_pods_are_gone_keeps_its_pod_group_while_lws_has_it(
-    replicas: int, groups_made: int | None, leaving: bool, kept: bool
+    replicas: int,
+    groups_made: int | None,
+    leaving: bool,
+    kept: bool,
+    leader_set: int | tuple[int, str] | None,
 ) -> None:
     """Group 2 has no live pod (its leader deleted: a requeue, or LWS's group restart; with `leaving`, its
     pods are still being deleted): its PodGroup stays while group 2 is one LWS has — below spec.replicas,
-    below status.replicas (the groups LWS counts: a rolling update with maxSurge makes surge groups beyond
-    spec.replicas, and makes one again like any other), or while its pods are still there — and LWS's pods
-    made again find it (no PodGroup made again). A group LWS no longer has (scaled away, a surge group too)
-    loses its PodGroup once its pods are gone."""
+    below its leader StatefulSet's spec.replicas (a rolling update with maxSurge makes surge groups beyond
+    spec.replicas, and makes one again like any other), or, that StatefulSet not seen, below status.replicas
+    (the groups LWS counts, which dip while a leader is made again), or while its pods are still there — and
+    LWS's pods made again find it (no PodGroup made again). A group LWS no longer has (scaled away, a surge
+    group too) loses its PodGroup once its pods are gone."""
     three = lws_body(size=2, replicas=3)
     pods = [p for g in range(3) for p in group_pods("serve", g, 2)]
     groups = made_groups(plan(owner_cluster([("LeaderWorkerSet", three)], pods), NOW))
     (surge,) = [g.name for g in groups if g.name.endswith("-2-r1")]
     owners = [("LeaderWorkerSet", lws_body(size=2, replicas=replicas, groups_made=groups_made))]
+    if leader_set is not None:
+        wanted, uid = leader_set if isinstance(leader_set, tuple) else (leader_set, None)
+        owners.append(("StatefulSet", leader_statefulset("serve", wanted, owner_uid=uid)))
     left = [_deleting(p) for p in pods[4:]] if leaving else []
     gone = plan(owner_cluster(owners, pods[:4] + left, groups=groups), NOW)
     assert _deleted(gone) == ([] if kept else [surge])
@@ -337,6 +362,44 @@ def test_a_group_whose_pods_are_gone_keeps_its_pod_group_while_lws_has_it(
         assert not [a for a in again.actions if isinstance(a, CreatePodGroup)]
         assert _deleted(again) == []
         assert {"serve-2", "serve-2-1"} <= set(releases(again))  # placed whole, in its PodGroup
+
+
+def test_the_leader_statefulset_is_read_through_the_cache_and_a_change_of_it_makes_the_lws_units_again() -> (
+    None
+):
+    """The cache keeps an LWS's leader StatefulSet (named as the LWS, labelled with its name, no group index,
+    controlled by it), none of its groups' workers' StatefulSets nor anyone else's; and the loop's memo makes
+    the LWS's units again when it changes: the surge group's PodGroup, kept while the StatefulSet wants 3
+    groups, goes in the pass after LWS scales it away to 2 (status.replicas lagging at 3 meanwhile)."""
+    three = lws_body(size=2, replicas=3)
+    pods = [p for g in range(3) for p in group_pods("serve", g, 2)]
+    groups = made_groups(plan(owner_cluster([("LeaderWorkerSet", three)], pods), NOW))
+    (surge,) = [g.name for g in groups if g.name.endswith("-2-r1")]
+    cache = ClusterCache()
+    for n in NODES:
+        cache.upsert("Node", node_body(n))
+    for record in groups:
+        cache.pod_groups.put(record)
+    for body in pods[:4]:
+        cache.upsert("Pod", body)
+    cache.upsert("LeaderWorkerSet", lws_body(size=2, replicas=2, groups_made=3))
+    memo = UnitMemo()
+    foreign = leader_statefulset("serve", 9)
+    foreign["metadata"]["ownerReferences"][0]["kind"] = "Deployment"
+    for other in (leader_statefulset("serve", 9, group_index=0), foreign):
+        cache.upsert("StatefulSet", other)
+        assert cache.lws_leader_set("ml", "serve") is None
+    cache.upsert("StatefulSet", leader_statefulset("serve", 3))
+    assert cache.lws_leader_set("ml", "serve") == LeaderSet("uid-lws-serve", 3)
+    assert _deleted(plan(plan_input(cache, memo=memo), NOW)) == []
+    generation = cache.view_generation
+    cache.upsert("StatefulSet", leader_statefulset("serve", 9, group_index=2))  # a worker set: nothing
+    assert cache.view_generation == generation
+    cache.upsert("StatefulSet", leader_statefulset("serve", 2))
+    assert _deleted(plan(plan_input(cache, memo=memo), NOW)) == [surge]
+    cache.delete("StatefulSet", leader_statefulset("serve", 2))
+    assert cache.lws_leader_set("ml", "serve") is None
+    assert ("ml/serve", "") not in cache.records("StatefulSet")
 
 
 def _deleting(body: dict[str, Any]) -> dict[str, Any]:

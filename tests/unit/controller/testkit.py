@@ -476,6 +476,41 @@ def lws_body(
     }
 
 
+def leader_statefulset(
+    lws: str, replicas: int, *, owner_uid: str | None = None, group_index: int | None = None
+) -> dict[str, Any]:
+    """The StatefulSet LWS `lws` (lws_body) makes for its leaders, as LWS v0.8 labels and owns it:
+    `replicas` is its spec.replicas (the LWS's, plus maxSurge in a surging rollout). `owner_uid`: another
+    LWS of that name's; `group_index`: a group's workers' StatefulSet instead (named `<lws>-<index>`)."""
+    labels = {
+        "leaderworkerset.sigs.k8s.io/name": lws,
+        "leaderworkerset.sigs.k8s.io/template-revision-hash": "r1",
+    }
+    if group_index is not None:
+        labels["leaderworkerset.sigs.k8s.io/group-index"] = str(group_index)
+    owner = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "name": lws,
+        "uid": owner_uid or f"uid-lws-{lws}",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": lws if group_index is None else f"{lws}-{group_index}",
+            "namespace": "ml",
+            "uid": f"uid-sts-{lws}-{group_index}",
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas},
+    }
+
+
 def lws_pod(
     lws: str,
     group: int,
@@ -516,7 +551,8 @@ def owner_cluster(
     busy: Iterable[int | str] = (),
     others: Iterable[dict[str, Any]] = (),
 ) -> PlanInput:
-    """Owners of any kind, as (kind, body), with their pods and the groups made for them."""
+    """Owners of any kind, as (kind, body), with their pods and the groups made for them. `owners` may hold
+    other objects the cache reads beside them, as (kind, body): an LWS's leader StatefulSet."""
     cache = ClusterCache()
     for n in NODES:
         cache.upsert("Node", node_body(n))

@@ -494,7 +494,7 @@ class Applier:
                 await kube.delete_pod(pod.namespace, pod.name, reason, why)
             case EvictPod(pod=pod, reason=reason, message=message):
                 if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
-                    cache.eviction_blocked(pod.key)
+                    cache.evictions.block(pod.key)
                     raise EvictionBlockedError(f"a PodDisruptionBudget does not allow evicting {pod.key} now")
             case _:
                 raise AssertionError(f"unknown action {action!r}")

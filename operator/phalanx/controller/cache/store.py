@@ -26,7 +26,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
+from phalanx.api.lws import LeaderSet
+from phalanx.controller.cache.evictions import BlockedEvictions
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
+from phalanx.controller.cache.leader_sets import LeaderSets
 from phalanx.controller.cache.owned import GroupRecord, Owned
 from phalanx.controller.cache.recent import RecentUids
 from phalanx.controller.cache.shown import (
@@ -66,14 +69,12 @@ from phalanx.placement import LiveSnapshot, NodeInfo, Snapshot
 
 log = logging.getLogger("phalanx.cache")
 
-EVICTION_BLOCK_SECONDS = 30.0  # how long a pod a budget protected is left out of victim choices
-
 NODE, POD, PRIORITY_CLASS = "Node", "Pod", "PriorityClass"
 POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Workload", "Topology"
 CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
-QUOTA = "ResourceQuota"
-DEVICE_CLASS = "DeviceClass"
+QUOTA, DEVICE_CLASS = "ResourceQuota", "DeviceClass"
+STATEFUL_SET = "StatefulSet"  # only LWS's leader StatefulSets are kept (cache/leader_sets.py)
 
 
 def key_of(body: Mapping[str, Any]) -> str:
@@ -109,6 +110,7 @@ class ClusterCache:
         # DRA DeviceClasses by name -> the extended resources each serves (model/dra.py): what the webhooks
         # refuse a gang to request, as Phalanx does not model device allocation. No decision reads them.
         self.device_classes: dict[str, frozenset[str]] = {}
+        self.leader_sets = LeaderSets()  # the groups each LWS wants (cache/leader_sets.py)
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -137,8 +139,7 @@ class ClusterCache:
         self.announced: dict[str, str] = {}
         # ObjectRef.kind_key -> when this process last wrote that group's status (plan/status.refreshing).
         self.reported: dict[str, dt.datetime] = {}
-        # Pods a PodDisruptionBudget would not let go -> until when the victim search leaves them out.
-        self.blocked_evictions: dict[str, float] = {}
+        self.evictions = BlockedEvictions(clock)  # pods a PodDisruptionBudget would not let go, lately
         self.kueue = KueueIndex()  # Kueue's Workloads (model/kueue.py), when Kueue runs
         self.kueue_queues = KueueQueues()  # its LocalQueues, ClusterQueues and ResourceFlavors
         self._clock = clock
@@ -165,6 +166,9 @@ class ClusterCache:
             self._upsert_quota(body)
         elif kind == DEVICE_CLASS:
             self.device_classes[key_of(body)] = served_resources(body)
+        elif kind == STATEFUL_SET:
+            if self.leader_sets.event(key_of(body), body):
+                self._touch_view()
         else:
             self._volume_event(kind, body, deleted=False)
 
@@ -209,6 +213,9 @@ class ClusterCache:
                 self._touch_view()
         elif kind == DEVICE_CLASS:
             self.device_classes.pop(key, None)
+        elif kind == STATEFUL_SET:
+            if self.leader_sets.event(key, None):
+                self._touch_view()
         else:
             self._volume_event(kind, body, deleted=True)
 
@@ -236,6 +243,8 @@ class ClusterCache:
             return {(q.key, "") for quotas in self.quotas.values() for q in quotas.values()}
         if kind == DEVICE_CLASS:
             return {(name, "") for name in self.device_classes}
+        if kind == STATEFUL_SET:
+            return {(key, "") for key in self.leader_sets.items}
         return {(key, "") for key in self.volumes.keys(kind)}
 
     # ------------------------------------------------------------------ passes
@@ -344,6 +353,9 @@ class ClusterCache:
         if quotas.get(record.name) != record:
             quotas[record.name] = record
             self._touch_view()
+
+    def lws_leader_set(self, namespace: str, name: str) -> LeaderSet | None:
+        return self.leader_sets.get(namespace, name)  # ClusterView
 
     def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
         """The ResourceQuotas of a namespace (ClusterView)."""
@@ -535,17 +547,6 @@ class ClusterCache:
         strict = self.live.set_strict_drivers(self.volumes.strict_drivers)
         if changes or nodes or strict:
             self._touch()
-
-    # ------------------------------------------------------------------ evictions
-    def eviction_blocked(self, pod_key: str, seconds: float = EVICTION_BLOCK_SECONDS) -> None:
-        self.blocked_evictions[pod_key] = self._clock() + seconds
-
-    def unevictable(self) -> frozenset[str]:
-        """Pods whose eviction a budget refused recently (the victim search tries others first)."""
-        now = self._clock()
-        for key in [k for k, until in self.blocked_evictions.items() if until <= now]:
-            del self.blocked_evictions[key]
-        return frozenset(self.blocked_evictions)
 
     # ------------------------------------------------------------------ ClusterView (kinds/base.py)
     def owner_states(self, kind: str) -> Iterator[OwnerState]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from phalanx.api.lws import LeaderSet
 from phalanx.controller.model.actions import Action, DeactivateKueueWorkload, RequeueCause, SuspendJob
 from phalanx.controller.model.kueue import KueueWorkloadRecord, TopologyFlavors
 from phalanx.controller.model.quota import PodsRefused, QuotaRecord
@@ -291,6 +292,10 @@ class ClusterView(Protocol):
     def pods_joining(self, namespace: str, label_value: str) -> Iterable[PodRecord]: ...
     def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
         """The ResourceQuotas of a namespace (gated pods count against them)."""
+        ...
+
+    def lws_leader_set(self, namespace: str, name: str) -> LeaderSet | None:
+        """LWS `namespace/name`'s leader StatefulSet (the groups it wants), or None if not seen."""
         ...
 
 

@@ -93,8 +93,9 @@ class LwsRecord:
     managed_problem: str = ""  # its managed label has a value the webhooks refuse (api managed_by_label)
     deleting: bool = False  # metadata.deletionTimestamp is set (kinds/base.OwnerRecord)
     dependents_first: bool = False  # deleted in the foreground (kinds/base.dependents_first)
-    # status.replicas: the groups LWS has made (its leader StatefulSet's), which a rolling update with
-    # maxSurge takes beyond spec.replicas (surge groups) until it scales them away
+    # status.replicas: the groups LWS has made (its leader StatefulSet's status), which a rolling update with
+    # maxSurge takes beyond spec.replicas (surge groups) until it scales them away; it dips while a leader
+    # is made again. What the leader StatefulSet's spec says is exact (_being_remade); this stands in.
     groups_made: int = 0
 
     @property
@@ -230,7 +231,7 @@ def lws_units(state: OwnerState, view: ClusterView) -> Iterable[Unit]:
         yield Unit(key, owner, None, tuple(notes), created=lws.created)
         return
     groups = _groups(state.pods)
-    for remade in _being_remade(state, policy, groups):
+    for remade in _being_remade(state, view, policy, groups):
         groups[remade] = []
     wanted: set[str] = set()
     for (index, revision), pods in sorted(groups.items()):
@@ -260,7 +261,10 @@ def _index(pod: PodRecord) -> int | None:
 
 
 def _being_remade(
-    state: OwnerState, policy: LwsPolicy, groups: Mapping[tuple[int, str], list[PodRecord]]
+    state: OwnerState,
+    view: ClusterView,
+    policy: LwsPolicy,
+    groups: Mapping[tuple[int, str], list[PodRecord]],
 ) -> list[tuple[int, str]]:
     """The groups LWS is making again: an index of a group LWS has, none of whose pods is live (its leader
     was deleted — by hand, by LWS's group restart, by a requeue — and the garbage collector took its
@@ -273,7 +277,11 @@ def _being_remade(
     beyond it, until it scales them away: a group beyond spec.replicas is LWS's while `status.replicas`
     (the groups LWS counts) covers it or while pods of that index are still there, being deleted (LWS
     scaling it away takes them as a requeue does; the count lags, and dips while a group's leader is
-    made again). Once neither holds, the group is gone: its root goes."""
+    made again). Once neither holds, the group is gone: its root goes.
+
+    The groups LWS has are exactly its leader StatefulSet's `spec.replicas` (api/lws.LeaderSet), which
+    surges with the rollout and never dips while a leader is made again; the LWS's `status.replicas` (that
+    StatefulSet's status) only stands in until the StatefulSet is seen."""
     lws: LwsRecord = state.owner
     identity = OwnerIdentity(API_VERSION, KIND, lws.namespace, lws.name, lws.uid)
     tree = policy.subgroup_size is not None
@@ -283,7 +291,11 @@ def _being_remade(
     revisions = sorted({name.rsplit("-", 1)[-1] for name in roots} | {""})
     present = {index for index, _ in groups}
     leaving = {index for pod in state.pods if (index := _index(pod)) is not None}
-    has = set(range(max(policy.replicas, lws.groups_made))) | leaving
+    leader_set = view.lws_leader_set(lws.namespace, lws.name)
+    made = (
+        leader_set.replicas if leader_set is not None and leader_set.owner_uid == lws.uid else lws.groups_made
+    )
+    has = set(range(max(policy.replicas, made))) | leaving
     out: list[tuple[int, str]] = []
     for index in sorted(has - present):
         found = [

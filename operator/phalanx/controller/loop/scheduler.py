@@ -91,7 +91,7 @@ def plan_input(
         nodes=_view(cache.nodes, detached),  # not copies (50,000 nodes) unless detached
         priority_classes=_view(cache.priority_classes, detached),
         pods=_view(cache.pods, detached),
-        unevictable=cache.unevictable(),
+        unevictable=cache.evictions.unevictable(),
         node_failure_grace=node_failure_grace,
         starvation_age=starvation_age,
         backing_off=backing_off,

@@ -85,6 +85,9 @@ WATCHED: tuple[Watched, ...] = (
     Watched(names.QUOTA, _r(_CORE, "resourcequotas"), True, 2),
     # DRA DeviceClasses: the extended resources they serve (model/dra.py), refused on a gang at creation.
     Watched(names.DEVICE_CLASS, Resource("resource.k8s.io", "v1", "deviceclasses"), False, 2, optional=True),
+    # LWS's leader StatefulSets (the cache keeps only those, api/lws.leader_set): the groups an LWS wants,
+    # surge groups included, which its own status.replicas cannot tell while a leader is made again.
+    Watched(names.STATEFUL_SET, Resource("apps", "v1", "statefulsets"), True, 2),
     Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
     Watched(names.POD_GROUP, _r(_OURS, "podgroups"), True, 2),
     # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would take a
