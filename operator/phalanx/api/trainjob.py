@@ -11,7 +11,8 @@ creation and never after.
 
 The runtime a TrainJob refers to (`spec.runtimeRef`: a ClusterTrainingRuntime, or a TrainingRuntime of its
 namespace) holds the JobSet template Trainer copies, pod template annotations and all: the TrainJob's
-webhook reads it live to refuse Kueue's Topology-Aware Scheduling annotations there (`runtime_ref`).
+webhook reads it (watched; live when not seen yet) to refuse Kueue's Topology-Aware Scheduling annotations
+there (`runtime_ref`).
 """
 
 from __future__ import annotations

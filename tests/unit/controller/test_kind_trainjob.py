@@ -5,6 +5,7 @@ suspending the TrainJob and resumed through it."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -361,8 +362,34 @@ async def test_kueue_tas_through_a_trainjobs_runtime_is_refused_at_the_trainjobs
     warned: str | None,
 ) -> None:
     """The gate-trainjob webhook as registered, over a real API client: the runtime a TrainJob refers to is
-    read live, and Kueue's TAS annotations on its pod templates or in the TrainJob's runtime patches are
-    refused with the TrainJob, so nothing is made, queued or reserved for it."""
+    read live (the cache has not seen it), and Kueue's TAS annotations on its pod templates or in the
+    TrainJob's runtime patches are refused with the TrainJob: nothing is made, queued or reserved for it."""
+    body = trainjob(patches=patches)
+    body["metadata"]["labels"]["phalanx.dev/managed"] = label
+    if ref_kind:
+        body["spec"]["runtimeRef"]["kind"] = ref_kind
+    answered, seen = await _review_over_an_api(body, served)
+    assert answered is not None
+    response = answered["response"]
+    assert seen == asked
+    if refused is None:
+        assert response["allowed"], response
+        assert ("patch" in response) is (label == "true")  # Phalanx's runtime patch, when managed
+    else:
+        assert not response["allowed"]
+        message = response["status"]["message"]
+        assert message.startswith(refused), message
+        assert "phalanx.dev/managed" in message and "phalanx.dev/topology-key" in message
+    said = response.get("warnings") or []
+    assert [w for w in said if warned and w.startswith(warned)] == ([said[0]] if warned else []), said
+
+
+async def _review_over_an_api(
+    body: dict[str, Any], served: tuple[int, Any], cached: Iterable[tuple[str, dict[str, Any]]] = ()
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The gate-trainjob webhook's answer to `body`'s creation, as registered, over a real API client whose
+    server answers a runtime's GET with `served` (status, the annotations of its pod template), the cache
+    having seen the runtime events `cached` (("ADDED" or "DELETED", the runtime)); and the paths asked."""
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
@@ -391,30 +418,46 @@ async def test_kueue_tas_through_a_trainjobs_runtime_is_refused_at_the_trainjobs
     )
     server = TestServer(app)
     await server.start_server()
-    body = trainjob(patches=patches)
-    body["metadata"]["labels"]["phalanx.dev/managed"] = label
-    if ref_kind:
-        body["spec"]["runtimeRef"]["kind"] = ref_kind
     context = StaticContext()
+    for event, obj in cached:
+        (context.cache.delete if event == "DELETED" else context.cache.upsert)(obj["kind"], obj)
     try:
         async with ApiClient(Credentials(server=str(server.make_url("")).rstrip("/"), source="test")) as api:
             context.kube = Kube(api)
-            answered = await answer(_create_review(body), reviewers(context)["gate-trainjob"])
+            return await answer(_create_review(body), reviewers(context)["gate-trainjob"]), seen
     finally:
         await server.close()
+
+
+ADDED, DELETED = "ADDED", "DELETED"
+
+
+@pytest.mark.parametrize(
+    ("cached", "served", "asked", "refused"),
+    [
+        # Seen without Kueue's TAS: let through, nothing read (the API, behind, would refuse it).
+        ([(ADDED, runtime())], {TAS: NB}, [], False),
+        # Seen with: read live before refusing, refused ...
+        ([(ADDED, runtime(annotations={TAS: NB}))], {TAS: NB}, [CLUSTER_PATH], True),
+        # ... or let through, the runtime fixed a moment ago (its edit not yet watched).
+        ([(ADDED, runtime(annotations={TAS: NB}))], None, [CLUSTER_PATH], False),
+        # A TrainingRuntime of that name is not the ClusterTrainingRuntime the TrainJob names: read live.
+        ([(ADDED, runtime("TrainingRuntime"))], {TAS: NB}, [CLUSTER_PATH], True),
+        # Seen, then deleted: not known any more, read live.
+        ([(ADDED, runtime()), (DELETED, runtime())], {TAS: NB}, [CLUSTER_PATH], True),
+    ],
+)
+async def test_a_runtime_the_cache_has_seen_without_kueue_tas_is_not_read_on_the_reviews_path(
+    cached: list[tuple[str, dict[str, Any]]], served: Any, asked: list[str], refused: bool
+) -> None:
+    """The runtimes are watched (cache/digests.py keeps each one's Kueue TAS problems), so a TrainJob whose
+    runtime has none is let through with nothing read on its review's path; one the cache has not seen (made
+    a moment ago), or saw with problems, is read live, so no TrainJob is refused for an edit not yet seen.
+    `served`: the annotations of the runtime the API serves."""
+    answered, seen = await _review_over_an_api(trainjob(), (200, served), cached)
     assert answered is not None
-    response = answered["response"]
+    assert answered["response"]["allowed"] is not refused, answered["response"]
     assert seen == asked
-    if refused is None:
-        assert response["allowed"], response
-        assert ("patch" in response) is (label == "true")  # Phalanx's runtime patch, when managed
-    else:
-        assert not response["allowed"]
-        message = response["status"]["message"]
-        assert message.startswith(refused), message
-        assert "phalanx.dev/managed" in message and "phalanx.dev/topology-key" in message
-    said = response.get("warnings") or []
-    assert [w for w in said if warned and w.startswith(warned)] == ([said[0]] if warned else []), said
 
 
 @pytest.mark.parametrize("annotation", TAS_ANNOTATIONS)

@@ -27,9 +27,9 @@ from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.lws import LeaderSet
+from phalanx.controller.cache.digests import DigestIndex
 from phalanx.controller.cache.evictions import BlockedEvictions
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
-from phalanx.controller.cache.leader_sets import LeaderSets
 from phalanx.controller.cache.owned import GroupRecord, Owned
 from phalanx.controller.cache.recent import RecentUids
 from phalanx.controller.cache.shown import (
@@ -74,7 +74,6 @@ POD_GROUP, COMPOSITE, WORKLOAD, TOPOLOGY = "PodGroup", "CompositePodGroup", "Wor
 CLAIM, VOLUME, STORAGE_CLASS = "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
 CSI_NODE, ATTACHMENT, CSI_DRIVER, CAPACITY = "CSINode", "VolumeAttachment", "CSIDriver", "CSIStorageCapacity"
 QUOTA, DEVICE_CLASS = "ResourceQuota", "DeviceClass"
-STATEFUL_SET = "StatefulSet"  # only LWS's leader StatefulSets are kept (cache/leader_sets.py)
 
 
 def key_of(body: Mapping[str, Any]) -> str:
@@ -110,7 +109,7 @@ class ClusterCache:
         # DRA DeviceClasses by name -> the extended resources each serves (model/dra.py): what the webhooks
         # refuse a gang to request, as Phalanx does not model device allocation. No decision reads them.
         self.device_classes: dict[str, frozenset[str]] = {}
-        self.leader_sets = LeaderSets()  # the groups each LWS wants (cache/leader_sets.py)
+        self.digests = DigestIndex()  # LWS's leader StatefulSets, Trainer's runtimes (cache/digests.py)
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -166,8 +165,8 @@ class ClusterCache:
             self._upsert_quota(body)
         elif kind == DEVICE_CLASS:
             self.device_classes[key_of(body)] = served_resources(body)
-        elif kind == STATEFUL_SET:
-            if self.leader_sets.event(key_of(body), body):
+        elif kind in self.digests:
+            if self.digests.event(kind, key_of(body), body):
                 self._touch_view()
         else:
             self._volume_event(kind, body, deleted=False)
@@ -213,8 +212,8 @@ class ClusterCache:
                 self._touch_view()
         elif kind == DEVICE_CLASS:
             self.device_classes.pop(key, None)
-        elif kind == STATEFUL_SET:
-            if self.leader_sets.event(key, None):
+        elif kind in self.digests:
+            if self.digests.event(kind, key, None):
                 self._touch_view()
         else:
             self._volume_event(kind, body, deleted=True)
@@ -243,8 +242,8 @@ class ClusterCache:
             return {(q.key, "") for quotas in self.quotas.values() for q in quotas.values()}
         if kind == DEVICE_CLASS:
             return {(name, "") for name in self.device_classes}
-        if kind == STATEFUL_SET:
-            return {(key, "") for key in self.leader_sets.items}
+        if kind in self.digests:
+            return {(key, "") for key in self.digests.keys(kind)}
         return {(key, "") for key in self.volumes.keys(kind)}
 
     # ------------------------------------------------------------------ passes
@@ -355,7 +354,7 @@ class ClusterCache:
             self._touch_view()
 
     def lws_leader_set(self, namespace: str, name: str) -> LeaderSet | None:
-        return self.leader_sets.get(namespace, name)  # ClusterView
+        return self.digests.leader_set(namespace, name)  # ClusterView
 
     def resource_quotas(self, namespace: str) -> tuple[QuotaRecord, ...]:
         """The ResourceQuotas of a namespace (ClusterView)."""

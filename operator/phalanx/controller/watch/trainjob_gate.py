@@ -1,4 +1,5 @@
-"""The TrainJob's CREATE webhook: webhooks.py's owner gate, with the runtime the TrainJob refers to read live.
+"""The TrainJob's CREATE webhook: webhooks.py's owner gate, with the runtime the TrainJob refers to (as the
+cache's watch of the runtimes saw it; read live when it has not seen it, or before refusing).
 
 Kubeflow Trainer copies the runtime's JobSet template (a ClusterTrainingRuntime, or a TrainingRuntime of the
 TrainJob's namespace) into the JobSet it makes, so Kueue's Topology-Aware Scheduling annotations on the
@@ -44,15 +45,23 @@ def gate_trainjob(hooks: Webhooks, kind: AdmittingKind) -> Callable[..., Awaitab
 
 
 async def runtime_problems(ctx: WatchContext, body: kopf.Body) -> tuple[list[str], str | None]:
-    """(Kueue TAS problems of the TrainJob's runtime, a warning when it could not be read). A runtime that
-    does not exist is Trainer's to refuse (its webhook requires it), and without an API client (a test's
-    context) nothing is read."""
+    """(Kueue TAS problems of the TrainJob's runtime, a warning when it could not be read). A runtime the
+    cache's watch saw without any (cache/digests.py) is not read again: the common case, a TrainJob let
+    through with nothing on its review's path. One the cache has not seen (made a moment ago, or its CRD
+    installed after Phalanx started), or saw with problems, is read live: a refusal is never for what a
+    runtime said before an edit the watch has not brought yet. A runtime that does not exist is Trainer's
+    to refuse (its webhook requires it); without an API client (a test's context) the cache answers."""
     ref = runtime_ref(body)
-    if ref is None or ctx.kube is None:
+    if ref is None:
         return [], None
     kind, name = ref
     meta = mapping(body.get("metadata"))
     namespace = str(meta.get("namespace") or "")
+    seen = ctx.cache.digests.runtime_problems(kind, namespace, name)
+    if seen is not None and not seen:
+        return [], None  # the TrainJob's path: nothing read (stale, its JobSet's webhook still refuses)
+    if ctx.kube is None:
+        return list(seen or ()), None
     try:
         runtime = await ctx.kube.get_runtime(kind, namespace, name)
     except Exception as e:  # the API's failure: let the TrainJob through, and say what was not checked

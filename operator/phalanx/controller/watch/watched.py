@@ -17,7 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phalanx.api.group import GROUP, VERSION
+from phalanx.api.trainjob import API_GROUP as TRAINER_GROUP
+from phalanx.api.trainjob import RUNTIME_PLURALS
 from phalanx.controller.cache import store as names
+from phalanx.controller.cache.digests import STATEFUL_SET
 from phalanx.controller.kinds import OWNER_KINDS
 from phalanx.controller.kinds.base import Resource
 from phalanx.controller.model.kueue import (
@@ -61,6 +64,7 @@ _STORAGE = Resource("storage.k8s.io", "v1", "")
 _CORE = Resource("", "v1", "")
 _OURS = Resource(GROUP, VERSION, "")
 _KUEUE = Resource(KUEUE_GROUP, KUEUE_VERSION, "")
+_TRAINER = Resource(TRAINER_GROUP, "v1alpha1", "")
 
 
 def _r(base: Resource, plural: str) -> Resource:
@@ -85,9 +89,17 @@ WATCHED: tuple[Watched, ...] = (
     Watched(names.QUOTA, _r(_CORE, "resourcequotas"), True, 2),
     # DRA DeviceClasses: the extended resources they serve (model/dra.py), refused on a gang at creation.
     Watched(names.DEVICE_CLASS, Resource("resource.k8s.io", "v1", "deviceclasses"), False, 2, optional=True),
-    # LWS's leader StatefulSets (the cache keeps only those, api/lws.leader_set): the groups an LWS wants,
+    # LWS's leader StatefulSets (the cache keeps only those, cache/digests.py): the groups an LWS wants,
     # surge groups included, which its own status.replicas cannot tell while a leader is made again.
-    Watched(names.STATEFUL_SET, Resource("apps", "v1", "statefulsets"), True, 2),
+    Watched(STATEFUL_SET, Resource("apps", "v1", "statefulsets"), True, 2),
+    # Trainer's runtimes (their Kueue TAS problems only, cache/digests.py): the TrainJob webhook refuses a
+    # TrainJob whose runtime has any, without reading it live on the review's path.
+    *(
+        Watched(
+            kind, Resource(TRAINER_GROUP, "v1alpha1", plural), kind == "TrainingRuntime", 2, optional=True
+        )
+        for kind, plural in RUNTIME_PLURALS.items()
+    ),
     Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
     Watched(names.POD_GROUP, _r(_OURS, "podgroups"), True, 2),
     # A tree's decision is recorded on its root CompositePodGroup: without it the first pass would take a
@@ -115,8 +127,9 @@ def watched(kind: str) -> Watched:
 
 
 # What the admission webhooks read of the cache (webhooks.py): nodes (the resources they list, slice keys'
-# labels), PodGroups, owners (a pod's Job), quotas, Topologies, DeviceClasses and PriorityClasses. A process
-# that only serves the webhooks (--role webhooks) watches these and not the rest (no pods: the heaviest).
+# labels), PodGroups, owners (a pod's Job), quotas, Topologies, DeviceClasses, PriorityClasses and Trainer's
+# runtimes (a TrainJob's). A process that only serves the webhooks (--role webhooks) watches these and not the
+# rest (no pods: the heaviest).
 WEBHOOK_READS = frozenset(
     {
         names.NODE,
@@ -125,6 +138,7 @@ WEBHOOK_READS = frozenset(
         names.TOPOLOGY,
         names.DEVICE_CLASS,
         names.PRIORITY_CLASS,
+        *RUNTIME_PLURALS,
         *(kind.name for kind in OWNER_KINDS),
     }
 )
