@@ -763,14 +763,7 @@ def test_a_preempted_surge_group_that_lws_scales_away_while_it_waits_leaves_no_p
             wait_for("no PodGroup holding a reservation", lambda: not reservations(ns), timeout=60)
             assert not gated(ns.pods()), ns.where()
             delete_job(ns, "high-2")
-            patch_lws(
-                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
-            )
-            groups, _ = wait_for(
-                "the rollout done: group 0 of the new revision bound, one PodGroup",
-                lambda: settled(ns, name, 1, 2, new),
-                timeout=180,
-            )
+            groups = partition_lifted(ns, name, 1, new, "group 0 of the new revision bound, one PodGroup")
         print(ns.where(f"leaderworkerset.sigs.k8s.io/name={name}"))
         one_block_each(ns, groups)
         assert not {p["metadata"]["uid"] for p in groups[0]} & scaled[0].uids
@@ -787,6 +780,17 @@ def test_a_preempted_surge_group_that_lws_scales_away_while_it_waits_leaves_no_p
 def sts_replicas(ns: Namespace, name: str) -> int:
     """The replicas LWS asks of its leader StatefulSet: spec.replicas, plus maxSurge while it surges."""
     return int(ns.get(f"/apis/apps/v1/namespaces/{{ns}}/statefulsets/{name}")["spec"]["replicas"])
+
+
+def partition_lifted(
+    ns: Namespace, name: str, replicas: int, new: str, what: str
+) -> dict[int, list[dict[str, Any]]]:
+    """The rollout's partition lifted, and done: `replicas` groups of 2 pods of revision `new` bound."""
+    patch_lws(ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}})
+    groups, _ = wait_for(
+        f"the rollout done: {what}", lambda: settled(ns, name, replicas, 2, new), timeout=180
+    )
+    return dict(groups)
 
 
 def created_count(ns: Namespace, name: str) -> int:
@@ -875,13 +879,8 @@ def test_a_surge_groups_pod_group_stays_while_lws_cannot_make_its_leader_again_a
             kept = group_names(ns, name)[surge["metadata"]["name"]]
             assert kept["metadata"]["uid"] == surge["metadata"]["uid"], (kept["metadata"], surge["metadata"])
             assert created_count(ns, name) == said  # nothing said made for the group again
-            patch_lws(
-                ns, name, {"spec": {"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": 0}}}}
-            )
-            groups, _ = wait_for(
-                "the rollout done: 2 groups of the new revision bound, one PodGroup each, no surge group",
-                lambda: settled(ns, name, 2, 2, new),
-                timeout=180,
+            groups = partition_lifted(
+                ns, name, 2, new, "2 groups of the new revision bound, one PodGroup each"
             )
         one_block_each(ns, groups)
         one_block_each(ns, {i: g.pods for i, g in again.items()})
