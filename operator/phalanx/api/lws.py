@@ -62,9 +62,8 @@ class LeaderSet:
     while a leader is being made again (its pod deleted, not yet made), so it cannot tell a surge group
     being remade from one scaled away."""
 
-    owner_uid: (
-        str  # the LWS's (its controller ownerReference): a set of an LWS of the same name before is not
-    )
+    # The LWS's uid (the set's controller ownerReference): the set of an earlier LWS of that name is not its.
+    owner_uid: str
     replicas: int
 
 
