@@ -15,7 +15,12 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from .addons_fixtures import addons_cluster, addons_ns  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue)
 from .kinds_fixtures import kinds_ns, phalanx_addons  # noqa: F401  (Phalanx on that cluster)
 from .kube import Namespace, delete_namespace, new_namespace
-from .kueue_fixtures import kns, kueue_queue  # noqa: F401  (a Kueue ClusterQueue and LocalQueue there)
+from .kueue_fixtures import (  # noqa: F401  (a Kueue ClusterQueue and LocalQueue there; Kueue's fair sharing)
+    fair_kns,
+    kns,
+    kueue_fair_sharing,
+    kueue_queue,
+)
 from .operator_fixtures import namespace_with, running_operator
 
 pytestmark = pytest.mark.integration

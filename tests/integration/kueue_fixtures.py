@@ -3,7 +3,8 @@ test_kueue_lws.py) on the dev cluster with the real Kueue v0.17.0 (`addons_clust
 (`phalanx_addons`).
 
 Imported by conftest.py: `kueue_queue` is one ResourceFlavor and ClusterQueue of 48 GPUs (and the
-PriorityClasses low and high) per test module, `kns` a fresh namespace with a LocalQueue `lq` of it.
+PriorityClasses low and high) per test module, `kns` a fresh namespace with a LocalQueue `lq` of it, and
+`fair_kns` the same with Kueue restarted with fair sharing on for the test (and back after it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from phalanx.devcluster import addons
 from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.operator_process import OperatorProcess
@@ -126,3 +128,45 @@ def kns(
             )
         wait_for("the namespace's Kueue Workloads gone", lambda: not kueue_workloads(ns), timeout=120)
         delete_namespace(ns, timeout=180)
+
+
+# Kueue v0.17's fair sharing (config.kueue.x-k8s.io/v1beta2): on when `fairSharing` is set (its
+# preemptionStrategies required; these two are Kueue's default order, rules S2-a then S2-b).
+FAIR_SHARING = {
+    "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+}
+
+
+@pytest.fixture
+def kueue_fair_sharing(addons_cluster: ClusterState, kueue_queue: str) -> Iterator[None]:
+    """Kueue restarted with fair sharing on for the test (`addons.restart`: same ports, certificates and
+    webhooks), and restarted as `up` started it after, whatever happened: the session's other tests see
+    Kueue without it. Its ClusterQueues and Workloads stay (Kueue reads them again at its start)."""
+    api = addons_cluster.client()
+    addons.restart(addons_cluster, "kueue", _log, FAIR_SHARING)
+    try:
+        # Kueue reports each ClusterQueue's share (status.fairSharing) only with fair sharing on.
+        wait_for("Kueue's fair sharing on", lambda: fair_share(api, kueue_queue) is not None, timeout=60)
+        yield
+    finally:
+        addons.restart(addons_cluster, "kueue", _log)
+        wait_for("Kueue's fair sharing off again", lambda: fair_share(api, kueue_queue) is None, timeout=60)
+
+
+def fair_share(api: RestClient, cq: str) -> int | None:
+    """ClusterQueue `cq`'s weighted share as Kueue reports it (status.fairSharing.weightedShare: how far
+    beyond its nominal quota it borrows), or None: Kueue's fair sharing is off."""
+    status = api.get(f"{KUEUE}/clusterqueues/{cq}").get("status") or {}
+    fair = status.get("fairSharing")
+    return None if fair is None else int(fair.get("weightedShare") or 0)
+
+
+def _log(message: str) -> None:
+    print(f"[dev-cluster addons] {message}")
+
+
+@pytest.fixture
+def fair_kns(kueue_fair_sharing: None, kns: Namespace) -> Namespace:
+    """`kns` with Kueue's fair sharing on: Kueue is restarted before the namespace is made, and again
+    after it and its Workloads are gone (Kueue removes their finalizers)."""
+    return kns

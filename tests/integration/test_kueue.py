@@ -1060,7 +1060,11 @@ class Preemptor:
 
 
 def trainjob_preempted_and_readmitted(
-    kns: Namespace, body: dict[str, Any], preemptor: Preemptor, reason: str
+    kns: Namespace,
+    body: dict[str, Any],
+    preemptor: Preemptor,
+    reason: str,
+    admitted: Callable[[], None] = lambda: None,
 ) -> None:
     """The flow both preemption tests share. The TrainJob `body` (`low`, queued) runs whole in one
     network block; `preemptor` is made and Kueue preempts `low` for it (its Workload `Preempted=True`,
@@ -1070,7 +1074,8 @@ def trainjob_preempted_and_readmitted(
     at any pod event (`whole_gangs`), no pod of `low` made between its preemption and the preemptor's
     deletion, spec.suspend of the TrainJob and of its JobSet only Kueue's (created suspended, admitted,
     preempted, readmitted), the preemptor's only created suspended then admitted, and no requeue or
-    preemption of Phalanx's."""
+    preemption of Phalanx's. `admitted()` checks what the test expects of Kueue once `low` runs whole,
+    before the preemptor is made."""
     low, queue = body["metadata"]["name"], body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
     low_path = f"{TRAINJOBS.replace('{ns}', kns.name)}/{low}"
     suspends = {
@@ -1085,6 +1090,7 @@ def trainjob_preempted_and_readmitted(
             first = wait_for(f"{low}'s 4 pods whole in one block", lambda: trainjob_whole(kns, low), 180)
             assert kueue_condition(workload_of(kns, low), "Admitted").get("status") == "True"
             old = {p["metadata"]["name"] for p in kns.pods(f"{JOBSET_NAME}={low}")}
+            admitted()
 
             seen.mark("preemptor made")
             kns.create(preemptor.body)

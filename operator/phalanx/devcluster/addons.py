@@ -15,14 +15,16 @@ has passed through each webhook (mutated where the webhook mutates). Details: do
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ import yaml
 from phalanx import certs
 from phalanx.devcluster.binaries import repo_root
 from phalanx.devcluster.http import ApiError, RestClient
-from phalanx.devcluster.procs import free_ports, http_ok, running
+from phalanx.devcluster.procs import free_ports, http_ok, pid_alive, running, signal_group
 from phalanx.devcluster.state import ClusterError, ClusterState
 
 Log = Callable[[str], None]
@@ -630,15 +632,9 @@ def start(
             frameworks=frameworks if name == "kueue" else [],
         )
         Path(s.config).write_text(json.dumps(_config(addon, s, frameworks), indent=2))
-        # The kubeconfig comes from $KUBECONFIG (controller-runtime); the config path names the cluster
-        # folder in the command line, which is how `down` knows the pid is still ours.
-        argv = [s.binary, f"--config={s.config}"]
-        if name == "kueue":
-            argv = _kueue_launcher(folder, cert_dir, argv)
-        env = {**os.environ, "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(tmp)}
-        offset = Path(s.log).stat().st_size if Path(s.log).exists() else 0
+        offset = _log_size(s)
         state.addons[name] = _record(s)
-        _spawn(state, s, argv, env)
+        _launch(state, s)
         hooks = rewrite_webhooks(
             addon, webhook_documents(addon, sources[name]), webhook_port, ca.cert_pem, frameworks
         )
@@ -657,6 +653,67 @@ def start(
             f"addon {s.name} {s.version} ready in {s.ready_seconds:.1f} s (webhooks :{s.webhook_port}, "
             f"health :{s.health_port}, metrics :{s.metrics_port}, log {s.log})"
         )
+
+
+def _launch(state: ClusterState, s: Started) -> None:
+    """Spawn the addon `s` describes, its config file written."""
+    folder = Path(s.config).parent
+    # The kubeconfig comes from $KUBECONFIG (controller-runtime); the config path names the cluster
+    # folder in the command line, which is how `down` knows the pid is still ours.
+    argv = [s.binary, f"--config={s.config}"]
+    if s.name == "kueue":
+        argv = _kueue_launcher(folder, Path(s.cert_dir), argv)
+    env = {**os.environ, "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(folder / "tmp")}
+    _spawn(state, s, argv, env)
+
+
+def _log_size(s: Started) -> int:
+    return Path(s.log).stat().st_size if Path(s.log).exists() else 0
+
+
+def configuration(name: str, s: Started, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The addon's Configuration as `up` writes it, with `overrides` merged in (maps deeply, any other value
+    replaced): e.g. Kueue's `{"fairSharing": {"preemptionStrategies": [...]}}`."""
+    cfg = _config(ADDONS[name], s, s.frameworks)
+    if overrides:
+        _merge(cfg, copy.deepcopy(dict(overrides)))
+    return cfg
+
+
+def restart(
+    state: ClusterState,
+    name: str,
+    log: Log,
+    overrides: Mapping[str, Any] | None = None,
+    timeout: float = 180.0,
+) -> None:
+    """Stop a running addon and start it again as `up` did (the same binary, ports, certificates and log;
+    its webhooks and CRDs stay installed), its Configuration with `overrides` merged in (None: as `up`
+    wrote it). A test that needs one controller set otherwise (Kueue's fair sharing) restarts it so on
+    the session's cluster, and back, rather than bringing up a second cluster. Returns once it is ready,
+    by the checks `up` makes (its workers run, a dry run passes through each of its webhooks)."""
+    info = state.addons.get(name)
+    if info is None:
+        raise ClusterError(f"addon {name} was not started on this cluster (`up --addons {name}`)")
+    s = Started(**info)
+    pid = state.pids.get(s.pid_name)
+    if pid is not None and running(pid, state.path):
+        signal_group(pid, signal.SIGTERM)
+        try:
+            _poll(f"addon {name} (pid {pid}) to exit", lambda: not pid_alive(pid), 30)
+        except ClusterError:
+            signal_group(pid, signal.SIGKILL)
+            _poll(f"addon {name} (pid {pid}) to exit after SIGKILL", lambda: not pid_alive(pid), 10)
+    Path(s.config).write_text(json.dumps(configuration(name, s, overrides), indent=2))
+    offset = _log_size(s)
+    started = time.monotonic()
+    _launch(state, s)
+    _wait_ready(state, ADDONS[name], s, offset, timeout)
+    s.ready_seconds = round(time.monotonic() - started, 2)
+    state.addons[name] = _record(s)
+    state.save()
+    said = f" with {json.dumps(dict(overrides))}" if overrides else ""
+    log(f"addon {name} {s.version} restarted{said}, ready in {s.ready_seconds:.1f} s (log {s.log})")
 
 
 def _record(s: Started) -> dict[str, Any]:

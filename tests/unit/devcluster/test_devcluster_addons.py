@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from phalanx.devcluster.addons import ADDONS, KUEUE_FRAMEWORKS, keep_webhook, kueue_frameworks
+from phalanx.devcluster.addons import (
+    ADDONS,
+    KUEUE_FRAMEWORKS,
+    Started,
+    configuration,
+    keep_webhook,
+    kueue_frameworks,
+)
 
 JOB = "batch/job"
 JOBSET = "jobset.x-k8s.io/jobset"
@@ -73,3 +80,43 @@ def test_kueues_webhooks_are_kept_for_its_own_kinds_and_the_frameworks_on(
 
 def test_each_framework_names_the_group_and_resource_of_its_webhooks_and_its_reconciler() -> None:
     assert KUEUE_FRAMEWORKS[TRAINJOB] == ("trainer.kubeflow.org", "trainjobs", "trainjob")
+
+
+def _started(name: str) -> Started:
+    return Started(
+        name=name,
+        version=ADDONS[name].version,
+        binary=f"/cache/{name}",
+        pid_name=f"addon-{name}",
+        log=f"/logs/addon-{name}.log",
+        config=f"/dir/addons/{name}/config.yaml",
+        cert_dir=f"/dir/addons/{name}/certs",
+        webhook_port=1001,
+        metrics_port=1002,
+        health_port=1003,
+        frameworks=[JOB, TRAINJOB] if name == "kueue" else [],
+    )
+
+
+FAIR_SHARING = {
+    "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+}
+
+
+def test_a_restart_merges_its_overrides_into_the_configuration_up_writes_and_keeps_the_rest() -> None:
+    """`restart(..., overrides)` (Kueue's fair sharing for one test): the Configuration `up` wrote, with the
+    overrides merged in, maps deeply; without overrides exactly what `up` wrote."""
+    s = _started("kueue")
+    plain = configuration("kueue", s)
+    assert "fairSharing" not in plain
+    assert plain["integrations"] == {"frameworks": [JOB, TRAINJOB]}
+    fair = configuration("kueue", s, FAIR_SHARING)
+    assert fair == {**plain, **FAIR_SHARING}
+    # A nested override keeps the map's other keys.
+    gates = configuration("kueue", s, {"featureGates": {"FairSharingPreemptWithinNominal": False}})
+    assert gates["featureGates"] == {
+        "TopologyAwareScheduling": True,
+        "VisibilityOnDemand": False,
+        "FairSharingPreemptWithinNominal": False,
+    }
+    assert configuration("kueue", s) == plain  # the overrides were not kept
