@@ -163,6 +163,15 @@ def kept_admitted(versions: list[WorkloadVersion]) -> None:
     assert not [v for v in versions if v.true("Evicted") or v.true("Preempted") or not v.active], versions
 
 
+def kueue_kept_the_group(ns: Namespace, versions: list[WorkloadVersion], early: list[str]) -> None:
+    """How every test here ends: the group's one Workload kept admitted (kept_admitted), no pod released
+    while Kueue's gate was on (`early`: the gate watch's), Kueue stopped nothing, nobody touched the LWS."""
+    kept_admitted(versions)
+    assert not early, f"released while Kueue's gate was on: {early}"
+    kueue_stopped_nothing(ns)
+    lws_untouched(ns)
+
+
 def kueue_stopped_nothing(ns: Namespace) -> None:
     """Kueue stopped no pod of the namespace (its pod-group reconciler marks a pod it stops
     TerminationTarget and says Stopped; an extra pod of a group it deletes says ExcessPodDeleted)."""
@@ -217,11 +226,8 @@ def test_a_node_failure_under_a_queued_lws_group_with_room_in_its_block_is_compl
     versions, made = run.versions, run.made
     assert not requeues_of(kns, "LeaderWorkerSet", NAME)
     assert made == {"DeactivateKueueWorkload": 0, "ActivateKueueWorkload": 0, "DeletePod": 0, "requeues": 0}
-    kept_admitted(versions)
     assert uids(before) | uids(pods) <= run.gates.kueue_gated, run.gates.kueue_gated  # the new worker's too
-    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
-    kueue_stopped_nothing(kns)
-    lws_untouched(kns)
+    kueue_kept_the_group(kns, versions, run.gates.early)
 
 
 def test_a_node_failure_under_a_queued_lws_group_with_no_room_left_requeues_it_whole_under_its_admission(
@@ -270,13 +276,10 @@ def test_a_node_failure_under_a_queued_lws_group_with_no_room_left_requeues_it_w
     versions, made = run.versions, run.made
     # The leader deleted, nothing else: the workers went with their StatefulSet, the Workload untouched.
     assert made == {"DeactivateKueueWorkload": 0, "ActivateKueueWorkload": 0, "DeletePod": 1, "requeues": 1}
-    kept_admitted(versions)
     assert uids(pods) <= run.gates.kueue_gated, (
         run.gates.kueue_gated
     )  # the new group passed Kueue's gates again
-    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
-    kueue_stopped_nothing(kns)
-    lws_untouched(kns)
+    kueue_kept_the_group(kns, versions, run.gates.early)
 
 
 def test_phalanx_preempts_a_queued_lws_group_whole_for_a_higher_priority_gang_and_kueue_keeps_both_admitted(
@@ -342,8 +345,5 @@ def test_phalanx_preempts_a_queued_lws_group_whole_for_a_higher_priority_gang_an
     assert (
         made["DeletePod"] == 1 and not made["DeactivateKueueWorkload"] and not made["ActivateKueueWorkload"]
     )
-    kept_admitted(versions)
     assert not [v for v in versions if v.note], versions  # never Phalanx's requeue note on it
-    assert not run.gates.early, f"released while Kueue's gate was on: {run.gates.early}"
-    kueue_stopped_nothing(kns)
-    lws_untouched(kns)
+    kueue_kept_the_group(kns, versions, run.gates.early)
