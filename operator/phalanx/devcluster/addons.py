@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ import yaml
 from phalanx import certs
 from phalanx.devcluster.binaries import repo_root
 from phalanx.devcluster.http import ApiError, RestClient
-from phalanx.devcluster.procs import free_ports, http_ok, pid_alive, running, signal_group
+from phalanx.devcluster.procs import free_ports, http_ok, running, stop_process
 from phalanx.devcluster.state import ClusterError, ClusterState
 
 Log = Callable[[str], None]
@@ -697,13 +696,8 @@ def restart(
         raise ClusterError(f"addon {name} was not started on this cluster (`up --addons {name}`)")
     s = Started(**info)
     pid = state.pids.get(s.pid_name)
-    if pid is not None and running(pid, state.path):
-        signal_group(pid, signal.SIGTERM)
-        try:
-            _poll(f"addon {name} (pid {pid}) to exit", lambda: not pid_alive(pid), 30)
-        except ClusterError:
-            signal_group(pid, signal.SIGKILL)
-            _poll(f"addon {name} (pid {pid}) to exit after SIGKILL", lambda: not pid_alive(pid), 10)
+    if pid is not None:
+        stop_process(pid, state.path, grace=30)
     Path(s.config).write_text(json.dumps(configuration(name, s, overrides), indent=2))
     offset = _log_size(s)
     started = time.monotonic()

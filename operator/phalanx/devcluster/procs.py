@@ -107,6 +107,21 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+def stop_process(pid: int, directory: Path, grace: float = 20.0) -> None:
+    """Stop the component `pid` leads, if it is still ours: SIGTERM to its group, SIGKILL after `grace`
+    seconds, and return once it has exited."""
+    if not running(pid, directory):
+        return
+    signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        signal_group(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.05)
+
+
 def wait(
     what: str,
     check: Callable[[], bool],

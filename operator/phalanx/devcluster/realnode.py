@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
@@ -35,7 +34,7 @@ from phalanx import certs
 from phalanx.devcluster import hostnet
 from phalanx.devcluster.binaries import repo_root
 from phalanx.devcluster.http import ApiError
-from phalanx.devcluster.procs import free_ports, running
+from phalanx.devcluster.procs import free_ports, running, stop_process
 from phalanx.devcluster.state import ClusterState
 
 NODE_NAME = "real-0"
@@ -602,17 +601,8 @@ def _alive(pid: int, directory: Path) -> bool:
 
 def _stop_pid(state: ClusterState, name: str, timeout: float = 20.0) -> None:
     pid = state.pids.get(name)
-    if pid and _alive(pid, state.path):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid, state.path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid, state.path):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            while _alive(pid, state.path):
-                time.sleep(0.1)
+    if pid:
+        stop_process(pid, state.path, grace=timeout)
     state.pids.pop(name, None)
     state.save()
 
