@@ -95,9 +95,7 @@ WATCHED: tuple[Watched, ...] = (
     # Trainer's runtimes (their Kueue TAS problems only, cache/digests.py): the TrainJob webhook refuses a
     # TrainJob whose runtime has any, without reading it live on the review's path.
     *(
-        Watched(
-            kind, Resource(TRAINER_GROUP, "v1alpha1", plural), kind == "TrainingRuntime", 2, optional=True
-        )
+        Watched(kind, _r(_TRAINER, plural), kind == "TrainingRuntime", 2, optional=True)
         for kind, plural in RUNTIME_PLURALS.items()
     ),
     Watched(names.WORKLOAD, _r(_OURS, "workloads"), True, 2),
