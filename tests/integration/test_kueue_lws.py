@@ -38,6 +38,7 @@ from .kinds import (
     KUEUE,
     LWS_NAME,
     GateWatch,
+    ThroughFailure,
     WorkloadVersion,
     WorkloadWatch,
     changes,
@@ -152,6 +153,23 @@ def the_groups_watches(ns: Namespace, operator: OperatorProcess) -> Iterator[Gro
     print("Phalanx's requeue writes:", run.made)
 
 
+def a_worker_node_failed(
+    ns: Namespace, queue: str, run: GroupWatches, gangs: ThroughFailure, size: int, counted: dict[str, Any]
+) -> tuple[str, list[dict[str, Any]], str]:
+    """The node-failure tests' first steps: the group of `size` queued, Kueue admitting it (the ClusterQueue
+    `counted` as given) and Phalanx placing it whole in one block, seen whole by the pod watch; then a
+    worker's node fails (a NoExecute taint). Returns the block, the group's pods before, the failed node."""
+    ns.create(queued_lws(size))
+    block = wait_for("serve whole in one block", lambda: lws_block(ns, size), timeout=180)
+    before = lws_pods(ns, NAME)
+    wait_for("the ClusterQueue counting it", lambda: cq_counts(ns.api, queue) == counted, 60)
+    wait_for("the pod watch to see it whole", lambda: gangs.whole(GROUP), 30)
+    victim = run.victim = worker_node(before)
+    gangs.failure()
+    fail_node(ns.api, victim, how="taint")
+    return str(block), before, victim
+
+
 def kept_admitted(versions: list[WorkloadVersion]) -> None:
     """The group's one Kueue Workload, admitted once and never let go: queued, then admitted, and from its
     admission on every version admitted with its quota, never evicted, preempted or deactivated."""
@@ -200,14 +218,8 @@ def test_a_node_failure_under_a_queued_lws_group_with_room_in_its_block_is_compl
     once = counting(kns, kueue_queue, 3 * GPUS, 1)
     with the_groups_watches(kns, phalanx_addons) as run:
         with whole_gangs_through_a_failure(kns, {GROUP: 3}, lws_gang, completed_in=NB_KEY) as gangs:
-            kns.create(queued_lws(3))
-            assert wait_for("serve whole in one block", lambda: lws_block(kns, 3), timeout=180) == "nb-a"
-            before = lws_pods(kns, NAME)
-            wait_for("the ClusterQueue counting it", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
-            wait_for("the pod watch to see it whole", lambda: gangs.whole(GROUP), 30)
-            victim = run.victim = worker_node(before)
-            gangs.failure()
-            fail_node(kns.api, victim, how="taint")
+            block, before, victim = a_worker_node_failed(kns, kueue_queue, run, gangs, 3, once)
+            assert block == "nb-a"
             lost = {p["metadata"]["uid"] for p in before if p["spec"]["nodeName"] == victim}
             pods = wait_for(
                 "serve whole again in nb-a, its lost worker made again",
@@ -246,14 +258,7 @@ def test_a_node_failure_under_a_queued_lws_group_with_no_room_left_requeues_it_w
     once = counting(kns, kueue_queue, 4 * GPUS, 1)
     with the_groups_watches(kns, phalanx_addons) as run:
         with whole_gangs_through_a_failure(kns, {GROUP: 4}, lws_gang) as gangs:
-            kns.create(queued_lws(4))
-            first = wait_for("serve whole in one block", lambda: lws_block(kns, 4), timeout=180)
-            before = lws_pods(kns, NAME)
-            wait_for("the ClusterQueue counting it", lambda: cq_counts(kns.api, kueue_queue) == once, 60)
-            wait_for("the pod watch to see it whole", lambda: gangs.whole(GROUP), 30)
-            victim = run.victim = worker_node(before)
-            gangs.failure()
-            fail_node(kns.api, victim, how="taint")
+            first, before, victim = a_worker_node_failed(kns, kueue_queue, run, gangs, 4, once)
             requeued = wait_for(
                 "Phalanx's Requeued event on the LWS", lambda: requeues_of(kns, "LeaderWorkerSet", NAME), 120
             )
