@@ -170,6 +170,97 @@ def torch_runtime(name: str, nodes: int) -> dict[str, Any]:
     }
 
 
+LAUNCHER_CPU = "1"
+"""A launcher that is not a node asks for CPU only: it runs mpirun, which ssh-es to the nodes."""
+
+
+def mpi_runtime(name: str, *, launcher_as_node: bool, launcher_after_nodes: bool = False) -> dict[str, Any]:
+    """A ClusterTrainingRuntime of the shape of Trainer v2.2.0's MPI runtimes (manifests/base/runtimes/
+    deepspeed_distributed.yaml, mlx_distributed.yaml): mlPolicy `mpi` (OpenMPI, an ssh Secret and a hostfile
+    ConfigMap made by Trainer's MPI plugin), the JobSet's network publishing not-ready addresses and its
+    successPolicy the launcher's; a replicated Job `launcher` (the trainer step: container `node`, one pod)
+    and a replicated Job `node` (sshd, 8 GPUs a pod, a readiness probe on its port).
+
+    The runtime's numNodes stays 1, as in the shipped ones: the TrainJob says how many (`spec.trainer.
+    numNodes`, `trainjob(..., num_nodes=)`). Trainer v2.2.0 sizes the trainer step's replicated Job, the
+    launcher here, from the runtime's numNodes (tried: a runtime of numNodes 4 made a launcher Job of
+    parallelism 4), and only the `node` Job from the TrainJob's.
+
+    `launcher_as_node` (runLauncherAsNode): the launcher is one of the nodes, with 8 GPUs like them, and
+    Trainer makes numNodes-1 node pods; else a CPU-only launcher and numNodes node pods.
+    `launcher_after_nodes`: `node` listed first and the launcher `dependsOn` it Ready (JobSet makes the
+    launcher's Job once every node pod is Ready: a staged JobSet)."""
+    gpus = {"limits": {GPU_KEY: "8"}}
+    launcher: dict[str, Any] = {
+        "name": "launcher",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "node",
+                                "image": PAUSE,
+                                "command": ["mpirun"],
+                                "resources": gpus
+                                if launcher_as_node
+                                else {"requests": {"cpu": LAUNCHER_CPU}},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    }
+    node = {
+        "name": "node",
+        "template": {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "node",
+                                "image": PAUSE,
+                                "command": ["/usr/sbin/sshd"],
+                                "args": ["-De", "-f", "/home/mpiuser/.sshd_config"],
+                                "readinessProbe": {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 5},
+                                "resources": gpus,
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    }
+    rjobs = [launcher, node]
+    if launcher_after_nodes:
+        launcher["dependsOn"] = [{"name": "node", "status": "Ready"}]
+        rjobs = [node, launcher]  # JobSet: the first replicated Job cannot depend on another
+    mpi = {
+        "numProcPerNode": 1,
+        "mpiImplementation": "OpenMPI",
+        "sshAuthMountPath": "/home/mpiuser/.ssh",
+        "runLauncherAsNode": launcher_as_node,
+    }
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "deepspeed"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "mpi": mpi},
+            "template": {
+                "spec": {
+                    "network": {"publishNotReadyAddresses": True},
+                    "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
+                    "replicatedJobs": rjobs,
+                }
+            },
+        },
+    }
+
+
 TAS = "kueue.x-k8s.io/podset-required-topology"
 
 
@@ -203,12 +294,18 @@ def delete_runtime(ns: Namespace, name: str) -> None:
             raise
 
 
-def trainjob(name: str, runtime: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def trainjob(
+    name: str, runtime: str, annotations: dict[str, str] | None = None, *, num_nodes: int | None = None
+) -> dict[str, Any]:
+    """A managed TrainJob of `runtime`; `num_nodes`: its spec.trainer.numNodes (None: the runtime's)."""
+    spec: dict[str, Any] = {"runtimeRef": {"name": runtime}}
+    if num_nodes is not None:
+        spec["trainer"] = {"numNodes": num_nodes}
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
         "metadata": {"name": name, "labels": dict(MANAGED), "annotations": dict(annotations or {})},
-        "spec": {"runtimeRef": {"name": runtime}},
+        "spec": spec,
     }
 
 
