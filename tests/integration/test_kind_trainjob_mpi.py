@@ -9,7 +9,8 @@ included, in one network block (`phalanx.dev/topology-key`):
   node, even one whose GPUs are all taken, but it waits with the nodes and is placed in their block.
 - runLauncherAsNode true: the launcher is one of the numNodes GPU pods (Trainer makes numNodes-1 `node`).
 - the launcher `dependsOn` the nodes being Ready (JobSet makes it only then): a staged JobSet, decided
-  whole with its first stage (the node pods) with the launcher's room held, never deadlocked.
+  whole with its first stage (the node pods) with the launcher's room held, never deadlocked; `phalanx
+  explain` says why it waits as the loop decided it (the launcher's slot does not fit).
 """
 
 from __future__ import annotations
@@ -266,6 +267,14 @@ def test_an_mpi_trainjob_whose_launcher_waits_for_ready_nodes_is_decided_whole_w
         seconds=2,
     )
     assert set(by_job(jobset_pods(ns, "staged"))) == {"node"}  # no launcher before the nodes are Ready
+    # explain says what the loop decided, with the launcher's slot: its 8 GPUs fit nowhere beside the nodes.
+    waits = explain(ns, "trainjob/staged")
+    print(waits)
+    assert waits.startswith(
+        f"trainjob/staged in namespace {ns.name}: waiting: composite group is unschedulable: 2 of 2 child "
+        f"groups must fit in one domain of {NB_KEY}; 1 of 2 child groups fit in nb-a"
+    )
+    assert "    Now: 0 of 1 pods fit (4 nodes: Insufficient nvidia.com/gpu)" in waits.splitlines()
     ns.unfill("was-worker")
     pods = wait_bound(ns, "staged", lambda: jobset_pods(ns, "staged"), NODES)
     print(ns.where(f"{JOBSET_NAME}=staged"))

@@ -49,6 +49,7 @@ from phalanx.tools.targets import (
     min_count_of,
     name_of,
     parent_of,
+    staged_slots,
 )
 from phalanx.tools.topologies import levels_of_key
 from phalanx.tools.view import PodView, snapshot_of
@@ -606,8 +607,10 @@ def explain(facts: Facts) -> Explanation:
         if composites:
             keys_of_tree = [r.topology_key for r in (*composites, *groups)]
             levels = next((lv for k in keys_of_tree if (lv := levels_of_key(facts.topologies, k))), ())
+            # A staged JobSet's pods still to come are decided with the rest, in slots (as the loop does).
+            slots = staged_slots(facts.jobset, facts.groups, members)
             leaves = [
-                (g, members.get(name_of(g), []), report.effective or 1)
+                (g, [*members.get(name_of(g), []), *slots.get(name_of(g), [])], report.effective or 1)
                 for g, report in zip(facts.groups, groups, strict=True)
             ]
             placement, now = _composite(

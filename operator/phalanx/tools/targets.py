@@ -232,6 +232,47 @@ def _jobset_members(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str
     return out
 
 
+def staged_slots(
+    jobset: Body | None, leaves: Sequence[Body], members: Mapping[str, Sequence[PodView]]
+) -> dict[str, list[PodView]]:
+    """A staged JobSet's pods still to come (InOrder, dependsOn: its controller makes a replicated Job once
+    the one before is Ready or Complete), by leaf: the loop decides the whole tree with a placeholder, a
+    *slot*, for each of them, shaped like its replicated Job's pod template, so explain does too
+    (controller/plan/staging.py). None for a JobSet that is not staged (its pods are all made at once) or
+    for a child Job that ran to completion."""
+    if jobset is None:
+        return {}
+    try:
+        policy = js.parse_jobset_policy(jobset)
+    except JobPolicyError:
+        return {}
+    if not policy.in_order and not any(r.depends_on for r in policy.replicated_jobs):
+        return {}
+    rjobs = {r.name: r for r in policy.replicated_jobs}
+    namespace = str(_meta(jobset).get("namespace") or "")
+    out: dict[str, list[PodView]] = {}
+    for child in policy.child_jobs(name_of(jobset)):
+        suffix = f"{child.replicated_job}-{child.index}"  # its PodGroup: <root>-<replicated job>-<index>
+        leaf = next((g for g in leaves if name_of(g) == f"{parent_of(g)}-{suffix}"), None)
+        if leaf is None:
+            continue
+        pods = members.get(name_of(leaf), ())
+        kept = [p for p in pods if (p.phase == "Succeeded" or not p.terminal) and not p.deleting]
+        live = sum(1 for p in pods if not p.terminal and not p.deleting)
+        if child.done(sum(1 for p in pods if p.phase == "Succeeded"), live):
+            continue
+        present = {p.completion_index for p in kept}
+        spec = {**rjobs[child.replicated_job].pod_spec, "schedulingGates": [{"name": keys.ADMISSION_GATE}]}
+        out[name_of(leaf)] = [
+            PodView.of(
+                {"metadata": {"namespace": namespace, "name": f"{name_of(leaf)}-slot-{rank}"}, "spec": spec}
+            )
+            for rank in range(child.at_once)
+            if rank not in present
+        ]
+    return out
+
+
 JOBSET = OwnerKind(
     word="jobset",
     kind=js.KIND,
@@ -402,6 +443,9 @@ class Facts:
     """Why Kueue's Workloads could not be read ("" when they were, or Kueue is not installed)."""
     others: tuple[tuple[str, str], ...] = ()
     """An owner with several gangs (a LeaderWorkerSet): (root group, phase) of those not explained."""
+    jobset: Body | None = None
+    """The JobSet whose tree it is (the target, a TrainJob's, or the one that owns the group asked about):
+    a staged one's spec shapes the pods it has still to make (`staged_slots`)."""
 
 
 def name_of(obj: Body | None) -> str:
@@ -566,6 +610,12 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         else:
             groups = (obj,)
         row, owner = await _owner_of(reader, obj, ns)
+    jobset = owner if row is JOBSET else None
+    if row is TRAINJOB and owner is not None and composites:
+        try:  # its groups' tree is its JobSet's, which Trainer names as the TrainJob
+            jobset = await reader.get(JOBSET.path(ns, name_of(owner)))
+        except NotFoundError:
+            jobset = None
     if row is not None and owner is not None:
         selector = row.pod_selector(owner)
     else:
@@ -603,4 +653,5 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
         kueue,
         kueue_error,
         tuple((name_of(o), str(mapping(o.get("status")).get("phase") or "")) for o in others),
+        jobset,
     )

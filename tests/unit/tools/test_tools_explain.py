@@ -34,6 +34,7 @@ from phalanx.placement import GroupRequest, PodRequest, diagnose, pod_requiremen
 from phalanx.tools.explain import domain_text, explain, format_amount, render, to_json
 from phalanx.tools.targets import (
     JOB,
+    JOBSET,
     LEADER_WORKER_SET,
     OWNER_KINDS,
     Facts,
@@ -770,3 +771,118 @@ def test_a_trainjob_whose_jobset_trainer_has_not_made_points_at_the_trainjobs_ev
         "(`kubectl describe trainjob late`: TrainJobResourcesCreationFailed); else check that `phalanx run` "
         "is running"
     )
+
+
+# ---------------------------------------------------------------------- a staged JobSet (InOrder, dependsOn)
+STAGED = "staged-6cfb45bcb4-staged-pgt-0-7455fdbf5d"
+JOBSET_UID = "9a1c5e7b-0d2f-4c3a-8b6e-1f2a3b4c5d6e"
+
+
+def _gpu_rjob(name: str, pods: int, **extra: Any) -> dict[str, Any]:
+    spec = {
+        "schedulingGates": [{"name": "phalanx.dev/admission"}],
+        "containers": [{"name": "node", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+    }
+    job = {"parallelism": pods, "completions": pods, "template": {"spec": spec}}
+    return {"name": name, "replicas": 1, "template": {"spec": job}, **extra}
+
+
+def _mpi_jobset(launcher: dict[str, Any], *, in_order: bool = False) -> dict[str, Any]:
+    """An MPI TrainJob's JobSet (runLauncherAsNode): three 8-GPU node pods, then an 8-GPU launcher."""
+    spec: dict[str, Any] = {"replicatedJobs": [_gpu_rjob("node", 3), _gpu_rjob("launcher", 1, **launcher)]}
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": "staged",
+            "namespace": NS,
+            "uid": JOBSET_UID,
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": {"phalanx.dev/topology-key": NB},
+        },
+        "spec": spec,
+    }
+
+
+def _node_pod(index: int) -> dict[str, Any]:
+    pod = indexed_pod("staged-node-0", index)
+    pod["metadata"]["labels"].update(
+        {
+            "jobset.sigs.k8s.io/jobset-uid": JOBSET_UID,
+            "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            "jobset.sigs.k8s.io/job-index": "0",
+        }
+    )
+    return pod
+
+
+def _staged_tree() -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+    root = composite(2)
+    root["metadata"]["name"] = STAGED
+    root["metadata"]["ownerReferences"] = [
+        {"kind": "JobSet", "name": "staged", "uid": JOBSET_UID, "controller": True}
+    ]
+    leaves = []
+    for suffix, size in (("node-0", 3), ("launcher-0", 1)):
+        leaf = pod_group(size, key=None)
+        leaf["metadata"]["name"] = f"{STAGED}-{suffix}"
+        leaf["metadata"]["ownerReferences"] = root["metadata"]["ownerReferences"]
+        leaf["spec"]["parentCompositePodGroupName"] = STAGED
+        leaves.append(leaf)
+    return root, tuple(leaves)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "in_order", "verdict", "launcher_now"),
+    [
+        pytest.param(
+            {"dependsOn": [{"name": "node", "status": "Ready"}]},
+            False,
+            "1 of 2 child groups fit in nb-a",
+            "0 of 1 pods fit (4 nodes: Insufficient nvidia.com/gpu)",
+            id="dependsOn: the launcher's slot, as the loop decides it",
+        ),
+        pytest.param(
+            {},
+            True,
+            "1 of 2 child groups fit in nb-a",
+            "0 of 1 pods fit (4 nodes: Insufficient nvidia.com/gpu)",
+            id="InOrder: the same",
+        ),
+        pytest.param(
+            {},
+            False,
+            f"(too few pods in {STAGED}-launcher-0)",
+            "not tried",
+            id="not staged: its pods are all made at once, so a missing one is not made yet",
+        ),
+    ],
+)
+def test_a_staged_jobsets_later_stage_is_explained_by_its_slot_as_the_loop_places_it(
+    launcher: dict[str, Any], in_order: bool, verdict: str, launcher_now: str
+) -> None:
+    """A staged JobSet (its launcher made once its three node pods are Ready, or InOrder) waits with only
+    its first stage made: the loop decides the whole tree with a slot for each pod to come, shaped like its
+    template (controller/plan/staging.py), and so does explain: it says the launcher's 8 GPUs fit nowhere
+    beside the node pods (nb-a has three free nodes), as the groups' conditions do, not that pods are
+    missing."""
+    root, leaves = _staged_tree()
+    body = _mpi_jobset(launcher, in_order=in_order)
+    f = dataclasses.replace(
+        facts(group_pods=[_node_pod(i) for i in range(3)], composites=(root,), groups=leaves),
+        target=Target("jobset", "staged"),
+        owner_kind=JOBSET,
+        owner=body,
+        jobset=body,
+    )
+    result = explain(f)
+    print(render(result))
+    assert result.summary.startswith(
+        f"waiting: composite group is unschedulable: 2 of 2 child groups must fit in one domain of {NB}"
+    )
+    assert verdict in result.summary
+    now = {r.name.removeprefix(f"{STAGED}-"): r.now for r in result.groups}
+    assert now["launcher-0"] == launcher_now
+    assert [r.pods.live for r in result.groups if r.pods] == [3, 0]  # the slot is no pod of its counts
