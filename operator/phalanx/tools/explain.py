@@ -49,7 +49,6 @@ from phalanx.tools.targets import (
     min_count_of,
     name_of,
     parent_of,
-    staged_slots,
 )
 from phalanx.tools.topologies import levels_of_key
 from phalanx.tools.view import PodView, snapshot_of
@@ -604,31 +603,33 @@ def explain(facts: Facts) -> Explanation:
         cluster_pods = [PodView.of(p) for p in facts.pods]
         snapshot = snapshot_of(node_infos, cluster_pods)
         holding = sum(1 for p in cluster_pods if p.usage_node)
+        # A staged owner's pods still to come are decided with the rest, in slots (as the loop does).
+        slots = row.slots(facts, members) if row is not None and owner is not None and facts.groups else {}
+        asks = _asks([*ready, *(s for leaf in slots.values() for s in leaf)])
         if composites:
             keys_of_tree = [r.topology_key for r in (*composites, *groups)]
             levels = next((lv for k in keys_of_tree if (lv := levels_of_key(facts.topologies, k))), ())
-            # A staged JobSet's pods still to come are decided with the rest, in slots (as the loop does).
-            slots = staged_slots(facts.jobset, facts.groups, members)
             leaves = [
                 (g, [*members.get(name_of(g), []), *slots.get(name_of(g), [])], report.effective or 1)
                 for g, report in zip(facts.groups, groups, strict=True)
             ]
             placement, now = _composite(
-                snapshot, facts.composites, leaves, levels, holding, len(facts.nodes), _asks(ready)
+                snapshot, facts.composites, leaves, levels, holding, len(facts.nodes), asks
             )
             composites = tuple(dataclasses.replace(r, now=now.get(r.name)) for r in composites)
             groups = tuple(dataclasses.replace(r, now=now.get(r.name)) for r in groups)
         else:
+            pods = views if not groups else [*members.get(groups[0].name, []), *slots.get(groups[0].name, [])]
             request = _request(
                 f"{facts.namespace}/{facts.target.name}",
-                views if not groups else members.get(groups[0].name, []),
+                pods,
                 gang.min_count,
                 gang.topology_key,
                 levels_of_key(facts.topologies, gang.topology_key),
                 gang.topology_mode,  # as the controller: the group's (or, none yet, the spec's)
                 _last_domain(facts.groups[0]) if facts.groups else None,
             )
-            placement = _single(snapshot, request, holding, len(facts.nodes), _asks(_ready(views)))
+            placement = _single(snapshot, request, holding, len(facts.nodes), asks)
 
     state, summary = _summary(
         facts, groups, composites, gang, managed, job_state, reason, admitted, placement, views

@@ -6,15 +6,15 @@ the same way: the PodGroups and CompositePodGroups it controls (Phalanx writes `
 `controller: true`) or that name it as their owner (`phalanx.dev/owner: Kind/name`: a TrainJob's groups are
 its JobSet's), with the whole tree when there is a CompositePodGroup (a sliced Job's slices, a JobSet's
 child Jobs). What differs per kind is a row of `OWNER_KINDS`: how the kind is spelt, where its object lives,
-which pods are its members and which group each belongs to, and what its spec says about the gang before
-Phalanx made a PodGroup. An owner with several gangs (a LeaderWorkerSet: one per group) is explained by the
-first of them that is not running, the others listed. `gather` does the reading (GETs only); the rest is
-pure.
+which pods are its members and which group each belongs to, what its spec says about the gang before
+Phalanx made a PodGroup, and the pods a staged one has still to make (the loop's slots). An owner with
+several gangs (a LeaderWorkerSet: one per group) is explained by the first of them that is not running, the
+others listed. `gather` does the reading (GETs only); the rest is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,12 @@ class OwnerKind:
     mode_from_owner: bool = False
     """The scheduling loop decides its gang in the topology mode its spec says now (a LeaderWorkerSet's),
     not the one its PodGroup keeps in `phalanx.dev/topology-mode` (a Job's, as at the group's creation)."""
+    slots: Callable[[Facts, Mapping[str, Sequence[PodView]]], dict[str, list[PodView]]] = (
+        lambda facts, members: {}
+    )
+    """A staged owner's pods still to come, by leaf (a JobSet's later replicated Jobs, a LeaderReady
+    group's workers): the loop decides its whole tree with a placeholder, a *slot*, for each of them
+    (controller/plan/staging.py), so explain does too. none for an owner that makes its pods at once."""
 
     def path(self, namespace: str, name: str | None = None) -> str:
         return _api_path(self.api_version, namespace, self.plural, name)
@@ -232,14 +238,23 @@ def _jobset_members(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str
     return out
 
 
-def staged_slots(
-    jobset: Body | None, leaves: Sequence[Body], members: Mapping[str, Sequence[PodView]]
-) -> dict[str, list[PodView]]:
+def _slots(leaf: str, namespace: str, pod_spec: Body, ranks: Iterable[int]) -> list[PodView]:
+    """Placeholders for a staged owner's pods still to come, as the loop makes them (controller/plan/
+    staging.py): one a rank, named by its slot (`<PodGroup>-slot-<rank>`), shaped like `pod_spec`, gated."""
+    spec = {**pod_spec, "schedulingGates": [{"name": keys.ADMISSION_GATE}]}
+    return [
+        PodView.of({"metadata": {"namespace": namespace, "name": f"{leaf}-slot-{rank}"}, "spec": spec})
+        for rank in ranks
+    ]
+
+
+def _jobset_slots(facts: Facts, members: Mapping[str, Sequence[PodView]]) -> dict[str, list[PodView]]:
     """A staged JobSet's pods still to come (InOrder, dependsOn: its controller makes a replicated Job once
     the one before is Ready or Complete), by leaf: the loop decides the whole tree with a placeholder, a
     *slot*, for each of them, shaped like its replicated Job's pod template, so explain does too
     (controller/plan/staging.py). None for a JobSet that is not staged (its pods are all made at once) or
     for a child Job that ran to completion."""
+    jobset, leaves = facts.jobset, facts.groups
     if jobset is None:
         return {}
     try:
@@ -262,14 +277,8 @@ def staged_slots(
         if child.done(sum(1 for p in pods if p.phase == "Succeeded"), live):
             continue
         present = {p.completion_index for p in kept}
-        spec = {**rjobs[child.replicated_job].pod_spec, "schedulingGates": [{"name": keys.ADMISSION_GATE}]}
-        out[name_of(leaf)] = [
-            PodView.of(
-                {"metadata": {"namespace": namespace, "name": f"{name_of(leaf)}-slot-{rank}"}, "spec": spec}
-            )
-            for rank in range(child.at_once)
-            if rank not in present
-        ]
+        ranks = [rank for rank in range(child.at_once) if rank not in present]
+        out[name_of(leaf)] = _slots(name_of(leaf), namespace, rjobs[child.replicated_job].pod_spec, ranks)
     return out
 
 
@@ -286,6 +295,7 @@ JOBSET = OwnerKind(
     gang=_jobset_gang,
     remaining=lambda obj: None,
     members=_jobset_members,
+    slots=_jobset_slots,
 )
 
 
@@ -309,6 +319,7 @@ TRAINJOB = OwnerKind(
     gang=_trainjob_gang,
     remaining=lambda obj: None,
     members=_jobset_members,
+    slots=_jobset_slots,
 )
 
 
@@ -320,6 +331,35 @@ def _lws_held(obj: Body) -> bool:
     template = _lws_template(obj)
     parts = [mapping(template.get(p)) for p in ("leaderTemplate", "workerTemplate") if template.get(p)]
     return bool(parts) and all(_gated(mapping(part.get("spec"))) for part in parts)
+
+
+def _lws_slots(facts: Facts, members: Mapping[str, Sequence[PodView]]) -> dict[str, list[PodView]]:
+    """A LeaderReady group's workers still to come (LWS makes them once the leader is Ready), by leaf: the
+    loop decides the whole group with the leader, a slot for each of them, shaped like the worker template
+    (kinds/lws.py), in its PodGroup, or with subgroups in the PodGroup of its subgroup (`<root>-s<i>`)."""
+    try:
+        policy = lws.parse_lws_policy(facts.owner or {})
+    except JobPolicyError:
+        return {}
+    if not policy.leader_ready:
+        return {}
+    if policy.subgroup_size is None:
+        ranked = [(g, list(range(policy.size))) for g in facts.groups if parent_of(g) is None]
+    else:
+        ranked = [
+            (g, workers)
+            for i, workers in policy.subgroups()
+            for g in facts.groups
+            if name_of(g) == f"{parent_of(g)}-s{i}"
+        ]
+    namespace = str(_meta(facts.owner).get("namespace") or "")
+    out: dict[str, list[PodView]] = {}
+    for leaf, workers in ranked:
+        live = (p for p in members.get(name_of(leaf), ()) if not p.terminal and not p.deleting)
+        present = {p.labels.get(lws.WORKER_INDEX_LABEL) for p in live}
+        ranks = [rank for rank in workers if str(rank) not in present]
+        out[name_of(leaf)] = _slots(name_of(leaf), namespace, policy.worker_spec, ranks)
+    return out
 
 
 def _lws_gang(obj: Body) -> Gang | str:
@@ -345,6 +385,7 @@ LEADER_WORKER_SET = OwnerKind(
     members=lambda leaves, pods: members_by_label(leaves, pods),  # Phalanx labels each pod with its group
     several=True,
     mode_from_owner=True,  # kinds/lws.py: a group's tree takes the LeaderWorkerSet's mode
+    slots=_lws_slots,
 )
 
 OWNER_KINDS: tuple[OwnerKind, ...] = (JOB, JOBSET, TRAINJOB, LEADER_WORKER_SET)
@@ -445,7 +486,7 @@ class Facts:
     """An owner with several gangs (a LeaderWorkerSet): (root group, phase) of those not explained."""
     jobset: Body | None = None
     """The JobSet whose tree it is (the target, a TrainJob's, or the one that owns the group asked about):
-    a staged one's spec shapes the pods it has still to make (`staged_slots`)."""
+    a staged one's spec shapes the pods it has still to make (`OwnerKind.slots`)."""
 
 
 def name_of(obj: Body | None) -> str:

@@ -886,3 +886,179 @@ def test_a_staged_jobsets_later_stage_is_explained_by_its_slot_as_the_loop_place
     now = {r.name.removeprefix(f"{STAGED}-"): r.now for r in result.groups}
     assert now["launcher-0"] == launcher_now
     assert [r.pods.live for r in result.groups if r.pods] == [3, 0]  # the slot is no pod of its counts
+
+
+# ---------------------------------------------------------------------- a LeaderWorkerSet's LeaderReady group
+LWS_UID = "5d2e8f1a-3b4c-4d6e-9f0a-1b2c3d4e5f6a"
+SERVE = "serve-7d9f8c6b5a-serve-pgt-0-7455fdbf5d-0"
+GPU_SPEC = {"containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
+CPU_SPEC = {"containers": [{"name": "l", "resources": {"requests": {"cpu": "1"}}}]}
+
+
+def _lws(
+    size: int, *, leader_ready: bool, leader: dict[str, Any] | None, subgroup: int | None
+) -> dict[str, Any]:
+    template: dict[str, Any] = {"size": size, "workerTemplate": {"spec": GPU_SPEC}}
+    if leader is not None:
+        template["leaderTemplate"] = {"spec": leader}
+    annotations = {"phalanx.dev/topology-key": NB}
+    if subgroup is not None:
+        template["subGroupPolicy"] = {"subGroupSize": subgroup}
+        annotations["phalanx.dev/slice-topology-key"] = LB
+    spec: dict[str, Any] = {"replicas": 1, "leaderWorkerTemplate": template}
+    if leader_ready:
+        spec["startupPolicy"] = "LeaderReady"
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": LEADER_WORKER_SET.kind,
+        "metadata": {
+            "name": "serve",
+            "namespace": NS,
+            "uid": LWS_UID,
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def _lws_pod(worker: int, group: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Group 0's pod of worker index `worker` (0: the leader), gated, labelled with its PodGroup."""
+    pod = job_pod("serve", worker)
+    pod["spec"] = {**spec, "schedulingGates": [{"name": "phalanx.dev/admission"}]}
+    pod["metadata"]["labels"] = {
+        "leaderworkerset.sigs.k8s.io/name": "serve",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        "phalanx.dev/pod-group": pod_group_label_value(group),
+    }
+    return pod
+
+
+def _lws_groups(
+    size: int, subgroup: int | None
+) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """Group 0's PodGroup (composites none), or with subgroups its CompositePodGroup over one per subgroup."""
+    owners = [{"kind": LEADER_WORKER_SET.kind, "name": "serve", "uid": LWS_UID, "controller": True}]
+    if subgroup is None:
+        group = pod_group(size)
+        group["metadata"].update(name=SERVE, labels={}, ownerReferences=owners)
+        return (), (group,)
+    root = composite(size // subgroup)
+    root["metadata"].update(name=SERVE, ownerReferences=owners)
+    leaves = []
+    for i in range(size // subgroup):
+        leaf = pod_group(subgroup, key=LB)
+        leaf["metadata"].update(name=f"{SERVE}-s{i}", labels={}, ownerReferences=owners)
+        leaf["spec"]["parentCompositePodGroupName"] = SERVE
+        leaves.append(leaf)
+    return (root,), tuple(leaves)
+
+
+@pytest.mark.parametrize(
+    ("size", "leader_ready", "leader", "subgroup", "workers", "verdict", "lines", "target"),
+    [
+        *(
+            pytest.param(
+                4,
+                True,
+                None,
+                None,
+                (),
+                f"no {NB} domain has room for 4 pods at once; the closest is nb-a, with room for 3",
+                ["  nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)"],
+                target,
+                id=why,
+            )
+            for target, why in (
+                (
+                    "leaderworkerset/serve",
+                    "LeaderReady: the leader and its workers' slots, as the loop decides",
+                ),
+                (f"podgroup/{SERVE}", "the same, asked of its PodGroup"),
+            )
+        ),
+        pytest.param(
+            5,
+            True,
+            CPU_SPEC,
+            None,
+            (),
+            f"no {NB} domain has room for 5 pods at once; the closest is nb-a, with room for 4",
+            ["  nb-a: 4 of 5 pods fit\n  nb-b: 1 of 5 pods fit"],
+            "leaderworkerset/serve",
+            id="a CPU leader: the slots are shaped like the worker template (8 GPUs each)",
+        ),
+        pytest.param(
+            5,
+            True,
+            CPU_SPEC,
+            None,
+            (1,),
+            f"no {NB} domain has room for 5 pods at once; the closest is nb-a, with room for 4",
+            ["(each pod asks for 1 × cpu 1; 4 × nvidia.com/gpu 8)"],
+            "leaderworkerset/serve",
+            id="a worker made already: slots for the three still to come",
+        ),
+        pytest.param(
+            4,
+            True,
+            None,
+            2,
+            (),
+            f"composite group is unschedulable: 2 of 2 child groups must fit in one domain of {NB}; 1 of 2 "
+            "child groups fit in nb-a",
+            [
+                "    Now: fits in lb-a2, waits for the rest of the tree",
+                "    Now: lb-a1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu); "
+                "lb-a2: 0 of 2 pods fit (2 nodes: Insufficient nvidia.com/gpu)",
+            ],
+            "leaderworkerset/serve",
+            id="subgroups: a slot in each PodGroup for its workers to come (leader and worker 1; 2 and 3)",
+        ),
+        pytest.param(
+            4,
+            False,
+            None,
+            None,
+            (),
+            "only 1 of its 4 pods exist (0 placed, 1 waiting); the gang starts when the rest have been "
+            "created",
+            [],
+            "leaderworkerset/serve",
+            id="not LeaderReady: LWS makes all its pods at once, so a missing one is not made yet",
+        ),
+    ],
+)
+def test_a_leader_ready_group_is_explained_with_its_workers_slots_as_the_loop_places_it(
+    size: int,
+    leader_ready: bool,
+    leader: dict[str, Any] | None,
+    subgroup: int | None,
+    workers: tuple[int, ...],
+    verdict: str,
+    lines: list[str],
+    target: str,
+) -> None:
+    """startupPolicy LeaderReady: LWS makes a group's workers once its leader is Ready, and the loop decides
+    the whole group with the leader, a slot for each worker to come, shaped like the worker template
+    (kinds/lws.py, controller/plan/staging.py); explain does too, so it says where the group does not fit
+    (nb-a has three free 8-GPU nodes), as the group's condition does, not that pods are missing."""
+    composites, groups = _lws_groups(size, subgroup)
+    leaf_of = [g["metadata"]["name"] for g in groups for _ in range(subgroup or size)]
+    pods = [
+        _lws_pod(0, leaf_of[0], leader or GPU_SPEC),
+        *(_lws_pod(w, leaf_of[w], GPU_SPEC) for w in workers),
+    ]
+    f = dataclasses.replace(
+        facts(group_pods=pods, composites=composites, groups=groups),
+        target=parse_target(target),
+        owner_kind=LEADER_WORKER_SET,
+        owner=_lws(size, leader_ready=leader_ready, leader=leader, subgroup=subgroup),
+    )
+    result = explain(f)
+    text = render(result)
+    print(text)
+    assert result.summary.startswith(f"waiting: {verdict}")
+    assert [line for line in lines if line not in text] == []
+    assert result.pods.live == 1 + len(workers)  # the slots are no pods of its counts
