@@ -41,6 +41,7 @@ from phalanx.tools.kueue_view import KUEUE, KueueView, kueue_view
 from phalanx.tools.kueue_view import lines as kueue_lines
 from phalanx.tools.kueue_view import to_json as kueue_json
 from phalanx.tools.targets import (
+    JOBSET,
     TRAINJOB,
     Facts,
     Gang,
@@ -570,6 +571,8 @@ def explain(facts: Facts) -> Explanation:
     managed = row.managed(owner) if row is not None and owner is not None else True
     job_state = row.state(owner) if row is not None and owner is not None else ""
     spec_gang = row.gang(owner) if row is not None and owner is not None else None
+    if spec_gang is not None and facts.jobset is not None:
+        spec_gang = JOBSET.gang(facts.jobset)  # a TrainJob's gang is its JobSet's (kinds/trainjob.py)
     if row is not None and row.mode_from_owner and isinstance(spec_gang, Gang) and not composites:
         # The loop decides its group in the mode the owner says now (kinds/lws.py), not a kept one.
         groups = tuple(dataclasses.replace(r, topology_mode=spec_gang.topology_mode) for r in groups)
@@ -579,7 +582,7 @@ def explain(facts: Facts) -> Explanation:
         gang = Gang(first.policy == "Gang", first.effective or 1, first.topology_key, first.topology_mode)
     elif spec_gang is not None:
         gang = spec_gang
-        if isinstance(gang, Gang) and remaining is not None and gang.gang:
+        if isinstance(gang, Gang) and remaining is not None and gang.gang and gang.min_count is not None:
             gang = dataclasses.replace(gang, min_count=max(1, min(gang.min_count, remaining)))
     else:
         gang = "neither an owner nor a PodGroup"
@@ -593,6 +596,7 @@ def explain(facts: Facts) -> Explanation:
     if (
         isinstance(gang, Gang)
         and gang.gang
+        and gang.min_count is not None
         and ready
         and job_state not in NOT_RUNNING
         and managed
@@ -714,7 +718,7 @@ def _summary(
         return "waiting", "waiting: " + placement.verdict
     if not gang.gang:
         return "basic", "basic policy: Phalanx holds nothing; kube-scheduler places the pods one by one"
-    if not groups and kind == TRAINJOB.kind and not counts.live and owner is not None:
+    if not groups and kind == TRAINJOB.kind and not counts.live and owner is not None and not facts.jobset:
         # Its groups are its JobSet's, which Trainer makes: when Trainer cannot (a refusal of its JobSet's
         # creation), Trainer says why on the TrainJob, not Phalanx.
         return "no-group", (
@@ -805,7 +809,12 @@ def render(e: Explanation) -> str:
                 where = f", topology {gang.topology_key}" if gang.topology_key else ", no topology key"
                 if gang.topology_key and gang.topology_mode != REQUIRED:
                     where += f" ({gang.topology_mode})"
-                spec = f" (Gang, minCount {gang.min_count}{where})" if gang.gang else " (Basic)"
+                size = (
+                    f"minCount {gang.min_count}"
+                    if gang.min_count is not None
+                    else "minCount not known until Kubeflow Trainer makes its JobSet (its runtime sizes it)"
+                )
+                spec = f" (Gang, {size}{where})" if gang.gang else " (Basic)"
             lines.append(f"  PodGroup: none yet{spec}")
         lines.append(f"  Pods: {_counts_line(e.pods)}")
     if e.unassigned:

@@ -40,7 +40,8 @@ class Gang:
     """What a spec says of a gang before (or beside) its PodGroup."""
 
     gang: bool
-    min_count: int
+    min_count: int | None
+    """None: not known yet (a TrainJob's before Kubeflow Trainer made its JobSet: its runtime sizes it)."""
     topology_key: str | None
     topology_mode: TopologyModeKind = REQUIRED
     """How strictly the key holds (`phalanx.dev/topology-mode`): the engine's `GroupRequest.mode`."""
@@ -217,11 +218,13 @@ def _jobset_held(obj: Body) -> bool:
 
 
 def _jobset_gang(obj: Body) -> Gang | str:
+    """As the controller makes its tree (kinds/jobset.py): the pods every child Job runs at once."""
     try:
         policy = js.parse_jobset_policy(obj)
     except JobPolicyError as e:
         return f"its annotations are invalid: {e}"
-    return Gang(True, policy.pods, policy.topology_key)
+    size = sum(child.at_once for child in policy.child_jobs(name_of(obj)))
+    return Gang(True, size, policy.topology_key, policy.topology_mode)
 
 
 def _jobset_members(leaves: Sequence[Body], pods: Sequence[PodView]) -> dict[str, list[PodView]]:
@@ -300,9 +303,11 @@ JOBSET = OwnerKind(
 
 
 def _trainjob_gang(obj: Body) -> Gang | str:
-    nodes = mapping(_spec(obj).get("trainer")).get("numNodes")
+    """Before its JobSet is made: a gang of a size not known yet. The controller sizes it from the JobSet
+    (`Facts.jobset`, then read instead), whose replicated Jobs Trainer makes from the runtime, which explain
+    does not read: `numNodes` is not it (an MPI launcher of its own is one more pod, an initializer too)."""
     key = mapping(_meta(obj).get("annotations")).get(keys.TOPOLOGY_KEY_ANNOTATION)
-    return Gang(True, nodes if isinstance(nodes, int) and nodes > 0 else 1, str(key) if key else None)
+    return Gang(True, None, str(key) if key else None)
 
 
 TRAINJOB = OwnerKind(
@@ -486,7 +491,8 @@ class Facts:
     """An owner with several gangs (a LeaderWorkerSet): (root group, phase) of those not explained."""
     jobset: Body | None = None
     """The JobSet whose tree it is (the target, a TrainJob's, or the one that owns the group asked about):
-    a staged one's spec shapes the pods it has still to make (`OwnerKind.slots`)."""
+    its spec sizes the gang (a TrainJob's too), and a staged one's shapes the pods it has still to make
+    (`OwnerKind.slots`)."""
 
 
 def name_of(obj: Body | None) -> str:
@@ -652,11 +658,13 @@ async def gather(reader: Reader, target: Target, namespace: str) -> Facts:
             groups = (obj,)
         row, owner = await _owner_of(reader, obj, ns)
     jobset = owner if row is JOBSET else None
-    if row is TRAINJOB and owner is not None and composites:
-        try:  # its groups' tree is its JobSet's, which Trainer names as the TrainJob
-            jobset = await reader.get(JOBSET.path(ns, name_of(owner)))
+    if row is TRAINJOB and owner is not None:
+        try:  # its gang and its groups' tree are its JobSet's, which Trainer names as the TrainJob
+            made: dict[str, Any] | None = await reader.get(JOBSET.path(ns, name_of(owner)))
         except NotFoundError:
-            jobset = None
+            made = None
+        uid = str(_meta(owner).get("uid") or "")
+        jobset = made if made is not None and controller_uid(made) == uid else None
     if row is not None and owner is not None:
         selector = row.pod_selector(owner)
     else:

@@ -30,6 +30,7 @@ from tools_testkit import (
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.naming import pod_group_label_value
+from phalanx.api.trainjob import runtime_patches
 from phalanx.placement import GroupRequest, PodRequest, diagnose, pod_requirements
 from phalanx.tools.explain import domain_text, explain, format_amount, render, to_json
 from phalanx.tools.targets import (
@@ -37,6 +38,7 @@ from phalanx.tools.targets import (
     JOBSET,
     LEADER_WORKER_SET,
     OWNER_KINDS,
+    TRAINJOB,
     Facts,
     Target,
     parse_target,
@@ -1062,3 +1064,99 @@ def test_a_leader_ready_group_is_explained_with_its_workers_slots_as_the_loop_pl
     assert result.summary.startswith(f"waiting: {verdict}")
     assert [line for line in lines if line not in text] == []
     assert result.pods.live == 1 + len(workers)  # the slots are no pods of its counts
+
+
+# ---------------------------------------------------------------------- a TrainJob before its groups exist
+def _trainjob(num_nodes: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": "llm",
+            "namespace": NS,
+            "uid": "uid-tj",
+            "labels": {"phalanx.dev/managed": "true"},
+            "annotations": {"phalanx.dev/topology-key": NB},
+        },
+        "spec": {"runtimeRef": {"name": "mpi"}, "trainer": {"numNodes": num_nodes}},
+    }
+    body["spec"]["runtimePatches"] = runtime_patches(body)
+    return body
+
+
+def _trainjobs_jobset(rjobs: dict[str, int]) -> dict[str, Any]:
+    """The JobSet Trainer made of the TrainJob (named as it, controlled by it), its replicated Jobs' pods
+    as its runtime and `numNodes` size them."""
+    body = _mpi_jobset({})
+    body["metadata"].update(
+        name="llm", ownerReferences=[{"kind": "TrainJob", "name": "llm", "uid": "uid-tj", "controller": True}]
+    )
+    body["spec"] = {"replicatedJobs": [_gpu_rjob(name, pods) for name, pods in rjobs.items()]}
+    return body
+
+
+NO_GROUP_YET = "no PodGroup yet: Phalanx creates one at its first pass after the creation"
+
+
+@pytest.mark.parametrize(
+    ("rjobs", "made", "summary", "spec"),
+    [
+        pytest.param(
+            None,
+            False,
+            "no PodGroup yet: Phalanx makes the TrainJob's groups once Kubeflow Trainer has made its JobSet",
+            "minCount not known until Kubeflow Trainer makes its JobSet (its runtime sizes it)",
+            id="no JobSet yet: the runtime sizes it, so the size is not said",
+        ),
+        pytest.param(
+            {"launcher": 1, "node": 4},
+            False,
+            NO_GROUP_YET,
+            "minCount 5",
+            id="an MPI runtime's launcher apart from its 4 nodes: 5 pods",
+        ),
+        pytest.param(
+            {"launcher": 1, "node": 3},
+            False,
+            NO_GROUP_YET,
+            "minCount 4",
+            id="runLauncherAsNode: the launcher is one of the 4 nodes",
+        ),
+        pytest.param(
+            {"dataset-initializer": 1, "model-initializer": 1, "node": 4},
+            False,
+            NO_GROUP_YET,
+            "minCount 6",
+            id="a runtime's other replicated Jobs (initializers) count too",
+        ),
+        pytest.param(
+            {"launcher": 1, "node": 4},
+            True,
+            f"waiting: no {NB} domain has room for 5 pods at once; the closest is nb-a, with room for 4",
+            "minCount 5",
+            id="its pods made (a CPU launcher), no group yet: the engine runs for all 5, as the loop will",
+        ),
+    ],
+)
+def test_a_trainjob_before_its_groups_exist_counts_what_the_controller_will(
+    rjobs: dict[str, int] | None, made: bool, summary: str, spec: str
+) -> None:
+    """A TrainJob of numNodes 4 with no PodGroup yet: the controller sizes its gang from the JobSet Trainer
+    makes (every replicated Job's pods, an MPI launcher of its own included: numNodes + 1), not from
+    numNodes; so does explain once the JobSet is there (with numNodes it said a 5-pod gang fits on four),
+    and before that it says the size is not known."""
+    jobset = None if rjobs is None else _trainjobs_jobset(rjobs)
+    pods = [indexed_pod("llm-node-0", i) for i in range(4)] if made else []
+    if made:  # nb-a has room for it beside three nodes: 4 of the 5 pods fit there
+        pods.append(indexed_pod("llm-launcher-0", 0, gpus="0"))
+    f = dataclasses.replace(
+        facts(group_pods=pods),
+        target=Target("trainjob", "llm"),
+        owner_kind=TRAINJOB,
+        owner=_trainjob(4),
+        jobset=jobset,
+    )
+    text = text_of(f)
+    print(text)
+    assert text.splitlines()[0].startswith(f"trainjob/llm in namespace {NS}: {summary}")
+    assert f"  PodGroup: none yet (Gang, {spec}, topology {NB})" in text.splitlines()
