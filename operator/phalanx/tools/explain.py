@@ -89,12 +89,15 @@ def describe_requests(requirements: PodRequirements) -> str:
 
 
 def _asks(pods: Sequence[PodView]) -> str:
-    shapes: dict[PodRequirements, int] = {}
+    """What the pods ask for, by shape as `describe_requests` says it (pods that differ in what it does not
+    say, tolerations the apiserver added to a live pod and not to a slot, say, are one shape)."""
+    shapes: dict[str, int] = {}
     for pod in pods:
-        shapes[pod.requirements] = shapes.get(pod.requirements, 0) + 1
+        text = describe_requests(pod.requirements)
+        shapes[text] = shapes.get(text, 0) + 1
     if len(shapes) == 1:
-        return describe_requests(next(iter(shapes)))
-    return "; ".join(f"{count} × {describe_requests(req)}" for req, count in shapes.items())
+        return next(iter(shapes))
+    return "; ".join(f"{count} × {text}" for text, count in shapes.items())
 
 
 # ------------------------------------------------------------------ the explanation, as data

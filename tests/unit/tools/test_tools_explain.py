@@ -925,9 +925,19 @@ def _lws(
 
 
 def _lws_pod(worker: int, group: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Group 0's pod of worker index `worker` (0: the leader), gated, labelled with its PodGroup."""
+    """Group 0's pod of worker index `worker` (0: the leader), gated, labelled with its PodGroup, with the
+    tolerations the apiserver adds to every pod (DefaultTolerationSeconds), not to a template."""
     pod = job_pod("serve", worker)
-    pod["spec"] = {**spec, "schedulingGates": [{"name": "phalanx.dev/admission"}]}
+    tolerations = [
+        {
+            "key": f"node.kubernetes.io/{t}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        }
+        for t in ("not-ready", "unreachable")
+    ]
+    pod["spec"] = {**spec, "tolerations": tolerations, "schedulingGates": [{"name": "phalanx.dev/admission"}]}
     pod["metadata"]["labels"] = {
         "leaderworkerset.sigs.k8s.io/name": "serve",
         "leaderworkerset.sigs.k8s.io/group-index": "0",
@@ -968,7 +978,10 @@ def _lws_groups(
                 None,
                 (),
                 f"no {NB} domain has room for 4 pods at once; the closest is nb-a, with room for 3",
-                ["  nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)"],
+                [
+                    "(each pod asks for nvidia.com/gpu 8):\n  nb-a: 3 of 4 pods fit (1 node: Insufficient "
+                    "nvidia.com/gpu)"
+                ],
                 target,
                 id=why,
             )
@@ -1012,8 +1025,7 @@ def _lws_groups(
             "child groups fit in nb-a",
             [
                 "    Now: fits in lb-a2, waits for the rest of the tree",
-                "    Now: lb-a1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu); "
-                "lb-a2: 0 of 2 pods fit (2 nodes: Insufficient nvidia.com/gpu)",
+                "lb-a1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu)",  # the other one's
             ],
             "leaderworkerset/serve",
             id="subgroups: a slot in each PodGroup for its workers to come (leader and worker 1; 2 and 3)",
