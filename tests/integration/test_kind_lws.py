@@ -97,8 +97,9 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     kinds_ns: Namespace,
 ) -> None:
     """startupPolicy LeaderReady: LWS makes the workers only once the leader is Ready. With 3 free nodes the
-    leader does not start either (its whole group is decided with it); with 4 the leader goes, becomes
-    Ready (kwok), and its workers go into the room held for them: one decision."""
+    leader does not start either (its whole group is decided with it), and `phalanx explain` says so, with
+    the workers' slots; with 4 the leader goes, becomes Ready (kwok), and its workers go into the room held
+    for them: one decision."""
     ns = kinds_ns
     ns.fill(*FIVE_BUSY)
     ns.create(lws("ready", 4, leader_ready=True, annotations={"phalanx.dev/topology-key": NB_KEY}))
@@ -108,6 +109,14 @@ def test_leader_ready_decides_the_whole_group_with_its_leader_and_never_deadlock
     assert "nb-a: 3 of 4 pods fit (1 node: Insufficient nvidia.com/gpu)" in said, said
     hold("the leader waits", lambda: len(gated(lws_pods(ns, "ready"))) == 1, seconds=2)
     assert len(lws_pods(ns, "ready")) == 1  # no worker before the leader is Ready
+    # explain says what the loop decided, with the workers' slots: not that three pods are missing.
+    waits = explain(ns, "lws/ready")
+    print(waits)
+    assert waits.startswith(
+        f"leaderworkerset/ready in namespace {ns.name}: waiting: no {NB_KEY} domain has room for 4 pods at "
+        "once; the closest is nb-a, with room for 3"
+    )
+    assert "(each pod asks for nvidia.com/gpu 8):\n  nb-a: 3 of 4 pods fit (1 node: Insufficient" in waits
     ns.unfill("was-worker")
     pods = wait_bound(ns, "ready", lambda: lws_pods(ns, "ready"), 4)
     print(ns.where("leaderworkerset.sigs.k8s.io/name=ready"))
