@@ -209,6 +209,10 @@ def _explain(
     return CompositeReject(message, reason, groups)
 
 
+# Candidate domains a leaf is packed into, closest first, when the reject path tells why a tree waits.
+_LEAF_TRIES = 8
+
+
 def _greedy(search: TreeSearch, i: int, allowed: IndexArray, verdicts: dict[int, str]) -> bool:
     t = search.tree[i]
     if t.need < 0:
@@ -220,16 +224,26 @@ def _greedy(search: TreeSearch, i: int, allowed: IndexArray, verdicts: dict[int,
             " inside its parent's domain" if t.parent is not None else ""
         )
         return False
+    if t.leaf is not None:
+        # The first of the closest candidate domains that holds the leaf: their order bounds the room of each
+        # pod shape apart, so with a leader and its workers' slots the closest may not hold them all where
+        # the next does. One that none holds is diagnosed in the closest, packed as far as it goes there
+        # (what its siblings then see as taken).
+        for name, nodes in found[:_LEAF_TRIES]:
+            search.domains[i] = (name, nodes)
+            mark = search.mark()
+            if t.need == 0 or search.pack(t, nodes, t.need) >= t.need:
+                verdicts[i] = (
+                    f"fits in {name}, waits for the rest of the tree"
+                    if name
+                    else "fits, waits for the rest of the tree"
+                )
+                return True
+            search.undo(mark)
     name, nodes = found[0]
     search.domains[i] = (name, nodes)
     if t.leaf is not None:
-        if t.need == 0 or search.pack(t, nodes, t.need) >= t.need:
-            verdicts[i] = (
-                f"fits in {name}, waits for the rest of the tree"
-                if name
-                else "fits, waits for the rest of the tree"
-            )
-            return True
+        search.pack(t, nodes, t.need)  # as far as it goes in the closest: what its siblings are told
         within = np.zeros(search.n, dtype=np.bool_)
         within[allowed] = True
         names = search.snapshot.node_names

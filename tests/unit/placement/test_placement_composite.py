@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from placement_testkit import GPU, LOCAL_BLOCK, NETWORK_BLOCK, article_nodes, busy, worker
 
 from phalanx.placement import (
@@ -20,6 +21,7 @@ from phalanx.placement import (
     PodRequirements,
     PodTraits,
     Snapshot,
+    Toleration,
     TopologyMode,
     choose_composite_victims,
     composite_usage,
@@ -85,6 +87,36 @@ def test_one_busy_node_in_three_local_blocks_the_whole_job_waits_with_a_reason_p
         "1 of 2 child groups fit in nb-b"
     )
     assert "slices-1: lb-b1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu)" in decision.message
+
+
+NOT_READY = Toleration(key="node.kubernetes.io/not-ready", operator="Exists", effect="NoExecute")
+
+
+@pytest.mark.parametrize(
+    "tolerations",
+    [((), ()), ((NOT_READY,), ()), ((), (NOT_READY,))],
+    ids=["alike", "the first pod tolerates more (a live leader)", "the second does (a slot beside it)"],
+)
+def test_a_leaf_of_two_pod_shapes_is_told_where_it_fits_as_a_leaf_of_one_shape(
+    tolerations: tuple[tuple[Toleration, ...], ...],
+) -> None:
+    """A leaf whose pods differ only in what they tolerate (a live pod carries the tolerations the apiserver
+    adds, the slot of a pod still to come does not) gets the same verdict as one of alike pods: it fits in
+    lb-b2 and waits for the rest of the tree. Before, the closest domain by the search's bound (lb-b1, one
+    free node counted once per shape) was the only one tried, and the diagnosis then said lb-b2 had room
+    "but their pod (anti-)affinity ... do not allow them there together"."""
+    snapshot = Snapshot.build(article_nodes(), busy(1, 3, 5))
+    pending = tuple(
+        PodRequest(f"s0-{i}", PodRequirements(requests=((GPU, 8),), tolerations=t))
+        for i, t in enumerate(tolerations)
+    )
+    decision = decide_composite(snapshot, job(GroupRequest("s0", pending, 2, LOCAL_BLOCK), slice_("s1")))
+    assert isinstance(decision, CompositeReject)
+    assert decision.why("s0") == "s0: fits in lb-b2, waits for the rest of the tree"
+    assert decision.why("s1") == (
+        "s1: lb-b1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu); "
+        "lb-b2: 0 of 2 pods fit (2 nodes: Insufficient nvidia.com/gpu)"
+    )
 
 
 def test_four_gpu_pods_each_slice_packs_on_one_node() -> None:

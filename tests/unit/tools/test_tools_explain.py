@@ -1024,8 +1024,11 @@ def _lws_groups(
             f"composite group is unschedulable: 2 of 2 child groups must fit in one domain of {NB}; 1 of 2 "
             "child groups fit in nb-a",
             [
+                # The leader and its slot go to lb-a2 (not the closest, lb-a1, with one free node); the
+                # other subgroup finds no room left beside them.
                 "    Now: fits in lb-a2, waits for the rest of the tree",
-                "lb-a1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu)",  # the other one's
+                "    Now: lb-a1: 1 of 2 pods fit (1 node: Insufficient nvidia.com/gpu); "
+                "lb-a2: 0 of 2 pods fit (2 nodes: Insufficient nvidia.com/gpu)",
             ],
             "leaderworkerset/serve",
             id="subgroups: a slot in each PodGroup for its workers to come (leader and worker 1; 2 and 3)",
