@@ -1,0 +1,249 @@
+"""What a crash-kinds round of the soak (soak.py) submits besides gang Jobs, drawn from its seeded generator:
+JobSets (one or two replicated Jobs, up to four child Jobs; no key, a network-block key, a local-block key, or
+a network-block key with each child Job in one local block), LeaderWorkerSets (1-2 groups of 2-4 pods, each
+group a gang) and TrainJobs (Trainer's torch runtime shape: `numNodes` pods of one replicated Job), pods of 8
+or 4 GPUs on the seed cluster (8 nodes of 8 GPUs, 2 network blocks of 4, 4 local blocks of 2); about one in
+eight can never fit (more pods than any domain of its key holds). Each says how it is created (JobSets,
+TrainJobs and Jobs suspended, so that their groups exist before the release; an LWS has no suspend and is
+created at the release), released at once, and which kind deletes it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .gangs import PATHS, RUNTIMES
+from .invariants import packs
+from .kinds import ensure, jobset, lws, replicated_job, torch_runtime, trainjob
+from .kube import GPU_KEY, LB_KEY, NB_KEY, Namespace
+
+SLOTS = {None: 8, NB_KEY: 4, LB_KEY: 2}  # nodes of the seed cluster in one domain of each key
+SOAK_RUNTIME = "phalanx-soak-torch-{gpus}"
+
+
+class Submission(Protocol):
+    """One object a round submits: a gang Job (soak.GangSpec) or one of the kinds below."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gangs(self) -> int:
+        """How many gangs it is (an LWS: one per group)."""
+        ...
+
+    @property
+    def smallest(self) -> int:
+        """The pods of its smallest gang (an LWS: one group)."""
+        ...
+
+    def create(self, ns: Namespace, suspend: bool) -> bool:
+        """Create it (`suspend`: held back until `release`, where its kind can be); True if it was created."""
+        ...
+
+    def release(self, ns: Namespace) -> None:
+        """Let it run (resume it, or create it now)."""
+        ...
+
+
+def resources(pod_spec: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """The soak's pod shape: `gpus` GPUs and 2 CPUs (as the gang Jobs of soak.py)."""
+    for container in pod_spec["containers"]:
+        container["resources"] = {"limits": {GPU_KEY: str(gpus)}, "requests": {"cpu": "2"}}
+    return pod_spec
+
+
+def _keys(key: str | None, slice_key: str | None = None) -> dict[str, str]:
+    keys = {"phalanx.dev/topology-key": key} if key else {}
+    return keys | ({"phalanx.dev/slice-topology-key": slice_key} if slice_key else {})
+
+
+def _resume(ns: Namespace, kind: str, name: str) -> None:
+    ns.api.request(
+        "PATCH",
+        f"{PATHS[kind].replace('{ns}', ns.name)}/{name}",
+        {"spec": {"suspend": False}},
+        "application/merge-patch+json",
+    )
+
+
+@dataclass(frozen=True)
+class JobSetSpec:
+    name: str
+    children: tuple[tuple[int, int], ...]  # (replicas, parallelism) per replicated Job
+    gpus: int
+    key: str | None
+    slice_key: str | None = None
+    kind: str = "JobSet"
+    gangs: int = 1
+
+    @property
+    def size(self) -> int:
+        return sum(replicas * parallelism for replicas, parallelism in self.children)
+
+    @property
+    def smallest(self) -> int:
+        return self.size
+
+    def body(self, suspend: bool) -> dict[str, Any]:
+        rjobs = [replicated_job(f"w{i}", r, p, backoff_limit=6) for i, (r, p) in enumerate(self.children)]
+        for rjob in rjobs:
+            resources(rjob["template"]["spec"]["template"]["spec"], self.gpus)
+        body = jobset(self.name, *rjobs, annotations=_keys(self.key, self.slice_key))
+        body["spec"]["suspend"] = suspend
+        return body
+
+    def create(self, ns: Namespace, suspend: bool) -> bool:
+        ns.create(self.body(suspend))
+        return True
+
+    def release(self, ns: Namespace) -> None:
+        _resume(ns, self.kind, self.name)
+
+    def fits_empty(self) -> bool:
+        slots = SLOTS[self.key] * (8 // self.gpus)
+        if self.slice_key is None:
+            return self.size <= slots
+        per_block = SLOTS[self.slice_key] * (8 // self.gpus)
+        sizes = [p for r, p in self.children for _ in range(r)]
+        return packs(sizes, [per_block] * (SLOTS[self.key] // SLOTS[self.slice_key]))
+
+
+@dataclass(frozen=True)
+class LwsSpec:
+    name: str
+    replicas: int
+    size: int  # pods of one group
+    gpus: int
+    key: str | None
+    kind: str = "LeaderWorkerSet"
+
+    @property
+    def gangs(self) -> int:
+        return self.replicas
+
+    @property
+    def smallest(self) -> int:
+        return self.size
+
+    def body(self) -> dict[str, Any]:
+        body = lws(self.name, self.size, replicas=self.replicas, annotations=_keys(self.key))
+        resources(body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"], self.gpus)
+        return body
+
+    def create(self, ns: Namespace, suspend: bool) -> bool:
+        if suspend:  # no suspend in an LWS: made at the release
+            return False
+        ns.create(self.body())
+        return True
+
+    def release(self, ns: Namespace) -> None:
+        ns.create(self.body())
+
+    def fits_empty(self) -> bool:
+        return self.size <= SLOTS[self.key] * (8 // self.gpus)
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    name: str
+    nodes: int
+    gpus: int
+    key: str | None
+    kind: str = "TrainJob"
+    gangs: int = 1
+
+    @property
+    def smallest(self) -> int:
+        return self.nodes
+
+    def body(self, suspend: bool) -> dict[str, Any]:
+        body = trainjob(self.name, SOAK_RUNTIME.format(gpus=self.gpus), _keys(self.key))
+        body["spec"] |= {"trainer": {"numNodes": self.nodes}, "suspend": suspend}
+        return body
+
+    def create(self, ns: Namespace, suspend: bool) -> bool:
+        ns.create(self.body(suspend))
+        return True
+
+    def release(self, ns: Namespace) -> None:
+        _resume(ns, self.kind, self.name)
+
+    def fits_empty(self) -> bool:
+        return self.nodes <= SLOTS[self.key] * (8 // self.gpus)
+
+
+def runtimes(ns: Namespace) -> None:
+    """The ClusterTrainingRuntimes the TrainJobs name: torch's shape, pods of 8 or of 4 GPUs and 2 CPUs."""
+    for gpus in (8, 4):
+        runtime = torch_runtime(SOAK_RUNTIME.format(gpus=gpus), 1)
+        rjob = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+        resources(rjob["template"]["spec"]["template"]["spec"], gpus)
+        ensure(ns, RUNTIMES, runtime)
+
+
+def random_jobset(rng: random.Random, name: str, never: bool) -> JobSetSpec:
+    key = rng.choice([None, NB_KEY, NB_KEY, LB_KEY])
+    slice_key = LB_KEY if key == NB_KEY and rng.random() < 0.5 else None
+    gpus = rng.choice([8, 8, 4])
+    if never or rng.random() < 0.12:  # one more pod than a domain of its key holds
+        over = SLOTS[key] * (8 // gpus) + 1
+        return JobSetSpec(name, ((1, over),), gpus, key)
+    while True:
+        children = tuple((rng.randint(1, 2), rng.randint(1, 2)) for _ in range(rng.randint(1, 2)))
+        spec = JobSetSpec(name, children, gpus, key, slice_key)
+        if spec.size <= 6 and spec.fits_empty():
+            return spec
+
+
+def random_lws(rng: random.Random, name: str, never: bool) -> LwsSpec:
+    key = rng.choice([None, NB_KEY, LB_KEY])
+    gpus = rng.choice([8, 8, 4])
+    if never or rng.random() < 0.12:
+        return LwsSpec(name, 1, 3, 8, LB_KEY)  # a local block holds two such pods
+    while True:
+        spec = LwsSpec(name, rng.randint(1, 2), rng.randint(2, 4), gpus, key)
+        if spec.fits_empty():
+            return spec
+
+
+def random_trainjob(rng: random.Random, name: str, never: bool) -> TrainJobSpec:
+    key = rng.choice([None, NB_KEY, NB_KEY])
+    gpus = rng.choice([8, 8, 4])
+    if never or rng.random() < 0.12:
+        return TrainJobSpec(name, 5, 8, NB_KEY)
+    return TrainJobSpec(name, rng.randint(1, 4), gpus, key)
+
+
+DRAWS: dict[str, Callable[[random.Random, str, bool], Submission]] = {
+    "JobSet": random_jobset,
+    "LeaderWorkerSet": random_lws,
+    "TrainJob": random_trainjob,
+}
+
+
+def random_kind(rng: random.Random, name: str, never: bool) -> Submission | None:
+    """One of the kinds, or None for a gang Job (about three in ten)."""
+    kind = rng.choice(
+        [
+            "Job",
+            "Job",
+            "Job",
+            "JobSet",
+            "JobSet",
+            "JobSet",
+            "LeaderWorkerSet",
+            "LeaderWorkerSet",
+            "TrainJob",
+            "TrainJob",
+        ]
+    )
+    if kind == "Job":
+        return None
+    return DRAWS[kind](rng, name, never)
