@@ -112,6 +112,7 @@ class Stats:
     admitted_by_kind: Counter[str] = field(default_factory=Counter)
     given_up: set[str] = field(default_factory=set)  # waiting gangs deleted by the drain with their owner
     cut: Counter[str] = field(default_factory=Counter)  # gangs a kill left mid-admission, by kind and how
+    withdrawn: set[str] = field(default_factory=set)  # waiting gangs deleted between rounds (delete_some)
 
     def lines(self) -> list[str]:
         worst = max(self.settle_seconds, default=0.0)
@@ -134,6 +135,8 @@ class Stats:
         if self.cut:
             cut = ", ".join(f"{k} {v}" for k, v in sorted(self.cut.items()))
             out.append(f"gangs a kill left mid-admission (then finished by the restarted operator): {cut}")
+        if self.withdrawn:
+            out.append(f"waiting gangs deleted between rounds (withdrawn): {len(self.withdrawn)}")
         if self.given_up:
             given_up = sorted(self.given_up)
             out.append(f"waiting gangs deleted with an owner whose other gangs ran, to drain: {given_up}")
@@ -309,12 +312,25 @@ class Soak:
             time.sleep(POLL)
 
     def delete_some(self, world: World, share: float) -> None:
-        """Free room for the next round: some owners whose gangs all run, and those that can never fit, go."""
+        """Free room for the next round: some owners whose gangs all run, and those that can never fit, go.
+        With the kinds, whose gangs are larger, also some owners with a gang running and one waiting (an LWS
+        group), and some whose gangs waited three rounds (withdrawn): else the running groups of two LWS
+        can hold the whole cluster for good, and the gangs waiting for room pile up round after round."""
         for owner, gangs in owners(world).items():
             never = [g for g in gangs if not world.fits_empty(g) and g.waiting]
             if never or (all(g.admitted for g in gangs) and self.rng.random() < share):
                 self.stats.never_fit += len(never)
                 self.delete(owner)
+            elif self.kinds and self.withdraws(owner, gangs, share):
+                self.stats.withdrawn.update(g.name for g in gangs if g.waiting)
+                self.delete(owner)
+
+    def withdraws(self, owner: str, gangs: list[Gang], share: float) -> bool:
+        """Whether a user deletes this owner of waiting gangs now (see delete_some)."""
+        if any(g.admitted for g in gangs):
+            return self.rng.random() < share
+        submitted = int(owner.split("/", 1)[1][1:4])  # r<round>-g<i>
+        return self.stats.rounds - submitted >= 3 and self.rng.random() < 0.5
 
     def clear(self) -> None:
         """Delete every gang and wait until their pods are gone: the next round's gangs find an empty cluster,
