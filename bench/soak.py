@@ -3,10 +3,11 @@
     python3 bench/soak.py crash --rounds 60 --seed 1     # kill -9 at random points of admissions
     python3 bench/soak.py crash-kinds --rounds 30 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
+    python3 bench/soak.py faults-kinds --rounds 20 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
     python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
-Brings up a stock dev cluster (seed topology; for crash-kinds with the real JobSet, LWS and Trainer
+Brings up a stock dev cluster (seed topology; for the -kinds modes with the real JobSet, LWS and Trainer
 controllers, `--addons jobset,lws,trainer`) unless --cluster-dir names a running one, runs the operator as
 a process, plays the rounds of tests/integration/soak.py, checks tests/integration/invariants.py after every
 round and at every poll, and prints a summary; --out also writes it (bench/results/soak-<mode>.txt).
@@ -37,7 +38,7 @@ from comparison import commit, machine  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 
-KIND_ADDONS = ("jobset", "lws", "trainer")  # the controllers crash-kinds plays against
+KIND_ADDONS = ("jobset", "lws", "trainer")  # the controllers the -kinds modes play against
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults"])
+    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds"])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
@@ -76,7 +77,8 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    kinds = args.mode == "crash-kinds"
+    kinds = args.mode.endswith("-kinds")
+    faults = args.mode.startswith("faults")
     lines: list[str] = []
     ok = True
     with (
@@ -84,7 +86,7 @@ def main() -> int:
         cluster(args.cluster_dir, Path(tmp), KIND_ADDONS if kinds else ()) as state,
     ):
         folder = Path(tmp)
-        proxy = FaultProxy(state, folder, seed=args.seed) if args.mode == "faults" else None
+        proxy = FaultProxy(state, folder, seed=args.seed) if faults else None
         extra = []
         if proxy is not None:
             proxy.start()
@@ -97,7 +99,7 @@ def main() -> int:
         soak = Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
         try:
             for _ in range(args.rounds):
-                if args.mode != "faults":
+                if not faults:
                     soak.crash_round()
                 else:
                     soak.fault_round()

@@ -13,7 +13,13 @@ with no Phalanx code, so that the checks do not take the operator's word for wha
   TrainJob's;
 - a LeaderWorkerSet: one gang per group index 0..`spec.replicas`-1, the pods labelled
   `leaderworkerset.sigs.k8s.io/name` = its name and `group-index` = the index, of
-  `spec.leaderWorkerTemplate.size` pods.
+  `spec.leaderWorkerTemplate.size` pods; with `subGroupPolicy` (type LeaderWorker) and
+  `phalanx.dev/slice-topology-key`, each run of `subGroupSize` worker indexes (the leader is 0) is a part.
+
+Staged kinds make their later pods only once the first ones run: a JobSet with `startupPolicyOrder: InOrder`
+makes a replicated Job once the one before is Ready, an LWS with `startupPolicy: LeaderReady` a group's
+workers once its leader is Ready. Such a gang waits with only its first stage's pods (`first`: the first
+replicated Job's, or the leader), and is admitted once all `size` run.
 
 Each gang also carries `holder`, the group Phalanx records the gang's decision on (a Job's PodGroup, a
 JobSet's root CompositePodGroup, an LWS group's root PodGroup), found through the `phalanx.dev/owner`
@@ -48,6 +54,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
 
 PHALANX = "/apis/scheduling.phalanx.dev/v1beta1/namespaces/{ns}"
 PATHS = {  # the collection of each owner kind in a namespace
@@ -139,6 +146,7 @@ class Gang:
     parts: list[Part] = field(default_factory=list)  # with slice_key: each in one domain of it
     suspended: bool = False  # its owner (or a TrainJob's JobSet) says spec.suspend
     pending: str = ""  # why its pods cannot be judged yet (its JobSet not made, pods still to come)
+    first: int = 0  # a staged gang's pods before its decision (its first stage); 0: all `size`
     problems: list[str] = field(default_factory=list)  # the kind's own counts disagree
 
     @property
@@ -160,8 +168,15 @@ class Gang:
 
     @property
     def waiting(self) -> bool:
+        """Fully gated: all its pods (a staged gang: those of its first stage, or more) made, none placed."""
         live = self.live
-        return len(live) == self.size and all(gated(p) and not usage_node(p) for p in live)
+        made = self.first <= len(live) <= self.size if self.first else len(live) == self.size
+        return made and all(gated(p) and not usage_node(p) for p in live)
+
+    @property
+    def made_first(self) -> int:
+        """The pods that exist before it can be decided: its first stage's, or all of them."""
+        return self.first or self.size
 
     @property
     def holding(self) -> bool:
@@ -280,8 +295,9 @@ def _job(job: dict[str, Any], by_label: Pods, roots: Roots) -> Gang:
     )
 
 
-def child_jobs(jobset: dict[str, Any]) -> list[tuple[str, int]]:
-    """A JobSet's child Jobs as its controller names them, with the pods each runs at once."""
+def child_jobs(jobset: dict[str, Any]) -> list[list[tuple[str, int]]]:
+    """A JobSet's child Jobs as its controller names them, with the pods each runs at once, by replicated
+    Job."""
     out = []
     name = jobset["metadata"]["name"]
     for rjob in jobset["spec"].get("replicatedJobs") or []:
@@ -289,7 +305,7 @@ def child_jobs(jobset: dict[str, Any]) -> list[tuple[str, int]]:
         parallelism = 1 if spec.get("parallelism") is None else int(spec["parallelism"])
         completions = spec.get("completions")
         at_once = parallelism if completions is None else min(parallelism, int(completions))
-        out += [(f"{name}-{rjob['name']}-{i}", at_once) for i in range(int(rjob.get("replicas") or 1))]
+        out.append([(f"{name}-{rjob['name']}-{i}", at_once) for i in range(int(rjob.get("replicas") or 1))])
     return out
 
 
@@ -297,7 +313,9 @@ def _jobset(kind: str, owner: dict[str, Any], jobset: dict[str, Any], by_label: 
     """The gang of `jobset`, whose owner (the object the user wrote, with the Phalanx keys) is `owner`."""
     name = jobset["metadata"]["name"]
     pods = by_label.get((JOBSET_NAME, name), [])
-    children = child_jobs(jobset)
+    by_rjob = child_jobs(jobset)
+    children = [child for rjob in by_rjob for child in rjob]
+    in_order = (jobset["spec"].get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
     notes = _annotations(owner)
     slice_key = notes.get(SLICE_KEY_ANNOTATION) or None
     parts = []
@@ -318,6 +336,7 @@ def _jobset(kind: str, owner: dict[str, Any], jobset: dict[str, Any], by_label: 
         slice_key=slice_key,
         parts=parts,
         suspended=bool(owner["spec"].get("suspend") or jobset["spec"].get("suspend")),
+        first=sum(size for _, size in by_rjob[0]) if in_order and len(by_rjob) > 1 else 0,
     )
 
 
@@ -349,9 +368,13 @@ def _trainjob(
 
 def _lws_groups(lws: dict[str, Any], by_label: Pods, roots: Roots) -> list[Gang]:
     name = lws["metadata"]["name"]
-    size = int((lws["spec"].get("leaderWorkerTemplate") or {}).get("size") or 1)
+    template = lws["spec"].get("leaderWorkerTemplate") or {}
+    size = int(template.get("size") or 1)
     pods = by_label.get((LWS_NAME, name), [])
     notes = _annotations(lws)
+    slice_key = notes.get(SLICE_KEY_ANNOTATION) or None
+    subgroup = int((template.get("subGroupPolicy") or {}).get("subGroupSize") or 0)
+    leader_ready = lws["spec"].get("startupPolicy") == "LeaderReady"
     gangs = []
     for index in range(int(lws["spec"].get("replicas") if lws["spec"].get("replicas") is not None else 1)):
         members = [p for p in pods if _labels(p).get(LWS_GROUP) == str(index)]
@@ -370,7 +393,18 @@ def _lws_groups(lws: dict[str, Any], by_label: Pods, roots: Roots) -> list[Gang]
             members,
             holders[0] if len(holders) == 1 else None,
             key=notes.get(KEY_ANNOTATION) or None,
+            first=1 if leader_ready and size > 1 else 0,
         )
+        if slice_key and subgroup:
+            gang.slice_key = slice_key
+            gang.parts = [
+                Part(
+                    f"{gang.name}/subgroup-{start // subgroup}",
+                    len(range(start, min(size, start + subgroup))),
+                    [p for p in members if start <= int(_labels(p).get(LWS_WORKER, -1)) < start + subgroup],
+                )
+                for start in range(0, size, subgroup)
+            ]
         if len(revisions) > 1:
             gang.problems.append(
                 f"{gang.name}: pods of {len(revisions)} template revisions: {sorted(revisions)}"

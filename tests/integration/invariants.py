@@ -205,8 +205,8 @@ class World:
                 reasons.append(gang.pending)
             elif gang.admitted:
                 continue
-            elif len(live) < gang.size and not placed:
-                reasons.append(f"{gang.name}: {len(live)} of its {gang.size} pods made so far")
+            elif len(live) < gang.made_first and not placed:
+                reasons.append(f"{gang.name}: {len(live)} of its {gang.made_first} pods made so far")
             elif not gang.waiting:
                 placed_of = f"{len(placed)} of {len(live)} pods placed (size {gang.size})"
                 reasons.append(f"{gang.name}: {placed_of}, partly admitted")
@@ -232,7 +232,12 @@ class World:
                     problems.append(f"{gang.name}: bound in {domains}, recorded {admission.get('domain')}")
             recorded = {a["pod"]: a["node"] for a in admission.get("assignments", [])}
             bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in gang.live}
-            if any(recorded.get(pod) != node for pod, node in bound.items()):
+            # A staged gang's later pods were not there at the decision: it named a placeholder (a slot)
+            # for each, and each must be on a slot's node (as many pods on a node as slots there).
+            named = {pod: node for pod, node in bound.items() if pod in recorded}
+            later = sorted(node for pod, node in bound.items() if pod not in recorded)
+            slots = sorted(node for pod, node in recorded.items() if pod not in bound)
+            if any(recorded[pod] != node for pod, node in named.items()) or later != slots:
                 problems.append(f"{gang.name}: bound {bound}, recorded {recorded}")
         return problems
 

@@ -5,8 +5,10 @@ at once while the operator is SIGKILLed at a random point — a random delay, or
 controller/faults.py (right after a recorded decision, after the Nth pod release, before the Nth status
 write), sometimes twice in a row — then restarted. `crash-kinds` (`kinds=True`, on a cluster with the real
 JobSet, LWS and Trainer controllers): the same rounds with a mix of Jobs, JobSets, LeaderWorkerSets and
-TrainJobs (soak_kinds.py). `faults`: the Job rounds with the operator talking to the apiserver through
-faultproxy.py (429, 5xx, 409, cut watches, 410 Gone) and never killed.
+TrainJobs (soak_kinds.py; some staged: JobSet InOrder, LWS LeaderReady), and in about three rounds of ten
+one owner (mid-admission if any) deleted while the operator is down. `faults`: the Job rounds with the
+operator talking to the apiserver through faultproxy.py (429, 5xx, 409, cut watches, 410 Gone) and never
+killed; `faults-kinds` (`kinds=True`) with the kinds' mix.
 
 After every round, invariants.py: safety at every poll (no node over capacity, no gang in two domains), then
 settled (every gang fully admitted where its decision says, or fully gated; none waits that fits the room
@@ -33,7 +35,7 @@ from .faultproxy import FaultProxy
 from .gangs import Gang, delete_owner, gated
 from .invariants import World
 from .kube import LB_KEY, NB_KEY, Namespace, gpu_job
-from .soak_kinds import Submission, random_kind, runtimes
+from .soak_kinds import Submission, key_name, random_kind, runtimes
 
 SETTLE_TIMEOUT = 120.0
 POLL = 0.3
@@ -61,6 +63,10 @@ class GangSpec:
     @property
     def smallest(self) -> int:
         return self.size
+
+    @property
+    def brief(self) -> str:
+        return f"{self.name} Job {self.size} x{self.gpus}gpu {key_name(self.key)}"
 
     def create(self, ns: Namespace, suspend: bool) -> bool:
         ns.create(self.job(suspend))
@@ -113,6 +119,7 @@ class Stats:
     given_up: set[str] = field(default_factory=set)  # waiting gangs deleted by the drain with their owner
     cut: Counter[str] = field(default_factory=Counter)  # gangs a kill left mid-admission, by kind and how
     withdrawn: set[str] = field(default_factory=set)  # waiting gangs deleted between rounds (delete_some)
+    deleted_while_down: int = 0  # owners deleted while the operator was down
 
     def lines(self) -> list[str]:
         worst = max(self.settle_seconds, default=0.0)
@@ -135,6 +142,8 @@ class Stats:
         if self.cut:
             cut = ", ".join(f"{k} {v}" for k, v in sorted(self.cut.items()))
             out.append(f"gangs a kill left mid-admission (then finished by the restarted operator): {cut}")
+        if self.deleted_while_down:
+            out.append(f"owners deleted while the operator was down: {self.deleted_while_down}")
         if self.withdrawn:
             out.append(f"waiting gangs deleted between rounds (withdrawn): {len(self.withdrawn)}")
         if self.given_up:
@@ -146,6 +155,11 @@ class Stats:
         if self.proxy:
             out.append("API faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(self.proxy.items())))
         return out
+
+
+def mid_admission(gang: Gang) -> bool:
+    """Its decision is recorded and some of its pods are still gated."""
+    return gang.admission is not None and any(gated(p) for p in gang.live)
 
 
 def owners(world: World) -> dict[str, list[Gang]]:
@@ -221,10 +235,26 @@ class Soak:
     def left_mid_admission(self) -> None:
         """Count what the kill (the operator is down) left between a gang's decision and its last release."""
         for gang in self.world().gangs.values():
-            if gang.admission is None or not any(gated(p) for p in gang.live):
+            if not mid_admission(gang):
                 continue
             how = "released in part" if gang.placed else "recorded, none released"
             self.stats.cut[f"{gang.kind} {how}"] += 1
+
+    def delete_while_down(self) -> None:
+        """A user deletes one owner of the round (maybe mid-admission) while the operator is down: it learns
+        of the deletion only from its listing at the restart."""
+        world = self.world()
+        by_owner = owners(world)
+        mid = [o for o, gangs in by_owner.items() if any(mid_admission(g) for g in gangs)]
+        this_round = [o for o in by_owner if o.split("/", 1)[1].startswith(f"r{self.stats.rounds:03d}-")]
+        choices = sorted(mid or this_round)
+        if choices:
+            owner = self.rng.choice(choices)
+            self.stats.deleted_while_down += 1
+            self.stats.withdrawn.update(
+                g.name for g in world.gangs.values() if g.waiting and f"{g.kind}/{g.owner_name}" == owner
+            )
+            self.delete(owner)
 
     def watch(self, seconds: float) -> None:
         """Check safety for a while (the operator is down or busy)."""
@@ -406,6 +436,8 @@ class Soak:
             time.sleep(self.rng.uniform(0.0, 2.5))  # a random point of the admissions
             self.kill("delay")
         self.left_mid_admission()
+        if self.kinds and self.rng.random() < 0.3:
+            self.delete_while_down()
         self.watch(self.rng.uniform(0.0, 1.0))  # down for a while: nothing may move into a bad state
         if self.rng.random() < 0.25:  # and again, during the recovery
             self.start()
@@ -416,6 +448,8 @@ class Soak:
         self.log(
             f"round {self.stats.rounds}: {mode}; {world.summary()}; admissions so far {self.stats.admissions}"
         )
+        if self.kinds:
+            self.log("  submitted: " + "; ".join(spec.brief for spec in specs))
         self.delete_some(world, share=0.7)
 
     def fault_round(self) -> None:

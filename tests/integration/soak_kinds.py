@@ -1,11 +1,12 @@
 """What a crash-kinds round of the soak (soak.py) submits besides gang Jobs, drawn from its seeded generator:
 JobSets (one or two replicated Jobs, up to four child Jobs; no key, a network-block key, a local-block key, or
-a network-block key with each child Job in one local block), LeaderWorkerSets (1-2 groups of 2-4 pods, each
-group a gang) and TrainJobs (Trainer's torch runtime shape: `numNodes` pods of one replicated Job), pods of 8
-or 4 GPUs on the seed cluster (8 nodes of 8 GPUs, 2 network blocks of 4, 4 local blocks of 2); about one in
-eight can never fit (more pods than any domain of its key holds). Each says how it is created (JobSets,
-TrainJobs and Jobs suspended, so that their groups exist before the release; an LWS has no suspend and is
-created at the release), released at once, and which kind deletes it.
+a network-block key with each child Job in one local block; some started InOrder), LeaderWorkerSets (1-2
+groups of 2-4 pods, each group a gang; some started LeaderReady, some of 4 pods in two subgroups each in one
+local block of one network block) and TrainJobs (Trainer's torch runtime shape: `numNodes` pods of one
+replicated Job), pods of 8 or 4 GPUs on the seed cluster (8 nodes of 8 GPUs, 2 network blocks of 4, 4 local
+blocks of 2); about one in eight can never fit (more pods than any domain of its key holds). Each says how it
+is created (JobSets, TrainJobs and Jobs suspended, so that their groups exist before the release; an LWS has
+no suspend and is created at the release), released at once, and which kind deletes it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ class Submission(Protocol):
         """The pods of its smallest gang (an LWS: one group)."""
         ...
 
+    @property
+    def brief(self) -> str:
+        """What it is, in a few words (the soak's round log)."""
+        ...
+
     def create(self, ns: Namespace, suspend: bool) -> bool:
         """Create it (`suspend`: held back until `release`, where its kind can be); True if it was created."""
         ...
@@ -64,6 +70,10 @@ def _keys(key: str | None, slice_key: str | None = None) -> dict[str, str]:
     return keys | ({"phalanx.dev/slice-topology-key": slice_key} if slice_key else {})
 
 
+def key_name(key: str | None) -> str:
+    return {None: "anywhere", NB_KEY: "nb", LB_KEY: "lb"}[key]
+
+
 def _resume(ns: Namespace, kind: str, name: str) -> None:
     ns.api.request(
         "PATCH",
@@ -80,12 +90,21 @@ class JobSetSpec:
     gpus: int
     key: str | None
     slice_key: str | None = None
+    in_order: bool = (
+        False  # startupPolicyOrder InOrder: a replicated Job is made once the one before is Ready
+    )
     kind: str = "JobSet"
     gangs: int = 1
 
     @property
     def size(self) -> int:
         return sum(replicas * parallelism for replicas, parallelism in self.children)
+
+    @property
+    def brief(self) -> str:
+        jobs = "+".join(f"{r}x{p}" for r, p in self.children)
+        where = key_name(self.key) + ("/lb each child" if self.slice_key else "")
+        return f"{self.name} JobSet {jobs} x{self.gpus}gpu {where}" + (" InOrder" if self.in_order else "")
 
     @property
     def smallest(self) -> int:
@@ -95,7 +114,7 @@ class JobSetSpec:
         rjobs = [replicated_job(f"w{i}", r, p, backoff_limit=6) for i, (r, p) in enumerate(self.children)]
         for rjob in rjobs:
             resources(rjob["template"]["spec"]["template"]["spec"], self.gpus)
-        body = jobset(self.name, *rjobs, annotations=_keys(self.key, self.slice_key))
+        body = jobset(self.name, *rjobs, annotations=_keys(self.key, self.slice_key), in_order=self.in_order)
         body["spec"]["suspend"] = suspend
         return body
 
@@ -122,6 +141,10 @@ class LwsSpec:
     size: int  # pods of one group
     gpus: int
     key: str | None
+    leader_ready: bool = (
+        False  # startupPolicy LeaderReady: a group's workers are made once its leader is Ready
+    )
+    subgroup: int | None = None  # subGroupSize, each subgroup in one local block
     kind: str = "LeaderWorkerSet"
 
     @property
@@ -129,11 +152,26 @@ class LwsSpec:
         return self.replicas
 
     @property
+    def brief(self) -> str:
+        how = (" LeaderReady" if self.leader_ready else "") + (
+            f" subgroups of {self.subgroup}/lb" if self.subgroup else ""
+        )
+        return f"{self.name} LWS {self.replicas}x{self.size} x{self.gpus}gpu {key_name(self.key)}{how}"
+
+    @property
     def smallest(self) -> int:
         return self.size
 
     def body(self) -> dict[str, Any]:
-        body = lws(self.name, self.size, replicas=self.replicas, annotations=_keys(self.key))
+        slice_key = LB_KEY if self.subgroup else None
+        body = lws(
+            self.name,
+            self.size,
+            replicas=self.replicas,
+            annotations=_keys(self.key, slice_key),
+            leader_ready=self.leader_ready,
+            subgroup_size=self.subgroup,
+        )
         resources(body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"], self.gpus)
         return body
 
@@ -147,6 +185,10 @@ class LwsSpec:
         ns.create(self.body())
 
     def fits_empty(self) -> bool:
+        if self.subgroup:
+            per_block = SLOTS[LB_KEY] * (8 // self.gpus)
+            sizes = [min(self.subgroup, self.size - start) for start in range(0, self.size, self.subgroup)]
+            return packs(sizes, [per_block] * (SLOTS[self.key] // SLOTS[LB_KEY]))
         return self.size <= SLOTS[self.key] * (8 // self.gpus)
 
 
@@ -158,6 +200,10 @@ class TrainJobSpec:
     key: str | None
     kind: str = "TrainJob"
     gangs: int = 1
+
+    @property
+    def brief(self) -> str:
+        return f"{self.name} TrainJob {self.nodes} x{self.gpus}gpu {key_name(self.key)}"
 
     @property
     def smallest(self) -> int:
@@ -197,7 +243,8 @@ def random_jobset(rng: random.Random, name: str, never: bool) -> JobSetSpec:
         return JobSetSpec(name, ((1, over),), gpus, key)
     while True:
         children = tuple((rng.randint(1, 2), rng.randint(1, 2)) for _ in range(rng.randint(1, 2)))
-        spec = JobSetSpec(name, children, gpus, key, slice_key)
+        in_order = len(children) > 1 and rng.random() < 0.3
+        spec = JobSetSpec(name, children, gpus, key, slice_key, in_order)
         if spec.size <= 6 and spec.fits_empty():
             return spec
 
@@ -207,8 +254,11 @@ def random_lws(rng: random.Random, name: str, never: bool) -> LwsSpec:
     gpus = rng.choice([8, 8, 4])
     if never or rng.random() < 0.12:
         return LwsSpec(name, 1, 3, 8, LB_KEY)  # a local block holds two such pods
+    leader_ready = rng.random() < 0.25
     while True:
-        spec = LwsSpec(name, rng.randint(1, 2), rng.randint(2, 4), gpus, key)
+        size = rng.randint(2, 4)
+        subgroup = 2 if key == NB_KEY and size == 4 and rng.random() < 0.4 else None
+        spec = LwsSpec(name, rng.randint(1, 2), size, gpus, key, leader_ready, subgroup)
         if spec.fits_empty():
             return spec
 

@@ -3,11 +3,13 @@ one network block, some each in one local block), LeaderWorkerSets (each group a
 the real JobSet v0.11.1, LWS v0.8.0 and Trainer v2.2.0 controllers, released at once while the operator is
 SIGKILLed at random points of their admissions — a random delay, right after a recorded decision, after the
 Nth pod release, before the Nth status write (controller/apply/faults.py), sometimes again during the
-recovery — and restarted. After every round (soak.py, invariants.py, gangs.py): no node over capacity, no
-gang in two domains of its key (no child Job in two of its slice key) at any poll; once the kinds'
-controllers made every pod, every gang fully admitted where its recorded decision says or fully gated, none
-waiting that fits the room left, none requeued and no bound pod taken away (no node fails). At the end every
-gang that can ever fit was admitted. The full form: `python3 bench/soak.py crash-kinds --rounds 30`."""
+recovery, sometimes with one of them deleted while it is down — and restarted. Some are staged (JobSet
+InOrder, LWS LeaderReady: decided whole with their first pods, the later ones released into held slots). After
+every round (soak.py, invariants.py, gangs.py): no node over capacity, no gang in two domains of its key (no
+child Job in two of its slice key) at any poll; once the kinds' controllers made every pod, every gang fully
+admitted where its recorded decision says or fully gated, none waiting that fits the room left, none requeued
+and no bound pod taken away (no node fails). At the end every gang that can ever fit was admitted. The full
+form: `python3 bench/soak.py crash-kinds --rounds 30`."""
 
 from __future__ import annotations
 

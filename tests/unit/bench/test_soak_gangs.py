@@ -47,6 +47,11 @@ def jobset(name: str, *rjobs: tuple[str, int, int, int | None], **notes: str) ->
     return {"metadata": meta(name, notes), "spec": {"replicatedJobs": entries}}
 
 
+def in_order(body: dict[str, Any]) -> dict[str, Any]:
+    body["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    return body
+
+
 def objects(pods: list[dict[str, Any]], **owners: list[dict[str, Any]]) -> Objects:
     kinds = {"Job": [], "JobSet": [], "TrainJob": [], "LeaderWorkerSet": []} | owners
     runtime = {"metadata": {"name": "torch"}, "spec": {"mlPolicy": {"numNodes": 3}}}
@@ -57,7 +62,7 @@ JS = "jobset.sigs.k8s.io/jobset-name"
 LWS = "leaderworkerset.sigs.k8s.io/name"
 GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 
-# (case, objects, {gang: (size, live pods, parts' sizes)}, problems)
+# (case, objects, {gang: (size, pods made before its decision, live pods, parts' sizes)}, problems)
 READS = [
     (
         "a JobSet: replicas x min(parallelism, completions), parallelism 1 when unset",
@@ -65,7 +70,7 @@ READS = [
             [pod(f"t-{i}", {JS: "t"}) for i in range(3)],
             JobSet=[jobset("t", ("a", 2, 2, None), ("b", 1, 3, 1), ("c", 2, 1, 5))],
         ),
-        {"t": (2 * 2 + 1 * 1 + 2 * 1, 3, [])},
+        {"t": (2 * 2 + 1 * 1 + 2 * 1, 7, 3, [])},
         [],
     ),
     (
@@ -74,7 +79,7 @@ READS = [
             [pod("s-0", {JS: "s", "job-name": "s-w-0"}), pod("s-1", {JS: "s", "job-name": "s-w-1"})],
             JobSet=[jobset("s", ("w", 2, 2, 2), **{"phalanx.dev/slice-topology-key": LB})],
         ),
-        {"s": (4, 2, [2, 2])},
+        {"s": (4, 4, 2, [2, 2])},
         [],
     ),
     (
@@ -85,7 +90,7 @@ READS = [
                 {"metadata": meta("l"), "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3}}}
             ],
         ),
-        {"l/0": (3, 3, []), "l/1": (3, 1, [])},
+        {"l/0": (3, 3, 3, []), "l/1": (3, 3, 1, [])},
         [],
     ),
     (
@@ -105,18 +110,46 @@ READS = [
                 }
             ],
         ),
-        {"tj": (2, 2, [])},
+        {"tj": (2, 2, 2, [])},
         ["tj: its JobSet runs 2 pods at once, its numNodes is 3"],
+    ),
+    (
+        "a JobSet started InOrder waits with its first replicated Job's pods only",
+        objects(
+            [pod("o-0", {JS: "o"})],
+            JobSet=[in_order(jobset("o", ("driver", 1, 1, 1), ("workers", 1, 3, 3)))],
+        ),
+        {"o": (1 + 3, 1, 1, [])},
+        [],
+    ),
+    (
+        "an LWS started LeaderReady waits with its leader only; its subgroups are parts by worker index",
+        objects(
+            [pod("r-0", {LWS: "r", GROUP: "0", "leaderworkerset.sigs.k8s.io/worker-index": "0"})],
+            LeaderWorkerSet=[
+                {
+                    "metadata": meta("r", {"phalanx.dev/slice-topology-key": LB}),
+                    "spec": {
+                        "replicas": 1,
+                        "startupPolicy": "LeaderReady",
+                        "leaderWorkerTemplate": {"size": 4, "subGroupPolicy": {"subGroupSize": 2}},
+                    },
+                }
+            ],
+        ),
+        {"r/0": (4, 1, 1, [2, 2])},
+        [],
     ),
 ]
 
 
 @pytest.mark.parametrize(("case", "objs", "expected", "problems"), READS, ids=[r[0] for r in READS])
 def test_gangs_are_counted_from_their_kinds_spec(
-    case: str, objs: Objects, expected: dict[str, tuple[int, int, list[int]]], problems: list[str]
+    case: str, objs: Objects, expected: dict[str, tuple[int, int, int, list[int]]], problems: list[str]
 ) -> None:
     gangs = read_gangs(objs, NS)
-    assert {n: (g.size, len(g.live), [p.size for p in g.parts]) for n, g in gangs.items()} == expected, case
+    found = {n: (g.size, g.made_first, len(g.live), [p.size for p in g.parts]) for n, g in gangs.items()}
+    assert found == expected, case
     assert [p for g in gangs.values() for p in g.problems] == problems
 
 
