@@ -68,9 +68,8 @@ class GangSpec:
     def brief(self) -> str:
         return f"{self.name} Job {self.size} x{self.gpus}gpu {key_name(self.key)}"
 
-    def create(self, ns: Namespace, suspend: bool) -> bool:
+    def create(self, ns: Namespace, suspend: bool) -> None:
         ns.create(self.job(suspend))
-        return True
 
     def release(self, ns: Namespace) -> None:
         ns.patch_job(self.name, {"spec": {"suspend": False}})

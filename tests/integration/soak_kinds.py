@@ -49,8 +49,8 @@ class Submission(Protocol):
         """What it is, in a few words (the soak's round log)."""
         ...
 
-    def create(self, ns: Namespace, suspend: bool) -> bool:
-        """Create it (`suspend`: held back until `release`, where its kind can be); True if it was created."""
+    def create(self, ns: Namespace, suspend: bool) -> None:
+        """Create it (`suspend`: held back until `release`; a kind without suspend is created only then)."""
         ...
 
     def release(self, ns: Namespace) -> None:
@@ -118,9 +118,8 @@ class JobSetSpec:
         body["spec"]["suspend"] = suspend
         return body
 
-    def create(self, ns: Namespace, suspend: bool) -> bool:
+    def create(self, ns: Namespace, suspend: bool) -> None:
         ns.create(self.body(suspend))
-        return True
 
     def release(self, ns: Namespace) -> None:
         _resume(ns, self.kind, self.name)
@@ -175,11 +174,9 @@ class LwsSpec:
         resources(body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"], self.gpus)
         return body
 
-    def create(self, ns: Namespace, suspend: bool) -> bool:
-        if suspend:  # no suspend in an LWS: made at the release
-            return False
-        ns.create(self.body())
-        return True
+    def create(self, ns: Namespace, suspend: bool) -> None:
+        if not suspend:  # no suspend in an LWS: else made at the release
+            ns.create(self.body())
 
     def release(self, ns: Namespace) -> None:
         ns.create(self.body())
@@ -214,9 +211,8 @@ class TrainJobSpec:
         body["spec"] |= {"trainer": {"numNodes": self.nodes}, "suspend": suspend}
         return body
 
-    def create(self, ns: Namespace, suspend: bool) -> bool:
+    def create(self, ns: Namespace, suspend: bool) -> None:
         ns.create(self.body(suspend))
-        return True
 
     def release(self, ns: Namespace) -> None:
         _resume(ns, self.kind, self.name)
