@@ -1,11 +1,14 @@
 """The full-length soaks of issue 10 (items 4 and 5); the short forms run in CI.
 
     python3 bench/soak.py crash --rounds 60 --seed 1     # kill -9 at random points of admissions
+    python3 bench/soak.py crash-kinds --rounds 30 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
+    python3 bench/soak.py faults-kinds --rounds 20 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
     python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
-Brings up a stock dev cluster (seed topology) unless --cluster-dir names a running one, runs the operator as
+Brings up a stock dev cluster (seed topology; for the -kinds modes with the real JobSet, LWS and Trainer
+controllers, `--addons jobset,lws,trainer`) unless --cluster-dir names a running one, runs the operator as
 a process, plays the rounds of tests/integration/soak.py, checks tests/integration/invariants.py after every
 round and at every poll, and prints a summary; --out also writes it (bench/results/soak-<mode>.txt).
 Exit status 1 if an invariant broke.
@@ -35,14 +38,22 @@ from comparison import commit, machine  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
 from phalanx.devcluster.operator_process import OperatorProcess  # noqa: E402
 
+KIND_ADDONS = ("jobset", "lws", "trainer")  # the controllers the -kinds modes play against
+
 
 @contextlib.contextmanager
-def cluster(directory: str | None, folder: Path) -> Iterator[ClusterState]:
+def cluster(directory: str | None, folder: Path, addons: tuple[str, ...] = ()) -> Iterator[ClusterState]:
     if directory:
         yield load_state(Path(directory))
         return
     dev = DevCluster(folder / "cluster")
-    state = dev.up(mode="stock", topology="seed", log=lambda m: print(f"[dev-cluster] {m}"))
+    state = dev.up(
+        mode="stock",
+        topology="seed",
+        addons=addons,
+        ready_timeout=300,
+        log=lambda m: print(f"[dev-cluster] {m}"),
+    )
     try:
         yield state
     finally:
@@ -53,7 +64,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["crash", "faults"])
+    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds"])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
@@ -66,14 +77,16 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
+    kinds = args.mode.endswith("-kinds")
+    faults = args.mode.startswith("faults")
     lines: list[str] = []
     ok = True
     with (
         tempfile.TemporaryDirectory(prefix="phalanx-soak-") as tmp,
-        cluster(args.cluster_dir, Path(tmp)) as state,
+        cluster(args.cluster_dir, Path(tmp), KIND_ADDONS if kinds else ()) as state,
     ):
         folder = Path(tmp)
-        proxy = FaultProxy(state, folder, seed=args.seed) if args.mode == "faults" else None
+        proxy = FaultProxy(state, folder, seed=args.seed) if faults else None
         extra = []
         if proxy is not None:
             proxy.start()
@@ -83,10 +96,10 @@ def main() -> int:
         operator = OperatorProcess(state, logs, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
-        soak = Soak(ns, operator, args.seed, proxy=proxy)
+        soak = Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
         try:
             for _ in range(args.rounds):
-                if args.mode == "crash":
+                if not faults:
                     soak.crash_round()
                 else:
                     soak.fault_round()
@@ -96,11 +109,12 @@ def main() -> int:
             lines.append("FAILED:")
             lines.extend(traceback.format_exc().splitlines())
             print(operator.tail(20000), file=sys.stderr)
+            print(ns.where(), file=sys.stderr)  # every pod of the namespace: phase, node, blocks
         finally:
             operator.stop()
             if proxy is not None:
                 proxy.stop()
-            delete_namespace(ns)
+            delete_namespace(ns, timeout=180)
             log = operator.log_path.read_text(errors="replace")
             seen = [
                 f"operator log: {log.count('fault injection: SIGKILL at')} kills by a fault switch, "
