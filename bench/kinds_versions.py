@@ -122,7 +122,9 @@ def read_junit(path: Path, run: Run) -> None:
 def commit() -> str:
     """HEAD's short hash, and whether the tree had changes not committed (then the run was not HEAD's)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    )
     return (head.stdout.strip() or "?") + (" with changes not committed" if dirty.stdout.strip() else "")
 
 
