@@ -5,7 +5,8 @@ topology; its control plane is built into .cache/k8s/V when missing), the Phalan
 the cases of tests/integration/test_dev_cluster_versions.py, each in a fresh namespace: a gang of 4 on 3 free
 nodes waits and starts whole, a gang in one network block, preemption of a lower-priority gang, a node
 failure under a running gang. A failing case is recorded with its error (the operator's log is kept); the
-table is written anyway and the exit code is 1.
+table is written anyway and the exit code is 1. The kinds' section at the end of docs/versions.md (the addon
+tests on each version, `KEPT_FROM` on) is not this bench's: it is kept as it is.
 
     python3 bench/version_matrix.py                          # all four versions, rewrite docs/versions.md
     python3 bench/version_matrix.py --versions v1.30.14 --out -
@@ -95,6 +96,15 @@ def ensure_module(version: str) -> str | None:
 
 
 DOC = ROOT / "docs" / "versions.md"
+# From this heading on, docs/versions.md is the kinds' runs (the addon tests on each version,
+# PHALANX_TEST_ADDONS_K8S_VERSION), written from their results: a run of this bench keeps it as it is.
+KEPT_FROM = "## JobSet, LeaderWorkerSet, TrainJob and Kueue on each version"
+
+
+def keep_kinds(old: str, new: str) -> str:
+    """`new` (this bench's tables) followed by `old`'s sections from KEPT_FROM on, if it has them."""
+    at = old.find(f"\n{KEPT_FROM}\n")
+    return new if at < 0 else new.rstrip("\n") + "\n\n" + old[at + 1 :]
 
 
 def machine() -> str:
@@ -220,7 +230,8 @@ def main() -> int:
     if args.out == "-":
         print(text)
     else:
-        Path(args.out).write_text(text)
+        out = Path(args.out)
+        Path(args.out).write_text(keep_kinds(out.read_text() if out.exists() else "", text))
         print(f"wrote {args.out}")
     # A failing cell starts with its bold word; a passing one may say "status.failed 0".
     failed = any(

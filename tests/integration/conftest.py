@@ -12,7 +12,12 @@ from phalanx.controller.loop.incremental import DIFFERS
 from phalanx.devcluster.cluster import ClusterState, DevCluster
 from phalanx.devcluster.operator_process import OperatorProcess
 
-from .addons_fixtures import addons_cluster, addons_ns  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue)
+from .addons_fixtures import (  # noqa: F401  (the real JobSet, LWS, Trainer, Kueue; on which version)
+    addons_cluster,
+    addons_ns,
+    addons_version,
+    why_not,
+)
 from .kinds_fixtures import kinds_ns, phalanx_addons  # noqa: F401  (Phalanx on that cluster)
 from .kube import Namespace, delete_namespace, new_namespace
 from .kueue_fixtures import (  # noqa: F401  (a Kueue ClusterQueue and LocalQueue there; Kueue's fair sharing)
@@ -64,11 +69,17 @@ BUILT_LATER_FILES = {"test_addons.py", "test_dev_cluster_versions.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    version = addons_version()
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
             if BUILT_LATER & set(getattr(item, "fixturenames", ())) or item.path.name in BUILT_LATER_FILES:
                 item.add_marker(pytest.mark.needs_builds)
+            # @pytest.mark.addons(...): skipped on a version one of them does not run on (addons_fixtures.py).
+            needed = tuple(name for mark in item.iter_markers("addons") for name in mark.args)
+            why = why_not(needed, version) if needed else None
+            if why:
+                item.add_marker(pytest.mark.skip(reason=why))
 
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory, mode: str) -> Iterator[ClusterState]:

@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from phalanx.devcluster import addons
+from phalanx.devcluster.binaries import K8S_VERSION
 from phalanx.devcluster.cluster import ClusterState, pid_alive
 from phalanx.devcluster.http import ApiError
 
+from .addons_fixtures import addons_on
 from .kube import GPU_KEY, Namespace, wait_for
 from .test_dev_cluster import processes_mentioning
 
@@ -116,17 +118,25 @@ def test_unknown_addon_is_refused_before_anything_starts(tmp_path: Path) -> None
 
 
 def test_the_state_records_each_addon(addons_cluster: ClusterState) -> None:
-    assert list(addons_cluster.addons) == ["jobset", "lws", "trainer", "kueue"]
+    """Every addon the version supports runs (all four from v1.32; lws and kueue before), and Kueue has a
+    framework for each."""
+    running = list(addons_on(addons_cluster.kubernetes_version))
+    assert list(addons_cluster.addons) == running
+    if addons_cluster.kubernetes_version == K8S_VERSION:
+        assert running == ["jobset", "lws", "trainer", "kueue"]
     for name, record in addons_cluster.addons.items():
         assert record["version"] == addons.ADDONS[name].version
         assert pid_alive(addons_cluster.pids[record["pid_name"]])
         assert Path(record["log"]).parent == addons_cluster.logs
         assert record["crds"] and record["webhook_configurations"]
+    every = {
+        "jobset": "jobset.x-k8s.io/jobset",
+        "lws": "leaderworkerset.x-k8s.io/leaderworkerset",
+        "trainer": "trainer.kubeflow.org/trainjob",
+    }
     assert addons_cluster.addons["kueue"]["frameworks"] == [
         "batch/job",
-        "jobset.x-k8s.io/jobset",
-        "leaderworkerset.x-k8s.io/leaderworkerset",
-        "trainer.kubeflow.org/trainjob",
+        *(framework for name, framework in every.items() if name in running),
     ]
 
 
@@ -171,6 +181,7 @@ def jobset(name: str, replicas: int = 2, parallelism: int = 2, **spec: Any) -> d
     }
 
 
+@pytest.mark.addons("jobset")
 def test_a_jobset_creates_its_child_jobs_and_their_pods(addons_ns: Namespace) -> None:
     addons_ns.create(jobset("train"), f"{JOBSET_API}/namespaces/{addons_ns.name}/jobsets")
     selector = "jobset.sigs.k8s.io/jobset-name=train"
@@ -194,6 +205,7 @@ def test_a_jobset_creates_its_child_jobs_and_their_pods(addons_ns: Namespace) ->
     assert all(p["spec"].get("nodeName") for p in pods)
 
 
+@pytest.mark.addons("jobset")
 def test_an_invalid_jobset_is_refused_by_jobsets_webhook(addons_ns: Namespace) -> None:
     bad = jobset("bad")
     bad["spec"]["replicatedJobs"][0]["dependsOn"] = [{"name": "other", "status": "Ready"}]
@@ -206,6 +218,7 @@ def test_an_invalid_jobset_is_refused_by_jobsets_webhook(addons_ns: Namespace) -
 
 
 # ---------------------------------------------------------------------------- LeaderWorkerSet
+@pytest.mark.addons("lws")
 def test_a_leaderworkerset_creates_leaders_and_workers_with_their_labels(addons_ns: Namespace) -> None:
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
@@ -256,6 +269,7 @@ def torch_runtime(name: str, nodes: int) -> dict[str, Any]:
     return runtime
 
 
+@pytest.mark.addons("trainer")
 def test_a_trainjob_on_a_torch_distributed_runtime_materialises_a_jobset(addons_ns: Namespace) -> None:
     runtime_name = f"torch-4-{uuid.uuid4().hex[:5]}"
     api = addons_ns.api
@@ -343,6 +357,7 @@ def workloads(ns: Namespace) -> list[dict[str, Any]]:
     return items
 
 
+@pytest.mark.addons("kueue")
 def test_kueue_suspends_a_queued_job_until_a_clusterqueue_admits_it(addons_ns: Namespace) -> None:
     job = {
         "apiVersion": "batch/v1",
@@ -400,6 +415,7 @@ def test_kueue_suspends_a_queued_job_until_a_clusterqueue_admits_it(addons_ns: N
                     raise
 
 
+@pytest.mark.addons("jobset", "lws", "kueue")
 def test_kueue_holds_a_queued_jobset_and_a_queued_leaderworkerset_until_admitted(
     addons_ns: Namespace,
 ) -> None:

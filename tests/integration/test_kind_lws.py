@@ -35,7 +35,7 @@ from .kinds import (
 )
 from .kube import LB_KEY, NB_KEY, Namespace, bound, gpu_job, hold, node_labels, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("lws")]
 
 FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scale_watch import PodWatch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("lws")]
 
 KEY = {"phalanx.dev/topology-key": NB_KEY}
 OWNED_KINDS = ("podgroups", "compositepodgroups", "workloads")

@@ -49,7 +49,7 @@ from .test_kind_lws_lifecycle import (
     with_env,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("lws")]
 
 BOUND, GATED = "bound", "gated"
 LEADER_ALONE = 30.0

@@ -49,7 +49,7 @@ from .kube import NB_KEY, Namespace, bound, hold, node_labels, wait_for
 
 FIVE_BUSY = ("was-worker", "was-worker5", "was-worker6", "was-worker7", "was-worker8")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("trainer")]
 
 RUNTIME = "torch-distributed-4x8"
 KEY = {"phalanx.dev/topology-key": NB_KEY}

@@ -89,7 +89,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from scale_watch import PodWatch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("kueue")]
 
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")
@@ -522,6 +522,7 @@ def _both(name: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.addons("jobset", "lws")
 def test_a_queued_jobset_and_leaderworkerset_run_whole_once_kueue_admits_them(kns: Namespace) -> None:
     """Kueue suspends the JobSet at creation, gates the LeaderWorkerSet's pods (kueue.x-k8s.io/admission);
     each runs whole in one network block once Kueue admits it, and Phalanx releases no pod while Kueue's
@@ -756,6 +757,7 @@ def test_the_walk_throughs_kueue_step_plays_with_the_kueue_addon(
     assert "walk-through: 1 OK, 0 skipped, 0 failed" in result.stdout
 
 
+@pytest.mark.addons("jobset")
 def test_a_jobset_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_whole_when_readmitted(
     kns: Namespace, kueue_queue: str
 ) -> None:
@@ -864,6 +866,7 @@ def queued_trainjob(name: str, runtime: str = TRAINJOB_RUNTIME, queue: str = "lq
     return body
 
 
+@pytest.mark.addons("trainer")
 def test_a_queued_trainjob_runs_whole_once_kueue_admits_it_and_the_next_waits_in_kueue_for_quota(
     kns: Namespace,
 ) -> None:
@@ -948,6 +951,7 @@ def cq_reserved(api: RestClient, name: str) -> dict[tuple[str, str], str]:
     }
 
 
+@pytest.mark.addons("trainer")
 def test_a_queued_trainjob_whose_runtime_asks_kueue_tas_is_refused_so_nothing_is_queued_or_reserved(
     kns: Namespace, kueue_queue: str
 ) -> None:
@@ -1150,6 +1154,7 @@ def trainjob_preempted_and_readmitted(
     assert not [e for e in ours if e["reason"] in ("Requeued", "Preempted", "Preempting")], ours
 
 
+@pytest.mark.addons("trainer")
 def test_a_trainjob_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_placed_whole_when_readmitted(
     kns: Namespace, kueue_queue: str
 ) -> None:
@@ -1178,6 +1183,7 @@ def test_a_trainjob_kueue_preempts_goes_whole_with_no_suspend_fight_and_is_place
             delete_if_there(kns, f"{RUNTIMES}/{name}")
 
 
+@pytest.mark.addons("trainer")
 def test_a_trainjob_borrowing_in_a_cohort_is_reclaimed_by_kueue_goes_whole_and_is_placed_whole_again(
     kns: Namespace, kueue_queue: str
 ) -> None:
@@ -1497,6 +1503,7 @@ def trainjob_through_node_failures(
     )
 
 
+@pytest.mark.addons("trainer")
 def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_counting_no_failure(
     kns: Namespace, kueue_queue: str, phalanx_addons: OperatorProcess
 ) -> None:
@@ -1564,6 +1571,7 @@ def test_a_node_failure_under_a_queued_trainjob_requeues_it_whole_through_kueue_
     assert run.job["status"].get("failed") == 2 and run.job["spec"]["backoffLimit"] == 6, run.job["status"]
 
 
+@pytest.mark.addons("trainer")
 def test_a_node_failure_under_a_queued_trainjob_ignoring_disruptions_requeues_it_by_deleting_its_pods(
     kns: Namespace, kueue_queue: str, phalanx_addons: OperatorProcess
 ) -> None:

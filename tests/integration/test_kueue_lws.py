@@ -61,7 +61,7 @@ from .kinds import (
 )
 from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("kueue", "lws")]
 
 NB_A = ("was-worker", "was-worker2", "was-worker3", "was-worker4")
 NB_B = ("was-worker5", "was-worker6", "was-worker7", "was-worker8")

@@ -80,7 +80,7 @@ from .test_kueue import (
 )
 from .test_kueue_lws import counting
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.addons("kueue", "trainer")]
 
 
 # ---------------------------------------------------------------------------- Phalanx preempts a TrainJob

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from phalanx import certs
-from phalanx.devcluster.binaries import repo_root
+from phalanx.devcluster.binaries import minor, repo_root
 from phalanx.devcluster.http import ApiError, RestClient
 from phalanx.devcluster.procs import free_ports, http_ok, running, stop_process
 from phalanx.devcluster.state import ClusterError, ClusterState
@@ -58,7 +58,17 @@ class Addon:
     # controllerKind (or controller name) of the controllers whose workers must run before `up` returns
     kinds: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    # The oldest Kubernetes minor whose kube-apiserver takes its CRDs (0: every version the dev cluster
+    # builds), and why an older one does not, in the apiserver's own words (docs/versions.md).
+    since_minor: int = 0
+    older_refuses: str = ""
 
+
+# A kube-apiserver before v1.32 takes none of CEL's reserved words (`namespace` among them) as a field name
+# in a CRD's validation rules unless escaped (`__namespace__`): k8s.io/apiserver pkg/cel/environment
+# recognises them from compatibility version 1.31, the least a v1.32 apiserver accepts. JobSet v0.11.1's
+# rule on spec.volumeClaimPolicies[] reads t.metadata.namespace unescaped: v1.30.14 refuses the CRD so.
+_CEL_NAMESPACE = "the validation rule on volumeClaimPolicies[].templates: undefined field 'namespace'"
 
 ADDONS: dict[str, Addon] = {
     a.name: a
@@ -73,6 +83,8 @@ ADDONS: dict[str, Addon] = {
             ("jobset.x-k8s.io", ""),
             "jobset-system",
             ("JobSet", "Pod"),
+            since_minor=32,
+            older_refuses=f"kube-apiserver refuses its CRD jobsets.jobset.x-k8s.io ({_CEL_NAMESPACE})",
         ),
         Addon(
             "lws",
@@ -96,6 +108,11 @@ ADDONS: dict[str, Addon] = {
             "kubeflow-system",
             ("trainjob_controller",),  # named controllers: no controllerKind in their log lines
             requires=("jobset",),
+            since_minor=32,
+            older_refuses=(
+                "kube-apiserver refuses its CRDs (cluster)trainingruntimes.trainer.kubeflow.org, which embed "
+                f"JobSet's spec ({_CEL_NAMESPACE}); and it needs jobset"
+            ),
         ),
         Addon(
             "kueue",
@@ -136,6 +153,30 @@ def parse(spec: str | Iterable[str]) -> tuple[list[str], list[str]]:
                 added.add(need)
                 wanted.add(need)
     return [n for n in ORDER if n in wanted], [n for n in ORDER if n in added]
+
+
+def unsupported(name: str, version: str) -> str | None:
+    """Why addon `name` does not run on Kubernetes `version` (a kube-apiserver too old for its CRDs), or None.
+
+    >>> unsupported("lws", "v1.30.14") is None
+    True
+    """
+    addon = ADDONS[name]
+    if minor(version) >= addon.since_minor:
+        return None
+    since = f"v1.{addon.since_minor}"
+    return f"{addon.name} {addon.version} needs Kubernetes {since} or newer: {addon.older_refuses}"
+
+
+def refuse_unsupported(names: Iterable[str], version: str) -> None:
+    """`up --addons` on a version an addon does not run on: refused before anything starts, naming each
+    addon, the apiserver's reason and what does run there."""
+    reasons = [why for name in names if (why := unsupported(name, version))]
+    if reasons:
+        runs = [n for n in ORDER if unsupported(n, version) is None]
+        raise ClusterError(
+            "--addons: " + "; ".join(reasons) + f". On {version} these run: {', '.join(runs) or 'none'}"
+        )
 
 
 # ---------------------------------------------------------------------------- binaries and sources

@@ -114,6 +114,7 @@ class DevCluster:
                 f"it works only with the default --kubernetes-version {K8S_VERSION}, not {version}"
             )
         addon_names, implied = addon_mod.parse(addons)
+        addon_mod.refuse_unsupported(addon_names, version)  # before anything is built or started
         if implied:
             needs = sorted({n for n in addon_names for r in addon_mod.ADDONS[n].requires if r in implied})
             log(f"--addons: added {', '.join(implied)} ({', '.join(needs)} needs it)")

@@ -6,6 +6,7 @@ module source or cluster needed (test_addons.py renders the real manifests)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,10 @@ from phalanx.devcluster.addons import (
     configuration,
     keep_webhook,
     kueue_frameworks,
+    parse,
+    unsupported,
 )
+from phalanx.devcluster.cluster import ClusterError, DevCluster
 
 JOB = "batch/job"
 JOBSET = "jobset.x-k8s.io/jobset"
@@ -120,3 +124,45 @@ def test_a_restart_merges_its_overrides_into_the_configuration_up_writes_and_kee
         "FairSharingPreemptWithinNominal": False,
     }
     assert configuration("kueue", s) == plain  # the overrides were not kept
+
+
+# What v1.30.14's kube-apiserver answers to JobSet v0.11.1's CRD (and to Trainer v2.2.0's runtimes, which
+# embed its spec): its rule reads t.metadata.namespace, a CEL reserved word taken as a field name from v1.32.
+CEL = "undefined field 'namespace'"
+
+
+@pytest.mark.parametrize(
+    ("asked", "version", "refused"),
+    [
+        ("jobset", "v1.30.14", {"jobset": CEL}),
+        ("trainer", "v1.30.14", {"jobset": CEL, "trainer": CEL}),  # trainer brings jobset along
+        ("jobset,lws,trainer,kueue", "v1.31.0", {"jobset": CEL, "trainer": CEL}),
+        ("lws,kueue", "v1.30.14", {}),
+        ("jobset,lws,trainer,kueue", "v1.32.0", {}),
+        ("jobset,lws,trainer,kueue", "v1.33.13", {}),
+        ("jobset,lws,trainer,kueue", "v1.37.2", {}),
+        ("jobset,lws,trainer,kueue", "v1.38.0-beta.0", {}),
+    ],
+)
+def test_an_addon_is_unsupported_on_a_version_whose_apiserver_refuses_its_crds(
+    asked: str, version: str, refused: dict[str, str]
+) -> None:
+    names, _ = parse(asked)
+    found = {name: why for name in names if (why := unsupported(name, version))}
+    assert sorted(found) == sorted(refused)
+    for name, why in found.items():
+        assert why.startswith(f"{name} {ADDONS[name].version} needs Kubernetes v1.32 or newer: ")
+        assert refused[name] in why
+
+
+def test_up_refuses_an_addon_the_version_does_not_run_before_anything_starts(tmp_path: Path) -> None:
+    """Refused before a binary is looked for or a process started: no state, nothing in the folder."""
+    with pytest.raises(ClusterError) as refusal:
+        DevCluster(tmp_path / "c").up(
+            kubernetes_version="v1.30.14", addons="trainer,kueue", log=lambda _m: None
+        )
+    message = str(refusal.value)
+    assert "jobset v0.11.1 needs Kubernetes v1.32 or newer" in message
+    assert "trainer v2.2.0 needs Kubernetes v1.32 or newer" in message
+    assert message.endswith("On v1.30.14 these run: lws, kueue")
+    assert not (tmp_path / "c").exists()
