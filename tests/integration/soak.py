@@ -157,8 +157,9 @@ class Stats:
 
 
 def mid_admission(gang: Gang) -> bool:
-    """Its decision is recorded and some of its pods are still gated."""
-    return gang.admission is not None and any(gated(p) for p in gang.live)
+    """Its decision is recorded and some of its pods are still gated, or still to come (a staged gang's)."""
+    live = gang.live
+    return gang.admission is not None and (any(gated(p) for p in live) or len(live) < gang.size)
 
 
 def owners(world: World) -> dict[str, list[Gang]]:
@@ -237,7 +238,8 @@ class Soak:
             if not mid_admission(gang):
                 continue
             how = "released in part" if gang.placed else "recorded, none released"
-            self.stats.cut[f"{gang.kind} {how}"] += 1
+            staged = " (staged)" if gang.first else ""
+            self.stats.cut[f"{gang.kind}{staged} {how}"] += 1
 
     def delete_while_down(self) -> None:
         """A user deletes one owner of the round (maybe mid-admission) while the operator is down: it learns
@@ -283,6 +285,7 @@ class Soak:
                 self.stats.settle_seconds.append(calm_since - started)
                 return world
             time.sleep(POLL)
+        reasons += self.requeues()  # a requeue loop never settles: say so too
         raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
 
     def requeues(self) -> list[str]:
