@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kinds import (
     JOBSET_NAME,
@@ -143,6 +144,10 @@ def _suspend(ns: Namespace, name: str, on: bool) -> None:
         {"spec": {"suspend": on}},
         "application/merge-patch+json",
     )
+
+
+def _text(event: dict[str, Any]) -> str:
+    return str(event.get("message") or event.get("note") or "")
 
 
 def _made_once(ns: Namespace, owner: str) -> dict[str, list[str]] | None:
@@ -471,40 +476,64 @@ def test_a_trainjob_whose_runtime_patch_asks_kueue_tas_is_refused_naming_the_ent
 
 
 def test_a_runtime_given_kueue_tas_after_its_trainjobs_creation_is_said_in_the_trainjobs_events(
-    kinds_ns: Namespace,
+    kinds_ns: Namespace, phalanx_addons: OperatorProcess
 ) -> None:
     """What the TrainJob's webhook cannot see: its runtime given Kueue's TAS after the TrainJob was created.
-    The TrainJob is created suspended (its JobSet with it); its runtime's owner adds the annotation and the
-    JobSet is deleted, so Trainer makes it again from the runtime: Phalanx's JobSet webhook refuses that,
-    and Trainer's Warning on the TrainJob (TrainJobResourcesCreationFailed) says, whole, that the JobSet is
-    the TrainJob's, which annotation, both systems and where to remove it. No JobSet, pod or group meanwhile.
-    The annotation removed, Trainer's next try makes the JobSet, and the TrainJob, resumed, runs whole."""
+    The TrainJob is created suspended (its JobSet with it); its runtime's owner adds the annotation: Trainer's
+    next apply of the JobSet is refused by Phalanx's JobSet validator, and Trainer's Warning on the TrainJob
+    (TrainJobResourcesCreationFailed) says, whole, that the JobSet is the TrainJob's, which annotation, both
+    systems and where to remove it. The JobSet is deleted, so Trainer makes it again from the runtime:
+    Phalanx's JobSet gate refuses that, saying the same. No JobSet, pod or group meanwhile. The annotation
+    removed, Trainer's next try makes the JobSet, and the TrainJob, resumed, runs whole."""
     ns = kinds_ns
     runtime = f"torch-late-{uuid.uuid4().hex[:5]}"
     ensure(ns, RUNTIMES, torch_runtime(runtime, 4))
+    path = f"{TRAINJOBS.replace('{ns}', ns.name)}/late"
+    field = f"spec.replicatedJobs[0].template.spec.template.metadata.annotations[{TAS}]: {BOTH}"
     try:
         body = trainjob("late", runtime, KEY)
         body["spec"]["suspend"] = True
         ns.create(body)
         wait_for("its suspended JobSet", lambda: _get(ns, f"{JOBSETS}/late"), timeout=60)
         runtime_annotations(ns, runtime, {TAS: NB_KEY})
-        ns.api.request("DELETE", f"{JOBSETS.replace('{ns}', ns.name)}/late")
 
-        def said() -> list[dict[str, Any]]:
-            return [
+        # Trainer reads the runtime from its informer. Deleting the JobSet before that has the annotation lets
+        # Trainer make it again without it (seen once on a loaded machine, 2026-12-07: the gate let that
+        # JobSet pass, and Trainer's next apply, an update, was refused by the validator instead). So first
+        # each edit of the TrainJob makes Trainer apply its JobSet again, until one apply is refused by the
+        # validator: then Trainer has the annotation, and the JobSet it makes next carries it.
+        touches = iter(range(1_000_000))
+
+        def refused() -> list[dict[str, Any]]:
+            found = [
                 e
                 for e in events_of(ns, "TrainJob", "late")
                 if e["reason"] == "TrainJobResourcesCreationFailed"
+                and 'admission webhook "validate-jobset.phalanx.dev" denied the request: ' in _text(e)
             ]
+            if not found:
+                touch = {"metadata": {"annotations": {"example.com/touch": str(next(touches))}}}
+                ns.api.request("PATCH", path, touch, "application/merge-patch+json")
+            return found
 
-        (event, *_) = wait_for("Trainer's warning on the TrainJob", said, timeout=90)
-        text = str(event.get("message") or event.get("note") or "")
+        (event, *_) = wait_for("Trainer's warning on the TrainJob", refused, timeout=90, interval=1.0)
+        text = _text(event)
         print(text)
         assert event["type"] == "Warning"
-        assert 'admission webhook "gate-jobset.phalanx.dev" denied the request: ' in text
-        assert f"spec.replicatedJobs[0].template.spec.template.metadata.annotations[{TAS}]: {BOTH}" in text
+        assert field in text
         assert "this JobSet is Kubeflow Trainer's for TrainJob late, made from its runtime" in text
         assert text.endswith("or the label phalanx.dev/managed from the TrainJob to let Kueue place it"), text
+
+        # Trainer's next refusals are the same event again (events.k8s.io counts a series by reason, not by
+        # message): the gate's refusal of the JobSet made again is read in Phalanx's log.
+        ns.api.request("DELETE", f"{JOBSETS.replace('{ns}', ns.name)}/late")
+        gate = f"[{ns.name}/late] Webhook 'gate-jobset' denied: {field}"
+        said = wait_for(
+            "Phalanx's gate refusing the JobSet Trainer makes again",
+            lambda: [x for x in phalanx_addons.current_log().splitlines() if gate in x],
+            timeout=90,
+        )
+        assert "this JobSet is Kubeflow Trainer's for TrainJob late, made from its runtime" in said[0]
         assert _get(ns, f"{JOBSETS}/late") is None and not ns.pods()
         wait_for(  # the suspended JobSet's groups go with it (garbage collected), none made again
             "no group of Phalanx's for it",
