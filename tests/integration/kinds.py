@@ -170,6 +170,43 @@ def torch_runtime(name: str, nodes: int) -> dict[str, Any]:
     }
 
 
+def initializer_runtime(name: str, nodes: int, complete_after: str = "2s") -> dict[str, Any]:
+    """A ClusterTrainingRuntime of the shape of Trainer v2.2.0's fine-tuning runtimes (manifests/base/
+    runtimes/torchtune/*.yaml, data-cache/torch_distributed_with_cache.yaml): a `dataset-initializer` and a
+    `model-initializer` replicated Job (one CPU pod each, ended by kwok after `complete_after`) and the
+    trainer step `node` (`numNodes` pods of 8 GPUs) that `dependsOn` both Complete, so JobSet makes its Job
+    only once both initializers succeeded (a staged JobSet). The shipped ones also share a ReadWriteOnce
+    volume (volumeClaimPolicies), which the dev cluster has no provisioner for: left out."""
+    runtime = torch_runtime(name, nodes)
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    node["dependsOn"] = [
+        {"name": "dataset-initializer", "status": "Complete"},
+        {"name": "model-initializer", "status": "Complete"},
+    ]
+
+    def initializer(step: str) -> dict[str, Any]:
+        container = {"name": step, "image": PAUSE, "resources": {"requests": {"cpu": "1"}}}
+        return {
+            "name": step,
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}},
+                "spec": {
+                    "template": {
+                        "metadata": {"annotations": {"sim.phalanx.dev/complete-after": complete_after}},
+                        "spec": {"containers": [container]},
+                    }
+                },
+            },
+        }
+
+    runtime["spec"]["template"]["spec"]["replicatedJobs"] = [
+        initializer("dataset-initializer"),
+        initializer("model-initializer"),
+        node,
+    ]
+    return runtime
+
+
 LAUNCHER_CPU = "1"
 """A launcher that is not a node asks for CPU only: it runs mpirun, which ssh-es to the nodes."""
 

@@ -29,6 +29,7 @@ from .kinds import (
     explain,
     fail_pod,
     gated,
+    initializer_runtime,
     jobset_gang,
     jobset_pods,
     kubectl,
@@ -110,6 +111,66 @@ def test_a_torch_trainjob_runs_all_four_nodes_in_one_network_block_or_nothing(ki
     assert admitted.startswith(
         f"trainjob/llm in namespace {ns.name}: admitted in {NB_KEY}=nb-a: 4 of 4 pods bound"
     )
+
+
+STEP = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def _trainer_step(pod: dict[str, Any]) -> str:
+    """The gang the watch checks: the trainer step's pods (the initializers end before it is made)."""
+    labels = pod["metadata"].get("labels") or {}
+    return str(labels.get(JOBSET_NAME, "")) if labels.get(STEP) == "node" else ""
+
+
+def test_a_trainjob_with_initializers_is_decided_whole_and_its_nodes_run_whole_where_it_was_put(
+    kinds_ns: Namespace,
+) -> None:
+    """Trainer's fine-tuning runtimes: a dataset and a model initializer first, the four nodes `dependsOn`
+    both Complete (JobSet makes their Job only after). was-worker and was-worker5 busy, no network block has
+    four free nodes: nothing of the TrainJob starts, not even its initializers (the staged tree is decided
+    whole with its first stage, so they never take room its nodes then lack). Freeing was-worker: the
+    initializers run in nb-a and end, then the four nodes are made and bound together on the four nodes
+    recorded for them when the tree was decided, never split."""
+    ns = kinds_ns
+    runtime = "torch-initializers-4x8"
+    ensure(ns, RUNTIMES, initializer_runtime(runtime, 4))
+    ns.fill("was-worker", "was-worker5")
+    with whole_gangs(ns, {"tune": 4}, _trainer_step):
+        ns.create(trainjob("tune", runtime, KEY))
+        wait_unschedulable(ns, "TrainJob/tune")
+        hold("no pod of tune bound", lambda: not bound(jobset_pods(ns, "tune")), seconds=2)
+        assert {p["metadata"]["labels"][STEP] for p in gated(jobset_pods(ns, "tune"))} == {
+            "dataset-initializer",
+            "model-initializer",
+        }
+        ns.unfill("was-worker")
+        nodes = wait_bound(
+            ns,
+            "tune's nodes",
+            lambda: [p for p in jobset_pods(ns, "tune") if p["metadata"]["labels"][STEP] == "node"],
+            4,
+            timeout=120,
+        )
+    labels = node_labels(ns.api)
+    everyone = ns.pods(f"{JOBSET_NAME}=tune")  # the ended initializers too
+    print(ns.where("jobset.sigs.k8s.io/jobset-name=tune"))
+    initializers = [p for p in everyone if p["metadata"]["labels"][STEP] != "node"]
+    assert len(initializers) == 2 and all(p["status"]["phase"] == "Succeeded" for p in initializers)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in everyone} == {"nb-a"}
+    assert len({p["spec"]["nodeName"] for p in nodes}) == 4
+    (root,) = owned(ns, "TrainJob/tune", "compositepodgroups")
+    slots = sorted(a["node"] for a in root["status"]["admission"]["assignments"] if "node-0-" in a["pod"])
+    assert slots == sorted(p["spec"]["nodeName"] for p in nodes), (slots, root["status"]["admission"])
+    wait_for(
+        "the root Running",
+        lambda: (
+            (owned(ns, "TrainJob/tune", "compositepodgroups")[0].get("status") or {}).get("phase")
+            == "Running"
+            or None
+        ),
+        timeout=60,
+    )
+    assert "Admitted" in reasons_of(ns, "TrainJob", "tune")
 
 
 def _get(ns: Namespace, path: str) -> dict[str, object] | None:
