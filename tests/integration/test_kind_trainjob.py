@@ -143,6 +143,11 @@ def test_a_trainjob_with_initializers_is_decided_whole_and_its_nodes_run_whole_w
             "dataset-initializer",
             "model-initializer",
         }
+        waiting = explain(ns, "trainjob/tune")
+        print(waiting)
+        assert waiting.startswith(
+            f"trainjob/tune in namespace {ns.name}: waiting: composite group is unschedulable"
+        )
         ns.unfill("was-worker")
         nodes = wait_bound(
             ns,
@@ -171,6 +176,9 @@ def test_a_trainjob_with_initializers_is_decided_whole_and_its_nodes_run_whole_w
         timeout=60,
     )
     assert "Admitted" in reasons_of(ns, "TrainJob", "tune")
+    admitted = explain(ns, "trainjob/tune")
+    print(admitted)
+    assert admitted.startswith(f"trainjob/tune in namespace {ns.name}: admitted in {NB_KEY}=nb-a"), admitted
 
 
 def _get(ns: Namespace, path: str) -> dict[str, object] | None:
