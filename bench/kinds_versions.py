@@ -212,7 +212,7 @@ def main() -> int:
     parser.add_argument("--from", dest="source", default=None, help="write from this earlier run's folder")
     args = parser.parse_args()
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
-    host = machine()
+    host = machine().split(", load average")[0]  # each run's own load is said with it, below
     if args.source:
         runs = [Run(**json.loads((Path(args.source) / f"{v}.json").read_text())) for v in versions]
     else:
