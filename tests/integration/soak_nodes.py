@@ -294,7 +294,7 @@ class NodeSoak(Soak):
             self.alive()
             world = self.world()
             self.drop_failed_owners(world)
-            reasons = world.unsettled()
+            reasons = self.excused(world, world.unsettled())
             if reasons:
                 calm_since = None
             elif calm_since is None:
@@ -312,6 +312,35 @@ class NodeSoak(Soak):
             time.sleep(POLL)
         reasons += self.requeues()
         raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+
+    def excused(self, world: World, reasons: list[str]) -> list[str]:
+        """A pod being deleted on a NotReady or deleted node stays so until the node heals (no kubelet
+        confirms it; the pod garbage collector's 40 s for a deleted one), and a gang requeued whole
+        (suspended) waits for it: settled for now (judged again once healed)."""
+        stuck = {
+            p["metadata"]["uid"]
+            for p in world.pods
+            if p["metadata"].get("deletionTimestamp")
+            and (f := self.failed.get(p["spec"].get("nodeName") or "")) is not None
+            and f.how != "taint"
+        }
+        if not stuck:
+            return reasons
+        deleting = [p for p in world.pods if p["metadata"].get("deletionTimestamp")]
+        waiting_for_stuck = {
+            f"{g.name}: {why}"
+            for g in world.gangs.values()
+            if g.live and all(p["metadata"]["uid"] in stuck for p in g.live)
+            for why in ("suspended", "requeued")
+        }
+        kept = []
+        for reason in reasons:
+            if reason == "pods terminating" and all(p["metadata"]["uid"] in stuck for p in deleting):
+                continue
+            if reason in waiting_for_stuck:
+                continue
+            kept.append(reason)
+        return kept
 
     def drop_failed_owners(self, world: World) -> None:
         for owner, gangs in owners(world).items():
