@@ -4,6 +4,7 @@
     python3 bench/soak.py crash-kinds --rounds 30 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
     python3 bench/soak.py faults-kinds --rounds 20 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
+    python3 bench/soak.py nodes-kinds --rounds 25 --seed 1   # nodes fail and heal under gangs of every kind
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
     python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tests.integration.faultproxy import FaultProxy  # noqa: E402
 from tests.integration.kube import delete_namespace, new_namespace  # noqa: E402
 from tests.integration.soak import Soak  # noqa: E402
+from tests.integration.soak_nodes import NodeSoak  # noqa: E402
 
 from comparison import commit, machine  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
@@ -64,10 +66,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds"])
+    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds", "nodes-kinds"])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
+    parser.add_argument(
+        "--node-failure-grace",
+        type=float,
+        default=5.0,
+        help="nodes-kinds: the operator's --node-failure-grace (seconds)",
+    )
     parser.add_argument("--out", help="also write the summary here")
     parser.add_argument("--log-dir", help="keep the operator's log here (default: a temporary folder)")
     parser.add_argument(
@@ -93,13 +101,22 @@ def main() -> int:
             extra = ["--kubeconfig", str(proxy.kubeconfig)]
         env = {"PYTHONPATH": args.operator_path} if args.operator_path else {}
         logs = Path(args.log_dir) if args.log_dir else folder
+        nodes = args.mode == "nodes-kinds"
+        if nodes:
+            extra += ["--node-failure-grace", str(args.node_failure_grace)]
         operator = OperatorProcess(state, logs, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
-        soak = Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
+        soak: Soak = (
+            NodeSoak(ns, operator, args.seed, args.node_failure_grace)
+            if nodes
+            else Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
+        )
         try:
             for _ in range(args.rounds):
-                if not faults:
+                if isinstance(soak, NodeSoak):
+                    soak.node_round()
+                elif not faults:
                     soak.crash_round()
                 else:
                     soak.fault_round()
@@ -111,6 +128,8 @@ def main() -> int:
             print(operator.tail(20000), file=sys.stderr)
             print(ns.where(), file=sys.stderr)  # every pod of the namespace: phase, node, blocks
         finally:
+            if isinstance(soak, NodeSoak):
+                soak.heal_all()
             operator.stop()
             if proxy is not None:
                 proxy.stop()
@@ -129,7 +148,17 @@ def main() -> int:
         "",
     ]
     text = (
-        "\n".join([*header, *soak.stats.lines(), *seen, *lines, "", "result: " + ("PASS" if ok else "FAIL")])
+        "\n".join(
+            [
+                *header,
+                *soak.stats.lines(),
+                *(soak.nstats.lines() if isinstance(soak, NodeSoak) else []),
+                *seen,
+                *lines,
+                "",
+                "result: " + ("PASS" if ok else "FAIL"),
+            ]
+        )
         + "\n"
     )
     print(text)

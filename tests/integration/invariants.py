@@ -245,3 +245,45 @@ class World:
         admitted = sum(g.admitted for g in self.gangs.values())
         waiting = sum(g.waiting for g in self.gangs.values())
         return f"{len(self.gangs)} gangs: {admitted} admitted, {waiting} waiting"
+
+
+# ---------------------------------------------------------------------- node failures (soak_nodes.py)
+def running(gang: Gang) -> list[dict[str, Any]]:
+    """The gang's pods bound to a node and not being taken away: what runs as the gang."""
+    return [p for p in gang.live if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+
+
+def short_by(gang: Gang) -> int:
+    """How many pods a gang that runs in part lacks (0: it runs whole, or nothing of it runs)."""
+    bound = len(running(gang))
+    return gang.size - bound if 0 < bound < gang.size else 0
+
+
+def room_for_missing(world: World, gang: Gang) -> bool:
+    """Would the pods a gang running in part lacks fit beside its running pods, on the schedulable nodes of
+    the domain of its key those pods are in (any schedulable node without a key), in the room left? (A
+    staged gang's later pods count too; its slice key is not looked at: the lenient side.)"""
+    missing = short_by(gang)
+    if not missing:
+        return True
+    need = gang.request()
+    domains = world.domains(running(gang), gang.key) if gang.key else set()
+    if len(domains) > 1:
+        return False
+    free = world.free()
+    slots = 0
+    for name, node in world.nodes.items():
+        if not node.schedulable:
+            continue
+        if gang.key and node.labels.get(gang.key) not in domains:
+            continue
+        per = [free[name].get(r, 0) // amount for r, amount in need.items() if amount > 0]
+        slots += max(0, min(per)) if per else 0
+    return slots >= missing
+
+
+def owner_failed(gang: Gang) -> bool:
+    """Its owner's controller gave up (a Job or a JobSet past its backoffLimit after evictions, a TrainJob
+    whose JobSet failed): the owner says `Failed`."""
+    conditions = (gang.owner.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Failed" and c.get("status") == "True" for c in conditions)
