@@ -35,7 +35,7 @@ from .faultproxy import FaultProxy
 from .gangs import Gang, delete_owner, gated
 from .invariants import World
 from .kube import LB_KEY, NB_KEY, Namespace, gpu_job
-from .soak_kinds import Submission, key_name, random_kind, runtimes
+from .soak_kinds import Submission, draw_kind, key_name, random_kind, runtimes
 
 SETTLE_TIMEOUT = 120.0
 POLL = 0.3
@@ -195,6 +195,8 @@ class Soak:
         self.unreleased: list[Submission] = []  # made at a release while the operator was down: made later
         self.deleted: set[str] = set()  # owners the soak deleted (`Kind/name`)
         self.bound: dict[str, str] = {}  # uid of every pod seen bound -> its gang
+        # The kinds of the first submissions, in order (then drawn): a short run has each, whatever the draws.
+        self.first_kinds: list[str] = []
         if kinds:
             runtimes(ns)
 
@@ -309,9 +311,13 @@ class Soak:
             # (the draws depend on timing: which gangs a round's deletions pick).
             never = i == 0 and self.stats.rounds % 5 == 1
             name = f"r{self.stats.rounds:03d}-g{len(specs)}"
-            spec = (random_kind(self.rng, name, never) if self.kinds else None) or random_gang(
-                self.rng, name, never
-            )
+            if self.first_kinds:
+                first = draw_kind(self.first_kinds.pop(0), self.rng, name, never)
+                spec = first or random_gang(self.rng, name, never)
+            else:
+                spec = (random_kind(self.rng, name, never) if self.kinds else None) or random_gang(
+                    self.rng, name, never
+                )
             spec.create(self.ns, suspend)  # an LWS (no suspend) is made at the release instead
             specs.append(spec)
             self.stats.gangs += spec.gangs

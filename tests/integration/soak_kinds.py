@@ -290,6 +290,11 @@ def random_kind(rng: random.Random, name: str, never: bool) -> Submission | None
             "TrainJob",
         ]
     )
+    return draw_kind(kind, rng, name, never)
+
+
+def draw_kind(kind: str, rng: random.Random, name: str, never: bool) -> Submission | None:
+    """One of `kind` (None for a gang Job: soak.random_gang draws it)."""
     if kind == "Job":
         return None
     return DRAWS[kind](rng, name, never)

@@ -92,6 +92,7 @@ class NodeStats:
     released_to_failed: int = 0  # mid-admission rounds whose paused decision named the node failed
     failed_owners: set[str] = field(default_factory=set)  # owners their controller failed
     worst_no_room: float = 0.0  # the longest a gang ran in part with no room for the rest (operator up)
+    worst_no_room_gang: str = ""  # which gang, and how it looked then
     worst_partial: float = 0.0  # the longest a gang ran in part (operator up)
 
     def lines(self) -> list[str]:
@@ -104,7 +105,8 @@ class NodeStats:
             + ", ".join(f"{k} {v}" for k, v in sorted(self.hit.items()))
             + f"); of them requeued whole: {len(self.requeued)}",
             f"mid-admission failures (the node a paused decision named): {self.released_to_failed}",
-            f"longest run in part with no room for the rest: {self.worst_no_room:.1f} s; "
+            f"longest run in part with no room for the rest: {self.worst_no_room:.1f} s "
+            f"({self.worst_no_room_gang or '-'}); "
             f"longest run in part: {self.worst_partial:.1f} s (operator up)",
             f"owners failed by their controller after evictions (deleted): {sorted(self.failed_owners)}",
         ]
@@ -177,6 +179,7 @@ class NodeSoak(Soak):
     ) -> None:
         super().__init__(ns, operator, seed, log, kinds=True)
         self.grace = grace
+        self.first_kinds = ["Job", "JobSet", "LeaderWorkerSet", "TrainJob"]  # each kind in every run
         self.failed: dict[str, Failure] = {}
         self.hit: set[str] = set()  # names a hit gang's requeue may carry: gang, owner, holder
         self.hit_gangs: set[str] = set()
@@ -252,7 +255,9 @@ class NodeSoak(Soak):
                     raise InvariantError(f"{gang.name}: ran in part for {ran:.0f} s: {self.brief(gang)}")
             if gang.name in self.no_room_since:
                 ran = now - max(self.no_room_since[gang.name], self.up_since)
-                self.nstats.worst_no_room = max(self.nstats.worst_no_room, ran)
+                if ran > self.nstats.worst_no_room:
+                    self.nstats.worst_no_room = ran
+                    self.nstats.worst_no_room_gang = f"{gang.name}: {self.brief(gang)}"
                 if ran > self.no_room_limit:
                     raise InvariantError(
                         f"{gang.name}: ran in part with no room for its {short_by(gang)} missing pod(s) in "
