@@ -4,13 +4,15 @@
     python3 bench/soak.py crash-kinds --rounds 30 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
     python3 bench/soak.py faults-kinds --rounds 20 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
+    python3 bench/soak.py crash-preempt --rounds 20 --seed 1  # low gangs of every kind preempted by high ones
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
     python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
-Brings up a stock dev cluster (seed topology; for the -kinds modes with the real JobSet, LWS and Trainer
-controllers, `--addons jobset,lws,trainer`) unless --cluster-dir names a running one, runs the operator as
-a process, plays the rounds of tests/integration/soak.py, checks tests/integration/invariants.py after every
-round and at every poll, and prints a summary; --out also writes it (bench/results/soak-<mode>.txt).
+Brings up a stock dev cluster (seed topology; for the -kinds modes and crash-preempt with the real JobSet,
+LWS and Trainer controllers, `--addons jobset,lws,trainer`) unless --cluster-dir names a running one, runs
+the operator as a process, plays the rounds of tests/integration/soak.py (crash-preempt: soak_preempt.py),
+checks tests/integration/invariants.py after every round and at every poll, and prints a summary; --out
+also writes it (bench/results/soak-<mode>.txt).
 Exit status 1 if an invariant broke.
 """
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tests.integration.faultproxy import FaultProxy  # noqa: E402
 from tests.integration.kube import delete_namespace, new_namespace  # noqa: E402
 from tests.integration.soak import Soak  # noqa: E402
+from tests.integration.soak_preempt import PreemptSoak  # noqa: E402
 
 from comparison import commit, machine  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
@@ -64,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds"])
+    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds", "crash-preempt"])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
@@ -77,7 +80,8 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    kinds = args.mode.endswith("-kinds")
+    preempt = args.mode == "crash-preempt"
+    kinds = args.mode.endswith("-kinds") or preempt
     faults = args.mode.startswith("faults")
     lines: list[str] = []
     ok = True
@@ -96,10 +100,16 @@ def main() -> int:
         operator = OperatorProcess(state, logs, args=extra, name=f"soak-{args.mode}", env=env)
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
-        soak = Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
+        soak = (
+            PreemptSoak(ns, operator, args.seed)
+            if preempt
+            else Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
+        )
         try:
             for _ in range(args.rounds):
-                if not faults:
+                if isinstance(soak, PreemptSoak):
+                    soak.preempt_round()
+                elif not faults:
                     soak.crash_round()
                 else:
                     soak.fault_round()
@@ -122,16 +132,14 @@ def main() -> int:
                 "after a listing (relist.py)"
             ]
     minutes = (time.monotonic() - started) / 60
+    summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
     header = [
         f"phalanx soak {args.mode} --rounds {args.rounds} --seed {args.seed}"
         f"  ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {minutes:.1f} min)",
         f"machine: {machine()}; phalanx: {commit()}",
         "",
     ]
-    text = (
-        "\n".join([*header, *soak.stats.lines(), *seen, *lines, "", "result: " + ("PASS" if ok else "FAIL")])
-        + "\n"
-    )
+    text = "\n".join([*header, *summary, *seen, *lines, "", "result: " + ("PASS" if ok else "FAIL")]) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)
