@@ -124,6 +124,8 @@ def main() -> int:
             operator.stop()
             if proxy is not None:
                 proxy.stop()
+            # Before the namespace (and a cluster of its own) goes: the preemption soak reads its events.
+            summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
             delete_namespace(ns, timeout=180)
             log = operator.log_path.read_text(errors="replace")
             seen = [
@@ -132,7 +134,6 @@ def main() -> int:
                 "after a listing (relist.py)"
             ]
     minutes = (time.monotonic() - started) / 60
-    summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
     header = [
         f"phalanx soak {args.mode} --rounds {args.rounds} --seed {args.seed}"
         f"  ({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {minutes:.1f} min)",
