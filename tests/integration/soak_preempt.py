@@ -108,7 +108,8 @@ def said(gang: Gang) -> str:
 class PreemptStats:
     lows: int = 0
     highs: int = 0
-    preempting: int = 0  # Preempting events (one per preemption decided; repeats counted)
+    preempting: int = 0  # Preempting events, counts summed (said on a preemptor's groups and on its owner)
+    preemptors: set[str] = field(default_factory=set)  # owners a Preempting event was said on
     victims: Counter[str] = field(default_factory=Counter)  # owners preempted (at least once), by kind
     evicted: int = 0  # bare pods evicted
     readmitted: set[str] = field(default_factory=set)  # gangs taken back and later running whole again
@@ -122,7 +123,8 @@ class PreemptStats:
         return [
             f"low-priority gangs submitted: {self.lows}; high-priority: {self.highs} "
             f"({self.high_admitted} seen running whole)",
-            f"preemptions decided (Preempting events): {self.preempting}; owners preempted: {victims}; "
+            f"owners that preempted: {len(self.preemptors)} (Preempting events on their groups and on them, "
+            f"counts summed: {self.preempting}); owners preempted: {victims}; "
             f"bare pods evicted: {self.evicted} of {self.bare}",
             f"gangs taken back by a preemption and later running whole again: {len(self.readmitted)}",
             f"gangs taken back with no trace of a preemption seen (a kill before its events): "
@@ -249,6 +251,8 @@ class PreemptSoak(Soak):
         for event in self.ns.events():
             if event["reason"] == "Preempting":
                 preempting += int(event.get("count") or 1)
+                if event["involvedObject"]["kind"] in KINDS:
+                    self.pstats.preemptors.add(event["involvedObject"]["name"])
             elif event["reason"] == "Preempted" and event["involvedObject"]["kind"] == "Pod":
                 evicted.add(event["involvedObject"]["name"])
         self.pstats.preempting = max(self.pstats.preempting, preempting)
@@ -388,7 +392,8 @@ class PreemptSoak(Soak):
         self.count_events()
         self.log(
             f"round {self.stats.rounds}: {mode}; fill: {filled.summary()}; then {world.summary()}; "
-            f"preempting so far {self.pstats.preempting}, owners preempted {dict(self.pstats.victims)}"
+            f"owners that preempted so far {len(self.pstats.preemptors)}, "
+            f"owners preempted {dict(self.pstats.victims)}"
         )
         self.log(
             "  low: " + "; ".join(s.brief for s in lows) + " | high: " + "; ".join(s.brief for s in highs)
