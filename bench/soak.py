@@ -5,6 +5,7 @@
     python3 bench/soak.py faults --rounds 40 --seed 1    # 429/5xx/409, cut watches, 410 Gone
     python3 bench/soak.py faults-kinds --rounds 20 --seed 1   # the same with JobSets, LWS, TrainJobs and Jobs
     python3 bench/soak.py nodes-kinds --rounds 25 --seed 1   # nodes fail and heal under gangs of every kind
+    python3 bench/soak.py crash-preempt --rounds 20 --seed 1  # low gangs of every kind preempted by high ones
     python3 bench/soak.py crash --rounds 3 --cluster-dir /tmp/dc   # on a running dev cluster (seed topology)
     python3 bench/soak.py crash --rounds 5 --operator-path /tmp/broken/operator  # must FAIL
 
@@ -35,6 +36,7 @@ from tests.integration.faultproxy import FaultProxy  # noqa: E402
 from tests.integration.kube import delete_namespace, new_namespace  # noqa: E402
 from tests.integration.soak import Soak  # noqa: E402
 from tests.integration.soak_nodes import NodeSoak  # noqa: E402
+from tests.integration.soak_preempt import PreemptSoak  # noqa: E402
 
 from comparison import commit, machine  # noqa: E402
 from phalanx.devcluster.cluster import ClusterState, DevCluster, load_state  # noqa: E402
@@ -66,7 +68,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["crash", "crash-kinds", "faults", "faults-kinds", "nodes-kinds"])
+    parser.add_argument(
+        "mode", choices=["crash", "crash-kinds", "faults", "faults-kinds", "nodes-kinds", "crash-preempt"]
+    )
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster-dir", help="a running dev cluster's folder (default: bring one up)")
@@ -85,7 +89,8 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    kinds = args.mode.endswith("-kinds")
+    preempt = args.mode == "crash-preempt"
+    kinds = args.mode.endswith("-kinds") or preempt
     faults = args.mode.startswith("faults")
     lines: list[str] = []
     ok = True
@@ -110,12 +115,16 @@ def main() -> int:
         soak: Soak = (
             NodeSoak(ns, operator, args.seed, args.node_failure_grace)
             if nodes
+            else PreemptSoak(ns, operator, args.seed)
+            if preempt
             else Soak(ns, operator, args.seed, proxy=proxy, kinds=kinds)
         )
         try:
             for _ in range(args.rounds):
                 if isinstance(soak, NodeSoak):
                     soak.node_round()
+                elif isinstance(soak, PreemptSoak):
+                    soak.preempt_round()
                 elif not faults:
                     soak.crash_round()
                 else:
@@ -133,6 +142,8 @@ def main() -> int:
             operator.stop()
             if proxy is not None:
                 proxy.stop()
+            # Before the namespace (and a cluster of its own) goes: the preemption soak reads its events.
+            summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
             delete_namespace(ns, timeout=180)
             log = operator.log_path.read_text(errors="replace")
             seen = [
@@ -151,7 +162,7 @@ def main() -> int:
         "\n".join(
             [
                 *header,
-                *soak.stats.lines(),
+                *summary,
                 *(soak.nstats.lines() if isinstance(soak, NodeSoak) else []),
                 *seen,
                 *lines,

@@ -194,6 +194,17 @@ class Gang:
         return admission
 
     @property
+    def priority(self) -> int:
+        """Its pods' priority (the apiserver's Priority admission writes their PriorityClass's value into
+        `spec.priority`); the highest if they differ, 0 without pods."""
+        return max((int(p["spec"].get("priority") or 0) for p in self.pods), default=0)
+
+    @property
+    def running(self) -> list[dict[str, Any]]:
+        """Its pods that hold a node and are not going (bound or released, not terminating)."""
+        return [p for p in self.placed if not p["metadata"].get("deletionTimestamp")]
+
+    @property
     def requeued(self) -> bool:
         """Phalanx's requeue note on the owner (a Job, JobSet or TrainJob it suspended to requeue)."""
         return bool(_annotations(self.owner).get(REQUEUED_ANNOTATION))

@@ -15,12 +15,19 @@ Read straight from the API, independently of Phalanx's code (own quantity parsin
   room left excludes the nodes another waiting gang's group records as held for it (`status.reservation`:
   bounded waiting holds them for a gang that waited longer than --starvation-age, so a smaller gang that fits
   only there waits by rule).
+
+With preemption (the preemption crash soak, `preemption=True` in `unsettled`, and the checks below): a waiting
+gang that would fit once every pod of a lower priority were gone is not settled (it should preempt); the
+pods of a gang that run stay in the domain its group records (`outside_decision`); and once settled no
+group holds a reservation unless its gang still waits for it (`reservations_left`: none on an admitted
+group, on a group whose owner is gone, or lapsed long ago).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +77,7 @@ class World:
     pods: list[dict[str, Any]]
     gangs: dict[str, Gang]
     notes: list[str] = field(default_factory=list)
+    roots: list[dict[str, Any]] = field(default_factory=list)  # Phalanx's groups without a parent
 
     @classmethod
     def read(cls, api: RestClient, namespace: str, kinds: bool = False) -> World:
@@ -87,20 +95,21 @@ class World:
                 ready and not spec.get("unschedulable") and not taints,
             )
         objects = Objects.read(api, namespace, kinds)
-        return cls(nodes, objects.pods, read_gangs(objects, namespace))
+        return cls(nodes, objects.pods, read_gangs(objects, namespace), roots=objects.roots)
 
     # ------------------------------------------------------------------ room
-    def used(self) -> Room:
+    def used(self, counts: Callable[[dict[str, Any]], bool] = lambda pod: True) -> Room:
+        """What the pods take on each node (only the pods `counts` keeps)."""
         used: Room = defaultdict(lambda: defaultdict(int))
         for pod in self.pods:
             node = usage_node(pod)
-            if node:
+            if node and counts(pod):
                 for resource, amount in pod_requests(pod).items():
                     used[node][resource] += amount
         return used
 
-    def free(self) -> Room:
-        used = self.used()
+    def free(self, counts: Callable[[dict[str, Any]], bool] = lambda pod: True) -> Room:
+        used = self.used(counts)
         return {
             name: {r: amount - used[name].get(r, 0) for r, amount in node.allocatable.items()}
             for name, node in self.nodes.items()
@@ -189,8 +198,49 @@ class World:
                     )
         return problems
 
-    def unsettled(self) -> list[str]:
-        """Why the namespace is not (yet) in a final state; [] once it is."""
+    def fits_by_preempting(self, gang: Gang) -> bool:
+        """Would it fit (as `fits`, beside the room held for other waiting gangs) once every pod of a lower
+        priority than its own were gone? Then it should preempt rather than wait."""
+        priority = gang.priority
+        free = self.free(lambda pod: int(pod["spec"].get("priority") or 0) >= priority)
+        return self.fits(gang, self.room_for(gang, free))
+
+    def outside_decision(self) -> list[str]:
+        """Gangs with a pod bound (not terminating) outside the domain of its key that its group records."""
+        out = []
+        for gang in self.gangs.values():
+            domain = (gang.admission or {}).get("domain")
+            if not gang.key or not domain:
+                continue
+            bound = [p for p in gang.running if p["spec"].get("nodeName") in self.nodes]
+            where = {self.nodes[p["spec"]["nodeName"]].labels.get(gang.key, "-") for p in bound}
+            if where - {domain}:
+                out.append(f"{gang.name}: pods bound in {sorted(where)}, its group records {domain}")
+        return out
+
+    def reservations_left(self, now: dt.datetime, lapse: float = 60.0) -> list[str]:
+        """Reservations (`status.reservation`) left behind: on a group whose gang no longer waits (admitted,
+        or its owner gone: no gang holds the group), or lapsed more than `lapse` seconds ago."""
+        holders = {g.holder["metadata"]["uid"]: g for g in self.gangs.values() if g.holder is not None}
+        out = []
+        for group in self.roots:
+            reservation = (group.get("status") or {}).get("reservation")
+            if not reservation:
+                continue
+            name = f"{group['kind']} {group['metadata']['name']}"
+            gang = holders.get(group["metadata"]["uid"])
+            expires = dt.datetime.fromisoformat(str(reservation.get("expiresAt")).replace("Z", "+00:00"))
+            if gang is None:
+                out.append(f"{name}: a reservation on a group no gang of a live owner holds: {reservation}")
+            elif gang.admitted:
+                out.append(f"{name}: a reservation left on the admitted gang {gang.name}: {reservation}")
+            elif (now - expires).total_seconds() > lapse:
+                out.append(f"{name}: a reservation that lapsed at {expires:%H:%M:%S} is still there")
+        return out
+
+    def unsettled(self, preemption: bool = False) -> list[str]:
+        """Why the namespace is not (yet) in a final state; [] once it is. `preemption`: gangs of several
+        priorities, so a waiting gang that fits once the lower-priority pods are gone is not final."""
         reasons = []
         if any(p["metadata"].get("deletionTimestamp") for p in self.pods):
             reasons.append("pods terminating")
@@ -212,6 +262,8 @@ class World:
                 reasons.append(f"{gang.name}: {placed_of}, partly admitted")
             elif self.fits(gang, self.room_for(gang, free)):
                 reasons.append(f"{gang.name}: waits although it fits the room left")
+            elif preemption and self.fits_by_preempting(gang):
+                reasons.append(f"{gang.name}: waits although it fits once lower-priority pods are gone")
         return reasons
 
     def settled_problems(self) -> list[str]:

@@ -59,6 +59,7 @@ class GangSpec:
     key: str | None
     kind: str = "Job"
     gangs: int = 1
+    priority: str | None = None  # the pods' PriorityClass (the preemption soak's)
 
     @property
     def smallest(self) -> int:
@@ -82,6 +83,7 @@ class GangSpec:
             labels={"phalanx.dev/managed": "true"},
             annotations=annotations,
             suspend=suspend,
+            priority_class=self.priority,
         )
         container = body["spec"]["template"]["spec"]["containers"][0]
         container["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}, "requests": {"cpu": "2"}}
@@ -197,6 +199,7 @@ class Soak:
         self.bound: dict[str, str] = {}  # uid of every pod seen bound -> its gang
         # The kinds of the first submissions, in order (then drawn): a short run has each, whatever the draws.
         self.first_kinds: list[str] = []
+        self.preemption = False  # gangs of several priorities (soak_preempt.py): see World.unsettled
         if kinds:
             runtimes(ns)
 
@@ -275,13 +278,13 @@ class Soak:
         while time.monotonic() < deadline:
             self.alive()
             world = self.world()
-            reasons = world.unsettled()
+            reasons = world.unsettled(self.preemption)
             if reasons:
                 calm_since = None
             elif calm_since is None:
                 calm_since = time.monotonic()
             elif time.monotonic() - calm_since >= 1.5:
-                problems = world.settled_problems() + self.requeues()
+                problems = self.settled_problems(world) + self.requeues()
                 if problems:
                     raise InvariantError(f"{what}: " + "; ".join(problems))
                 self.stats.settle_seconds.append(calm_since - started)
@@ -289,6 +292,10 @@ class Soak:
             time.sleep(POLL)
         reasons += self.requeues()  # a requeue loop never settles: say so too
         raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+
+    def settled_problems(self, world: World) -> list[str]:
+        """What must hold once the namespace settled (more in soak_preempt.py)."""
+        return world.settled_problems()
 
     def requeues(self) -> list[str]:
         """No node fails in these soaks: a requeue would mean a crash or an API fault made Phalanx give up a

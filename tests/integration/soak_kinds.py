@@ -95,6 +95,7 @@ class JobSetSpec:
     )
     kind: str = "JobSet"
     gangs: int = 1
+    priority: str | None = None  # the pods' PriorityClass (the preemption soak's)
 
     @property
     def size(self) -> int:
@@ -113,7 +114,7 @@ class JobSetSpec:
     def body(self, suspend: bool) -> dict[str, Any]:
         rjobs = [replicated_job(f"w{i}", r, p, backoff_limit=6) for i, (r, p) in enumerate(self.children)]
         for rjob in rjobs:
-            resources(rjob["template"]["spec"]["template"]["spec"], self.gpus)
+            prioritized(resources(rjob["template"]["spec"]["template"]["spec"], self.gpus), self.priority)
         body = jobset(self.name, *rjobs, annotations=_keys(self.key, self.slice_key), in_order=self.in_order)
         body["spec"]["suspend"] = suspend
         return body
@@ -145,6 +146,7 @@ class LwsSpec:
     )
     subgroup: int | None = None  # subGroupSize, each subgroup in one local block
     kind: str = "LeaderWorkerSet"
+    priority: str | None = None
 
     @property
     def gangs(self) -> int:
@@ -171,7 +173,8 @@ class LwsSpec:
             leader_ready=self.leader_ready,
             subgroup_size=self.subgroup,
         )
-        resources(body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"], self.gpus)
+        spec = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        prioritized(resources(spec, self.gpus), self.priority)  # the leader's too: no leaderTemplate
         return body
 
     def create(self, ns: Namespace, suspend: bool) -> None:
@@ -197,6 +200,7 @@ class TrainJobSpec:
     key: str | None
     kind: str = "TrainJob"
     gangs: int = 1
+    priority: str | None = None  # its runtime's pods' PriorityClass (a runtime per class: runtimes())
 
     @property
     def brief(self) -> str:
@@ -207,7 +211,7 @@ class TrainJobSpec:
         return self.nodes
 
     def body(self, suspend: bool) -> dict[str, Any]:
-        body = trainjob(self.name, SOAK_RUNTIME.format(gpus=self.gpus), _keys(self.key))
+        body = trainjob(self.name, runtime_name(self.gpus, self.priority), _keys(self.key))
         body["spec"] |= {"trainer": {"numNodes": self.nodes}, "suspend": suspend}
         return body
 
@@ -221,13 +225,26 @@ class TrainJobSpec:
         return self.nodes <= SLOTS[self.key] * (8 // self.gpus)
 
 
-def runtimes(ns: Namespace) -> None:
-    """The ClusterTrainingRuntimes the TrainJobs name: torch's shape, pods of 8 or of 4 GPUs and 2 CPUs."""
+def prioritized(pod_spec: dict[str, Any], priority: str | None) -> dict[str, Any]:
+    """The pod spec naming the PriorityClass, if any."""
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    return pod_spec
+
+
+def runtime_name(gpus: int, priority: str | None = None) -> str:
+    return SOAK_RUNTIME.format(gpus=gpus) + (f"-{priority}" if priority else "")
+
+
+def runtimes(ns: Namespace, priorities: tuple[str, ...] = ()) -> None:
+    """The ClusterTrainingRuntimes the TrainJobs name: torch's shape, pods of 8 or of 4 GPUs and 2 CPUs (one
+    more of each per PriorityClass of `priorities`, its pods of that class)."""
     for gpus in (8, 4):
-        runtime = torch_runtime(SOAK_RUNTIME.format(gpus=gpus), 1)
-        rjob = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
-        resources(rjob["template"]["spec"]["template"]["spec"], gpus)
-        ensure(ns, RUNTIMES, runtime)
+        for priority in (None, *priorities):
+            runtime = torch_runtime(runtime_name(gpus, priority), 1)
+            rjob = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+            prioritized(resources(rjob["template"]["spec"]["template"]["spec"], gpus), priority)
+            ensure(ns, RUNTIMES, runtime)
 
 
 def random_jobset(rng: random.Random, name: str, never: bool) -> JobSetSpec:

@@ -4,6 +4,7 @@ and judge "it would fit" exactly, or a crash soak passes for the wrong reason or
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -232,3 +233,81 @@ def test_a_gang_fits_when_its_pods_and_parts_find_room_in_one_domain(
 def test_packing_puts_each_item_whole_in_one_bin() -> None:
     assert packs([2, 2], [2, 2]) and packs([2, 1, 1], [2, 2]) and packs([], [1])
     assert not packs([3], [2, 2]) and not packs([2, 2, 1], [2, 2]) and not packs([2, 2], [3, 1])
+
+
+# ---------------------------------------------------------------------- the preemption soak's checks
+def prioritized(pods: list[dict[str, Any]], priority: int) -> list[dict[str, Any]]:
+    for p in pods:
+        p["spec"]["priority"] = priority
+    return pods
+
+
+def high_world(low_on: list[str], high_on: list[str]) -> tuple[World, str]:
+    """A high JobSet `h` of four 8-GPU pods in one network block, waiting; low pods (priority 10) on
+    `low_on`, pods of its own priority (1000) on `high_on`."""
+    body = jobset("h", ("w", 1, 4, 4), **{"phalanx.dev/topology-key": NB})
+    pods = prioritized([pod(f"h-w-0-{k}", {JS: "h", "job-name": "h-w-0"}) for k in range(4)], 1000)
+    others = prioritized(busy(*low_on), 10) + prioritized(
+        [pod(f"peer-{n}", {}, node=n, gated=False) for n in high_on], 1000
+    )
+    world_pods = pods + others
+    return World(seed_nodes(), world_pods, read_gangs(objects(world_pods, JobSet=[body]), NS)), "h"
+
+
+def test_a_waiting_gang_that_fits_once_the_lower_priority_pods_are_gone_is_not_settled() -> None:
+    """Both blocks full of low pods: it must preempt. A peer of its priority in each block: it waits."""
+    world, name = high_world(["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"], [])
+    gang = world.gangs[name]
+    assert gang.priority == 1000 and gang.waiting and not world.fits(gang)
+    assert world.fits_by_preempting(gang)
+    assert world.unsettled(preemption=True) == ["h: waits although it fits once lower-priority pods are gone"]
+    assert world.unsettled() == []  # the crash soaks, one priority: settled
+    peers, name = high_world(["n1", "n2", "n3", "n5", "n6", "n7"], ["n0", "n4"])
+    assert not peers.fits_by_preempting(peers.gangs[name]) and peers.unsettled(preemption=True) == []
+
+
+def group(name: str, owner: str, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "uid": f"uid-{name}", "annotations": {"phalanx.dev/owner": owner}},
+        "spec": {},
+        "status": status,
+    }
+
+
+def test_a_reservation_is_left_behind_on_an_admitted_or_ownerless_group_or_long_lapsed() -> None:
+    now = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC)
+    reservation = {"domain": "nb-a", "nodes": ["n0"], "expiresAt": "2026-12-07T12:01:00Z"}
+    body = jobset("h", ("w", 1, 2, 2), **{"phalanx.dev/topology-key": NB})
+    waiting = [pod(f"h-w-0-{k}", {JS: "h", "job-name": "h-w-0"}) for k in range(2)]
+    running = [pod(f"h-w-0-{k}", {JS: "h", "job-name": "h-w-0"}, node=f"n{k}", gated=False) for k in range(2)]
+    for pods, held, expected in [
+        (waiting, reservation, []),
+        (running, reservation, ["admitted gang h"]),
+        (waiting, reservation | {"expiresAt": "2026-12-07T11:58:00Z"}, ["lapsed at 11:58:00"]),
+        (waiting, reservation | {"expiresAt": "2026-12-07T11:59:30Z"}, []),  # within the minute
+    ]:
+        roots = [group("h-root", "JobSet/h", {"reservation": held})]
+        objs = Objects(pods, objects(pods, JobSet=[body]).owners, roots, {})
+        world = World(seed_nodes(), pods, read_gangs(objs, NS), roots=roots)
+        found = world.reservations_left(now)
+        assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found, strict=True))
+    orphan = [group("gone-root", "JobSet/gone", {"reservation": reservation})]
+    world = World(seed_nodes(), [], {}, roots=orphan)
+    (left,) = world.reservations_left(now)
+    assert "no gang of a live owner holds" in left
+
+
+def test_a_pod_bound_outside_the_recorded_domain_is_found() -> None:
+    body = jobset("h", ("w", 1, 2, 2), **{"phalanx.dev/topology-key": NB})
+    pods = [
+        pod(f"h-w-0-{k}", {JS: "h", "job-name": "h-w-0"}, node=n, gated=False)
+        for k, n in enumerate(["n0", "n1"])
+    ]
+    admission = {"domain": "nb-b", "assignments": []}
+    roots = [group("h-root", "JobSet/h", {"admission": admission})]
+    objs = Objects(pods, objects(pods, JobSet=[body]).owners, roots, {})
+    world = World(seed_nodes(), pods, read_gangs(objs, NS), roots=roots)
+    assert world.outside_decision() == ["h: pods bound in ['nb-a'], its group records nb-b"]
+    roots[0]["status"]["admission"]["domain"] = "nb-a"
+    assert World(seed_nodes(), pods, read_gangs(objs, NS), roots=roots).outside_decision() == []

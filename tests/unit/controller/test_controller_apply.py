@@ -266,3 +266,64 @@ def test_every_write_is_counted_by_action_and_why_the_failed_ones_too() -> None:
         ("PostEvent", "Admitted"): 1,
         ("PostEvent", "FailedSync"): 1,
     }
+
+
+class VictimKube(RecordingKube):
+    """Answers the writes that take victims back; each confirmed one is recorded before the next starts."""
+
+    async def delete_pod(self, namespace: str, name: str, reason: str = "", message: str = "") -> None:
+        await asyncio.sleep(0.01)
+        self._check("delete_pod", namespace, name)
+
+    async def evict_pod(self, namespace: str, name: str, reason: str, message: str) -> bool:
+        await asyncio.sleep(0.01)
+        self._check("evict_pod", namespace, name)
+        return True
+
+    async def patch_owner(self, owner: ObjectRef, patch: Any) -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        self._check("patch_owner", owner.namespace, owner.name)
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": owner.name, "namespace": "ml"}}
+
+
+def test_the_abort_after_victims_falls_after_the_nth_confirmed_victim_action_of_a_preemption() -> None:
+    """PHALANX_FAULT_ABORT_AFTER_VICTIMS=N (apply/faults.py): a victim Job suspended, each pod of a victim
+    LWS group deleted and each pod evicted count, one at a time, after the API confirmed them; the kill
+    falls right after the Nth, inside the LWS group's take-back, before the rest is sent. A pod deleted to
+    requeue a unit for another cause (below its minCount) counts nothing."""
+    from phalanx.controller.apply.faults import AFTER_VICTIMS, Faults
+    from phalanx.controller.model.actions import DeletePod, EvictPod, SuspendJob
+
+    def pod(name: str) -> ObjectRef:
+        return ObjectRef("v1", "Pod", "ml", name)
+
+    high = ObjectRef("batch/v1", "Job", "ml", "high", "uid-high")
+    own = UnitPlan(
+        "Job/ml/short", (DeletePod(pod("short-0"), "below its minCount", "below-min-count"),), high
+    )
+    preempting = UnitPlan(
+        "Job/ml/high",
+        (
+            SuspendJob(ObjectRef("batch/v1", "Job", "ml", "low", "uid-low"), "preempted", "preempted"),
+            *(DeletePod(pod(f"lws-0-{i}"), "preempted", "preempted") for i in range(3)),
+            EvictPod(pod("bare"), "PreemptionByPhalanx", "preempting"),
+        ),
+        high,
+        preempted_pods=5,
+    )
+    kube = VictimKube({})
+    apply, _, _ = applier(kube, [0.0])
+    apply.faults = Faults.from_env({AFTER_VICTIMS: "3"})
+    seen_at_kill: list[list[tuple[str, str]]] = []
+
+    def kill() -> None:  # stands for the SIGKILL: what was sent when it fell
+        seen_at_kill.append(list(kube.calls))
+
+    apply.faults.kill = kill
+    asyncio.run(apply.apply([own]))
+    assert seen_at_kill == []  # a requeue of its own is no victim
+    kube.calls.clear()
+    asyncio.run(apply.apply([preempting]))
+    assert seen_at_kill[:1] == [
+        [("patch_owner", "ml/low"), ("delete_pod", "ml/lws-0-0"), ("delete_pod", "ml/lws-0-1")]
+    ]

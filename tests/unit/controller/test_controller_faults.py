@@ -13,6 +13,7 @@ from phalanx.controller.apply.faults import (
     AFTER_DEACTIVATE,
     AFTER_RECORD,
     AFTER_RELEASES,
+    AFTER_VICTIMS,
     BEFORE_STATUS,
     Faults,
 )
@@ -31,7 +32,7 @@ def test_no_variable_set_means_nothing_armed() -> None:
 
 def test_zero_or_empty_is_inert() -> None:
     assert not Faults.from_env(
-        {AFTER_RELEASES: "0", BEFORE_STATUS: "", AFTER_RECORD: "0", AFTER_DEACTIVATE: "0"}
+        {AFTER_RELEASES: "0", BEFORE_STATUS: "", AFTER_RECORD: "0", AFTER_DEACTIVATE: "0", AFTER_VICTIMS: "0"}
     ).armed
 
 
@@ -105,3 +106,38 @@ def test_releases_go_one_at_a_time_only_while_an_abort_after_releases_is_armed()
     assert asyncio.run(most_at_once(Faults.from_env({}))) == 4
     assert asyncio.run(most_at_once(Faults.from_env({BEFORE_STATUS: "1"}))) == 4
     assert asyncio.run(most_at_once(Faults.from_env({AFTER_RELEASES: "9"}))) == 1
+
+
+def test_the_abort_after_victim_actions_is_a_switch_of_its_own_and_serializes_them() -> None:
+    """PHALANX_FAULT_ABORT_AFTER_VICTIMS=N: the Nth victim action kills; no other point counts towards it;
+    while it is armed victim actions go one at a time (releases do not), so a kill can cut one victim's
+    take-back (an LWS group's pods deleted one by one) in two."""
+    assert AFTER_VICTIMS == "PHALANX_FAULT_ABORT_AFTER_VICTIMS" and AFTER_VICTIMS in ABORT_POINTS
+    faults = Faults.from_env({AFTER_VICTIMS: "2"})
+    assert faults.armed and faults.abort_at == {AFTER_VICTIMS: 2}
+    killed: list[int] = []
+    faults.kill = lambda: killed.append(faults.seen[AFTER_VICTIMS])
+    for point in ABORT_POINTS:
+        faults.reached(point)
+    assert killed == []
+    faults.reached(AFTER_VICTIMS)
+    assert killed == [2]
+
+    async def most_at_once(faults: Faults, slot: str) -> int:
+        inside, most = 0, 0
+
+        async def act() -> None:
+            nonlocal inside, most
+            async with getattr(faults, slot)():
+                inside += 1
+                most = max(most, inside)
+                await asyncio.sleep(0.01)
+                inside -= 1
+
+        await asyncio.gather(*(act() for _ in range(4)))
+        return most
+
+    assert asyncio.run(most_at_once(Faults.from_env({}), "victim_slot")) == 4
+    assert asyncio.run(most_at_once(Faults.from_env({AFTER_RELEASES: "1"}), "victim_slot")) == 4
+    assert asyncio.run(most_at_once(Faults.from_env({AFTER_VICTIMS: "9"}), "victim_slot")) == 1
+    assert asyncio.run(most_at_once(Faults.from_env({AFTER_VICTIMS: "9"}), "release_slot")) == 4

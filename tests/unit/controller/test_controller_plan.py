@@ -614,6 +614,60 @@ def test_the_articles_preemption_requeues_one_low_gang_whole_and_reserves_its_lo
     assert result.units[-1].preempted_pods == 4 or any(g.preempted_pods == 4 for g in result.units)
 
 
+def test_victims_made_again_under_their_names_do_not_hold_the_preemptor_back() -> None:
+    """A LeaderWorkerSet group is taken back by deleting its pods, and its StatefulSets make them again at
+    once under the same names, born gated. The reservation names its victims by namespace/name: such a pod
+    is not the victim. Here the room freed went meanwhile to a gang of the preemptor's priority planned
+    before it (older; not ready when the preemption was decided), so the preemptor no longer fits there: it
+    preempts again at once — before, it waited "for 4 preempted pod(s) to terminate" (the new pods of the
+    same names) until the reservation expired, 120 s (found by the preemption crash soak,
+    tests/integration/soak_preempt.py)."""
+    low_a = running_gang("low-a", 1, priority=10)
+    low_b = running_gang("low-b", 5, priority=10)
+    high_job, high_group, high_pods = preemptor()
+    first = plan(blocks_state([low_a, low_b, (high_job, high_group, high_pods)]), NOW)
+    (suspend,) = only(first.actions, SuspendJob)
+    held = next(a.status for a in only(first.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert held.reservation is not None and len(held.reservation.victims) == 4
+    victim, other = (low_a, low_b) if suspend.job.name == "low-a" else (low_b, low_a)
+    job, group, pods = victim
+    again = []
+    for pod in pods:  # the same names, new pods: gated, on no node, made after the reservation
+        fresh = pod_body(job["metadata"]["name"], int(pod["metadata"]["name"].rsplit("-", 1)[1]), priority=10)
+        fresh["metadata"].update(
+            uid=f"new-{pod['metadata']['uid']}", creationTimestamp="2026-11-30T12:00:01Z"
+        )
+        again.append(fresh)
+    assert {f"ml/{p['metadata']['name']}" for p in again} == set(held.reservation.victims)
+    # The older gang of equal priority took a node of each local block of the victim's network block.
+    first_node = int(pods[0]["spec"]["nodeName"][1:])
+    taken = [held.reservation.nodes[0], *(f"n{first_node + i}" for i in range(4))]
+    nodes = [taken[0], next(n for n in taken[1:] if n not in held.reservation.nodes)]
+    rival = job_body("rival", 2, created="2026-11-30T09:00:00Z")
+    rival_group = group_of(rival)
+    rival_pods = [
+        pod_body("rival", i, gated=False, node=n, phase="Running", priority=1000, group=rival_group.name)
+        for i, n in enumerate(nodes)
+    ]
+    high = (high_job, group_of(high_job, held), high_pods)
+    later = NOW + dt.timedelta(seconds=2)
+    result = plan(blocks_state([(job, group, again), other, (rival, rival_group, rival_pods), high]), later)
+    (again_suspend,) = only(result.actions, SuspendJob)
+    assert again_suspend.job.name == other[0]["metadata"]["name"]  # preempted again, in the other block
+    status = next(a.status for a in only(result.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert "waiting for" not in admitted_reason(status)[2]
+    assert status.reservation is not None and status.reservation.victims != held.reservation.victims
+
+    # A victim still terminating is waited for as before.
+    for pod in pods:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:01Z"
+    state = blocks_state([(job, group, pods), other, (rival, rival_group, rival_pods), high])
+    waiting = plan(state, later)
+    assert not only(waiting.actions, SuspendJob) and not only(waiting.actions, ReleasePod)
+    status = next(a.status for a in only(waiting.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert "waiting for 4 preempted pod(s) to terminate" in admitted_reason(status)[2]
+
+
 def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
     low_a = running_gang("low-a", 1, priority=1000)
     low_b = running_gang("low-b", 5, priority=1000)

@@ -10,11 +10,13 @@ to a write goes into the cache at once (write-through, tracked as an expectation
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +40,7 @@ from phalanx.controller.apply.faults import (
     AFTER_DEACTIVATE,
     AFTER_RECORD,
     AFTER_RELEASES,
+    AFTER_VICTIMS,
     BEFORE_STATUS,
     Faults,
 )
@@ -64,6 +67,7 @@ from phalanx.controller.model.actions import (
     RecordAdmission,
     ReleasePod,
     RememberAnnounced,
+    RequeueCause,
     ResumeJob,
     SuspendJob,
     UngatePod,
@@ -491,11 +495,17 @@ class Applier:
             case DeletePod(pod=pod, why=why, cause=cause):
                 # Marked a DisruptionTarget first: a podFailurePolicy may ignore it (docs/kueue.md).
                 reason = REASON_PREEMPTION_BY_PHALANX if cause == "preempted" else "RequeueByPhalanx"
-                await kube.delete_pod(pod.namespace, pod.name, reason, why)
+                async with self._victim_slot(cause):
+                    await kube.delete_pod(pod.namespace, pod.name, reason, why)
+                    self._victim_taken(cause)
             case EvictPod(pod=pod, reason=reason, message=message):
-                if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
-                    cache.evictions.block(pod.key)
-                    raise EvictionBlockedError(f"a PodDisruptionBudget does not allow evicting {pod.key} now")
+                async with self.faults.victim_slot():  # only preemption evicts
+                    if not await kube.evict_pod(pod.namespace, pod.name, reason, message):
+                        cache.evictions.block(pod.key)
+                        raise EvictionBlockedError(
+                            f"a PodDisruptionBudget does not allow evicting {pod.key} now"
+                        )
+                    self.faults.reached(AFTER_VICTIMS)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
 
@@ -504,13 +514,18 @@ class Applier:
         one's Kueue Workload deactivated instead, activated again once Kueue stopped it."""
         cache, kube = self.cache, self.kube
         match action:
-            case SuspendJob(job=job, why=why):
-                suspended = await kube.patch_owner(
-                    job,
-                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"suspend": True}},
-                )
-                if suspended is not None:
-                    cache.upsert(job.kind, suspended, own_write=True)
+            case SuspendJob(job=job, why=why, cause=cause):
+                async with self._victim_slot(cause):
+                    suspended = await kube.patch_owner(
+                        job,
+                        {
+                            "metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}},
+                            "spec": {"suspend": True},
+                        },
+                    )
+                    if suspended is not None:
+                        cache.upsert(job.kind, suspended, own_write=True)
+                        self._victim_taken(cause)
             case ResumeJob(job=job):
                 resumed = await kube.patch_owner(
                     job,
@@ -521,14 +536,19 @@ class Applier:
                 )
                 if resumed is not None:
                     cache.upsert(job.kind, resumed, own_write=True)
-            case DeactivateKueueWorkload(workload=workload, why=why):
-                deactivated = await kube.patch_kueue_workload(
-                    workload,
-                    {"metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}}, "spec": {"active": False}},
-                )
-                if deactivated is not None:
-                    cache.upsert(KUEUE_WORKLOAD, deactivated, own_write=True)
-                    self.faults.reached(AFTER_DEACTIVATE)
+            case DeactivateKueueWorkload(workload=workload, why=why, cause=cause):
+                async with self._victim_slot(cause):
+                    deactivated = await kube.patch_kueue_workload(
+                        workload,
+                        {
+                            "metadata": {"annotations": {keys.REQUEUED_ANNOTATION: why}},
+                            "spec": {"active": False},
+                        },
+                    )
+                    if deactivated is not None:
+                        cache.upsert(KUEUE_WORKLOAD, deactivated, own_write=True)
+                        self.faults.reached(AFTER_DEACTIVATE)
+                        self._victim_taken(cause)
             case ActivateKueueWorkload(workload=workload):
                 activated = await kube.patch_kueue_workload(
                     workload,
@@ -538,6 +558,15 @@ class Applier:
                     cache.upsert(KUEUE_WORKLOAD, activated, own_write=True)
             case _:
                 raise AssertionError(f"unknown action {action!r}")
+
+    def _victim_slot(self, cause: RequeueCause) -> AbstractAsyncContextManager[Any]:
+        """A victim action of a preemption goes one at a time while its test-only abort is armed."""
+        return self.faults.victim_slot() if cause == "preempted" else contextlib.nullcontext()
+
+    def _victim_taken(self, cause: RequeueCause) -> None:
+        """A write that takes a victim back for a preemption went through (the test-only abort's count)."""
+        if cause == "preempted":
+            self.faults.reached(AFTER_VICTIMS)
 
 
 def status_patch(status: GroupStatus) -> dict[str, Any]:

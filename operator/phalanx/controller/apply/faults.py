@@ -9,6 +9,11 @@ They exist so that tests can prove crash safety at exact points of an admission;
     PHALANX_FAULT_ABORT_BEFORE_STATUS=N     ... right before its Nth PodGroup status write
     PHALANX_FAULT_ABORT_AFTER_DEACTIVATE=N  ... right after its Nth Kueue Workload deactivation the API
                                             confirmed (a requeue through Kueue, before its activation)
+    PHALANX_FAULT_ABORT_AFTER_VICTIMS=N     ... right after its Nth victim action of a preemption the API
+                                            confirmed: a victim Job/JobSet/TrainJob suspended, a victim
+                                            LWS group's pod deleted, a single pod evicted (or a Kueue-managed
+                                            victim's Workload deactivated); victim actions are then sent one
+                                            at a time, so the kill can fall inside one victim's take-back
 
 An abort is a real SIGKILL of the operator's own process (what `kill -9` does: no cleanup, no Lease
 release, requests in flight lost or not), not an exception the code could handle.
@@ -34,7 +39,8 @@ AFTER_RECORD = "PHALANX_FAULT_ABORT_AFTER_RECORD"
 AFTER_RELEASES = "PHALANX_FAULT_ABORT_AFTER_RELEASES"
 BEFORE_STATUS = "PHALANX_FAULT_ABORT_BEFORE_STATUS"
 AFTER_DEACTIVATE = "PHALANX_FAULT_ABORT_AFTER_DEACTIVATE"
-ABORT_POINTS = (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, AFTER_DEACTIVATE)
+AFTER_VICTIMS = "PHALANX_FAULT_ABORT_AFTER_VICTIMS"
+ABORT_POINTS = (AFTER_RECORD, AFTER_RELEASES, BEFORE_STATUS, AFTER_DEACTIVATE, AFTER_VICTIMS)
 
 
 def _kill_self() -> None:
@@ -48,6 +54,7 @@ class Faults:
     seen: Counter[str] = field(default_factory=Counter)
     kill: Callable[[], None] = _kill_self  # replaced in unit tests
     _serial: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _victims_serial: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Faults:
@@ -80,6 +87,11 @@ class Faults:
     def release_slot(self) -> AbstractAsyncContextManager[Any]:
         """Releases one at a time while an abort after the Nth is armed (a gang is then cut in two)."""
         return self._serial if AFTER_RELEASES in self.abort_at else contextlib.nullcontext()
+
+    def victim_slot(self) -> AbstractAsyncContextManager[Any]:
+        """Victim actions one at a time while an abort after the Nth is armed (an LWS group whose pods are
+        deleted one by one is then cut in two)."""
+        return self._victims_serial if AFTER_VICTIMS in self.abort_at else contextlib.nullcontext()
 
     async def before_release(self) -> None:
         if self.pause_before_release:

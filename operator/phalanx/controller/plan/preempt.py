@@ -22,7 +22,7 @@ from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.kueue import allowed_candidates, waits_for_evictions
 from phalanx.controller.plan.starvation import hold_room
-from phalanx.controller.plan.victims import actuate, reservation_active, reserved_usage
+from phalanx.controller.plan.victims import actuate, reservation_active, reserved_usage, victims_left
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import (
     CompositePreemption,
@@ -138,7 +138,7 @@ def _still_freeing(
     (later units of this pass see it taken), and it says so."""
     if current is None or not reservation_active(current, ctx.victims.pods, ctx.now):
         return None
-    left = [v for v in current.victims if v in ctx.victims.pods]
+    left = victims_left(current, ctx.victims.pods)
     ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, pending))
     where = f" in {current.domain}" if current.domain else ""
     return st.Outcome(

@@ -156,10 +156,25 @@ class Victims:
 def reservation_active(
     reservation: Reservation | None, pods: Mapping[str, PodRecord], now: dt.datetime
 ) -> bool:
-    """Room is still being freed: not expired, and some victim still exists."""
+    """Room is still being freed: not expired, and some victim is still there (victims_left)."""
     if reservation is None or reservation.expires_at <= now:
         return False
-    return any(victim in pods for victim in reservation.victims)
+    return bool(victims_left(reservation, pods))
+
+
+def victims_left(reservation: Reservation, pods: Mapping[str, PodRecord]) -> list[str]:
+    """The reservation's victims still there: terminating, or still holding their node. A reservation names
+    its victims by namespace/name, and a pod made again under the same name since is not the victim: a
+    LeaderWorkerSet group's StatefulSets make its pods again under their names at once, born gated (before,
+    the preemptor waited for them, the room freed and held for nothing, until the reservation expired)."""
+    left = []
+    for key in reservation.victims:
+        pod = pods.get(key)
+        if pod is None or (pod.created is not None and pod.created > reservation.reserved_at):
+            continue
+        if pod.deleting or pod.usage_node:
+            left.append(key)
+    return left
 
 
 def actuate(
