@@ -105,3 +105,45 @@ def test_a_cordoned_node_is_not_a_failure() -> None:
     assert not only(later.actions, SuspendJob)
     assert not only(later.actions, EvictPod)
     assert not only(later.actions, ReleasePod)
+
+
+def test_the_grace_counts_from_when_the_gang_went_short_not_from_when_its_replacement_came() -> None:
+    """The Job controller makes a lost pod again only after a backoff (10 s, then 20 s, ... for the same
+    Job). The pass that sees the gang short writes Admitted False (WaitingForPods), and the grace counts
+    from then: the replacement that comes after the grace and does not fit has the Job requeued in that same
+    pass (a node-failure soak saw it a resync later, the gang running in part meanwhile)."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    name = group_of(job).name
+    whole = running(name, "n1", "n2", "n3")
+    before = at(NOW - dt.timedelta(seconds=40), job, group_of(job), whole, {})
+    assert admitted_reason(status_of(before))[:2] == (c.TRUE, c.REASON_ADMITTED)
+    short = whole[:2]  # n3 went with its pod; the Job controller backs off before making it again
+    lost = at(NOW - dt.timedelta(seconds=35), job, group_of(job, status_of(before)), short, {"n3": None})
+    assert admitted_reason(status_of(lost))[:2] == (c.FALSE, c.REASON_WAITING_FOR_PODS)
+    assert not only(lost.actions, SuspendJob)
+    replaced = [*short, pod_body("train", 3, group=name)]
+    came = at(NOW, job, group_of(job, status_of(lost)), replaced, {"n3": None}, [filler("n4")])
+    (suspend,) = only(came.actions, SuspendJob)
+    assert "2 of its 3 pods were left in nb-a" in suspend.why and "(after 35 s)" in suspend.why
+
+
+def test_a_replacement_that_comes_within_the_grace_and_does_not_fit_waits_out_the_rest_of_it() -> None:
+    """The same, the replacement 10 s after the loss: no requeue yet (grace 30 s), and the wait keeps
+    counting from the loss."""
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    name = group_of(job).name
+    whole = running(name, "n1", "n2", "n3")
+    before = at(NOW - dt.timedelta(seconds=40), job, group_of(job), whole, {})
+    lost = at(NOW - dt.timedelta(seconds=10), job, group_of(job, status_of(before)), whole[:2], {"n3": None})
+    replaced = [*whole[:2], pod_body("train", 3, group=name)]
+    came = at(NOW, job, group_of(job, status_of(lost)), replaced, {"n3": None}, [filler("n4")])
+    assert not only(came.actions, SuspendJob)
+    waiting = status_of(came)
+    assert admitted_reason(waiting)[:2] == (c.FALSE, c.REASON_UNSCHEDULABLE)
+    cond = waiting.condition(c.ADMITTED)
+    assert cond is not None and cond.last_transition_time == NOW - dt.timedelta(seconds=10)
+    later = at(
+        NOW + dt.timedelta(seconds=21), job, group_of(job, waiting), replaced, {"n3": None}, [filler("n4")]
+    )
+    (suspend,) = only(later.actions, SuspendJob)
+    assert "(after 31 s)" in suspend.why

@@ -189,10 +189,16 @@ def requeue_if_broken(work: UnitWork, ctx: Pass, never_coming: str = "") -> None
         if owner is not None and owner.requeue_on_scale_up:
             _requeue_scaled_up(work, work.single)
         return  # scaled up: the new pods wait for room beside the running ones, which keep running
+    # The grace counts from when the running unit went short: the pass that saw it so wrote Admitted False
+    # (WaitingForPods while no pod of it waits: a Job controller backs off 10 s, 20 s, ... before making a
+    # lost pod again; Unschedulable once one waits and does not fit), and the condition keeps that time
+    # while it stays False. Counting from the replacement's refusal instead let a gang run in part for the
+    # backoff plus the grace, plus a resync for the refusal to be written first.
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
     counted = admitted is not None and admitted.status == c.FALSE
-    if admitted is not None and counted and (never_coming or admitted.reason == c.REASON_UNSCHEDULABLE):
+    short = (c.REASON_UNSCHEDULABLE, c.REASON_WAITING_FOR_PODS)
+    if admitted is not None and counted and (never_coming or admitted.reason in short):
         since = admitted.last_transition_time
     waited = (ctx.now - since).total_seconds()
     at_once = owner.disruption_all if owner is not None else tree.holder.spec.disruption_mode.all is not None
