@@ -197,8 +197,8 @@ def requeue_if_broken(work: UnitWork, ctx: Pass, never_coming: str = "") -> None
     admitted = tree.holder.status.condition(c.ADMITTED)
     since = ctx.now
     counted = admitted is not None and admitted.status == c.FALSE
-    short = (c.REASON_UNSCHEDULABLE, c.REASON_WAITING_FOR_PODS)
-    if admitted is not None and counted and (never_coming or admitted.reason in short):
+    went_short = (c.REASON_UNSCHEDULABLE, c.REASON_WAITING_FOR_PODS)
+    if admitted is not None and counted and (never_coming or admitted.reason in went_short):
         since = admitted.last_transition_time
     waited = (ctx.now - since).total_seconds()
     at_once = owner.disruption_all if owner is not None else tree.holder.spec.disruption_mode.all is not None
