@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
 from test_controller_plan import admitted_reason
 from testkit import (
     NODES,
@@ -23,6 +24,7 @@ from testkit import (
 )
 
 from phalanx.api import conditions as c
+from phalanx.api.status import Admission, Assignment, PodGroupStatus
 from phalanx.controller.model.actions import EvictPod, ReleasePod, SuspendJob
 from phalanx.controller.model.records import PodGroupRecord
 from phalanx.controller.plan import Plan, plan
@@ -147,3 +149,52 @@ def test_a_replacement_that_comes_within_the_grace_and_does_not_fit_waits_out_th
     )
     (suspend,) = only(later.actions, SuspendJob)
     assert "(after 31 s)" in suspend.why
+
+
+# ------------------------------------------------------------------ lost pods not made again yet (lost.py)
+def recorded(status: PodGroupStatus, pods: list[dict[str, Any]], when: dt.datetime) -> PodGroupStatus:
+    """`status` with the decision that put `pods` where they run (as Phalanx recorded it)."""
+    assignments = [Assignment(pod=p["metadata"]["name"], node=p["spec"]["nodeName"]) for p in pods]
+    admission = Admission(domain="nb-a", assignments=assignments, admitted_at=when, attempt=0)
+    return status.model_copy(update={"admission": admission})
+
+
+@pytest.mark.parametrize(
+    ("case", "gone_for", "n4_busy", "parallelism", "requeued"),
+    [
+        # The Job controller backs off (20 s, 40 s, ... after repeated failures): nothing of train waits.
+        ("past the grace, no room for the pod to come: requeued now", 31, True, 3, True),
+        ("within the grace: waits for the pod", 10, True, 3, False),
+        ("past the grace, room for it on n4: waits for the pod", 31, False, 3, False),
+        # Scaled up from 3 to 4 (nothing lost, the new pod not made yet): never requeued for it.
+        ("scaled up, no pod lost, no room: not a loss", 600, True, 4, False),
+    ],
+)
+def test_a_gang_short_of_pods_its_controller_has_not_made_again(
+    case: str, gone_for: int, n4_busy: bool, parallelism: int, requeued: bool
+) -> None:
+    job = job_body("train", 3, annotations=TOPOLOGY)
+    name = group_of(job).name
+    whole = running(name, "n1", "n2", "n3")
+    before = at(NOW - dt.timedelta(seconds=gone_for + 5), job, group_of(job), whole, {})
+    assert admitted_reason(status_of(before))[:2] == (c.TRUE, c.REASON_ADMITTED)
+    decided = recorded(status_of(before), whole, NOW - dt.timedelta(seconds=gone_for + 60))
+    fillers = [filler("n4")] if n4_busy else []
+    if parallelism == 3:
+        pods, nodes = whole[:2], {"n3": None}  # n3 went with its pod
+    else:
+        job["spec"]["parallelism"] = job["spec"]["completions"] = parallelism
+        pods, nodes = whole, {}
+    went = NOW - dt.timedelta(seconds=gone_for)
+    short = at(went, job, group_of(job, decided), pods, nodes, fillers)
+    assert admitted_reason(status_of(short))[:2] == (c.FALSE, c.REASON_WAITING_FOR_PODS), case
+    assert not only(short.actions, SuspendJob), case
+    now = at(NOW, job, group_of(job, status_of(short)), pods, nodes, fillers)
+    suspends = only(now.actions, SuspendJob)
+    assert bool(suspends) == requeued, case
+    if requeued:
+        assert (
+            f"(after {gone_for} s)" in suspends[0].why
+            and "2 of its 3 pods were left in nb-a" in suspends[0].why
+        )
+        assert admitted_reason(status_of(now))[1] == c.REASON_REQUEUED

@@ -36,6 +36,7 @@ from phalanx.controller.plan.admitted import admitted_policy, waiting_since
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
 from phalanx.controller.plan.domains import present_domain
 from phalanx.controller.plan.kueue import never_fits
+from phalanx.controller.plan.lost import requeue_if_lost_for_good
 from phalanx.controller.plan.preempt import tree_wait_or_preempt, wait_or_preempt
 from phalanx.controller.plan.quota import quota_refused
 from phalanx.controller.plan.report import report
@@ -136,11 +137,14 @@ def place(work: UnitWork, ctx: Pass) -> None:
     if not any(leaf.waiting for leaf in work.leaves.values()):
         if never_coming := pods_cannot_come(work):
             requeue_if_broken(work, ctx, never_coming)
+        else:
+            requeue_if_lost_for_good(work, ctx)  # its controller backs off: will they fit once they come?
         return
     if _blocked_by_gates(work) or finish(work, ctx):
         return
     placeholders(work)  # a staged unit is decided whole with its first stage (staging.py)
     if _short_of_pods(work):
+        requeue_if_lost_for_good(work, ctx)  # some came, others not yet: will the rest fit?
         return
     if single is not None:
         _decide_single(work, single, ctx)

@@ -1,0 +1,118 @@
+"""A running unit whose lost pods its controller has not made again yet (pure).
+
+A unit short of its min counts is requeued whole when its missing pods no longer fit in its domains, after
+the grace period (requeue.requeue_if_broken), but that was only found out once the missing pods existed and
+were refused. The Job controller makes a failed pod again only after a backoff (10 s, then 20 s, 40 s, ...
+for the same Job, up to 6 minutes), so a unit that lost pods a second or third time ran in part that long,
+past the grace. So, once the grace since the unit went short is over (its Admitted condition went False
+then), the pods still to come are tried as placeholders shaped like their template, beside its running pods
+and with those that came already: when they would not fit, the unit is taken back whole now, as it would be
+once they came. Only a unit that lost a pod of its recorded decision (not one scaled up: requeue.grown), and
+not before the grace (a controller making a group's pods again, an LWS rollout, is never told anything); a
+staged unit is left to its slots (staging.py), which hold the room of its pods to come.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from phalanx.api import conditions as c
+from phalanx.api.naming import pod_group_label_value
+from phalanx.controller.model.records import PodRecord
+from phalanx.controller.plan.decide import levels_of, request_of, tree_request
+from phalanx.controller.plan.requeue import requeue_if_broken
+from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
+from phalanx.placement import Admit, CompositeAdmit, decide, decide_composite
+
+
+def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
+    """Requeue the unit (requeue_if_broken) if it runs short past the grace and its pods still to come would
+    not fit; True when it was."""
+    owner, tree = work.owner, work.unit.tree
+    assert tree is not None
+    if owner is None or owner.requeued or work.unit.staged or not work.placed or work.whole():
+        return False
+    if not _grace_over(work, ctx) or not _lost(work):
+        return False
+    short = [leaf for leaf in work.leaves.values() if not leaf.done and not leaf.enough]
+    if not short or any(leaf.leaf.template is None and not leaf.placed for leaf in short):
+        return False  # nothing missing to try, or nothing to shape it by: wait for the pods
+    for leaf in short:
+        leaf.virtual = _to_come(leaf)
+    try:
+        fits = _fits(work, ctx)
+    finally:
+        for leaf in short:
+            leaf.virtual = ()
+    if fits:
+        return False
+    requeue_if_broken(work, ctx)
+    return work.outcome is not None and work.outcome.reason == c.REASON_REQUEUED
+
+
+def _grace_over(work: UnitWork, ctx: Pass) -> bool:
+    owner = work.owner
+    assert work.unit.tree is not None
+    if owner is not None and owner.disruption_all:
+        return True
+    admitted = work.unit.tree.holder.status.condition(c.ADMITTED)
+    if admitted is None or admitted.status != c.FALSE or admitted.reason != c.REASON_WAITING_FOR_PODS:
+        return False
+    return (ctx.now - admitted.last_transition_time).total_seconds() >= ctx.node_failure_grace
+
+
+def _lost(work: UnitWork) -> bool:
+    """A pod its recorded decision names is gone (neither placed nor succeeded)."""
+    single = work.single
+    recorded = single.admission if single is not None else work.admission
+    if recorded is None:
+        return False
+    kept = {p.name for leaf in work.leaves.values() for p in leaf.placed}
+    kept |= {p.name for leaf in work.leaves.values() for p in leaf.leaf.pods if p.succeeded}
+    return any(a.pod not in kept for a in recorded.assignments)
+
+
+def _to_come(leaf: LeafWork) -> tuple[PodRecord, ...]:
+    """A placeholder for each pod its minCount still lacks, shaped like the leaf's template (a staged kind's)
+    or, for kinds whose pods share one template (a Job's), like a pod of it that runs."""
+    missing = leaf.min_count - len(leaf.placed) - len(leaf.ready)
+    template = leaf.leaf.template
+    label = pod_group_label_value(leaf.group.name)
+    if template is not None:
+        shape = PodRecord(
+            uid="",
+            namespace=leaf.group.namespace,
+            name="",
+            node_name="",
+            terminal=False,
+            deleting=False,
+            gated=True,
+            other_gates=(),
+            job_uid="",
+            node_selector_host="",
+            requests=template.requests,
+            requirements=template.requirements,
+            priority=0,
+            pod_group=label,
+            traits=template.traits,
+        )
+    else:
+        sibling = leaf.placed[0]
+        shape = dataclasses.replace(
+            sibling, uid="", node_name="", gated=True, node_selector_host="", unschedulable="", created=None
+        )
+    return tuple(
+        dataclasses.replace(shape, name=f"{leaf.group.name}-to-come-{i}") for i in range(max(0, missing))
+    )
+
+
+def _fits(work: UnitWork, ctx: Pass) -> bool:
+    """Whether the unit's pods to come (and those waiting) fit beside its placed ones (the engine alone:
+    nothing is recorded or assumed)."""
+    assert work.unit.tree is not None
+    single = work.single
+    if single is None:
+        return isinstance(decide_composite(ctx.snapshot, tree_request(work, ctx)), CompositeAdmit)
+    key = single.group.topology_key
+    request = request_of(single, levels_of([key], ctx.levels), mode=work.unit.tree.mode)
+    return isinstance(decide(ctx.snapshot, request), Admit)
