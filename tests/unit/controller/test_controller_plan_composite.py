@@ -511,9 +511,11 @@ def _running_sliced_spec(
     annotations: dict[str, str] | None = None,
     requeued: str = "",
     suspended: bool = False,
+    reason: str = c.REASON_UNSCHEDULABLE,
 ) -> JobSpec:
     """The sliced Job of _sliced_spec, admitted on n1-n4 (slice 0 in lb-a1, slice 1 in lb-a2), with `pods`
-    as they are now; `unschedulable_for`: its root has said Unschedulable for that many seconds."""
+    as they are now; `unschedulable_for`: its root has said Admitted False (`reason`) for that many
+    seconds."""
     from phalanx.api.conditions import Condition
 
     _, made, _ = _sliced_spec(8, created=True)
@@ -533,7 +535,7 @@ def _running_sliced_spec(
             Condition(
                 type=c.ADMITTED,
                 status=c.FALSE,
-                reason=c.REASON_UNSCHEDULABLE,
+                reason=reason,
                 message="x",
                 last_transition_time=since,
             )
@@ -574,6 +576,7 @@ def _running_sliced(
     annotations: dict[str, str] | None = None,
     requeued: str = "",
     suspended: bool = False,
+    reason: str = c.REASON_UNSCHEDULABLE,
 ) -> PlanInput:
     spec = _running_sliced_spec(
         pods,
@@ -581,6 +584,7 @@ def _running_sliced(
         annotations=annotations,
         requeued=requeued,
         suspended=suspended,
+        reason=reason,
     )
     return cluster([], [], [], jobs=[spec], busy=busy, node_failure_grace=GRACE)
 
@@ -625,6 +629,30 @@ def test_a_slice_below_its_min_count_with_no_room_waits_out_the_grace_then_the_j
     assert {("CompositePodGroup", "Requeued"), ("Job", "Requeued")} <= warned
     root = status_on(after, _root_name(after))
     assert admitted(root)[1] == c.REASON_REQUEUED
+
+
+@pytest.mark.parametrize(
+    ("case", "short_for", "busy", "requeued"),
+    [
+        ("past the grace, no room in lb-a2 for the pod to come", GRACE + 5, (4,), True),
+        ("within the grace", GRACE - 5, (4,), False),
+        ("past the grace, room for it on n4", GRACE + 5, (), False),
+    ],
+)
+def test_a_slice_whose_lost_pod_is_not_made_again_yet_is_judged_by_its_template_after_the_grace(
+    case: str, short_for: float, busy: tuple[int, ...], requeued: bool
+) -> None:
+    """n4 failed with index 3's pod; the Job controller backs off before making it again (no pod of it yet):
+    past the grace since the tree went short (WaitingForPods), the pod to come is tried in its slice's
+    local block, and with no room there the Job is requeued whole now (plan/lost.py)."""
+    pods = LOST_N4[:3]
+    state = _running_sliced(pods, busy=busy, unschedulable_for=short_for, reason=c.REASON_WAITING_FOR_PODS)
+    result = plan(state, NOW)
+    suspends = _suspends(result)
+    assert bool(suspends) == requeued, case
+    if requeued:
+        assert suspends[0].why.startswith("below its minCount: 3 pod(s) of the tree were left in nb-a"), case
+    assert not only(result.actions, ReleasePod), case
 
 
 def test_a_sliced_job_in_disruption_mode_all_is_requeued_at_once() -> None:
