@@ -32,7 +32,10 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
     assert tree is not None
     if owner is None or owner.requeued or work.unit.staged or not work.placed or work.whole():
         return False
-    if not _grace_over(work, ctx) or not _lost(work):
+    if not _lost(work):
+        return False
+    work.timed = True  # the grace and the room decide its next plan: never skipped (machine.settled)
+    if not _grace_over(work, ctx):
         return False
     short = [leaf for leaf in work.leaves.values() if not leaf.done and not leaf.enough]
     if not short or any(leaf.leaf.template is None and not leaf.placed for leaf in short):
@@ -51,10 +54,11 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
 
 
 def _grace_over(work: UnitWork, ctx: Pass) -> bool:
-    owner = work.owner
+    """The grace since the unit went short is over — also for a kind requeued at once once its missing pods
+    are refused (disruptionMode all, a JobSet, an LWS group): until they exist, its controller may be making
+    them again whole (a JobSet's failurePolicy restart deletes every child Job; their pods still hold their
+    nodes while they terminate, so nothing would fit in that moment)."""
     assert work.unit.tree is not None
-    if owner is not None and owner.disruption_all:
-        return True
     admitted = work.unit.tree.holder.status.condition(c.ADMITTED)
     if admitted is None or admitted.status != c.FALSE or admitted.reason != c.REASON_WAITING_FOR_PODS:
         return False

@@ -86,6 +86,7 @@ def settled(work: UnitWork) -> bool:
     return (
         not work.actions
         and not work.deferred
+        and not work.timed
         and all(
             not leaf.waiting and not leaf.virtual and all(p.bound for p in leaf.placed)
             for leaf in work.leaves.values()

@@ -117,6 +117,9 @@ class UnitWork:
     # A status change of a group was held back (report.py: numbers alone, a first wait for pods): a later
     # pass may write it with nothing else changed, so the unit is not settled.
     deferred: bool = False
+    # Its next plan depends on the time and the room, though nothing of it changes (lost.py: a gang short of
+    # pods its controller has not made again yet): not settled.
+    timed: bool = False
 
     @property
     def owner(self) -> Owner | None:
