@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 from phalanx.api import conditions as c
-from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.decide import levels_of, request_of, tree_request
 from phalanx.controller.plan.requeue import requeue_if_broken
+from phalanx.controller.plan.staging import placeholder
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import Admit, CompositeAdmit, decide, decide_composite
 
@@ -81,25 +81,8 @@ def _to_come(leaf: LeafWork) -> tuple[PodRecord, ...]:
     or, for kinds whose pods share one template (a Job's), like a pod of it that runs."""
     missing = leaf.min_count - len(leaf.placed) - len(leaf.ready)
     template = leaf.leaf.template
-    label = pod_group_label_value(leaf.group.name)
     if template is not None:
-        shape = PodRecord(
-            uid="",
-            namespace=leaf.group.namespace,
-            name="",
-            node_name="",
-            terminal=False,
-            deleting=False,
-            gated=True,
-            other_gates=(),
-            job_uid="",
-            node_selector_host="",
-            requests=template.requests,
-            requirements=template.requirements,
-            priority=0,
-            pod_group=label,
-            traits=template.traits,
-        )
+        shape = placeholder(leaf, template, "")
     else:
         sibling = leaf.placed[0]
         shape = dataclasses.replace(

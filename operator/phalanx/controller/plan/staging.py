@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from phalanx.api.naming import pod_group_label_value
-from phalanx.controller.kinds.base import Leaf, Unit
+from phalanx.controller.kinds.base import Leaf, PodTemplate, Unit
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
@@ -51,6 +51,27 @@ def held_slots(leaf: LeafWork, recorded: Mapping[str, str]) -> list[tuple[str, s
     ]
 
 
+def placeholder(leaf: LeafWork, template: PodTemplate, name: str) -> PodRecord:
+    """A pod of `leaf` not made yet, named `name`, shaped like `template`: gated, on no node."""
+    return PodRecord(
+        uid="",
+        namespace=leaf.group.namespace,
+        name=name,
+        node_name="",
+        terminal=False,
+        deleting=False,
+        gated=True,
+        other_gates=(),
+        job_uid="",
+        node_selector_host="",
+        requests=template.requests,
+        requirements=template.requirements,
+        priority=0,
+        pod_group=pod_group_label_value(leaf.group.name),
+        traits=template.traits,
+    )
+
+
 def placeholders(work: UnitWork) -> None:
     """Give each leaf of a staged unit a placeholder for every pod still to come (from its template)."""
     if not work.unit.staged:
@@ -60,25 +81,8 @@ def placeholders(work: UnitWork) -> None:
         if template is None or leaf.done:
             continue
         present = _present(leaf.leaf)
-        label = pod_group_label_value(leaf.group.name)
         leaf.virtual = tuple(
-            PodRecord(
-                uid="",
-                namespace=leaf.group.namespace,
-                name=slot_name(leaf.group.name, rank),
-                node_name="",
-                terminal=False,
-                deleting=False,
-                gated=True,
-                other_gates=(),
-                job_uid="",
-                node_selector_host="",
-                requests=template.requests,
-                requirements=template.requirements,
-                priority=0,
-                pod_group=label,
-                traits=template.traits,
-            )
+            placeholder(leaf, template, slot_name(leaf.group.name, rank))
             for rank in leaf.leaf.ranked_slots
             if rank not in present
         )
