@@ -29,6 +29,16 @@ def running_operator(operator: OperatorProcess) -> Iterator[OperatorProcess]:
         print(f"operator log: {operator.log_path}")
 
 
+def instead_of(session: OperatorProcess, operator: OperatorProcess) -> Iterator[OperatorProcess]:
+    """Run `operator` (a test's own: its flags, its kill switches armed) in place of the session's, which is
+    stopped meanwhile and started again afterwards."""
+    session.stop()
+    try:
+        yield from running_operator(operator)
+    finally:
+        session.start()
+
+
 def namespace_with(
     cluster: ClusterState,
     operator: OperatorProcess,

@@ -26,6 +26,7 @@ from phalanx.tools import explain, targets
 from phalanx.tools import kube as tools_kube
 
 from .kube import GPU_KEY, NB_KEY, Namespace, bound, domains_of, gpu_job, wait_for
+from .operator_fixtures import instead_of
 from .test_phalanx_admission import MANAGED, group_of
 
 pytestmark = pytest.mark.integration
@@ -41,17 +42,10 @@ def patient_operator(
     stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """The operator with a short --starvation-age, instead of the session's."""
-    phalanx.stop()
-    operator = OperatorProcess(
-        stock_cluster, tmp_path, args=["--starvation-age", str(AGE)], name="bounded-waiting"
+    yield from instead_of(
+        phalanx,
+        OperatorProcess(stock_cluster, tmp_path, args=["--starvation-age", str(AGE)], name="bounded-waiting"),
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx.start()
 
 
 def big_job() -> dict[str, Any]:

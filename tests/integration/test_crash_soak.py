@@ -18,6 +18,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import Namespace
+from .operator_fixtures import instead_of
 from .soak import SWITCHES, Soak
 
 pytestmark = pytest.mark.integration
@@ -31,19 +32,14 @@ def own_operator(
     stock_cluster: ClusterState, phalanx: OperatorProcess, ns: Namespace, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """An operator this test may kill and restart with switches armed, instead of the session's."""
-    phalanx.stop()
     # Gangs left waiting across rounds get room held for them (bounded waiting) within the short form too:
     # crashes must not break a hold either, and the settled check must tell a hold from a lost gang.
-    operator = OperatorProcess(
-        stock_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak"
+    yield from instead_of(
+        phalanx,
+        OperatorProcess(
+            stock_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak"
+        ),
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx.start()
 
 
 def test_kill_9_at_random_points_of_admissions_leaves_no_partial_gang(

@@ -22,6 +22,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import Namespace
+from .operator_fixtures import instead_of
 from .soak import SWITCHES, Soak
 
 pytestmark = pytest.mark.integration
@@ -35,17 +36,12 @@ def own_operator(
     addons_cluster: ClusterState, phalanx_addons: OperatorProcess, addons_ns: Namespace, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """An operator this test may kill and restart with switches armed, instead of the session's."""
-    phalanx_addons.stop()
-    operator = OperatorProcess(
-        addons_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak-kinds"
+    yield from instead_of(
+        phalanx_addons,
+        OperatorProcess(
+            addons_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak-kinds"
+        ),
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx_addons.start()
 
 
 def test_kill_9_at_random_points_leaves_no_partial_gang_of_any_kind(

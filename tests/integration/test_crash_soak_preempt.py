@@ -20,6 +20,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import PRIORITY_CLASSES, Namespace
+from .operator_fixtures import instead_of
 from .soak_preempt import PRIORITIES, PreemptSoak
 
 pytestmark = pytest.mark.integration
@@ -33,17 +34,12 @@ def own_operator(
     addons_cluster: ClusterState, phalanx_addons: OperatorProcess, addons_ns: Namespace, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """An operator this test may kill and restart with switches armed, instead of the session's."""
-    phalanx_addons.stop()
-    operator = OperatorProcess(
-        addons_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak-preempt"
+    yield from instead_of(
+        phalanx_addons,
+        OperatorProcess(
+            addons_cluster, tmp_path, ("--starvation-age", str(STARVATION_AGE)), name="crash-soak-preempt"
+        ),
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx_addons.start()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 
 from .kube import Namespace
+from .operator_fixtures import instead_of
 from .soak_nodes import SCENARIOS, NodeSoak
 
 pytestmark = pytest.mark.integration
@@ -33,20 +34,15 @@ def own_operator(
     addons_cluster: ClusterState, phalanx_addons: OperatorProcess, addons_ns: Namespace, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """An operator this test may kill and restart, with a short grace, instead of the session's."""
-    phalanx_addons.stop()
-    operator = OperatorProcess(
-        addons_cluster,
-        tmp_path,
-        ("--node-failure-grace", str(GRACE), "--starvation-age", str(STARVATION_AGE)),
-        name="node-soak-kinds",
+    yield from instead_of(
+        phalanx_addons,
+        OperatorProcess(
+            addons_cluster,
+            tmp_path,
+            ("--node-failure-grace", str(GRACE), "--starvation-age", str(STARVATION_AGE)),
+            name="node-soak-kinds",
+        ),
     )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
-        phalanx_addons.start()
 
 
 def test_nodes_failing_under_gangs_of_every_kind_leave_no_partial_gang(
