@@ -251,7 +251,7 @@ class Soak:
         of the deletion only from its listing at the restart."""
         world = self.world()
         by_owner = owners(world)
-        mid = [o for o, gangs in by_owner.items() if any(mid_admission(g) for g in gangs)]
+        mid = [o for o, gangs in by_owner.items() if any(self.busy(g) for g in gangs)]
         this_round = [o for o in by_owner if o.split("/", 1)[1].startswith(f"r{self.stats.rounds:03d}-")]
         choices = sorted(mid or this_round)
         if choices:
@@ -261,6 +261,10 @@ class Soak:
                 g.name for g in world.gangs.values() if g.waiting and f"{g.kind}/{g.owner_name}" == owner
             )
             self.delete(owner)
+
+    def busy(self, gang: Gang) -> bool:
+        """A gang whose owner delete_while_down prefers: one left mid-admission by the kill."""
+        return mid_admission(gang)
 
     def watch(self, seconds: float) -> None:
         """Check safety for a while (the operator is down or busy)."""

@@ -312,29 +312,15 @@ class PreemptSoak(Soak):
                 if e.status != 404:
                     raise
 
-    def delete_while_down(self) -> None:
-        """A user deletes one owner while the operator is down: mid-admission, being taken back by a
-        preemption (suspended, or its pods terminating), or of this round."""
-        world = self.world()
-        by_owner = owners(world)
-
-        def going(gang: Gang) -> bool:
-            return (
-                gang.suspended
-                or gang.requeued
-                or any(p["metadata"].get("deletionTimestamp") for p in gang.pods)
-            )
-
-        busy = [o for o, gangs in by_owner.items() if any(mid_admission(g) or going(g) for g in gangs)]
-        this_round = [o for o in by_owner if o.split("/", 1)[1].startswith(f"r{self.stats.rounds:03d}-")]
-        choices = sorted(busy or this_round)
-        if choices:
-            owner = self.rng.choice(choices)
-            self.stats.deleted_while_down += 1
-            self.stats.withdrawn.update(
-                g.name for g in world.gangs.values() if g.waiting and f"{g.kind}/{g.owner_name}" == owner
-            )
-            self.delete(owner)
+    def busy(self, gang: Gang) -> bool:
+        """delete_while_down prefers an owner mid-admission or being taken back by a preemption (suspended,
+        or its pods terminating)."""
+        return (
+            mid_admission(gang)
+            or gang.suspended
+            or bool(gang.requeued)
+            or any(p["metadata"].get("deletionTimestamp") for p in gang.pods)
+        )
 
     # ------------------------------------------------------------------ rounds
     def preempt_round(self, mode: str | None = None) -> None:
