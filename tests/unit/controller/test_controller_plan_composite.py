@@ -308,6 +308,39 @@ def test_a_recorded_tree_that_no_longer_fits_is_decided_afresh_keeping_the_relea
     assert admitted(status_on(result, "slices"))[1] == c.REASON_UNSCHEDULABLE
 
 
+def test_a_tree_decided_again_while_it_runs_records_the_pods_still_placed_beside_the_new_one() -> None:
+    """slices-0-1 went (its pod deleted) and its replacement slices-0-2 waits; n6 is free again. The tree is
+    decided again for the one pod: the root's record, and slices-0's own, still name the pods that run, or
+    a later loss of one of them would not be seen as a loss (plan/lost.py reads the record)."""
+    root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
+    s0 = pod_group(
+        "slices-0", status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}))
+    )
+    s1 = pod_group(
+        "slices-1", status=PodGroupStatus(admission=_recorded({"slices-1-0": "n7", "slices-1-1": "n8"}))
+    )
+    pods = [
+        pod("slices-0-0", "slices-0", node="n5"),
+        pod("slices-0-2", "slices-0"),
+        pod("slices-1-0", "slices-1", node="n7"),
+        pod("slices-1-1", "slices-1", node="n8"),
+    ]
+    result = plan(cluster([root], [s0, s1], pods), NOW)
+    assert {r.pod.name: r.node for r in only(result.actions, ReleasePod)} == {"slices-0-2": "n6"}
+    records = {
+        r.group.name: {a.pod: a.node for a in r.admission.assignments}
+        for r in only(result.actions, RecordAdmission)
+    }
+    assert records["slices"] == {
+        "slices-0-0": "n5",
+        "slices-0-2": "n6",
+        "slices-1-0": "n7",
+        "slices-1-1": "n8",
+    }
+    assert records["slices-0"] == {"slices-0-0": "n5", "slices-0-2": "n6"}
+    assert "slices-1" not in records  # nothing new for it
+
+
 def test_a_standalone_hand_made_pod_group_is_placed_whole_in_one_domain() -> None:
     group = pod_group("solo", parent=None, min_count=2, key=LB)
     pods = [pod("solo-0", "solo"), pod("solo-1", "solo")]

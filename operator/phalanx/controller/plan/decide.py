@@ -151,9 +151,7 @@ def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision:
     work.first_admission = never_admitted(group.status)
     # A replacement joins the pods still placed by the decisions before it: the record names them all, so
     # a later scale-up (placed == recorded, more pods waiting) is not taken for a loss (requeue.grown).
-    placed = {p.name for p in leaf.placed}
-    before = group.status.admission.assignments if group.status.admission is not None and placed else []
-    kept = [(f"{group.namespace}/{a.pod}", a.node) for a in before if a.pod in placed]
+    kept = still_placed(group.status, group.namespace, [leaf])
     admission = admission_of(
         decision.domain, [*kept, *decision.assignments], ctx, group.status, decision.level, decision.mode_note
     )
@@ -167,6 +165,16 @@ def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision:
     message = admitted_message(leaf.released_now, group.topology_key, decision)
     leaf.outcome = st.Outcome(c.REASON_ADMITTED, message)
     work.actions.append(PostEvent(group.ref, "Normal", "Admitted", message))
+
+
+def still_placed(status: GroupStatus, namespace: str, leaves: Iterable[LeafWork]) -> list[tuple[str, str]]:
+    """The pods of an earlier record still placed, as (namespace/pod, node): a decision taken again while
+    some of the gang runs (a replacement, a record whose release a crash cut short) names them beside the
+    new ones, so the record stays the whole gang (lost.py, requeue.grown and finish read it so)."""
+    placed = {p.name for leaf in leaves for p in leaf.placed}
+    if status.admission is None or not placed:
+        return []
+    return [(f"{namespace}/{a.pod}", a.node) for a in status.admission.assignments if a.pod in placed]
 
 
 def explained(decision: Reject, request: GroupRequest, ctx: Pass) -> str:
@@ -272,16 +280,16 @@ def _admit_tree(
     if not everything:
         return  # min counts met by placed pods
     work.first_admission = never_admitted(root.status)
-    record = admission_of(decision.domain(root.name), everything, ctx, root.status, decision.level)
+    kept = still_placed(root.status, root.namespace, work.leaves.values())
+    record = admission_of(decision.domain(root.name), [*kept, *everything], ctx, root.status, decision.level)
     # One atomic write holds the whole tree's decision; a changed root (another writer) makes it fail.
     work.actions.append(RecordAdmission(root.ref, record, root.resource_version))
     work.admission, work.domain = record, record.domain
     for name, admit in decision.admits:
         leaf = work.leaves[name]
         if admit.assignments:
-            own = admission_of(
-                admit.domain, admit.assignments, ctx, leaf.group.status, admit.level, admit.mode_note
-            )
+            mine = [*still_placed(leaf.group.status, leaf.group.namespace, [leaf]), *admit.assignments]
+            own = admission_of(admit.domain, mine, ctx, leaf.group.status, admit.level, admit.mode_note)
             work.actions.append(RecordAdmission(leaf.group.ref, own))
             leaf.admission, leaf.domain = own, admit.domain
     for name, admit in decision.admits:
