@@ -6,6 +6,7 @@ The loop's clock and sleep are the test's: no time passes for real."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Callable
 from typing import cast
 
@@ -122,3 +123,26 @@ async def test_the_pass_after_a_setup_that_went_through_is_not_debounced(
     task.cancel()
     assert loop.slept == slept
     assert not loop.setup_went_through  # taken by the pass it hurried
+
+
+async def test_a_pass_runs_when_the_last_plan_says_a_rule_of_time_ends_not_at_the_resync() -> None:
+    """A grace or timeout that ends (Plan.next_due) has its pass then: a gang left short past its grace is
+    requeued at once, not up to a resync (here an hour) later."""
+    loop = Recording()
+    first = loop.pass_once
+
+    async def planned() -> list[GroupResult]:
+        result = await first()
+        if loop.passes == 1:
+            loop.due = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.2)
+        else:
+            loop.due = None
+        return result
+
+    loop.pass_once = planned  # type: ignore[method-assign]
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(0)
+    loop.cache.changed.set()
+    await passes(loop, 2)  # with no change and an hour's resync: the second pass came from the due time
+    task.cancel()
+    assert loop.passes == 2

@@ -140,6 +140,8 @@ def test_a_replacement_that_comes_within_the_grace_and_does_not_fit_waits_out_th
     replaced = [*whole[:2], pod_body("train", 3, group=name)]
     came = at(NOW, job, group_of(job, status_of(lost)), replaced, {"n3": None}, [filler("n4")])
     assert not only(came.actions, SuspendJob)
+    assert came.next_due == NOW + dt.timedelta(seconds=20)  # the loop runs a pass when the grace ends
+    assert before.next_due is None  # a whole running gang: no time of its changes an answer
     waiting = status_of(came)
     assert admitted_reason(waiting)[:2] == (c.FALSE, c.REASON_UNSCHEDULABLE)
     cond = waiting.condition(c.ADMITTED)
@@ -192,6 +194,10 @@ def test_a_gang_short_of_pods_its_controller_has_not_made_again(
     now = at(NOW, job, group_of(job, status_of(short)), pods, nodes, fillers)
     suspends = only(now.actions, SuspendJob)
     assert bool(suspends) == requeued, case
+    if (
+        gone_for < 30
+    ):  # the grace (30 s): the pods to come are tried when the grace ends: a pass is asked for then
+        assert now.next_due == went + dt.timedelta(seconds=30), case
     if requeued:
         assert (
             f"(after {gone_for} s)" in suspends[0].why

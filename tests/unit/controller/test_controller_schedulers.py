@@ -142,7 +142,10 @@ def released_gang(scheduler: str = "", *, decided_ago: float) -> Any:
 
 
 def test_released_pods_no_scheduler_binds_in_time_are_rolled_back_whole() -> None:
-    assert not only(released_gang("volcano", decided_ago=30).actions, SuspendJob)  # bound soon, normally
+    early = released_gang("volcano", decided_ago=30)
+    assert not only(early.actions, SuspendJob)  # bound soon, normally
+    assert early.next_due == NOW + dt.timedelta(seconds=90)  # else a pass at the timeout's end
+    assert "train" not in early.settled
     (suspend,) = only(released_gang("volcano", decided_ago=121).actions, SuspendJob)
     assert suspend.cause == "unbindable"
     assert suspend.why == (

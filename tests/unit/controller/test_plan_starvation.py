@@ -82,6 +82,7 @@ def _status(result: Plan, prefix: str) -> PodGroupStatus:
 def test_before_the_age_a_younger_small_gang_takes_the_room_the_big_one_waits_for() -> None:
     result = plan(_state(AGE - 1, _small("small-c", created="2026-11-30T11:00:00Z")), NOW)
     assert _released(result, "small-c") == ["n3", "n4"]
+    assert result.next_due == NOW + dt.timedelta(seconds=1)  # a pass then holds the room, not a resync later
     big = _status(result, "big")
     assert big.reservation is None
     cond = big.condition(c.ADMITTED)

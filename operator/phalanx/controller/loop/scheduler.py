@@ -1,7 +1,8 @@
 """The one scheduling loop: cache → `plan_input` (every kind's units) → `plan()` → applier.
 
 A pass runs when something that can change a decision changed (the cache says so), when a
-backing-off group may try again, and every `resync` seconds as a safety net. A short debounce lets a
+backing-off group may try again, when a rule of time ends for a unit (a grace, the bind timeout, the
+starvation age: the plan's next_due), and every `resync` seconds as a safety net. A short debounce lets a
 burst of pod creations land in one pass — only while changes stream in: the first change after a quiet
 spell at least as long as the debounce is planned at once (a burst's first Job, and the first pod of a
 gang that completes it, each waited 50 ms for nothing on the way to the first pod bound), and so is the
@@ -50,6 +51,7 @@ DEBOUNCE_SECONDS = 0.05  # let a burst of pod creations land in one pass
 NODE_FAILURE_GRACE_SECONDS = 30.0
 STARVATION_AGE_SECONDS = 60.0
 BIND_TIMEOUT_SECONDS = 120.0  # released pods no scheduler bound for this long are rolled back
+DUE_MARGIN_SECONDS = 0.01  # a pass for a time that is due runs just after it, not a hair before
 
 
 K = TypeVar("K")
@@ -145,6 +147,7 @@ class Scheduler:
         # over every few ms instead of after the whole plan.
         self._planner = ThreadPoolExecutor(1, "phalanx-plan") if plan_thread else None
         self.differences = 0  # passes whose incremental plan differed from the whole one (verify mode)
+        self.due: dt.datetime | None = None  # the last plan's next_due: a pass runs then (a grace's end)
 
     async def run(self) -> None:
         try:
@@ -171,6 +174,9 @@ class Scheduler:
             retry = self.applier.backoff.next_retry_in()
             if retry is not None:
                 timeout = min(timeout, retry)
+            if self.due is not None:  # a grace or timeout ends: its requeue is planned then, not at a resync
+                until = (self.due - dt.datetime.now(dt.UTC)).total_seconds() + DUE_MARGIN_SECONDS
+                timeout = min(timeout, max(0.0, until))
             try:
                 waiting = self.clock()
                 # asyncio.timeout, not wait_for: 3.11's wait_for returns a wait that finished in the turn a
@@ -222,6 +228,7 @@ class Scheduler:
         if self.verify_incremental:
             decided = self._verified(state, decided, now)
         self.memo.planned(state.units, decided.settled, placement_generation)
+        self.due = decided.next_due
         metrics.UNITS_MADE.inc(self.memo.made)
         metrics.UNITS_SKIPPED.inc(len(state.skip))
         # Topologies' status (node count, Active): patched only when it differs from what it should be.

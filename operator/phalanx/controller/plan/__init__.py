@@ -71,4 +71,5 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         tuple(ctx.decision_seconds),
         ctx.longest_wait,
         frozenset(ctx.settled),
+        ctx.due,
     )

@@ -62,7 +62,7 @@ def _grace_over(work: UnitWork, ctx: Pass) -> bool:
     admitted = work.unit.tree.holder.status.condition(c.ADMITTED)
     if admitted is None or admitted.status != c.FALSE or admitted.reason != c.REASON_WAITING_FOR_PODS:
         return False
-    return (ctx.now - admitted.last_transition_time).total_seconds() >= ctx.node_failure_grace
+    return ctx.over(ctx.node_failure_grace, admitted.last_transition_time, work)
 
 
 def _lost(work: UnitWork) -> bool:

@@ -70,8 +70,7 @@ def released_in_part(work: UnitWork, ctx: Pass) -> str | None:
         for leaf in work.leaves.values()
         for p in leaf.ready
         if (node := nodes.get(p.name) or nodes.get(slot_of(leaf, p), ""))
-        and (ctx.now - max(decided.admitted_at, p.created or decided.admitted_at)).total_seconds()
-        >= ctx.bind_timeout
+        and ctx.over(ctx.bind_timeout, max(decided.admitted_at, p.created or decided.admitted_at), work)
     ]
     if not pending:
         return None
@@ -88,8 +87,6 @@ def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:
     decided = work.unit.tree.holder.status.admission
     if decided is None:
         return None
-    if (ctx.now - decided.admitted_at).total_seconds() < ctx.bind_timeout:
-        return None
     # Each pod from when it could be released: the decision, or its own creation if it came later (a
     # staged unit's later pods go into their slots when they come, maybe long after the decision).
     unbound = [
@@ -97,8 +94,7 @@ def _unbound_too_long(work: UnitWork, ctx: Pass) -> str | None:
         for leaf in work.leaves.values()
         for p in leaf.placed
         if p.released
-        and (ctx.now - max(decided.admitted_at, p.created or decided.admitted_at)).total_seconds()
-        >= ctx.bind_timeout
+        and ctx.over(ctx.bind_timeout, max(decided.admitted_at, p.created or decided.admitted_at), work)
     ]
     if not unbound:
         return None
@@ -202,7 +198,7 @@ def requeue_if_broken(work: UnitWork, ctx: Pass, never_coming: str = "") -> None
         since = admitted.last_transition_time
     waited = (ctx.now - since).total_seconds()
     at_once = owner.disruption_all if owner is not None else tree.holder.spec.disruption_mode.all is not None
-    if not at_once and waited < ctx.node_failure_grace:
+    if not at_once and not ctx.over(ctx.node_failure_grace, since, work):
         return
     single = work.single
     if single is not None:

@@ -63,7 +63,7 @@ def hold_room(
     """For a gang that neither fits nor preempts: after `--starvation-age`, the room held for it (every
     later unit of the pass sees those nodes full) and its outcome saying so; else `outcome` unchanged."""
     since = waiting_since(status)
-    if since is None or (ctx.now - since).total_seconds() < ctx.starvation_age:
+    if since is None or not ctx.over(ctx.starvation_age, since):
         return outcome, None
     flat = _flat(ctx.snapshot, request)
     if flat is None:

@@ -49,6 +49,21 @@ class Pass:
     # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
     reported: Mapping[str, dt.datetime] = field(default_factory=dict)
     settled: set[str] = field(default_factory=set)  # keys of units that planned nothing (machine.settled)
+    # The earliest time a rule of time (a grace, the bind timeout, the starvation age) changes a unit's
+    # answer with nothing else changed: the loop runs a pass then, not at its next resync (Pass.over).
+    due: dt.datetime | None = None
+
+    def over(self, seconds: float, since: dt.datetime, work: UnitWork | None = None) -> bool:
+        """Whether `seconds` have passed since `since`; if not, a pass is asked for when they will have, and
+        `work`'s unit is not settled meanwhile (its next plan depends on the time)."""
+        at = since + dt.timedelta(seconds=seconds)
+        if at <= self.now:
+            return True
+        if work is not None:
+            work.timed = True
+        if self.due is None or at < self.due:
+            self.due = at
+        return False
 
 
 @dataclass
