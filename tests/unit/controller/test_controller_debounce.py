@@ -1,7 +1,8 @@
 """The loop's debounce (loop/scheduler.py): while changes stream in, a pass waits `debounce` seconds so a
 burst lands in one pass; the first change after a quiet spell at least that long is planned at once (a
 burst's first Job and a gang's last pod each waited 50 ms for nothing on the way to the first pod bound).
-The loop's clock and sleep are the test's: no time passes for real."""
+The loop's clock and sleep are the test's: no time passes for real (but for the last test's 0.2 s, a due
+time on the wall clock the plan names)."""
 
 from __future__ import annotations
 
