@@ -199,6 +199,7 @@ class Soak:
         self.bound: dict[str, str] = {}  # uid of every pod seen bound -> its gang
         # The kinds of the first submissions, in order (then drawn): a short run has each, whatever the draws.
         self.first_kinds: list[str] = []
+        self.settle_timeout = SETTLE_TIMEOUT  # a soak whose nodes fail waits longer (soak_nodes.py)
         self.preemption = False  # gangs of several priorities (soak_preempt.py): see World.unsettled
         if kinds:
             runtimes(ns)
@@ -276,13 +277,13 @@ class Soak:
     def settle(self, what: str) -> World:
         """Wait (checking safety at every poll) until the namespace is settled, and stays so for a moment."""
         started = time.monotonic()
-        deadline = started + SETTLE_TIMEOUT
+        deadline = started + self.settle_timeout
         reasons: list[str] = []
         calm_since: float | None = None
         while time.monotonic() < deadline:
             self.alive()
             world = self.world()
-            reasons = world.unsettled(self.preemption)
+            reasons = self.unsettled(world)
             if reasons:
                 calm_since = None
             elif calm_since is None:
@@ -295,7 +296,11 @@ class Soak:
                 return world
             time.sleep(POLL)
         reasons += self.requeues()  # a requeue loop never settles: say so too
-        raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+        raise InvariantError(f"{what}: not settled after {self.settle_timeout:.0f} s: {'; '.join(reasons)}")
+
+    def unsettled(self, world: World) -> list[str]:
+        """Why the namespace is not settled yet ([] when it is; more in soak_nodes.py)."""
+        return world.unsettled(self.preemption)
 
     def settled_problems(self, world: World) -> list[str]:
         """What must hold once the namespace settled (more in soak_preempt.py)."""

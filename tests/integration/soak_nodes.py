@@ -180,6 +180,7 @@ class NodeSoak(Soak):
     ) -> None:
         super().__init__(ns, operator, seed, log, kinds=True)
         self.grace = grace
+        self.settle_timeout = SETTLE_TIMEOUT  # a pod stuck on a NotReady node, a Job's backoff
         self.first_kinds = ["Job", "JobSet", "LeaderWorkerSet", "TrainJob"]  # each kind in every run
         self.failed: dict[str, Failure] = {}
         self.hit: set[str] = set()  # names a hit gang's requeue may carry: gang, owner, holder
@@ -292,35 +293,19 @@ class NodeSoak(Soak):
                 unexplained.append(what)
         return [f"requeued although no node of it failed: {unexplained}"] if unexplained else []
 
-    def settle(self, what: str) -> World:
-        """soak.Soak.settle, with owners their controller failed deleted, and a gang that lost pods judged
-        by its domain (a pod made again in place is recorded alone, so its decision no longer names all)."""
-        started = time.monotonic()
-        deadline = started + SETTLE_TIMEOUT
-        reasons: list[str] = []
-        calm_since: float | None = None
-        while time.monotonic() < deadline:
-            self.alive()
-            world = self.world()
-            self.drop_failed_owners(world)
-            reasons = self.excused(world, world.unsettled())
-            if reasons:
-                calm_since = None
-            elif calm_since is None:
-                calm_since = time.monotonic()
-            elif time.monotonic() - calm_since >= 1.5:
-                problems = [
-                    p
-                    for p in world.settled_problems()
-                    if not any(p.startswith(f"{g}: bound {{") for g in self.hit_gangs)
-                ] + self.requeues()
-                if problems:
-                    raise InvariantError(f"{what}: " + "; ".join(problems))
-                self.stats.settle_seconds.append(calm_since - started)
-                return world
-            time.sleep(POLL)
-        reasons += self.requeues()
-        raise InvariantError(f"{what}: not settled after {SETTLE_TIMEOUT:.0f} s: {'; '.join(reasons)}")
+    def unsettled(self, world: World) -> list[str]:
+        """With owners their controller failed deleted, and pods stuck on failed nodes excused."""
+        self.drop_failed_owners(world)
+        return self.excused(world, world.unsettled(self.preemption))
+
+    def settled_problems(self, world: World) -> list[str]:
+        """A gang that lost pods is judged by its domain (a pod made again in place is recorded alone, so its
+        decision no longer names all)."""
+        return [
+            p
+            for p in world.settled_problems()
+            if not any(p.startswith(f"{g}: bound {{") for g in self.hit_gangs)
+        ]
 
     def excused(self, world: World, reasons: list[str]) -> list[str]:
         """A pod being deleted on a NotReady or deleted node stays so until the node heals (no kubelet
