@@ -63,11 +63,12 @@ from .soak import POLL, InvariantError, Soak, mid_admission, owners
 
 SCENARIOS = ("one", "several", "domain", "mid-admission", "while-down")
 HOWS = ("taint", "taint", "notready", "delete")
-# Seconds past the grace: a pass (at least every --resync-seconds, 10 s), the suspension, the pods' deletion.
-# Phalanx counts the grace from when the gang went short, and judges the pods its controller has not made
-# again yet by their template (plan/lost.py); before that it counted from the replacement's refusal, after
-# the Job controller's backoff (10 s, 20 s, ...), and gangs ran in part 19-30 s at a grace of 5 s (now 9.3 s).
-REQUEUE_SLACK = 20.0
+# Seconds past the grace: the suspension and the pods' deletion on a busy machine (the pass runs when the
+# grace ends: Plan.next_due). Phalanx counts the grace from when the gang went short, and judges the pods its
+# controller has not made again yet by their template (plan/lost.py); before that it counted from the
+# replacement's refusal, after the Job controller's backoff (10 s, 20 s, ...), and gangs ran in part 19-30 s
+# at a grace of 5 s; then 9.3 s while the requeue waited for a resync pass; 5.0 s since it does not.
+REQUEUE_SLACK = 10.0
 PARTIAL_LIMIT = 150.0  # a gang running in part with room for its missing pods (its controller's backoff)
 BIND_SLACK = 6.0  # after a failure: the node controller's taint (--node-monitor-period 2 s), watches
 SETTLE_TIMEOUT = 240.0
