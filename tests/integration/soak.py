@@ -193,6 +193,7 @@ class Soak:
         self.kinds = kinds
         self.modes: list[str] = []
         self.requeued: set[str] = set()  # gangs Phalanx gave up and placed again (seen at a poll or by event)
+        self.requeue_why: dict[str, str] = {}  # kind/name -> the message of its first Requeued event
         self.base_env = dict(operator.env)  # e.g. PYTHONPATH of a deliberately broken copy (bench/soak.py)
         self.unreleased: list[Submission] = []  # made at a release while the operator was down: made later
         self.deleted: set[str] = set()  # owners the soak deleted (`Kind/name`)
@@ -312,7 +313,11 @@ class Soak:
         for event in self.ns.events("reason=Requeued"):
             involved = event["involvedObject"]
             self.requeued.add(f"{involved['kind']}/{involved['name']}")
-        return [f"requeued although no node failed: {sorted(self.requeued)}"] if self.requeued else []
+            self.requeue_why.setdefault(f"{involved['kind']}/{involved['name']}", event.get("message", ""))
+        if not self.requeued:
+            return []
+        why = "; ".join(f"{name}: {message}" for name, message in sorted(self.requeue_why.items()))
+        return [f"requeued although no node failed: {sorted(self.requeued)} (why: {why})"]
 
     def alive(self) -> None:
         proc = self.operator.proc

@@ -68,6 +68,13 @@ def created(body: dict[str, Any], ago: float) -> dict[str, Any]:
 
 def job_gang(decided_ago: float, *, bound: int = 1, gated_created_ago: float | None = None) -> PlanInput:
     """Job `train` (2 pods) decided onto n1, n2: `bound` of its pods released and bound, the rest gated."""
+    return cluster([train_gang(decided_ago, bound=bound, gated_created_ago=gated_created_ago)])
+
+
+def train_gang(
+    decided_ago: float, *, bound: int = 1, gated_created_ago: float | None = None
+) -> tuple[dict[str, Any], PodGroupRecord, list[dict[str, Any]]]:
+    """job_gang's Job, its PodGroup and its pods."""
     job = job_body("train", 2)
     pods = []
     for i in range(2):
@@ -85,7 +92,7 @@ def job_gang(decided_ago: float, *, bound: int = 1, gated_created_ago: float | N
             update={"admission": decision(decided_ago, {"train-0": "n1", "train-1": "n2"})}
         ),
     )
-    return cluster([(job, group, pods)])
+    return job, group, pods
 
 
 def failing(state: PlanInput) -> PlanInput:
@@ -319,3 +326,16 @@ def test_a_decision_made_while_pods_run(case: str, recorded: list[str], count: i
     if requeued:
         assert suspends[0].why.startswith("released in part: 1 pod(s) of the recorded decision could not be ")
         assert "while 3 of its pods run (train-3-again to n4" in suspends[0].why
+
+
+def test_a_decision_released_in_part_is_finished_before_an_older_gang_can_take_its_room() -> None:
+    """The process died between train's two releases (train-0 runs on n1, train-1 is gated, recorded for
+    n2). An older Job's pod, made meanwhile, fits only on n2. Units go by age, but a decision already
+    released in part is finished first: its room was given when it was decided, and taking it would leave
+    train running in part until its grace ran out and it was requeued (a crash soak saw that)."""
+    old = job_body("old", 1, created="2026-11-30T10:00:00Z")
+    older = (old, group_of(old), [pod_body("old", 0, group="old")])
+    state = cluster([older, train_gang(500)], busy=range(3, 9))
+    result = plan(state, NOW)
+    releases = {r.pod.name: r.node for r in only(result.actions, ReleasePod)}
+    assert releases == {"train-1": "n2"}, releases

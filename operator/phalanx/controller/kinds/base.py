@@ -215,9 +215,30 @@ class Unit:
     requeue_pods: tuple[str, ...] = ()
 
     @property
-    def order(self) -> tuple[int, dt.datetime, str]:
-        """Units are scheduled by priority (highest first), then age (oldest first), then key."""
-        return (-self.priority, self.created or dt.datetime.max.replace(tzinfo=dt.UTC), self.key)
+    def mid_release(self) -> bool:
+        """Its recorded decision is released in part: a pod it names holds its node while another it names
+        is still gated (the process died between the releases, or a release failed)."""
+        tree = self.tree
+        if tree is None or tree.holder.status.admission is None:
+            return False
+        named = {a.pod for a in tree.holder.status.admission.assignments}
+        live = [
+            p
+            for leaf in tree.leaves
+            for p in leaf.pods
+            if p.name in named and not p.terminal and not p.deleting
+        ]
+        return any(p.usage_node for p in live) and any(p.gated for p in live)
+
+    @property
+    def order(self) -> tuple[bool, int, dt.datetime, str]:
+        """Units are scheduled by priority (highest first), then age (oldest first), then key; but a unit
+        whose recorded decision is released in part comes before all: its room was given when it was
+        decided, and a gang planned before it (an older one whose pods came meanwhile, one whose room is
+        held after waiting long) would otherwise take the room of its gated pods and leave it running in
+        part until its grace ran out and it was requeued (a crash soak saw that)."""
+        created = self.created or dt.datetime.max.replace(tzinfo=dt.UTC)
+        return (not self.mid_release, -self.priority, created, self.key)
 
 
 class OwnerRecord(Protocol):

@@ -15,9 +15,9 @@ no aiohttp, no asyncio: the same input and time give the same actions).
     status.py      what a group's status should say (conditions, counters)
     topologies.py  Topologies' status
 
-Units are scheduled in one list ordered by rule — priority (highest first), then age (oldest first), then
-key — whatever their kind; each admission is assumed into the snapshot, so a later unit cannot take its
-room.
+Units are scheduled in one list ordered by rule (`Unit.order`) — a decision released in part first, then
+priority (highest first), then age (oldest first), then key — whatever their kind; each admission is
+assumed into the snapshot, so a later unit cannot take its room.
 """
 
 from __future__ import annotations
