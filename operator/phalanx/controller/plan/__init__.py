@@ -27,7 +27,7 @@ import datetime as dt
 from phalanx.controller.plan.input import Plan, PlanInput
 from phalanx.controller.plan.machine import schedule
 from phalanx.controller.plan.quota import deadlocked
-from phalanx.controller.plan.staging import hold
+from phalanx.controller.plan.staging import hold, hold_released_in_part
 from phalanx.controller.plan.victims import Victims
 from phalanx.controller.plan.work import Pass
 
@@ -58,6 +58,8 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
     # Staged units' slots: their room is taken before any unit decides — of those backing off too (their
     # leaders run; a slot given away meanwhile would leave them short when their later pods come).
     hold(state.units, ctx)
+    # A decision released in part whose unit backs off: its gated pods' room, until their release lands.
+    hold_released_in_part([u for u in state.units if u.key in state.backing_off], ctx)
     skip = state.skip - ctx.quota_deadlocks.keys()
     plans = []
     for unit in sorted(units, key=lambda u: u.order):

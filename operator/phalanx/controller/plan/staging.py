@@ -88,6 +88,30 @@ def placeholders(work: UnitWork) -> None:
         )
 
 
+def hold_released_in_part(units: Iterable[Unit], ctx: Pass) -> None:
+    """At the start of a pass: the recorded room of the gated pods of each decision released in part
+    (Unit.mid_release) among `units` — those the pass does not plan, their writes backing off after a failed
+    release — assumed taken, so that no unit takes it before the release lands (a unit the pass plans
+    finishes its decision first instead: Unit.order)."""
+    usage: list[tuple[str, Mapping[str, int]]] = []
+    for unit in units:
+        if not unit.mid_release or unit.tree is None or unit.tree.holder.status.admission is None:
+            continue
+        recorded = {a.pod: a.node for a in unit.tree.holder.status.admission.assignments}
+        for leaf in unit.tree.leaves:
+            for p in leaf.pods:
+                node = recorded.get(p.name, "")
+                if (
+                    p.gated
+                    and not p.terminal
+                    and not p.deleting
+                    and ctx.snapshot.node_index(node) is not None
+                ):
+                    usage.append((node, p.requests))
+    if usage:
+        ctx.snapshot = ctx.snapshot.assume(usage)
+
+
 def _filled(leaf: Leaf) -> set[int]:
     """The ranks whose pod takes its room itself: released or bound (the snapshot counts it there), or
     Succeeded (it ran its part). A pod made but still gated does not: its slot's room is still to hold."""
