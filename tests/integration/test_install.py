@@ -312,10 +312,9 @@ class Local:
         print(f"log of {self.deployment}: {self.log_path}")
 
 
-def start_local(deployment: dict[str, Any], installed: Installed, tmp_path: Path) -> Local:
+def start_local(deployment: dict[str, Any], installed: Installed, tmp_path: Path, metrics_port: int) -> Local:
     name = deployment["metadata"]["name"]
     identity = f"{name}-lp-0"
-    (metrics_port,) = free_ports(1)
     args = run_args(deployment, installed, tmp_path / f"{name}-webhook-tls", metrics_port)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") and k != "KUBECONFIG"}
     env.update({"PYTHONUNBUFFERED": "1", "POD_NAMESPACE": NAMESPACE, "PHALANX_IDENTITY": identity})
@@ -384,7 +383,13 @@ def test_phalanx_admits_a_gang_as_the_charts_service_account_and_nothing_more(
     assert review["username"] == f"system:serviceaccount:{NAMESPACE}:{SA}"
     assert "system:masters" not in review["groups"]
 
-    processes = [start_local(d, installed, tmp_path) for d in installed.deployments]
+    # Every process's metrics port picked at once, and none the webhook port (picked by the fixture, free
+    # until its process binds it): a CI run once had a metrics server take it first.
+    deployments = installed.deployments
+    ports = [p for p in free_ports(len(deployments) + 1) if p != installed.webhook_port][: len(deployments)]
+    processes = [
+        start_local(d, installed, tmp_path, port) for d, port in zip(deployments, ports, strict=True)
+    ]
     (leader,) = [p for p in processes if "--leader-election" in p.args]
     ns: Namespace | None = None
     try:
