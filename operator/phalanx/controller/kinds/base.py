@@ -214,21 +214,25 @@ class Unit:
     # leader); empty: every pod that holds a node.
     requeue_pods: tuple[str, ...] = ()
 
+    def recorded_pods(self) -> list[tuple[PodRecord, str]]:
+        """The live pods its recorded decision names, each with the node it names ([] with no record)."""
+        tree = self.tree
+        if tree is None or tree.holder.status.admission is None:
+            return []
+        nodes = {a.pod: a.node for a in tree.holder.status.admission.assignments}
+        return [
+            (p, nodes[p.name])
+            for leaf in tree.leaves
+            for p in leaf.pods
+            if p.name in nodes and not p.terminal and not p.deleting
+        ]
+
     @property
     def mid_release(self) -> bool:
         """Its recorded decision is released in part: a pod it names holds its node while another it names
         is still gated (the process died between the releases, or a release failed)."""
-        tree = self.tree
-        if tree is None or tree.holder.status.admission is None:
-            return False
-        named = {a.pod for a in tree.holder.status.admission.assignments}
-        live = [
-            p
-            for leaf in tree.leaves
-            for p in leaf.pods
-            if p.name in named and not p.terminal and not p.deleting
-        ]
-        return any(p.usage_node for p in live) and any(p.gated for p in live)
+        pods = self.recorded_pods()
+        return any(p.usage_node for p, _ in pods) and any(p.gated for p, _ in pods)
 
     @property
     def order(self) -> tuple[bool, int, dt.datetime, str]:

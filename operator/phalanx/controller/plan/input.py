@@ -50,7 +50,7 @@ class Plan:
     # Keys of the units that planned nothing and can plan nothing new until their own records, the nodes
     # or the Topologies change (machine.settled); the loop skips them next pass if so (PlanInput.skip).
     settled: frozenset[str] = frozenset()
-    next_due: dt.datetime | None = None  # when a rule of time next changes an answer (Pass.wake)
+    next_due: dt.datetime | None = None  # when a rule of time next changes an answer (Pass.over)
 
     @property
     def actions(self) -> list[Action]:

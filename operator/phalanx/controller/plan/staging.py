@@ -95,19 +95,12 @@ def hold_released_in_part(units: Iterable[Unit], ctx: Pass) -> None:
     finishes its decision first instead: Unit.order)."""
     usage: list[tuple[str, Mapping[str, int]]] = []
     for unit in units:
-        if not unit.mid_release or unit.tree is None or unit.tree.holder.status.admission is None:
-            continue
-        recorded = {a.pod: a.node for a in unit.tree.holder.status.admission.assignments}
-        for leaf in unit.tree.leaves:
-            for p in leaf.pods:
-                node = recorded.get(p.name, "")
-                if (
-                    p.gated
-                    and not p.terminal
-                    and not p.deleting
-                    and ctx.snapshot.node_index(node) is not None
-                ):
-                    usage.append((node, p.requests))
+        if unit.mid_release:
+            usage.extend(
+                (node, p.requests)
+                for p, node in unit.recorded_pods()
+                if p.gated and ctx.snapshot.node_index(node) is not None
+            )
     if usage:
         ctx.snapshot = ctx.snapshot.assume(usage)
 
