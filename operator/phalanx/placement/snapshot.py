@@ -435,6 +435,33 @@ class Snapshot:
             index=index,
         )
 
+    def release(self, usage: Iterable[tuple[str, Mapping[str, int]]]) -> Snapshot:
+        """The inverse of `assume` for plain (node, requests) entries: each is one pod fewer on that node
+        (never below zero). For room assumed for pods that may be decided again (a staged unit's held
+        slots, when the unit places them afresh). Raises KeyError for an unknown node."""
+        s = self._s
+        entries: list[tuple[int, int]] = []
+        for node_name, requests in usage:
+            node = s.name_index.get(node_name)
+            if node is None:
+                raise KeyError(f"node {node_name!r} is not in the snapshot")
+            entries.extend(s.entries(node, requests))
+        if not entries:
+            return self
+        delta = _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
+        return Snapshot(
+            s,
+            np.maximum(self._used - delta, 0),
+            self._pods,
+            self._removed,
+            special=self._special,
+            claims=self._claims,
+            csi=self._csi,
+            assumed=self._assumed,
+            assumed_special=self._assumed_special,
+            index=self._index,
+        )
+
     def without(self, pod_ids: Iterable[str]) -> Snapshot:
         """A snapshot where those bound pods no longer use capacity; unknown or removed ids are ignored."""
         gone = {p for p in pod_ids if p in self._pods and p not in self._removed}

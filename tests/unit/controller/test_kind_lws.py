@@ -28,12 +28,14 @@ from testkit import (
     node_body,
     owner_cluster,
     pod_body,
+    with_status,
     written,
 )
 
 from phalanx.api import conditions as c
 from phalanx.api.lws import LeaderSet
 from phalanx.api.naming import pod_group_label_value
+from phalanx.api.status import Assignment
 from phalanx.controller.cache.store import ClusterCache
 from phalanx.controller.kinds.lws import LwsKind
 from phalanx.controller.loop.incremental import UnitMemo
@@ -559,6 +561,44 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_t
     assert sorted(releases(later).values()) == sorted(slots.values())
 
 
+@pytest.mark.parametrize("slot_node", ["tainted", "deleted"])
+def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
+    slot_node: str,
+) -> None:
+    """The tree form of the LeaderReady row above: the driver (4 GPUs) runs on n1, the workers' slots are
+    on n1 and n2; n2 is tainted (or deleted) when the workers come: the tree is decided again with its own
+    held room given back — a worker on n1 and one on n3 — not requeued."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 2)),
+        in_order=True,
+        gpus=4,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    busy = [4, 5, 6, 7, 8]
+    first = plan(
+        owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0, gpus=4)], busy=busy), NOW
+    )
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    slot = sorted(a.pod for a in root.admission.assignments if "-slot-" in a.pod)
+    assert len(slot) == 2
+    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n1", slot[0]: "n1", slot[1]: "n2"})
+    driver = jobset_pod("train", "driver", 0, 0, gpus=4, gated=False, released_to="n1", node="n1")
+    workers = [jobset_pod("train", "workers", 0, i, global_index=1, gpus=4) for i in range(2)]
+    state = cluster(
+        busy=busy,
+        groups=groups,
+        pods=[driver, *workers],
+        others=[half_of("n3")],
+        owners=[("JobSet", js)],
+        nodes=nodes_with_n2(slot_node),
+    )
+    result = plan(state, NOW)
+    assert not [a for a in result.actions if isinstance(a, DeletePod | SuspendJob)], "the tree was requeued"
+    assert sorted(releases(result).values()) == ["n1", "n3"]
+
+
 def test_written_keeps_what_a_plan_recorded() -> None:
     lws = lws_body(leader_ready=True)
     first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)]), NOW)
@@ -681,6 +721,86 @@ def test_workers_released_long_after_the_decision_get_their_own_bind_timeout() -
             made + dt.timedelta(seconds=after),
         )
         assert bool([a for a in result.actions if isinstance(a, DeletePod)]) is requeued, after
+
+
+def recorded_on(groups: list[Any], nodes: dict[str, str]) -> list[Any]:
+    """`groups` whose recorded decisions put each pod or slot they name on the node `nodes` gives it."""
+    out = []
+    for g in groups:
+        if g.status.admission is None:
+            out.append(g)
+            continue
+        moved = [Assignment(pod=a.pod, node=nodes.get(a.pod, a.node)) for a in g.status.admission.assignments]
+        admission = g.status.admission.model_copy(update={"assignments": moved})
+        out.append(with_status(g, g.status.model_copy(update={"admission": admission})))
+    return out
+
+
+def half_of(node: str) -> dict[str, Any]:
+    """Someone else's pod taking 4 of the node's 8 GPUs."""
+    body = pod_body("other", 9, node=node, gated=False, phase="Running", gpus=4)
+    body["metadata"].update(name=f"half-{node}", labels={})
+    return body
+
+
+def nodes_with_n2(how: str) -> list[dict[str, Any]]:
+    """The seed's nodes with n2 tainted NoSchedule, or without n2 (deleted)."""
+    nodes = [node_body(n) for n in NODES if not (how == "deleted" and n == "n2")]
+    if how == "tainted":
+        nodes[1]["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    return nodes
+
+
+@pytest.mark.parametrize("slot_node", ["tainted", "deleted"])
+def test_a_leader_ready_group_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
+    slot_node: str,
+) -> None:
+    """LeaderReady, 3 pods of 4 GPUs: the leader runs on n1, the decision holds slot 1 on n1 and slot 2 on n2.
+    Then n2 is tainted (or deleted): the workers cannot all go where the decision says, so the group is
+    decided again. The room held for its own slots is its own: counted as taken (n1 full), nothing would be
+    left for two workers beside n3's 4 free GPUs and the group would be requeued — its running leader
+    deleted; given back, worker 1 goes on n1, worker 2 on n3 (n4-n8 full). A slot on a deleted node also
+    held room on a node the pass's snapshot does not have: every pass failed (KeyError) before this."""
+    lws = lws_body(leader_ready=True, size=3, gpus=4, annotations={"phalanx.dev/topology-key": NB})
+    busy = [4, 5, 6, 7, 8]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0, gpus=4)], busy=busy), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    name = record.group.name
+    slots = {"serve-0": "n1", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
+    assert set(slots) == {a.pod for a in record.admission.assignments}
+    groups = recorded_on(made_groups(first), slots)
+    leader = lws_pod("serve", 0, 0, gpus=4, gated=False, released_to="n1", node="n1", pod_group=name)
+    workers = [lws_pod("serve", 0, w, gpus=4) for w in (1, 2)]
+    state = cluster(
+        busy=busy,
+        groups=groups,
+        pods=[leader, *workers],
+        others=[half_of("n3")],
+        owners=[("LeaderWorkerSet", lws)],
+        nodes=nodes_with_n2(slot_node),
+    )
+    result = plan(state, NOW)
+    assert not [a for a in result.actions if isinstance(a, DeletePod)], "the running group was requeued"
+    assert releases(result) == {"serve-0-1": "n1", "serve-0-2": "n3"}
+    (again,) = [a for a in result.actions if isinstance(a, RecordAdmission)]
+    assert {a.pod: a.node for a in again.admission.assignments} == {
+        "serve-0": "n1",
+        "serve-0-1": "n1",
+        "serve-0-2": "n3",
+    }
+    if slot_node == "deleted":  # worker 1 alone first: decided again too, slot 2 held on a node that exists
+        alone = cluster(
+            busy=busy,
+            groups=groups,
+            pods=[leader, workers[0]],
+            others=[half_of("n3")],
+            owners=[("LeaderWorkerSet", lws)],
+            nodes=nodes_with_n2(slot_node),
+        )
+        result = plan(alone, NOW)
+        assert releases(result) == {"serve-0-1": "n1"}
+        (again,) = [a for a in result.actions if isinstance(a, RecordAdmission)]
+        assert {a.pod: a.node for a in again.admission.assignments}[f"{name}-slot-2"] == "n3"
 
 
 def test_an_lws_pod_labelled_into_a_hand_made_group_stays_its_lws_groups() -> None:

@@ -227,6 +227,9 @@ def test_assume_then_decide_equals_building_with_those_pods(sc: Scenario, picks:
     assert decide(assumed, sc.group) == decide(rebuilt, sc.group)
     removed = rebuilt.without(f"x{i}" for i in range(len(extra)))
     assert (removed.used_array == Snapshot.build(sc.nodes, sc.pods).used_array).all()
+    released = assumed.release(extra)
+    assert (released.used_array == Snapshot.build(sc.nodes, sc.pods).used_array).all()
+    assert decide(released, sc.group) == decide(Snapshot.build(sc.nodes, sc.pods), sc.group)
 
 
 HOST = "kubernetes.io/hostname"

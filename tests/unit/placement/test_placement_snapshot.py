@@ -78,6 +78,19 @@ def test_assume_returns_new_snapshot_and_shares_static_parts() -> None:
         s.assume([("nope", {})])
 
 
+def test_release_gives_back_what_assume_took_and_never_goes_below_zero() -> None:
+    s = Snapshot.build(nodes(), [BoundPod("p1", "a", {"cpu": 1000})])
+    held = [("a", {"cpu": 500, GPU: 2}), ("b", {GPU: 8})]
+    t = s.assume(held)
+    back = t.release(held)
+    assert (back.used_array == s.used_array).all()
+    assert t.free("a") == {"cpu": 2500, GPU: -2, "pods": 8}  # t untouched
+    assert back.release([("a", {"cpu": 10**6})]).free("a")["cpu"] == 4000  # only down to nothing used
+    assert s.release([]) is s
+    with pytest.raises(KeyError):
+        s.release([("nope", {})])
+
+
 def test_without_removes_bound_pods_once() -> None:
     s = Snapshot.build(
         nodes(), [BoundPod("p1", "b", {"cpu": 1000, GPU: 8}), BoundPod("p2", "b", {"cpu": 1000})]

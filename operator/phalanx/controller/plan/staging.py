@@ -7,7 +7,9 @@ stage's pods are there, with a placeholder for each pod still to come (its *slot
 first stage is released; the room of the slots is held (assumed taken at the start of every pass, before
 any unit decides) until its pod is released into it, also while that pod exists but is still gated; and each
 later pod is released into its slot when it comes. A slot's room is held as long as the decision is (while
-pods of the unit are placed).
+pods of the unit are placed). A slot whose node went away holds nothing; one whose node no longer takes its pod
+(deleted, tainted) makes the unit decided again, with the room held for its own slots given back first
+(`lift_own_hold`): it is the unit's own, not another gang's.
 """
 
 from __future__ import annotations
@@ -129,8 +131,27 @@ def hold(units: Iterable[Unit], ctx: Pass) -> None:
             filled = _filled(leaf)
             for rank in leaf.ranked_slots:
                 slot = slot_name(leaf.group.name, rank)
-                if rank not in filled and slot in recorded:
-                    usage.append((recorded[slot], leaf.template.requests))
+                # a slot on a node gone from the cluster holds nothing: its pod is placed afresh (finish)
+                if (
+                    rank not in filled
+                    and slot in recorded
+                    and ctx.snapshot.node_index(recorded[slot]) is not None
+                ):
+                    entry = (recorded[slot], leaf.template.requests)
+                    usage.append(entry)
+                    ctx.held_slots.setdefault(unit.key, []).append(entry)
                     ctx.reserved_slots.add(f"{leaf.group.namespace}/{slot}")
     if usage:
         ctx.snapshot = ctx.snapshot.assume(usage)
+
+
+def lift_own_hold(work: UnitWork, ctx: Pass) -> list[tuple[str, Mapping[str, int]]]:
+    """Before a staged unit is decided again (its recorded decision could not be finished: a slot's node went
+    away or no longer takes its pod): the room `hold` assumed for its own slots given back, since the new
+    decision places those pods afresh — counting both would refuse it room it has and requeue it (a running
+    leader's group restarted). Returns what it gave back, to hold again if the unit is not decided anew
+    (its recorded decision, and so its slots, stay)."""
+    usage = ctx.held_slots.pop(work.unit.key, [])
+    if usage:
+        ctx.snapshot = ctx.snapshot.release(usage)
+    return usage

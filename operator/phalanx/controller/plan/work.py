@@ -44,6 +44,9 @@ class Pass:
     longest_wait: float = 0.0  # seconds, of the gang that has waited longest (report.py)
     # Slots of staged units whose room the pass assumed at its start (staging.py): "<namespace>/<slot>"
     reserved_slots: set[str] = field(default_factory=set)
+    # Unit key -> the (node, requests) of its slots that room was assumed for at the pass's start: given back
+    # when the unit is decided again (staging.lift_own_hold), not to count its own room twice
+    held_slots: dict[str, list[tuple[str, Mapping[str, int]]]] = field(default_factory=dict)
     # Unit key -> why: gangs requeued to break a deadlock on a ResourceQuota (quota.py)
     quota_deadlocks: Mapping[str, str] = field(default_factory=dict)
     # ObjectRef.kind_key -> when this process last wrote that group's status (status.refreshing)
