@@ -80,6 +80,12 @@ UNITS_SKIPPED = Counter(
     "Settled units a pass did not plan again: nothing they read changed since they planned nothing",
     registry=REGISTRY,
 )
+PLAN_ERRORS = Counter(
+    "phalanx_plan_errors_total",
+    "Units whose planning raised an error in a pass (a bug): each planned nothing, the others went on; "
+    "the operator's log says which and why",
+    registry=REGISTRY,
+)
 DECISION_DURATION = Histogram(
     "phalanx_placement_decision_duration_seconds",
     "Time of one placement decision (one group, one snapshot)",

@@ -23,9 +23,9 @@ def _recording_plan(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     threads: list[str] = []
     real = loop.plan
 
-    def plan(state: PlanInput, now: Any) -> Plan:
+    def plan(state: PlanInput, now: Any, *, isolate: bool = False) -> Plan:
         threads.append(threading.current_thread().name)
-        return real(state, now)
+        return real(state, now, isolate=isolate)
 
     monkeypatch.setattr(loop, "plan", plan)
     return threads
@@ -54,9 +54,9 @@ async def test_the_loop_runs_its_other_tasks_while_a_pass_plans(monkeypatch: pyt
     seen: list[bool] = []
     real = loop.plan
 
-    def plan(state: PlanInput, now: Any) -> Plan:
+    def plan(state: PlanInput, now: Any, *, isolate: bool = False) -> Plan:
         seen.append(other_task_ran.wait(timeout=10))
-        return real(state, now)
+        return real(state, now, isolate=isolate)
 
     monkeypatch.setattr(loop, "plan", plan)
     cache, groups = _cache()

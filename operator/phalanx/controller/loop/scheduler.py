@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -135,6 +136,7 @@ class Scheduler:
         self.in_flight: dict[str, asyncio.Task[GroupResult]] = {}  # unit key -> its setup being applied
         self._posting: set[asyncio.Task[GroupResult]] = set()  # setups written, their events being posted
         self._reasons: set[str] = set()
+        self._plan_errors: dict[str, str] = {}  # unit key -> the error its planning last raised
         self._node_counts = NodeCounts()
         self.memo = UnitMemo()
         self.clock: Callable[[], float] = time.monotonic  # the debounce's clock and sleep (tests set them)
@@ -222,9 +224,10 @@ class Scheduler:
         )
         now = dt.datetime.now(dt.UTC)
         if self._planner is None:
-            decided = plan(state, now)
+            decided = plan(state, now, isolate=True)
         else:
-            decided = await asyncio.get_running_loop().run_in_executor(self._planner, plan, state, now)
+            isolated = functools.partial(plan, isolate=True)
+            decided = await asyncio.get_running_loop().run_in_executor(self._planner, isolated, state, now)
         if self.verify_incremental:
             decided = self._verified(state, decided, now)
         self.memo.planned(state.units, decided.settled, placement_generation)
@@ -254,7 +257,7 @@ class Scheduler:
         """The whole pass planned as well, from units made afresh and with nothing skipped: a difference
         is logged (DIFFERS) and the whole plan is used."""
         units = tuple(unit for kind in KINDS for unit in kind.units(self.cache))
-        whole = plan(dataclasses.replace(state, units=units, skip=frozenset()), now)
+        whole = plan(dataclasses.replace(state, units=units, skip=frozenset()), now, isolate=True)
         problems = []
         if units != state.units:
             made = {u.key: u for u in units}
@@ -309,7 +312,20 @@ class Scheduler:
 
         task.add_done_callback(done)
 
+    def _failed(self, failed: Iterable[tuple[str, str]]) -> None:
+        """Units whose planning raised (plan(isolate=True)): counted each pass, logged when new or changed
+        (not once per pass while it lasts), and said mended when the unit plans again."""
+        now = dict(failed)
+        for key, error in now.items():
+            metrics.PLAN_ERRORS.inc()
+            if self._plan_errors.get(key) != error:
+                log.error("planning %s failed; it plans nothing until this is mended:\n%s", key, error)
+        for key in self._plan_errors.keys() - now.keys():
+            log.info("planning %s no longer fails", key)
+        self._plan_errors = now
+
     def _observe(self, decided: Plan) -> None:
+        self._failed(decided.failed)
         for seconds in decided.decision_seconds:
             metrics.DECISION_DURATION.observe(seconds)
         metrics.LONGEST_WAIT.set(decided.longest_wait_seconds)

@@ -23,7 +23,10 @@ assumed into the snapshot, so a later unit cannot take its room.
 from __future__ import annotations
 
 import datetime as dt
+import traceback
 
+from phalanx.controller.kinds.base import Unit
+from phalanx.controller.model.actions import UnitPlan
 from phalanx.controller.plan.input import Plan, PlanInput
 from phalanx.controller.plan.machine import schedule
 from phalanx.controller.plan.quota import deadlocked
@@ -34,8 +37,10 @@ from phalanx.controller.plan.work import Pass
 __all__ = ["Plan", "PlanInput", "plan"]
 
 
-def plan(state: PlanInput, now: dt.datetime) -> Plan:
-    """The actions of one pass, per unit, in the order units are scheduled."""
+def plan(state: PlanInput, now: dt.datetime, *, isolate: bool = False) -> Plan:
+    """The actions of one pass, per unit, in the order units are scheduled. `isolate` (the loop's): a unit
+    whose planning raises plans nothing and the pass goes on (Plan.failed) — an error met in one unit's
+    records must not stop every other unit's admission; a test wants it raised."""
     units = [u for u in state.units if u.key not in state.backing_off]
     # Every unit, those backing off too: their pods are victims only with their unit (its minCount, its
     # disruption mode), never as loose pods whose eviction would leave a running gang short.
@@ -62,10 +67,11 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
     hold_released_in_part([u for u in state.units if u.key in state.backing_off], ctx)
     skip = state.skip - ctx.quota_deadlocks.keys()
     plans = []
+    failed: list[tuple[str, str]] | None = [] if isolate else None
     for unit in sorted(units, key=lambda u: u.order):
         if unit.key in skip and unit.tree is not None:
             ctx.settled.add(unit.key)  # settled and unchanged: it would plan nothing (loop/incremental.py)
-        elif (p := schedule(unit, ctx)) is not None:
+        elif (p := _schedule(unit, ctx, failed)) is not None:
             plans.append(p)
     return Plan(
         tuple(plans),
@@ -74,4 +80,21 @@ def plan(state: PlanInput, now: dt.datetime) -> Plan:
         ctx.longest_wait,
         frozenset(ctx.settled),
         ctx.due,
+        tuple(failed or ()),
     )
+
+
+def _schedule(unit: Unit, ctx: Pass, failed: list[tuple[str, str]] | None) -> UnitPlan | None:
+    """schedule(unit); with `failed`, an error is noted there instead of raised. Nothing the unit planned is
+    applied then, so the room it assumed before the error is given back, and it is not settled (planned
+    again next pass)."""
+    if failed is None:
+        return schedule(unit, ctx)
+    snapshot = ctx.snapshot
+    try:
+        return schedule(unit, ctx)
+    except Exception:
+        ctx.snapshot = snapshot
+        ctx.settled.discard(unit.key)
+        failed.append((unit.key, traceback.format_exc()))
+        return None

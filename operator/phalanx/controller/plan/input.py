@@ -51,6 +51,8 @@ class Plan:
     # or the Topologies change (machine.settled); the loop skips them next pass if so (PlanInput.skip).
     settled: frozenset[str] = frozenset()
     next_due: dt.datetime | None = None  # when a rule of time next changes an answer (Pass.over)
+    # (unit key, the error) of each unit whose planning raised (plan(isolate=True)): it planned nothing
+    failed: tuple[tuple[str, str], ...] = ()
 
     @property
     def actions(self) -> list[Action]:
