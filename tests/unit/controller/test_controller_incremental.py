@@ -2,7 +2,7 @@
 planned again — and a pass planned so is exactly the pass planned whole.
 
 `World` plays a cluster through the real cache: Jobs with their groups, their pods made, released, bound,
-ended and deleted, nodes relabelled and failing, fillers, PriorityClasses, notes said, the clock; and
+ended and deleted, nodes relabelled, failing and deleted, fillers, PriorityClasses, notes said, the clock; and
 passes, whose writes it applies the way the API would answer them (statuses, releases, labels, deletions).
 Every pass is planned twice — through the loop's memo and from units made afresh with nothing skipped (the
 reference) — and the two must be equal. The table tests say which passes skip what; the property test
@@ -139,6 +139,13 @@ class World:
         status = "True" if ready else "False"
         self.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": status}]
         self._upsert("Node", self.nodes[node])
+
+    def node(self, node: str, present: bool) -> None:
+        """A node deleted (its pods stay until the pod garbage collector takes them) or made again."""
+        if present:
+            self._upsert("Node", self.nodes[node])
+        else:
+            self.cache.delete("Node", self.nodes[node])
 
     def priority_class(self, name: str, value: int, present: bool) -> None:
         body = {"metadata": {"name": name}, "value": value}
@@ -350,6 +357,7 @@ step = st.one_of(
     st.tuples(st.just("advance"), st.sampled_from((0.5, 3.0, 6.0, 31.0, 61.0, 130.0))),
     st.tuples(st.just("relabel"), st.sampled_from(NODES), st.sampled_from(("lb-a1", "lb-b2", "lb-x"))),
     st.tuples(st.just("ready"), st.sampled_from(NODES), st.booleans()),
+    st.tuples(st.just("node"), st.sampled_from(NODES), st.booleans()),
     st.tuples(st.just("filler"), st.sampled_from(NODES), st.booleans()),
     st.tuples(st.just("priority"), st.booleans()),
     st.tuples(st.just("suspend"), st.sampled_from(JOB_NAMES), st.booleans()),
@@ -384,6 +392,8 @@ def play(world: World, move: tuple[Any, ...], last: list[Plan]) -> None:
         world.relabel(args[0], args[1])
     elif kind == "ready":
         world.ready(args[0], args[1])
+    elif kind == "node":
+        world.node(args[0], args[1])
     elif kind == "filler":
         world.filler(args[0], args[1])
     elif kind == "priority":

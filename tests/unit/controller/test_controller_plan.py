@@ -668,6 +668,37 @@ def test_victims_made_again_under_their_names_do_not_hold_the_preemptor_back() -
     assert "waiting for 4 preempted pod(s) to terminate" in admitted_reason(status)[2]
 
 
+def test_a_reservation_whose_node_went_away_waits_for_its_victims_and_takes_no_second_gang() -> None:
+    """The preemptor reserved n1 and n2 (lb-a1) and low-a, on n1-n4, is terminating; then n1 is deleted.
+    Its reservation cannot be met, but its victims still terminate: no new victim meanwhile (upstream's
+    rule too) — before, every pass failed on the reserved room of a node the snapshot lacks (KeyError), and
+    dropping the reservation would have taken low-b as well, for the room low-a is about to free. Once
+    low-a's pods are gone, the preemptor is placed in lb-a2, which they freed."""
+    low_a = running_gang("low-a", 1, priority=10)
+    low_b = running_gang("low-b", 5, priority=10)
+    high_job, high_group, high_pods = preemptor()
+    first = plan(blocks_state([low_a, low_b, (high_job, high_group, high_pods)]), NOW)
+    (suspend,) = only(first.actions, SuspendJob)
+    held = next(a.status for a in only(first.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert held.reservation is not None and suspend.job.name == "low-a"
+    assert held.reservation.nodes == ["n1", "n2"]
+    job, group, pods = low_a
+    for pod in pods:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:01Z"
+    nodes = [node_body(n) for n in NODES if n != "n1"]
+    high = (high_job, group_of(high_job, held), high_pods)
+    later = NOW + dt.timedelta(seconds=2)
+    waiting = plan(cluster([(job, group, pods), low_b, high], nodes=nodes), later)
+    assert not only(waiting.actions, SuspendJob) and not only(waiting.actions, ReleasePod)
+    status = next(a.status for a in only(waiting.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert "waiting for 4 preempted pod(s) to terminate" in admitted_reason(status)[2]
+    assert "n1 went away" in admitted_reason(status)[2]
+    assert status.reservation == held.reservation
+    done = plan(cluster([(job, group, []), low_b, high], nodes=nodes), later)
+    assert not only(done.actions, SuspendJob)
+    assert sorted(a.node for a in only(done.actions, ReleasePod)) == ["n3", "n4"]
+
+
 def test_no_preemption_for_an_equal_priority_or_a_never_group() -> None:
     low_a = running_gang("low-a", 1, priority=1000)
     low_b = running_gang("low-b", 5, priority=1000)

@@ -135,16 +135,22 @@ def _still_freeing(
     current: Reservation | None, pending: Sequence[PodRecord], what: str, ctx: Pass
 ) -> st.Outcome | None:
     """While the victims of an earlier preemption terminate: the room they free stays the preemptor's
-    (later units of this pass see it taken), and it says so."""
+    (later units of this pass see it taken), and it says so. Also when a node of the reservation is gone
+    from the cluster meanwhile (deleted): no new victims while earlier ones still terminate (upstream's
+    rule too) — the room on the nodes left stays held, and the gang is placed again (or preempts again)
+    once they are gone, rather than taking a second gang for the room the first is about to free."""
     if current is None or not reservation_active(current, ctx.victims.pods, ctx.now):
         return None
     left = victims_left(current, ctx.victims.pods)
-    ctx.snapshot = ctx.snapshot.assume(reserved_usage(current, pending))
+    gone = sorted({node for node in current.nodes if ctx.snapshot.node_index(node) is None})
+    usage = reserved_usage(current, pending)
+    ctx.snapshot = ctx.snapshot.assume([(node, requests) for node, requests in usage if node not in gone])
     where = f" in {current.domain}" if current.domain else ""
+    lost = f"; its node(s) {', '.join(gone)} went away, so it is placed again once they have" if gone else ""
     return st.Outcome(
         c.REASON_PREEMPTING,
         f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
-        f"reserved for this {what} until {current.expires_at.strftime('%H:%M:%SZ')}",
+        f"reserved for this {what} until {current.expires_at.strftime('%H:%M:%SZ')}{lost}",
     )
 
 
