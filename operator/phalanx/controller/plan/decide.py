@@ -336,7 +336,7 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
     # (their room held). Every leaf released into reaches its minCount, and so does the tree: a leaf of the
     # decision left short (its gated pod replaced under another name) means deciding again, not finishing.
     counts = {
-        name: len(leaf.placed) + len(chosen.get(name, ())) + len(_held(leaf, nodes, ctx))
+        name: len(leaf.placed) + len(chosen.get(name, ())) + len(held_slots(leaf, nodes, ctx))
         for name, leaf in work.leaves.items()
     }
     if any(counts[name] < work.leaves[name].min_count for name in chosen) or not work.whole(counts=counts):
@@ -358,14 +358,6 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
     work.outcome = st.Outcome(c.REASON_ADMITTED, "released the rest of the recorded decision")
     work.domain = recorded.domain
     return True
-
-
-def _held(leaf: LeafWork, nodes: Mapping[str, str], ctx: Pass) -> list[tuple[str, str]]:
-    """The leaf's held slots (staging.held_slots) on nodes still in the cluster: a slot whose node went away
-    will not take its pod, so the decision is made again rather than finished without it."""
-    return [
-        (slot, node) for slot, node in held_slots(leaf, nodes) if ctx.snapshot.node_index(node) is not None
-    ]
 
 
 def _finish_leaf(

@@ -7,8 +7,8 @@ stage's pods are there, with a placeholder for each pod still to come (its *slot
 first stage is released; the room of the slots is held (assumed taken at the start of every pass, before
 any unit decides) until its pod is released into it, also while that pod exists but is still gated; and each
 later pod is released into its slot when it comes. A slot's room is held as long as the decision is (while
-pods of the unit are placed). A slot whose node went away holds nothing; one whose node no longer takes its pod
-(deleted, tainted) makes the unit decided again, with the room held for its own slots given back first
+pods of the unit are placed). A slot whose node went away holds nothing; one whose node no longer takes its
+pod (deleted, tainted) makes the unit decided again, with the room held for its own slots given back first
 (`lift_own_hold`): it is the unit's own, not another gang's.
 """
 
@@ -43,13 +43,15 @@ def _present(leaf: Leaf) -> set[int]:
     return {ranks[p.key] for p in kept if p.key in ranks}
 
 
-def held_slots(leaf: LeafWork, recorded: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(slot, node) of the recorded slots of `leaf` whose pod does not exist yet."""
+def held_slots(leaf: LeafWork, recorded: Mapping[str, str], ctx: Pass) -> list[tuple[str, str]]:
+    """(slot, node) of the recorded slots of `leaf` whose pod does not exist yet, on nodes still in the
+    cluster (a slot whose node went away will not take its pod: the unit is decided again, not finished)."""
     present = _present(leaf.leaf)
+    slots = ((r, slot_name(leaf.group.name, r)) for r in leaf.leaf.ranked_slots if r not in present)
     return [
-        (slot_name(leaf.group.name, r), recorded[slot_name(leaf.group.name, r)])
-        for r in leaf.leaf.ranked_slots
-        if r not in present and slot_name(leaf.group.name, r) in recorded
+        (slot, recorded[slot])
+        for _, slot in slots
+        if slot in recorded and ctx.snapshot.node_index(recorded[slot]) is not None
     ]
 
 
