@@ -6,12 +6,16 @@ domain while there is room, else the group requeued whole by deleting its pods),
 from __future__ import annotations
 
 import json
+import os
+import signal
 from typing import Any
 
 import pytest
 
 from phalanx.devcluster.http import ApiError
+from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
+from phalanx.devcluster.topology import seed_topology
 
 from .kinds import (
     LWS_GROUP,
@@ -212,6 +216,68 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
     finally:
         for node in failed:
             heal_node(ns.api, node)
+
+
+def test_a_leader_ready_groups_slot_node_deleted_before_its_workers_come_is_decided_again_in_its_block(
+    kinds_ns: Namespace, phalanx_addons: OperatorProcess
+) -> None:
+    """startupPolicy LeaderReady, a group of 3 in nb-a (nb-b busy): the leader runs, the decision holds its
+    workers' slots on two nodes of nb-a. Before the workers exist (the StatefulSet controller is held,
+    SIGSTOP of kube-controller-manager, so that LWS's worker StatefulSet makes no pod yet), one slot's
+    node is deleted. The group keeps running, and when its workers come it is decided again around its
+    leader: they go to the nodes of nb-a left, the leader never restarts, and no pass fails. Before: every
+    scheduling pass failed from the deletion on (a KeyError on the slot's node), for every gang."""
+    ns = kinds_ns
+    ns.fill(*NB_B)
+    kcm = ns.cluster.pids["kube-controller-manager"]
+    log_from = len(phalanx_addons.current_log())
+    ns.create(lws("slot", 3, leader_ready=True, annotations={"phalanx.dev/topology-key": NB_KEY}))
+    (leader,) = wait_for("the leader pod", lambda: lws_pods(ns, "slot"), timeout=60, interval=0.05)
+    deleted = ""
+    os.kill(kcm, signal.SIGSTOP)
+    try:
+        (leader,) = wait_bound(ns, "slot leader", lambda: lws_pods(ns, "slot"), 1)
+        (group,) = owned(ns, "LeaderWorkerSet/slot")
+        assignments = group["status"]["admission"]["assignments"]
+        slots = sorted(a["node"] for a in assignments if "-slot-" in a["pod"])
+        assert len(slots) == 2 and leader["spec"]["nodeName"] not in slots, assignments
+        deleted = slots[0]
+        ns.api.request("DELETE", f"/api/v1/nodes/{deleted}")
+        wait_for(
+            "the node gone",
+            lambda: deleted not in {n["metadata"]["name"] for n in ns.api.get("/api/v1/nodes")["items"]},
+        )
+        # Time for passes to see it: the operator's resync is 10 s at most, and this group's pods changed.
+        hold("only the leader, running", lambda: len(bound(lws_pods(ns, "slot"))) == 1, seconds=2)
+    finally:
+        os.kill(kcm, signal.SIGCONT)
+    try:
+        pods = wait_bound(ns, "slot", lambda: lws_pods(ns, "slot"), 3)
+        print(ns.where("leaderworkerset.sigs.k8s.io/name=slot"))
+        labels = node_labels(ns.api)
+        assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in pods} == {"nb-a"}
+        assert deleted not in {p["spec"]["nodeName"] for p in pods}
+        (still,) = [p for p in pods if p["metadata"]["labels"].get(LWS_WORKER) == "0"]
+        assert still["metadata"]["uid"] == leader["metadata"]["uid"], "the leader was restarted"
+        assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "slot")
+        said = phalanx_addons.current_log()[log_from:]
+        assert "scheduling pass failed" not in said and "failed; it plans nothing" not in said, said[-3000:]
+    finally:
+        if deleted:
+            restore_node(ns, deleted)
+
+
+def restore_node(ns: Namespace, node: str) -> None:
+    """Make a deleted seed node again, Ready (kwok manages it again)."""
+    body = next(n.manifest() for n in seed_topology() if n.name == node)
+    try:
+        ns.api.request("POST", "/api/v1/nodes", body)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+    ns.api.request(
+        "PATCH", f"/api/v1/nodes/{node}/status", {"status": body["status"]}, "application/merge-patch+json"
+    )
 
 
 def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_gated_and_whole(
