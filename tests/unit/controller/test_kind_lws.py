@@ -561,7 +561,7 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_t
     assert sorted(releases(later).values()) == sorted(slots.values())
 
 
-@pytest.mark.parametrize("slot_node", ["tainted", "deleted"])
+@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "deleted"])
 def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
     slot_node: str,
 ) -> None:
@@ -744,14 +744,17 @@ def half_of(node: str) -> dict[str, Any]:
 
 
 def nodes_with_n2(how: str) -> list[dict[str, Any]]:
-    """The seed's nodes with n2 tainted NoSchedule, or without n2 (deleted)."""
+    """The seed's nodes with n2 tainted NoSchedule, shrunk (6 of its 8 GPUs gone unhealthy: the device plugin
+    reports 2 allocatable), or without n2 (deleted)."""
     nodes = [node_body(n) for n in NODES if not (how == "deleted" and n == "n2")]
     if how == "tainted":
         nodes[1]["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    if how == "shrunk":
+        nodes[1]["status"]["allocatable"]["nvidia.com/gpu"] = "2"
     return nodes
 
 
-@pytest.mark.parametrize("slot_node", ["tainted", "deleted"])
+@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "deleted"])
 def test_a_leader_ready_group_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
     slot_node: str,
 ) -> None:

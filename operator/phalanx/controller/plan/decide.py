@@ -389,9 +389,13 @@ def still_fit(pairs: list[tuple[PodRecord, str]], ctx: Pass, held: set[str] | No
             return False
         if ctx.snapshot.node_index(node_name) is None:
             return False
-        if held and pod.key in held:
-            continue  # a staged pod arriving in its slot: its room was held for it (staging.py)
         free = room.setdefault(node_name, ctx.snapshot.free(node_name))
+        if held and pod.key in held:
+            # A staged pod arriving in its slot: its room was held for it (staging.py), so counted already —
+            # unless the node shrank since (GPUs gone unhealthy): then the hold overcommits it.
+            if any(v < 0 for v in free.values()):
+                return False
+            continue
         free[PODS] = free.get(PODS, 0) - 1
         for resource, amount in pod.requests.items():
             free[resource] = free.get(resource, 0) - amount
