@@ -272,6 +272,27 @@ def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_de
     assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
 
 
+def test_a_recorded_tree_is_not_finished_on_a_node_relabelled_into_another_domain_since() -> None:
+    """The restart above, but n8 was relabelled into nb-a meanwhile (a topology label corrected): releasing
+    slices-1 where the record says would split the tree across network blocks. It is decided again
+    instead — here nb-b has no other local block with two free nodes, so it waits, nothing released."""
+    root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
+    s0 = pod_group(
+        "slices-0", status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}))
+    )
+    pods = [
+        pod("slices-0-0", "slices-0", released_to="n5"),
+        pod("slices-0-1", "slices-0", released_to="n6"),
+        pod("slices-1-0", "slices-1"),
+        pod("slices-1-1", "slices-1"),
+    ]
+    nodes = [testkit.node_body(n) for n in testkit.NODES]
+    nodes[7]["metadata"]["labels"][NB] = "nb-a"
+    result = plan(cluster([root], [s0, pod_group("slices-1")], pods, nodes=nodes), NOW)
+    assert not only(result.actions, ReleasePod), "released across two network blocks"
+    assert admitted(status_on(result, "slices"))[1] == c.REASON_UNSCHEDULABLE
+
+
 def test_a_recorded_tree_is_not_finished_while_a_leaf_of_it_would_stay_short() -> None:
     """slices-0 was released in part (slices-0-0 on n5), then its gated pod was replaced under another name
     and its recorded node taken: releasing slices-1 by the record would leave slices-0 at 1 of 2."""

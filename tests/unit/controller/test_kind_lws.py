@@ -561,7 +561,7 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_t
     assert sorted(releases(later).values()) == sorted(slots.values())
 
 
-@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "deleted"])
+@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "moved", "deleted"])
 def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
     slot_node: str,
 ) -> None:
@@ -751,10 +751,12 @@ def nodes_with_n2(how: str) -> list[dict[str, Any]]:
         nodes[1]["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
     if how == "shrunk":
         nodes[1]["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    if how == "moved":
+        nodes[1]["metadata"]["labels"][NB] = "nb-b"
     return nodes
 
 
-@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "deleted"])
+@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "moved", "deleted"])
 def test_a_leader_ready_group_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
     slot_node: str,
 ) -> None:

@@ -349,6 +349,8 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
     }
     if not still_fit([pair for pairs in chosen.values() for pair in pairs], ctx, arriving):
         return False
+    if not _in_recorded_domains(work, chosen, nodes, ctx):
+        return False
     for name, pairs in chosen.items():
         _finish_leaf(work, work.leaves[name], pairs, recorded, ctx)
     # Assumed taken now, but for the pods arriving in held slots: their room was assumed at the pass's start.
@@ -357,6 +359,37 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
     )
     work.outcome = st.Outcome(c.REASON_ADMITTED, "released the rest of the recorded decision")
     work.domain = recorded.domain
+    return True
+
+
+def _in_recorded_domains(
+    work: UnitWork, chosen: Mapping[str, list[tuple[PodRecord, str]]], slots: Mapping[str, str], ctx: Pass
+) -> bool:
+    """Every node a recorded decision releases into now, or holds a slot on, still in the domain the decision
+    recorded (the unit's, and each PodGroup's of a tree): a node relabelled into another domain since (a
+    topology label corrected, a node moved) would split the gang across domains — it is decided again."""
+    assert work.unit.tree is not None
+    holder = work.unit.tree.holder
+    nodes = {
+        name: [n for _, n in chosen.get(name, ())] + [n for _, n in held_slots(leaf, slots, ctx)]
+        for name, leaf in work.leaves.items()
+    }
+    scopes = [(holder.status.admission, holder.topology_key, [n for ns in nodes.values() for n in ns])]
+    if work.root is not None:
+        scopes += [
+            (leaf.group.status.admission, leaf.group.topology_key, nodes[n])
+            for n, leaf in work.leaves.items()
+        ]
+    for admission, key, names in scopes:
+        if admission is None or not admission.domain:
+            continue
+        level = admission.level if admission.level is not None else key
+        if not level:
+            continue  # no constraint, or a preferred group placed anywhere
+        for name in names:
+            node = ctx.nodes.get(name)
+            if node is None or node.labels.get(level) != admission.domain:
+                return False
     return True
 
 
