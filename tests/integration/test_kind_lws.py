@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from phalanx.devcluster.http import ApiError
-from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 from phalanx.devcluster.topology import seed_topology
 
@@ -219,7 +218,7 @@ def test_a_node_failure_under_a_group_is_replaced_in_its_block_then_the_group_is
 
 
 def test_a_leader_ready_groups_slot_node_deleted_before_its_workers_come_is_decided_again_in_its_block(
-    kinds_ns: Namespace, phalanx_addons: OperatorProcess
+    kinds_ns: Namespace,
 ) -> None:
     """startupPolicy LeaderReady, a group of 3 in nb-a (nb-b busy): the leader runs, the decision holds its
     workers' slots on two nodes of nb-a. Before the workers exist (the StatefulSet controller is held,
@@ -230,7 +229,6 @@ def test_a_leader_ready_groups_slot_node_deleted_before_its_workers_come_is_deci
     ns = kinds_ns
     ns.fill(*NB_B)
     kcm = ns.cluster.pids["kube-controller-manager"]
-    log_from = len(phalanx_addons.current_log())
     ns.create(lws("slot", 3, leader_ready=True, annotations={"phalanx.dev/topology-key": NB_KEY}))
     (leader,) = wait_for("the leader pod", lambda: lws_pods(ns, "slot"), timeout=60, interval=0.05)
     deleted = ""
@@ -260,8 +258,7 @@ def test_a_leader_ready_groups_slot_node_deleted_before_its_workers_come_is_deci
         (still,) = [p for p in pods if p["metadata"]["labels"].get(LWS_WORKER) == "0"]
         assert still["metadata"]["uid"] == leader["metadata"]["uid"], "the leader was restarted"
         assert "Requeued" not in reasons_of(ns, "LeaderWorkerSet", "slot")
-        said = phalanx_addons.current_log()[log_from:]
-        assert "scheduling pass failed" not in said and "failed; it plans nothing" not in said, said[-3000:]
+        # No failed pass: kinds_ns fails the test if the operator's log says one failed (operator_fixtures).
     finally:
         if deleted:
             restore_node(ns, deleted)
