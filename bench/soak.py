@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.integration.faultproxy import FaultProxy  # noqa: E402
 from tests.integration.kube import delete_namespace, new_namespace  # noqa: E402
+from tests.integration.operator_fixtures import PLANNING_ERRORS  # noqa: E402
 from tests.integration.soak import Soak  # noqa: E402
 from tests.integration.soak_nodes import NodeSoak  # noqa: E402
 from tests.integration.soak_preempt import PreemptSoak  # noqa: E402
@@ -146,11 +147,17 @@ def main() -> int:
             summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
             delete_namespace(ns, timeout=180)
             log = operator.log_path.read_text(errors="replace")
+            failed = sum(log.count(e) for e in PLANNING_ERRORS)
             seen = [
                 f"operator log: {log.count('fault injection: SIGKILL at')} kills by a fault switch, "
                 f"{log.count('was deleted while the watch was away')} deleted objects dropped from the cache "
-                "after a listing (relist.py)"
+                f"after a listing (relist.py), {failed} failed passes or units' plans"
             ]
+            if failed:  # the loop goes on after one: a bug nothing else in the soak would show
+                ok = False
+                lines.append(
+                    f"FAILED: the operator's planning raised {failed} time(s); its log: {operator.log_path}"
+                )
     minutes = (time.monotonic() - started) / 60
     header = [
         f"phalanx soak {args.mode} --rounds {args.rounds} --seed {args.seed}"
