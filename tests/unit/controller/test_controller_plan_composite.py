@@ -269,7 +269,15 @@ def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_de
     assert releases == {"slices-1-0": "n7", "slices-1-1": "n8"}  # where the record says, not decided anew
     (record,) = only(result.actions, RecordAdmission)
     assert record.group.name == "slices-1"  # the PodGroup's own record, missing, written first
+    assert record.admission.domain == "lb-b2"  # its own domain, of its key (not the root's nb-b)
     assert kinds(result.actions).index("RecordAdmission") < kinds(result.actions).index("ReleasePod")
+    # Then slices-1-1's release failed, and the process restarted again: the record is finished, not made
+    # again (its domain is checked against the node's label of slices-1's key).
+    s1 = dataclasses.replace(s1, status=PodGroupStatus(admission=record.admission))
+    pods[2] = pod("slices-1-0", "slices-1", released_to="n7")
+    again = plan(cluster([root], [s0, s1], pods), NOW)
+    assert {r.pod.name: r.node for r in only(again.actions, ReleasePod)} == {"slices-1-1": "n8"}
+    assert not only(again.actions, RecordAdmission)
 
 
 def test_a_recorded_tree_is_not_finished_on_a_node_relabelled_into_another_domain_since() -> None:

@@ -397,8 +397,16 @@ def _finish_leaf(
     work: UnitWork, leaf: LeafWork, pairs: list[tuple[PodRecord, str]], recorded: Admission, ctx: Pass
 ) -> None:
     if work.root is not None and leaf.group.status.admission is None:
-        # Recorded on the root, not yet on the PodGroup (a restart in between): write it now.
-        own = admission_of(recorded.domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
+        # Recorded on the root, not yet on the PodGroup (a restart in between): write it now, with the
+        # PodGroup's own domain (of its key, where its nodes are), as deciding would have.
+        key = leaf.group.topology_key
+        values = (
+            {node.labels.get(key) for _, n in pairs if (node := ctx.nodes.get(n)) is not None}
+            if key
+            else set()
+        )
+        domain = recorded.domain if not key else next(iter(values)) if len(values) == 1 else None
+        own = admission_of(domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
         work.actions.append(RecordAdmission(leaf.group.ref, own))
         leaf.admission = own
     work.actions.extend(released(p, node, leaf) for p, node in pairs)
