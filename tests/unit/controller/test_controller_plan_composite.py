@@ -239,9 +239,10 @@ def test_a_slice_short_of_pods_holds_the_whole_tree_and_says_which() -> None:
     assert admitted(status_on(result, "slices-1"))[1] == c.REASON_WAITING_FOR_PODS
 
 
-def _recorded(nodes: dict[str, str]) -> Admission:
+def _recorded(nodes: dict[str, str], domain: str = "nb-b") -> Admission:
+    """A recorded decision: the root's in nb-b, a slice's in its local block."""
     return Admission(
-        domain="nb-b",
+        domain=domain,
         assignments=[Assignment(pod=p, node=n) for p, n in nodes.items()],
         admitted_at=NOW - dt.timedelta(seconds=30),
         attempt=0,
@@ -255,7 +256,8 @@ def test_a_restart_after_a_partial_release_finishes_the_recorded_tree_without_de
     # The root's record was written, slices-0 was recorded and released, then the operator died.
     root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
     s0 = pod_group(
-        "slices-0", status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}))
+        "slices-0",
+        status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}, "lb-b1")),
     )
     s1 = pod_group("slices-1")
     pods = [
@@ -286,7 +288,8 @@ def test_a_recorded_tree_is_not_finished_on_a_node_relabelled_into_another_domai
     instead — here nb-b has no other local block with two free nodes, so it waits, nothing released."""
     root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
     s0 = pod_group(
-        "slices-0", status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}))
+        "slices-0",
+        status=PodGroupStatus(admission=_recorded({k: DECIDED[k] for k in list(DECIDED)[:2]}, "lb-b1")),
     )
     pods = [
         pod("slices-0-0", "slices-0", released_to="n5"),
@@ -306,7 +309,8 @@ def test_a_recorded_tree_is_not_finished_while_a_leaf_of_it_would_stay_short() -
     and its recorded node taken: releasing slices-1 by the record would leave slices-0 at 1 of 2."""
     root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
     s0 = pod_group(
-        "slices-0", status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}))
+        "slices-0",
+        status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}, "lb-b1")),
     )
     s1 = pod_group("slices-1")
     rest = [pod("slices-1-0", "slices-1"), pod("slices-1-1", "slices-1")]
@@ -343,10 +347,12 @@ def test_a_tree_decided_again_while_it_runs_records_the_pods_still_placed_beside
     a later loss of one of them would not be seen as a loss (plan/lost.py reads the record)."""
     root = composite(status=CompositePodGroupStatus(admission=_recorded(DECIDED)))
     s0 = pod_group(
-        "slices-0", status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}))
+        "slices-0",
+        status=PodGroupStatus(admission=_recorded({"slices-0-0": "n5", "slices-0-1": "n6"}, "lb-b1")),
     )
     s1 = pod_group(
-        "slices-1", status=PodGroupStatus(admission=_recorded({"slices-1-0": "n7", "slices-1-1": "n8"}))
+        "slices-1",
+        status=PodGroupStatus(admission=_recorded({"slices-1-0": "n7", "slices-1-1": "n8"}, "lb-b2")),
     )
     pods = [
         pod("slices-0-0", "slices-0", node="n5"),

@@ -365,13 +365,16 @@ def finish(work: UnitWork, ctx: Pass) -> bool:
 def _in_recorded_domains(
     work: UnitWork, chosen: Mapping[str, list[tuple[PodRecord, str]]], slots: Mapping[str, str], ctx: Pass
 ) -> bool:
-    """Every node a recorded decision releases into now, or holds a slot on, still in the domain the decision
-    recorded (the unit's, and each PodGroup's of a tree): a node relabelled into another domain since (a
-    topology label corrected, a node moved) would split the gang across domains — it is decided again."""
+    """Every node of the unit's pods placed, released now or held a slot on, still in the domain the decision
+    recorded (the unit's, and each PodGroup's of a tree): after a node was relabelled into another domain (a
+    topology label corrected, a node moved), finishing would split the gang across domains as its nodes are
+    labelled now — it is decided again (around its pods that run, as their nodes are labelled now)."""
     assert work.unit.tree is not None
     holder = work.unit.tree.holder
     nodes = {
-        name: [n for _, n in chosen.get(name, ())] + [n for _, n in held_slots(leaf, slots, ctx)]
+        name: [p.usage_node for p in leaf.placed]
+        + [n for _, n in chosen.get(name, ())]
+        + [n for _, n in held_slots(leaf, slots, ctx)]
         for name, leaf in work.leaves.items()
     }
     scopes = [(holder.status.admission, holder.topology_key, [n for ns in nodes.values() for n in ns])]

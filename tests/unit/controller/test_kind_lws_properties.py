@@ -1,0 +1,147 @@
+"""A LeaderReady group whose cluster changed between its decision and its workers' coming, as a property.
+
+The decision places the leader and holds its workers' slots; then one node changes — tainted NoSchedule,
+shrunk (GPUs gone unhealthy), relabelled into the other network block, or deleted — and some others fill
+up or free; then the workers come. Whatever changed, the pass must not raise, and it must do what an
+independent count says: if the leader's network block (as its node is labelled now) has room for all the
+workers on nodes that take them, they are released there, all at once, each on a node that has room for
+it and takes it; if it has none, none is released and the leader is not restarted unless the block has no
+room (the group's disruption mode is all: an LWS group that cannot be made whole is requeued).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from testkit import NB, NODES, NOW, cluster, lws_body, lws_pod, made_groups, node_body, pod_body
+
+from phalanx.controller.model.actions import DeletePod, RecordAdmission, ReleasePod
+from phalanx.controller.plan import plan
+
+GPUS_PER_NODE = 8
+CHANGES = ("tainted", "shrunk", "moved", "deleted", "none")
+
+
+def someone_else(node: str, gpus: int, index: int) -> dict[str, Any]:
+    """A running pod of another tool's taking `gpus` GPUs of `node`."""
+    body = pod_body("other", index, node=node, gated=False, phase="Running", gpus=gpus)
+    body["metadata"].update(name=f"other-{node}-{index}", labels={})
+    return body
+
+
+def nodes_after(change: str, node: str, shrunk_to: int) -> list[dict[str, Any]]:
+    out = []
+    for name in NODES:
+        body = node_body(name)
+        if name == node:
+            if change == "deleted":
+                continue
+            if change == "tainted":
+                body["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+            elif change == "shrunk":
+                body["status"]["allocatable"]["nvidia.com/gpu"] = str(shrunk_to)
+            elif change == "moved":
+                labels = body["metadata"]["labels"]
+                labels[NB] = "nb-b" if labels[NB] == "nb-a" else "nb-a"
+        out.append(body)
+    return out
+
+
+def room_for_workers(
+    nodes: list[dict[str, Any]], used: dict[str, int], block: str, workers: int, gpus: int
+) -> bool:
+    """The reference: whether `workers` pods of `gpus` GPUs fit on the untainted nodes of `block`."""
+    fits = 0
+    for body in nodes:
+        if body["metadata"]["labels"][NB] != block or body["spec"].get("taints"):
+            continue
+        free = int(body["status"]["allocatable"]["nvidia.com/gpu"]) - used[body["metadata"]["name"]]
+        fits += max(0, free) // gpus
+    return fits >= workers
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(2, 4),
+    gpus=st.sampled_from((2, 4, 8)),
+    busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
+    change=st.sampled_from(CHANGES),
+    changed=st.integers(0, 7),
+    shrunk_to=st.sampled_from((0, 2, 4)),
+    busy_after=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3),
+    freed=st.lists(st.sampled_from(NODES), max_size=3),
+)
+def test_workers_come_after_a_change_and_go_whole_to_room_the_leaders_block_has(
+    size: int,
+    gpus: int,
+    busy_before: dict[str, int],
+    change: str,
+    changed: int,
+    shrunk_to: int,
+    busy_after: dict[str, int],
+    freed: list[str],
+) -> None:
+    lws = lws_body(leader_ready=True, size=size, gpus=gpus, annotations={"phalanx.dev/topology-key": NB})
+    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
+    first = plan(
+        cluster(pods=[lws_pod("serve", 0, 0, gpus=gpus)], others=before, owners=[("LeaderWorkerSet", lws)]),
+        NOW,
+    )
+    records = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    if not records:
+        event("the group did not fit at first")
+        return
+    (record,) = records
+    leader_node = next(a.node for a in record.admission.assignments if a.pod == "serve-0")
+    node = NODES[changed]
+    if change == "deleted" and node == leader_node:
+        change = "none"  # the leader's own node deleted: its pod goes, another flow (the group is made again)
+    event(change)
+    nodes = nodes_after(change, node, shrunk_to)
+    present = {b["metadata"]["name"] for b in nodes}
+    others = [p for p in before if p["spec"]["nodeName"] not in freed]
+    others += [someone_else(n, g, 1) for n, g in busy_after.items() if n != leader_node and n in present]
+    used: dict[str, int] = defaultdict(int)
+    for p in others:
+        used[p["spec"]["nodeName"]] += int(
+            p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        )
+    used[leader_node] += gpus
+    name = record.group.name
+    leader = lws_pod(
+        "serve", 0, 0, gpus=gpus, gated=False, released_to=leader_node, node=leader_node, pod_group=name
+    )
+    workers = [lws_pod("serve", 0, w, gpus=gpus) for w in range(1, size)]
+    state = cluster(
+        groups=made_groups(first),
+        pods=[leader, *workers],
+        others=others,
+        owners=[("LeaderWorkerSet", lws)],
+        nodes=nodes,
+    )
+    result = plan(state, NOW)  # must not raise, whatever the change
+
+    released = {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
+    requeued = any(isinstance(a, DeletePod) for a in result.actions)
+    block = next(b for b in nodes if b["metadata"]["name"] == leader_node)["metadata"]["labels"][NB]
+    room = room_for_workers(nodes, used, block, size - 1, gpus)
+    labels = {b["metadata"]["name"]: b for b in nodes}
+    if released:
+        event("released")
+        assert set(released) == {w["metadata"]["name"] for w in workers}, "released in part"
+        for pod, target in released.items():
+            body = labels.get(target)
+            assert body is not None, f"{pod} released onto a deleted node"
+            assert not body["spec"].get("taints"), f"{pod} released onto a tainted node"
+            assert body["metadata"]["labels"][NB] == block, f"{pod} released outside the leader's block"
+            used[target] += gpus
+        for target in set(released.values()):
+            allocatable = int(labels[target]["status"]["allocatable"]["nvidia.com/gpu"])
+            assert used[target] <= allocatable, f"{target} over capacity: {used[target]} > {allocatable}"
+        assert not requeued
+    else:
+        event("requeued" if requeued else "waits")
+        assert not room, "the leader's block has room for the workers, none was released"
