@@ -1,4 +1,5 @@
-"""A LeaderReady group whose cluster changed between its decision and its workers' coming, as a property.
+"""A staged unit whose cluster changed between its decision and its later pods' coming, as a property: an
+LWS group with LeaderReady (one PodGroup) or a JobSet InOrder of a driver and workers (a tree).
 
 The decision places the leader and holds its workers' slots; then one node changes — tainted NoSchedule,
 shrunk (GPUs gone unhealthy), relabelled into the other network block, or deleted — and some others fill
@@ -16,9 +17,21 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from testkit import NB, NODES, NOW, cluster, lws_body, lws_pod, made_groups, node_body, pod_body
+from testkit import (
+    NB,
+    NODES,
+    NOW,
+    cluster,
+    jobset_body,
+    jobset_pod,
+    lws_body,
+    lws_pod,
+    made_groups,
+    node_body,
+    pod_body,
+)
 
-from phalanx.controller.model.actions import DeletePod, RecordAdmission, ReleasePod
+from phalanx.controller.model.actions import DeletePod, RecordAdmission, ReleasePod, SuspendJob
 from phalanx.controller.plan import plan
 
 GPUS_PER_NODE = 8
@@ -63,8 +76,41 @@ def room_for_workers(
     return fits >= workers
 
 
+def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]], Any, list[dict[str, Any]]]:
+    """(kind, owner); its first pod, gated or (given a node and a group) released and bound there; its later
+    pods, gated."""
+    key = {"phalanx.dev/topology-key": NB}
+    if kind == "LeaderWorkerSet":
+        lws = lws_body(leader_ready=True, size=size, gpus=gpus, annotations=key)
+
+        def leader(node: str = "", group: str = "") -> dict[str, Any]:
+            if not node:
+                return lws_pod("serve", 0, 0, gpus=gpus)
+            return lws_pod(
+                "serve", 0, 0, gpus=gpus, gated=False, released_to=node, node=node, pod_group=group
+            )
+
+        return (kind, lws), leader, [lws_pod("serve", 0, w, gpus=gpus) for w in range(1, size)]
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, size - 1)), in_order=True, gpus=gpus, annotations=key
+    )
+
+    def driver(node: str = "", group: str = "") -> dict[str, Any]:
+        if not node:
+            return jobset_pod("train", "driver", 0, 0, gpus=gpus)
+        return jobset_pod("train", "driver", 0, 0, gpus=gpus, gated=False, released_to=node, node=node)
+
+    workers = [jobset_pod("train", "workers", 0, i, global_index=1, gpus=gpus) for i in range(size - 1)]
+    return (kind, js), driver, workers
+
+
+def gpus_of(pod: dict[str, Any]) -> int:
+    return int(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
+    kind=st.sampled_from(("LeaderWorkerSet", "JobSet")),
     size=st.integers(2, 4),
     gpus=st.sampled_from((2, 4, 8)),
     busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
@@ -74,7 +120,8 @@ def room_for_workers(
     busy_after=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3),
     freed=st.lists(st.sampled_from(NODES), max_size=3),
 )
-def test_workers_come_after_a_change_and_go_whole_to_room_the_leaders_block_has(
+def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_block_has(
+    kind: str,
     size: int,
     gpus: int,
     busy_before: dict[str, int],
@@ -84,48 +131,36 @@ def test_workers_come_after_a_change_and_go_whole_to_room_the_leaders_block_has(
     busy_after: dict[str, int],
     freed: list[str],
 ) -> None:
-    lws = lws_body(leader_ready=True, size=size, gpus=gpus, annotations={"phalanx.dev/topology-key": NB})
+    owner, first_pod, workers = staged(kind, size, gpus)
     before = [someone_else(n, g, 0) for n, g in busy_before.items()]
-    first = plan(
-        cluster(pods=[lws_pod("serve", 0, 0, gpus=gpus)], others=before, owners=[("LeaderWorkerSet", lws)]),
-        NOW,
-    )
+    first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
     records = [a for a in first.actions if isinstance(a, RecordAdmission)]
     if not records:
-        event("the group did not fit at first")
+        event("the unit did not fit at first")
         return
-    (record,) = records
-    leader_node = next(a.node for a in record.admission.assignments if a.pod == "serve-0")
+    record = records[0]  # the unit's: its PodGroup's, or its tree's root's
+    leader_name = first_pod()["metadata"]["name"]
+    leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
     node = NODES[changed]
     if change == "deleted" and node == leader_node:
-        change = "none"  # the leader's own node deleted: its pod goes, another flow (the group is made again)
-    event(change)
+        change = "none"  # the first pod's own node deleted: it goes, another flow (the unit is made again)
+    event(f"{kind} {change}")
     nodes = nodes_after(change, node, shrunk_to)
     present = {b["metadata"]["name"] for b in nodes}
     others = [p for p in before if p["spec"]["nodeName"] not in freed]
     others += [someone_else(n, g, 1) for n, g in busy_after.items() if n != leader_node and n in present]
     used: dict[str, int] = defaultdict(int)
     for p in others:
-        used[p["spec"]["nodeName"]] += int(
-            p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
-        )
+        used[p["spec"]["nodeName"]] += gpus_of(p)
     used[leader_node] += gpus
-    name = record.group.name
-    leader = lws_pod(
-        "serve", 0, 0, gpus=gpus, gated=False, released_to=leader_node, node=leader_node, pod_group=name
-    )
-    workers = [lws_pod("serve", 0, w, gpus=gpus) for w in range(1, size)]
+    leader = first_pod(leader_node, record.group.name)
     state = cluster(
-        groups=made_groups(first),
-        pods=[leader, *workers],
-        others=others,
-        owners=[("LeaderWorkerSet", lws)],
-        nodes=nodes,
+        groups=made_groups(first), pods=[leader, *workers], others=others, owners=[owner], nodes=nodes
     )
     result = plan(state, NOW)  # must not raise, whatever the change
 
     released = {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
-    requeued = any(isinstance(a, DeletePod) for a in result.actions)
+    requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
     block = next(b for b in nodes if b["metadata"]["name"] == leader_node)["metadata"]["labels"][NB]
     room = room_for_workers(nodes, used, block, size - 1, gpus)
     labels = {b["metadata"]["name"]: b for b in nodes}
@@ -136,7 +171,7 @@ def test_workers_come_after_a_change_and_go_whole_to_room_the_leaders_block_has(
             body = labels.get(target)
             assert body is not None, f"{pod} released onto a deleted node"
             assert not body["spec"].get("taints"), f"{pod} released onto a tainted node"
-            assert body["metadata"]["labels"][NB] == block, f"{pod} released outside the leader's block"
+            assert body["metadata"]["labels"][NB] == block, f"{pod} released outside the first pod's block"
             used[target] += gpus
         for target in set(released.values()):
             allocatable = int(labels[target]["status"]["allocatable"]["nvidia.com/gpu"])
@@ -144,4 +179,4 @@ def test_workers_come_after_a_change_and_go_whole_to_room_the_leaders_block_has(
         assert not requeued
     else:
         event("requeued" if requeued else "waits")
-        assert not room, "the leader's block has room for the workers, none was released"
+        assert not room, "the first pod's block has room for the later pods, none was released"
