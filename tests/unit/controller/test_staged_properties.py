@@ -1,5 +1,6 @@
-"""A staged unit whose cluster changed between its decision and its later pods' coming, as a property: an
-LWS group with LeaderReady (one PodGroup) or a JobSet InOrder of a driver and workers (a tree).
+"""Recorded decisions finished after the cluster changed under them, as properties: a staged unit whose
+later pods come after the change (an LWS group with LeaderReady, one PodGroup; a JobSet InOrder of a driver
+and workers, a tree), and a Job's gang released in part before a restart.
 
 The decision places the leader and holds its workers' slots; then one node changes — tainted NoSchedule,
 shrunk (GPUs gone unhealthy), relabelled into the other network block, or deleted — and some others fill
@@ -22,6 +23,8 @@ from testkit import (
     NODES,
     NOW,
     cluster,
+    group_of,
+    job_body,
     jobset_body,
     jobset_pod,
     lws_body,
@@ -29,6 +32,7 @@ from testkit import (
     made_groups,
     node_body,
     pod_body,
+    written,
 )
 
 from phalanx.controller.model.actions import DeletePod, RecordAdmission, ReleasePod, SuspendJob
@@ -180,3 +184,85 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
     else:
         event("requeued" if requeued else "waits")
         assert not room, "the first pod's block has room for the later pods, none was released"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(2, 4),
+    gpus=st.sampled_from((2, 4, 8)),
+    busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
+    released_before=st.integers(1, 3),
+    change=st.sampled_from(CHANGES),
+    changed=st.integers(0, 7),
+    shrunk_to=st.sampled_from((0, 2, 4)),
+    busy_after=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3),
+)
+def test_a_gang_released_in_part_before_a_restart_is_finished_whole_in_one_block_or_not_at_all(
+    size: int,
+    gpus: int,
+    busy_before: dict[str, int],
+    released_before: int,
+    change: str,
+    changed: int,
+    shrunk_to: int,
+    busy_after: dict[str, int],
+) -> None:
+    """A Job's gang decided and released in part (the process died between its releases); then one node
+    changed, others filled; the process restarts. Its gated pods go all at once to untainted nodes with
+    room, in the one block of its bound pods as their nodes are labelled now; if that block has no room
+    for them (or its bound pods are in two blocks now), none goes."""
+    job = job_body("train", size, annotations={"phalanx.dev/topology-key": NB})
+    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
+    pods = [pod_body("train", i, gpus=gpus) for i in range(size)]
+    first = plan(cluster([(job, group_of(job), pods)], others=before), NOW)
+    decided = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    if not decided:
+        event("the gang did not fit at first")
+        return
+    group = written(first, [group_of(job)])[0]
+    bound_count = min(released_before, size - 1)
+    running = {f"train-{i}": decided[f"train-{i}"] for i in range(bound_count)}
+    node = NODES[changed]
+    if change == "deleted" and node in running.values():
+        change = "none"  # a bound pod's node deleted: the pod goes with it, another flow (lost.py)
+    event(change)
+    nodes = nodes_after(change, node, shrunk_to)
+    present = {b["metadata"]["name"] for b in nodes}
+    others = before + [
+        someone_else(n, g, 1) for n, g in busy_after.items() if n not in running.values() and n in present
+    ]
+    used: dict[str, int] = defaultdict(int)
+    for p in others:
+        used[p["spec"]["nodeName"]] += gpus_of(p)
+    now_pods = []
+    for i in range(size):
+        name = f"train-{i}"
+        if name in running:
+            now_pods.append(
+                pod_body("train", i, gpus=gpus, gated=False, node=running[name], released_to=running[name])
+            )
+            used[running[name]] += gpus
+        else:
+            now_pods.append(pod_body("train", i, gpus=gpus))
+    result = plan(cluster([(job, group, now_pods)], others=others, nodes=nodes), NOW)  # must not raise
+
+    released = {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
+    labels = {b["metadata"]["name"]: b for b in nodes}
+    blocks = {labels[n]["metadata"]["labels"][NB] for n in running.values()}
+    waiting = size - bound_count
+    room = len(blocks) == 1 and room_for_workers(nodes, used, next(iter(blocks)), waiting, gpus)
+    if released:
+        event("released")
+        assert len(released) == waiting, "released in part"
+        for pod, target in released.items():
+            body = labels.get(target)
+            assert body is not None, f"{pod} released onto a deleted node"
+            assert not body["spec"].get("taints"), f"{pod} released onto a tainted node"
+            assert {body["metadata"]["labels"][NB]} == blocks, f"{pod} released outside its gang's block"
+            used[target] += gpus
+        for target in set(released.values()):
+            allocatable = int(labels[target]["status"]["allocatable"]["nvidia.com/gpu"])
+            assert used[target] <= allocatable, f"{target} over capacity: {used[target]} > {allocatable}"
+    else:
+        event("waits")
+        assert not room, "its block has room for the gated pods, none was released"
