@@ -146,7 +146,7 @@ def _still_freeing(
     usage = reserved_usage(current, pending)
     ctx.snapshot = ctx.snapshot.assume([(node, requests) for node, requests in usage if node not in gone])
     where = f" in {current.domain}" if current.domain else ""
-    lost = f"; its node(s) {', '.join(gone)} went away, so it is placed again once they have" if gone else ""
+    lost = f"; its node(s) {', '.join(gone)} went away: it is placed again once they are gone" if gone else ""
     return st.Outcome(
         c.REASON_PREEMPTING,
         f"waiting for {len(left)} preempted pod(s) to terminate{where}; the room they free is "
