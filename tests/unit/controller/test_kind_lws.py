@@ -599,6 +599,54 @@ def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_aga
     assert sorted(releases(result).values()) == ["n1", "n3"]
 
 
+def test_a_staged_tree_decided_again_keeps_the_pods_released_into_their_slots_in_its_record() -> None:
+    """The JobSet above with worker 0 already released into its slot on n1, worker 1 still gated when its
+    slot's node n2 is tainted: the tree is decided again for worker 1 — and its new record still names
+    worker 0 (by its own name now; the earlier record named its slot). A node soak saw the record lose it:
+    the gang then ran whole with a record of three pods of four, so a later loss of that pod would not be
+    seen as a loss (plan/lost.py reads the record)."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 2)),
+        in_order=True,
+        gpus=4,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    busy = [4, 5, 6, 7, 8]
+    first = plan(
+        owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0, gpus=4)], busy=busy), NOW
+    )
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    slot = sorted(a.pod for a in root.admission.assignments if "-slot-" in a.pod)
+    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n1", slot[0]: "n1", slot[1]: "n2"})
+    workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
+    driver = jobset_pod("train", "driver", 0, 0, gpus=4, gated=False, released_to="n1", node="n1")
+    w0 = jobset_pod(
+        "train", "workers", 0, 0, global_index=1, gpus=4, gated=False, released_to="n1", node="n1"
+    )
+    w0["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(workers_group)
+    w1 = jobset_pod("train", "workers", 0, 1, global_index=1, gpus=4)
+    state = cluster(
+        busy=busy,
+        groups=groups,
+        pods=[driver, w0, w1],
+        others=[half_of("n3")],
+        owners=[("JobSet", js)],
+        nodes=nodes_with_n2("tainted"),
+    )
+    result = plan(state, NOW)
+    assert releases(result) == {"train-workers-0-1": "n3"}
+    again = next(
+        a for a in result.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    assert {a.pod: a.node for a in again.admission.assignments} == {
+        "train-driver-0-0": "n1",
+        "train-workers-0-0": "n1",
+        "train-workers-0-1": "n3",
+    }
+
+
 def test_written_keeps_what_a_plan_recorded() -> None:
     lws = lws_body(leader_ready=True)
     first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)]), NOW)

@@ -170,11 +170,16 @@ def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision:
 def still_placed(status: GroupStatus, namespace: str, leaves: Iterable[LeafWork]) -> list[tuple[str, str]]:
     """The pods of an earlier record still placed, as (namespace/pod, node): a decision taken again while
     some of the gang runs (a replacement, a record whose release a crash cut short) names them beside the
-    new ones, so the record stays the whole gang (lost.py, requeue.grown and finish read it so)."""
-    placed = {p.name for leaf in leaves for p in leaf.placed}
+    new ones, so the record stays the whole gang (lost.py, requeue.grown and finish read it so). A staged
+    unit's pod released into its slot is named by the slot in the earlier record: it is named by its own
+    name now (a JobSet decided again after its second child Job's pods went into their slots lost one of
+    them from its record: a node soak saw it)."""
+    placed = {p.name: p.name for leaf in leaves for p in leaf.placed}
+    placed |= {slot: p.name for leaf in leaves for p in leaf.placed if (slot := slot_of(leaf, p))}
     if status.admission is None or not placed:
         return []
-    return [(f"{namespace}/{a.pod}", a.node) for a in status.admission.assignments if a.pod in placed]
+    named = {placed[a.pod]: a.node for a in status.admission.assignments if a.pod in placed}
+    return [(f"{namespace}/{pod}", node) for pod, node in named.items()]
 
 
 def explained(decision: Reject, request: GroupRequest, ctx: Pass) -> str:
