@@ -35,6 +35,7 @@ from testkit import (
     written,
 )
 
+from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.model.actions import DeletePod, RecordAdmission, ReleasePod, SuspendJob
 from phalanx.controller.plan import plan
 
@@ -80,36 +81,44 @@ def room_for_workers(
     return fits >= workers
 
 
-def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]], Any, list[dict[str, Any]]]:
-    """(kind, owner); its first pod, gated or (given a node and a group) released and bound there; its later
-    pods, gated."""
+def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]], Any, Any]:
+    """(kind, owner); its first pod, and each of its size - 1 later pods by number: gated, or (given a node
+    and its PodGroup) released and bound there."""
     key = {"phalanx.dev/topology-key": NB}
     if kind == "LeaderWorkerSet":
         lws = lws_body(leader_ready=True, size=size, gpus=gpus, annotations=key)
 
-        def leader(node: str = "", group: str = "") -> dict[str, Any]:
+        def lws_member(worker: int, node: str = "", group: str = "") -> dict[str, Any]:
             if not node:
-                return lws_pod("serve", 0, 0, gpus=gpus)
+                return lws_pod("serve", 0, worker, gpus=gpus)
             return lws_pod(
-                "serve", 0, 0, gpus=gpus, gated=False, released_to=node, node=node, pod_group=group
+                "serve", 0, worker, gpus=gpus, gated=False, released_to=node, node=node, pod_group=group
             )
 
-        return (kind, lws), leader, [lws_pod("serve", 0, w, gpus=gpus) for w in range(1, size)]
+        return (kind, lws), lambda *a: lws_member(0, *a), lambda i, *a: lws_member(i + 1, *a)
     js = jobset_body(
         replicated=(("driver", 1, 1), ("workers", 1, size - 1)), in_order=True, gpus=gpus, annotations=key
     )
 
-    def driver(node: str = "", group: str = "") -> dict[str, Any]:
+    def js_member(rjob: str, index: int, node: str = "", group: str = "") -> dict[str, Any]:
+        at = 0 if rjob == "driver" else 1
         if not node:
-            return jobset_pod("train", "driver", 0, 0, gpus=gpus)
-        return jobset_pod("train", "driver", 0, 0, gpus=gpus, gated=False, released_to=node, node=node)
+            return jobset_pod("train", rjob, 0, index, global_index=at, gpus=gpus)
+        body = jobset_pod(
+            "train", rjob, 0, index, global_index=at, gpus=gpus, gated=False, released_to=node, node=node
+        )
+        body["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(group)
+        return body
 
-    workers = [jobset_pod("train", "workers", 0, i, global_index=1, gpus=gpus) for i in range(size - 1)]
-    return (kind, js), driver, workers
+    return (kind, js), lambda *a: js_member("driver", 0, *a), lambda i, *a: js_member("workers", i, *a)
 
 
 def gpus_of(pod: dict[str, Any]) -> int:
     return int(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+
+
+def slot_number(slot: str) -> int:
+    return int(slot.rsplit("-", 1)[1])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -118,6 +127,7 @@ def gpus_of(pod: dict[str, Any]) -> int:
     size=st.integers(2, 4),
     gpus=st.sampled_from((2, 4, 8)),
     busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
+    in_slots=st.integers(0, 2),
     change=st.sampled_from(CHANGES),
     changed=st.integers(0, 7),
     shrunk_to=st.sampled_from((0, 2, 4)),
@@ -129,13 +139,16 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
     size: int,
     gpus: int,
     busy_before: dict[str, int],
+    in_slots: int,
     change: str,
     changed: int,
     shrunk_to: int,
     busy_after: dict[str, int],
     freed: list[str],
 ) -> None:
-    owner, first_pod, workers = staged(kind, size, gpus)
+    """`in_slots` of the later pods came before the change and went into their slots (never all of them):
+    whatever is decided again, the unit's record still names every pod that runs."""
+    owner, first_pod, later_pod = staged(kind, size, gpus)
     before = [someone_else(n, g, 0) for n, g in busy_before.items()]
     first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
     records = [a for a in first.actions if isinstance(a, RecordAdmission)]
@@ -143,39 +156,58 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
         event("the unit did not fit at first")
         return
     record = records[0]  # the unit's: its PodGroup's, or its tree's root's
+    groups = made_groups(first)
+    later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
     leader_name = first_pod()["metadata"]["name"]
     leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
+    slots = sorted(
+        (a for a in record.admission.assignments if "-slot-" in a.pod), key=lambda a: slot_number(a.pod)
+    )
+    running = {leader_name: leader_node}
+    pods = [first_pod(leader_node, record.group.name)]
+    for i in range(size - 1):
+        if i < min(in_slots, size - 2):
+            pod = later_pod(i, slots[i].node, later_group)
+            running[pod["metadata"]["name"]] = slots[i].node
+        else:
+            pod = later_pod(i)
+        pods.append(pod)
+    waiting = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] not in running]
     node = NODES[changed]
-    if change == "deleted" and node == leader_node:
-        change = "none"  # the first pod's own node deleted: it goes, another flow (the unit is made again)
+    if change == "deleted" and node in running.values():
+        change = (
+            "none"  # a running pod's node deleted: it goes with it, another flow (the unit is made again)
+        )
     event(f"{kind} {change}")
     nodes = nodes_after(change, node, shrunk_to)
     present = {b["metadata"]["name"] for b in nodes}
     others = [p for p in before if p["spec"]["nodeName"] not in freed]
-    others += [someone_else(n, g, 1) for n, g in busy_after.items() if n != leader_node and n in present]
+    others += [
+        someone_else(n, g, 1) for n, g in busy_after.items() if n not in running.values() and n in present
+    ]
     used: dict[str, int] = defaultdict(int)
     for p in others:
         used[p["spec"]["nodeName"]] += gpus_of(p)
-    used[leader_node] += gpus
-    leader = first_pod(leader_node, record.group.name)
-    state = cluster(
-        groups=made_groups(first), pods=[leader, *workers], others=others, owners=[owner], nodes=nodes
-    )
+    for n in running.values():
+        used[n] += gpus
+    state = cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes)
     result = plan(state, NOW)  # must not raise, whatever the change
 
     released = {a.pod.name: a.node for a in result.actions if isinstance(a, ReleasePod)}
     requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
-    block = next(b for b in nodes if b["metadata"]["name"] == leader_node)["metadata"]["labels"][NB]
-    room = room_for_workers(nodes, used, block, size - 1, gpus)
     labels = {b["metadata"]["name"]: b for b in nodes}
+    blocks = {labels[n]["metadata"]["labels"][NB] for n in running.values()}
+    room = len(blocks) == 1 and room_for_workers(nodes, used, next(iter(blocks)), len(waiting), gpus)
     if released:
         event("released")
-        assert set(released) == {w["metadata"]["name"] for w in workers}, "released in part"
+        assert set(released) == set(waiting), "released in part"
         for pod, target in released.items():
             body = labels.get(target)
             assert body is not None, f"{pod} released onto a deleted node"
             assert not body["spec"].get("taints"), f"{pod} released onto a tainted node"
-            assert body["metadata"]["labels"][NB] == block, f"{pod} released outside the first pod's block"
+            assert {body["metadata"]["labels"][NB]} == blocks, (
+                f"{pod} released outside the block of those that run"
+            )
             used[target] += gpus
         for target in set(released.values()):
             allocatable = int(labels[target]["status"]["allocatable"]["nvidia.com/gpu"])
@@ -183,7 +215,12 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
         assert not requeued
     else:
         event("requeued" if requeued else "waits")
-        assert not room, "the first pod's block has room for the later pods, none was released"
+        assert not room, "the block of the pods that run has room for the later ones, none was released"
+    for again in result.actions:
+        if isinstance(again, RecordAdmission) and again.group.kind_key == record.group.kind_key:
+            event("decided again")
+            named = {a.pod for a in again.admission.assignments}
+            assert set(running) | set(released) <= named, f"the record lost a pod: {sorted(named)}"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
