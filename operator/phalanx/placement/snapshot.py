@@ -404,19 +404,11 @@ class Snapshot:
         `bound_pod_ids`, so `without` cannot remove them.
         """
         s = self._s
-        entries: list[tuple[int, int]] = []
-        pods: list[AssumedPod] = []
-        for item in assignments:
-            node_name, requests = item[0], item[1]
-            if isinstance(item, AssumedPod):
-                pods.append(item)
-            node = s.name_index.get(node_name)
-            if node is None:
-                raise KeyError(f"node {node_name!r} is not in the snapshot")
-            entries.extend(s.entries(node, requests))
-        if not entries:
+        items = list(assignments)
+        pods = [item for item in items if isinstance(item, AssumedPod)]
+        delta = self._delta((item[0], item[1]) for item in items)
+        if delta is None:
             return self
-        delta = _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
         used = np.minimum(self._used + delta, SATURATED)
         index = None
         if self._index is not None:
@@ -439,6 +431,12 @@ class Snapshot:
         """The inverse of `assume` for plain (node, requests) entries: each is one pod fewer on that node
         (never below zero). For room assumed for pods that may be decided again (a staged unit's held
         slots, when the unit places them afresh). Raises KeyError for an unknown node."""
+        delta = self._delta(usage)
+        return self if delta is None else self._with_used(np.maximum(self._used - delta, 0))
+
+    def _delta(self, usage: Iterable[tuple[str, Mapping[str, int]]]) -> IntArray | None:
+        """The usage array of those (node, requests) entries, each one pod (None: nothing at all). Raises
+        KeyError for an unknown node."""
         s = self._s
         entries: list[tuple[int, int]] = []
         for node_name, requests in usage:
@@ -447,11 +445,14 @@ class Snapshot:
                 raise KeyError(f"node {node_name!r} is not in the snapshot")
             entries.extend(s.entries(node, requests))
         if not entries:
-            return self
-        delta = _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
+            return None
+        return _accumulate(entries, s.alloc.size).reshape(s.alloc.shape)
+
+    def _with_used(self, used: IntArray) -> Snapshot:
+        """The same snapshot (pods, assumed pods, claims, index) with another usage array."""
         return Snapshot(
-            s,
-            np.maximum(self._used - delta, 0),
+            self._s,
+            used,
             self._pods,
             self._removed,
             special=self._special,
@@ -515,18 +516,7 @@ class Snapshot:
             return self
         used = self._used.copy()
         used[:, held] = SATURATED
-        return Snapshot(
-            s,
-            used,
-            self._pods,
-            self._removed,
-            special=self._special,
-            claims=self._claims,
-            csi=self._csi,
-            assumed=self._assumed,
-            assumed_special=self._assumed_special,
-            index=self._index,
-        )
+        return self._with_used(used)
 
     # --- other pods, volumes ----------------------------------------------------------------
 

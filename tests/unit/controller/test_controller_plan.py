@@ -614,6 +614,20 @@ def test_the_articles_preemption_requeues_one_low_gang_whole_and_reserves_its_lo
     assert result.units[-1].preempted_pods == 4 or any(g.preempted_pods == 4 for g in result.units)
 
 
+def preempted_once() -> tuple[Any, Any, Any, str, PodGroupStatus]:
+    """low-a (n1-n4) and low-b (n5-n8) run at priority 10; the preemptor `high` (2 pods, one local block)
+    comes at 1000 and takes one of them. Returns low-a, low-b, the preemptor, the name of the Job it
+    suspended and the status it wrote (with its reservation)."""
+    low_a = running_gang("low-a", 1, priority=10)
+    low_b = running_gang("low-b", 5, priority=10)
+    high = preemptor()
+    first = plan(blocks_state([low_a, low_b, high]), NOW)
+    (suspend,) = only(first.actions, SuspendJob)
+    held = next(a.status for a in only(first.actions, PatchStatus) if a.group.name.startswith("high"))
+    assert held.reservation is not None
+    return low_a, low_b, high, suspend.job.name, held
+
+
 def test_victims_made_again_under_their_names_do_not_hold_the_preemptor_back() -> None:
     """A LeaderWorkerSet group is taken back by deleting its pods, and its StatefulSets make them again at
     once under the same names, born gated. The reservation names its victims by namespace/name: such a pod
@@ -622,14 +636,9 @@ def test_victims_made_again_under_their_names_do_not_hold_the_preemptor_back() -
     preempts again at once — before, it waited "for 4 preempted pod(s) to terminate" (the new pods of the
     same names) until the reservation expired, 120 s (found by the preemption crash soak,
     tests/integration/soak_preempt.py)."""
-    low_a = running_gang("low-a", 1, priority=10)
-    low_b = running_gang("low-b", 5, priority=10)
-    high_job, high_group, high_pods = preemptor()
-    first = plan(blocks_state([low_a, low_b, (high_job, high_group, high_pods)]), NOW)
-    (suspend,) = only(first.actions, SuspendJob)
-    held = next(a.status for a in only(first.actions, PatchStatus) if a.group.name.startswith("high"))
+    low_a, low_b, (high_job, _, high_pods), suspended, held = preempted_once()
     assert held.reservation is not None and len(held.reservation.victims) == 4
-    victim, other = (low_a, low_b) if suspend.job.name == "low-a" else (low_b, low_a)
+    victim, other = (low_a, low_b) if suspended == "low-a" else (low_b, low_a)
     job, group, pods = victim
     again = []
     for pod in pods:  # the same names, new pods: gated, on no node, made after the reservation
@@ -674,13 +683,8 @@ def test_a_reservation_whose_node_went_away_waits_for_its_victims_and_takes_no_s
     rule too) — before, every pass failed on the reserved room of a node the snapshot lacks (KeyError), and
     dropping the reservation would have taken low-b as well, for the room low-a is about to free. Once
     low-a's pods are gone, the preemptor is placed in lb-a2, which they freed."""
-    low_a = running_gang("low-a", 1, priority=10)
-    low_b = running_gang("low-b", 5, priority=10)
-    high_job, high_group, high_pods = preemptor()
-    first = plan(blocks_state([low_a, low_b, (high_job, high_group, high_pods)]), NOW)
-    (suspend,) = only(first.actions, SuspendJob)
-    held = next(a.status for a in only(first.actions, PatchStatus) if a.group.name.startswith("high"))
-    assert held.reservation is not None and suspend.job.name == "low-a"
+    low_a, low_b, (high_job, _, high_pods), suspended, held = preempted_once()
+    assert held.reservation is not None and suspended == "low-a"
     assert held.reservation.nodes == ["n1", "n2"]
     job, group, pods = low_a
     for pod in pods:

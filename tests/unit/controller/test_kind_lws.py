@@ -561,13 +561,10 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_t
     assert sorted(releases(later).values()) == sorted(slots.values())
 
 
-@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "moved", "deleted"])
-def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
-    slot_node: str,
-) -> None:
-    """The tree form of the LeaderReady row above: the driver (4 GPUs) runs on n1, the workers' slots are
-    on n1 and n2; n2 is tainted (or deleted) when the workers come: the tree is decided again with its own
-    held room given back — a worker on n1 and one on n3 — not requeued."""
+def in_order_jobset_decided() -> tuple[dict[str, Any], list[int], list[Any]]:
+    """A JobSet InOrder of a driver and 2 workers of 4 GPUs each, in nb-a (nb-b and n4 busy): decided with
+    its driver's pod, the record moved to put the driver and slot 0 on n1, slot 1 on n2. Returns the
+    JobSet, the busy nodes and its groups with that record."""
     js = jobset_body(
         replicated=(("driver", 1, 1), ("workers", 1, 2)),
         in_order=True,
@@ -583,7 +580,17 @@ def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_aga
     )
     slot = sorted(a.pod for a in root.admission.assignments if "-slot-" in a.pod)
     assert len(slot) == 2
-    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n1", slot[0]: "n1", slot[1]: "n2"})
+    return js, busy, recorded_on(made_groups(first), {"train-driver-0-0": "n1", slot[0]: "n1", slot[1]: "n2"})
+
+
+@pytest.mark.parametrize("slot_node", ["tainted", "shrunk", "moved", "deleted"])
+def test_an_in_order_jobset_whose_slot_no_longer_takes_its_worker_is_decided_again_in_its_own_room(
+    slot_node: str,
+) -> None:
+    """The tree form of the LeaderReady row above: the driver (4 GPUs) runs on n1, the workers' slots are
+    on n1 and n2; n2 is tainted (or deleted) when the workers come: the tree is decided again with its own
+    held room given back — a worker on n1 and one on n3 — not requeued."""
+    js, busy, groups = in_order_jobset_decided()
     driver = jobset_pod("train", "driver", 0, 0, gpus=4, gated=False, released_to="n1", node="n1")
     workers = [jobset_pod("train", "workers", 0, i, global_index=1, gpus=4) for i in range(2)]
     state = cluster(
@@ -605,21 +612,7 @@ def test_a_staged_tree_decided_again_keeps_the_pods_released_into_their_slots_in
     worker 0 (by its own name now; the earlier record named its slot). A node soak saw the record lose it:
     the gang then ran whole with a record of three pods of four, so a later loss of that pod would not be
     seen as a loss (plan/lost.py reads the record)."""
-    js = jobset_body(
-        replicated=(("driver", 1, 1), ("workers", 1, 2)),
-        in_order=True,
-        gpus=4,
-        annotations={"phalanx.dev/topology-key": NB},
-    )
-    busy = [4, 5, 6, 7, 8]
-    first = plan(
-        owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0, gpus=4)], busy=busy), NOW
-    )
-    root = next(
-        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
-    )
-    slot = sorted(a.pod for a in root.admission.assignments if "-slot-" in a.pod)
-    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n1", slot[0]: "n1", slot[1]: "n2"})
+    js, busy, groups = in_order_jobset_decided()
     workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
     driver = jobset_pod("train", "driver", 0, 0, gpus=4, gated=False, released_to="n1", node="n1")
     w0 = jobset_pod(

@@ -43,6 +43,16 @@ GPUS_PER_NODE = 8
 CHANGES = ("tainted", "shrunk", "moved", "deleted", "none")
 
 
+# What both properties draw: the gang (pods, GPUs per pod), the cluster before the decision, the change.
+SIZE = st.integers(2, 4)
+GPUS = st.sampled_from((2, 4, 8))
+BUSY_BEFORE = st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6)
+CHANGE = st.sampled_from(CHANGES)
+CHANGED = st.integers(0, 7)  # which node changes
+SHRUNK_TO = st.sampled_from((0, 2, 4))  # GPUs a shrunk node has left
+BUSY_AFTER = st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3)
+
+
 def someone_else(node: str, gpus: int, index: int) -> dict[str, Any]:
     """A running pod of another tool's taking `gpus` GPUs of `node`."""
     body = pod_body("other", index, node=node, gated=False, phase="Running", gpus=gpus)
@@ -124,14 +134,14 @@ def slot_number(slot: str) -> int:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(("LeaderWorkerSet", "JobSet")),
-    size=st.integers(2, 4),
-    gpus=st.sampled_from((2, 4, 8)),
-    busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
+    size=SIZE,
+    gpus=GPUS,
+    busy_before=BUSY_BEFORE,
     in_slots=st.integers(0, 2),
-    change=st.sampled_from(CHANGES),
-    changed=st.integers(0, 7),
-    shrunk_to=st.sampled_from((0, 2, 4)),
-    busy_after=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3),
+    change=CHANGE,
+    changed=CHANGED,
+    shrunk_to=SHRUNK_TO,
+    busy_after=BUSY_AFTER,
     freed=st.lists(st.sampled_from(NODES), max_size=3),
 )
 def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_block_has(
@@ -225,14 +235,14 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    size=st.integers(2, 4),
-    gpus=st.sampled_from((2, 4, 8)),
-    busy_before=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 6, 8)), max_size=6),
+    size=SIZE,
+    gpus=GPUS,
+    busy_before=BUSY_BEFORE,
     released_before=st.integers(1, 3),
-    change=st.sampled_from(CHANGES),
-    changed=st.integers(0, 7),
-    shrunk_to=st.sampled_from((0, 2, 4)),
-    busy_after=st.dictionaries(st.sampled_from(NODES), st.sampled_from((2, 4, 8)), max_size=3),
+    change=CHANGE,
+    changed=CHANGED,
+    shrunk_to=SHRUNK_TO,
+    busy_after=BUSY_AFTER,
 )
 def test_a_gang_released_in_part_before_a_restart_is_finished_whole_in_one_block_or_not_at_all(
     size: int,
