@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from testkit import (
+    LB,
     NB,
     NODES,
     NOW,
@@ -40,7 +41,7 @@ from phalanx.controller.model.actions import DeletePod, RecordAdmission, Release
 from phalanx.controller.plan import plan
 
 GPUS_PER_NODE = 8
-CHANGES = ("tainted", "shrunk", "moved", "deleted", "none")
+CHANGES = ("tainted", "shrunk", "moved", "moved-local", "deleted", "none")
 
 
 # What both properties draw: the gang (pods, GPUs per pod), the cluster before the decision, the change.
@@ -74,6 +75,9 @@ def nodes_after(change: str, node: str, shrunk_to: int) -> list[dict[str, Any]]:
             elif change == "moved":
                 labels = body["metadata"]["labels"]
                 labels[NB] = "nb-b" if labels[NB] == "nb-a" else "nb-a"
+            elif change == "moved-local":  # into the other local block of its network block
+                labels = body["metadata"]["labels"]
+                labels[LB] = labels[LB][:-1] + ("2" if labels[LB].endswith("1") else "1")
         out.append(body)
     return out
 
@@ -106,6 +110,8 @@ def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]],
             )
 
         return (kind, lws), lambda *a: lws_member(0, *a), lambda i, *a: lws_member(i + 1, *a)
+    if kind == "JobSet sliced":  # each child Job in one local block as well
+        key = {**key, "phalanx.dev/slice-topology-key": LB}
     js = jobset_body(
         replicated=(("driver", 1, 1), ("workers", 1, size - 1)), in_order=True, gpus=gpus, annotations=key
     )
@@ -120,7 +126,7 @@ def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]],
         body["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(group)
         return body
 
-    return (kind, js), lambda *a: js_member("driver", 0, *a), lambda i, *a: js_member("workers", i, *a)
+    return ("JobSet", js), lambda *a: js_member("driver", 0, *a), lambda i, *a: js_member("workers", i, *a)
 
 
 def gpus_of(pod: dict[str, Any]) -> int:
@@ -133,7 +139,7 @@ def slot_number(slot: str) -> int:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    kind=st.sampled_from(("LeaderWorkerSet", "JobSet")),
+    kind=st.sampled_from(("LeaderWorkerSet", "JobSet", "JobSet sliced")),
     size=SIZE,
     gpus=GPUS,
     busy_before=BUSY_BEFORE,
@@ -207,10 +213,30 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
     requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
     labels = {b["metadata"]["name"]: b for b in nodes}
     blocks = {labels[n]["metadata"]["labels"][NB] for n in running.values()}
-    room = len(blocks) == 1 and room_for_workers(nodes, used, next(iter(blocks)), len(waiting), gpus)
+    sliced = kind == "JobSet sliced"
+    in_slot = [n for pod, n in running.items() if pod != leader_name]
+    local = {labels[n]["metadata"]["labels"][LB] for n in in_slot}  # the workers' local block, if any runs
+    candidates = sorted({b["metadata"]["labels"][LB] for b in nodes}) if not local else sorted(local)
+    room = len(blocks) == 1 and (
+        any(
+            room_for_workers(
+                [b for b in nodes if b["metadata"]["labels"][LB] == lb],
+                used,
+                next(iter(blocks)),
+                len(waiting),
+                gpus,
+            )
+            for lb in candidates
+        )
+        if sliced
+        else room_for_workers(nodes, used, next(iter(blocks)), len(waiting), gpus)
+    )
     if released:
         event("released")
         assert set(released) == set(waiting), "released in part"
+        if sliced:
+            lbs = {labels[n]["metadata"]["labels"][LB] for n in [*released.values(), *in_slot] if n in labels}
+            assert len(lbs) == 1, f"the workers' child Job across local blocks: {lbs}"
         for pod, target in released.items():
             body = labels.get(target)
             assert body is not None, f"{pod} released onto a deleted node"

@@ -388,6 +388,15 @@ def _in_recorded_domains(
             (leaf.group.status.admission, leaf.group.topology_key, nodes[n])
             for n, leaf in work.leaves.items()
         ]
+    if work.root is not None:
+        # A PodGroup with no record of its own (a staged one whose pods are all still to come: its status
+        # keeps none): its required key still asks for one domain among its nodes.
+        for n, leaf in work.leaves.items():
+            key = leaf.group.topology_key
+            if leaf.group.status.admission is None and key and leaf.group.topology_mode == "required":
+                values = {node.labels.get(key) if (node := ctx.nodes.get(m)) else None for m in nodes[n]}
+                if len(values) > 1 or None in values:
+                    return False
     for admission, key, names in scopes:
         if admission is None or not admission.domain:
             continue
