@@ -382,31 +382,24 @@ def _in_recorded_domains(
         + [n for _, n in held_slots(leaf, slots, ctx)]
         for name, leaf in work.leaves.items()
     }
-    scopes = [(holder.status.admission, holder.topology_key, [n for ns in nodes.values() for n in ns])]
+    groups = [(holder, [n for ns in nodes.values() for n in ns])]
     if work.root is not None:
-        scopes += [
-            (leaf.group.status.admission, leaf.group.topology_key, nodes[n])
-            for n, leaf in work.leaves.items()
-        ]
-    if work.root is not None:
-        # A PodGroup with no record of its own (a staged one whose pods are all still to come: its status
-        # keeps none): its required key still asks for one domain among its nodes.
-        for n, leaf in work.leaves.items():
-            key = leaf.group.topology_key
-            if leaf.group.status.admission is None and key and leaf.group.topology_mode == "required":
-                values = {node.labels.get(key) if (node := ctx.nodes.get(m)) else None for m in nodes[n]}
-                if len(values) > 1 or None in values:
-                    return False
-    for admission, key, names in scopes:
-        if admission is None or not admission.domain:
-            continue
-        level = admission.level if admission.level is not None else key
+        groups += [(leaf.group, nodes[n]) for n, leaf in work.leaves.items()]
+    for group, names in groups:
+        admission, key = group.status.admission, group.topology_key
+        if admission is not None and admission.domain:
+            level = admission.level if admission.level is not None else key
+            want: set[str | None] | None = {admission.domain} if level else None  # "": placed anywhere
+        else:
+            # No record of its own (a staged slice whose pods are all still to come: its status keeps
+            # none): a required key still asks for one domain among its nodes.
+            level = key if admission is None and group.topology_mode == "required" else None
+            want = None
         if not level:
-            continue  # no constraint, or a preferred group placed anywhere
-        for name in names:
-            node = ctx.nodes.get(name)
-            if node is None or node.labels.get(level) != admission.domain:
-                return False
+            continue
+        values = {node.labels.get(level) if (node := ctx.nodes.get(m)) else None for m in names}
+        if (want is not None and values - want) or None in values or len(values) > 1:
+            return False
     return True
 
 
