@@ -561,6 +561,44 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_replicated_job_and_t
     assert sorted(releases(later).values()) == sorted(slots.values())
 
 
+def test_an_in_order_jobsets_later_child_job_keeps_its_decision_from_one_write_while_its_pods_come() -> None:
+    """The workers' PodGroup of an InOrder JobSet decided with its driver: its own decision (its slots, its
+    block) is written once, with its status, and stays while its pods are still to come — not dropped by a
+    second status write of the same pass (no pod of it held a node yet) and written again when they come."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 3)),
+        in_order=True,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    first = plan(owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0)]), NOW)
+    writes: dict[str, list[Any]] = {}
+    for a in first.actions:
+        if isinstance(a, (RecordAdmission, PatchStatus)):
+            writes.setdefault(a.group.name, []).append(a)
+    (workers_group,) = [g for g in writes if "workers" in g]
+    (write,) = writes[workers_group]
+    assert isinstance(write, RecordAdmission) and write.status is not None
+    slots = {a.pod: a.node for a in write.admission.assignments}
+    assert len(slots) == 3 and all("-slot-" in s for s in slots)
+    assert (
+        write.status.admission == write.admission and write.status.domain == BLOCK[next(iter(slots.values()))]
+    )
+    groups = made_groups(first)
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    driver_node = {a.pod: a.node for a in root.admission.assignments}["train-driver-0-0"]
+    driver = jobset_pod("train", "driver", 0, 0, gated=False, node=driver_node)
+    between = plan(owner_cluster([("JobSet", js)], [driver], groups=groups), NOW + dt.timedelta(seconds=5))
+    groups = written(between, groups)
+    (kept,) = [g for g in groups if g.name == workers_group]
+    assert kept.status.admission == write.admission and kept.status.domain == write.status.domain
+    workers = [jobset_pod("train", "workers", 0, i, global_index=1) for i in range(3)]
+    later = plan(owner_cluster([("JobSet", js)], [driver, *workers], groups=groups), NOW)
+    assert sorted(releases(later).values()) == sorted(slots.values())
+    assert not [a for a in later.actions if isinstance(a, RecordAdmission) and a.group.name == workers_group]
+
+
 def in_order_jobset_decided() -> tuple[dict[str, Any], list[int], list[Any]]:
     """A JobSet InOrder of a driver and 2 workers of 4 GPUs each, in nb-a (nb-b and n4 busy): decided with
     its driver's pod, the record moved to put the driver and slot 0 on n1, slot 1 on n2. Returns the

@@ -391,8 +391,8 @@ def _in_recorded_domains(
             level = admission.level if admission.level is not None else key
             want: set[str | None] | None = {admission.domain} if level else None  # "": placed anywhere
         else:
-            # No record of its own (a staged slice whose pods are all still to come: its status keeps
-            # none): a required key still asks for one domain among its nodes.
+            # No record of its own (recorded on the root only: a restart between the root's write and
+            # its own): a required key still asks for one domain among its nodes.
             level = key if admission is None and group.topology_mode == "required" else None
             want = None
         if not level:

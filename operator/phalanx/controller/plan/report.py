@@ -24,6 +24,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import CompositePodGroupRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
+from phalanx.controller.plan.staging import slots_held
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 # reasons said as Warning events
@@ -115,7 +116,7 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     admission = leaf.admission
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
         admission = None  # nothing is held for a suspended or finished owner
-    elif not _holds_a_node(leaf):
+    elif not _holds_a_node(leaf) and not slots_held(work, leaf, ctx):
         admission = None  # the decision's pods are gone; the next one starts afresh
     facts = _facts(work, leaf)
     desired = st.desired_status(

@@ -55,6 +55,19 @@ def held_slots(leaf: LeafWork, recorded: Mapping[str, str], ctx: Pass) -> list[t
     ]
 
 
+def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
+    """The PodGroup of a staged unit has its own decision naming slots whose room is held for its pods still
+    to come (a JobSet's later child Job, made once the one before it is Ready), and the unit's decision
+    stands (a pod of it holds a node): the PodGroup keeps that decision and its domain in its status until
+    they come — as written when decided, so no second write undoes it and then writes it again."""
+    if not work.unit.staged or leaf.admission is None:
+        return False
+    recorded = {a.pod: a.node for a in leaf.admission.assignments}
+    return bool(held_slots(leaf, recorded, ctx)) and any(
+        x.placed or x.released_now for x in work.leaves.values()
+    )
+
+
 def placeholder(leaf: LeafWork, template: PodTemplate, name: str) -> PodRecord:
     """A pod of `leaf` not made yet, named `name`, shaped like `template`: gated, on no node."""
     return PodRecord(
