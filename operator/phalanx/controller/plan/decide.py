@@ -148,7 +148,7 @@ def decide_leaf(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[GroupRequest
 
 def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision: Admit, ctx: Pass) -> None:
     group = leaf.group
-    work.first_admission = never_admitted(group.status)
+    work.first_admission, work.decided = never_admitted(group.status), True
     # A replacement joins the pods still placed by the decisions before it: the record names them all, so
     # a later scale-up (placed == recorded, more pods waiting) is not taken for a loss (requeue.grown).
     kept = still_placed(group.status, group.namespace, [leaf])
@@ -284,7 +284,7 @@ def _admit_tree(
     everything = [pair for _, a in decision.admits for pair in a.assignments]
     if not everything:
         return  # min counts met by placed pods
-    work.first_admission = never_admitted(root.status)
+    work.first_admission, work.decided = never_admitted(root.status), True
     kept = still_placed(root.status, root.namespace, work.leaves.values())
     record = admission_of(decision.domain(root.name), [*kept, *everything], ctx, root.status, decision.level)
     # One atomic write holds the whole tree's decision; a changed root (another writer) makes it fail.

@@ -30,7 +30,7 @@ import dataclasses
 from phalanx.api import conditions as c
 from phalanx.api import keys
 from phalanx.controller.kinds.base import Unit
-from phalanx.controller.model.actions import RecordAdmission, UngatePod, UnitPlan
+from phalanx.controller.model.actions import UngatePod, UnitPlan
 from phalanx.controller.plan import status as st
 from phalanx.controller.plan.admitted import admitted_policy, waiting_since
 from phalanx.controller.plan.decide import decide_leaf, decide_tree, finish
@@ -150,14 +150,14 @@ def place(work: UnitWork, ctx: Pass) -> None:
     if _short_of_pods(work):
         requeue_if_lost_for_good(work, ctx)  # some came, others not yet: will the rest fit?
         return
-    lifted, before = lift_own_hold(work, ctx), len(work.actions)
+    lifted = lift_own_hold(work, ctx)
     if single is not None:
         _decide_single(work, single, ctx)
     elif (refused := decide_tree(work, ctx)) is not None:
         tree_wait_or_preempt(work, refused, ctx)
         if work.outcome is not None and work.outcome.reason == c.REASON_UNSCHEDULABLE:
             requeue_if_broken(work, ctx)
-    if lifted and not any(isinstance(a, RecordAdmission) for a in work.actions[before:]):
+    if lifted and not work.decided:
         ctx.snapshot = ctx.snapshot.assume(lifted)  # not decided anew: its recorded slots stay held
 
 

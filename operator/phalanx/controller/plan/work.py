@@ -130,6 +130,7 @@ class UnitWork:
     admission: Admission | None = None  # the root's record
     domain: str | None = None
     first_admission: bool = False  # the unit was admitted for the first time in this pass
+    decided: bool = False  # a new decision was recorded in this pass (its room assumed taken)
     reservation: Reservation | None = None  # a tree's, on its root (a one-leaf unit's is on its leaf)
     preempted: int = 0  # pods it preempted in this pass
     # A status change of a group was held back (report.py: numbers alone, a first wait for pods): a later
