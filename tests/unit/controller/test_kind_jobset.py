@@ -20,6 +20,8 @@ from testkit import (
     jobset_body,
     jobset_cluster,
     jobset_pod,
+    made_groups,
+    written,
 )
 
 from phalanx.api import conditions as c
@@ -32,6 +34,7 @@ from phalanx.controller.model.actions import (
     CreateWorkload,
     PatchStatus,
     PostEvent,
+    RecordAdmission,
     ReleasePod,
     ResumeJob,
     SuspendJob,
@@ -91,6 +94,30 @@ def test_a_new_jobset_gets_its_tree_and_is_placed_whole_with_each_child_job_in_o
         if isinstance(a, CreatePodGroup)
     }
     assert owners == {"JobSet/train"}  # kubectl get podgroups' OWNER column
+
+
+def test_a_child_jobs_podgroup_without_a_key_of_its_own_shows_its_trees_domain_while_it_runs() -> None:
+    """`kubectl get podgroups`' DOMAIN column: a JobSet keyed on its network block, its child Jobs without a
+    slice key: each child's PodGroup says the block from its admission on, and still once its pods run (it
+    was written with the decision, then dropped by the next status write)."""
+    js = jobset_body(annotations={"phalanx.dev/topology-key": NB})
+    first = plan(jobset_cluster([js], all_pods()), NOW)
+    records = {a.group.name: a for a in first.actions if isinstance(a, RecordAdmission)}
+    children = [name for name, a in records.items() if a.group.kind == "PodGroup"]
+    assert len(children) == 2
+    assert all(records[n].status is not None and records[n].status.domain == "nb-a" for n in children)
+    released = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    running = [
+        jobset_pod(
+            "train", "workers", j, i, global_index=j, gated=False, node=released[f"train-workers-{j}-{i}"]
+        )
+        for j in range(2)
+        for i in range(2)
+    ]
+    later = plan(jobset_cluster([js], running, groups=made_groups(first)), NOW + dt.timedelta(seconds=5))
+    statuses = {g.name: g.status for g in written(later, made_groups(first))}
+    assert [statuses[n].phase for n in children] == ["Running", "Running"]
+    assert [statuses[n].domain for n in children] == ["nb-a", "nb-a"]
 
 
 def test_a_jobset_whose_child_jobs_are_not_all_made_yet_waits_whole() -> None:
