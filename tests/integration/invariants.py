@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,19 +173,25 @@ class World:
         return {self.nodes[node].labels.get(key, "-") for p in pods if (node := usage_node(p)) in self.nodes}
 
     # ------------------------------------------------------------------ checks
-    def safety(self) -> list[str]:
-        """Must hold at every moment, even while the operator is down or retrying."""
+    def safety(self, shrunk: Collection[str] = (), relabelled: Collection[str] = ()) -> list[str]:
+        """Must hold at every moment, even while the operator is down or retrying. `shrunk`: nodes whose
+        allocatable went down under pods already there (GPUs gone unhealthy; the kubelet keeps them): their
+        room is checked by the caller, against when each pod came; `relabelled`: nodes moved to another
+        domain (or back) under pods already there: the domains of a gang with a pod on one are checked by
+        the caller, by each node's labels when the pod came (soak_nodes.py)."""
         problems = []
         used = self.used()
         for name, resources in used.items():
             node = self.nodes.get(name)
-            if node is None:
+            if node is None or name in shrunk:
                 continue
             for resource, amount in resources.items():
                 have = node.allocatable.get(resource, 0)
                 if amount > have:
                     problems.append(f"node {name} over capacity: {resource} {amount} > {have}")
         for gang in self.gangs.values():
+            if relabelled and any(usage_node(p) in relabelled for p in gang.placed):
+                continue
             if gang.key and len(domains := self.domains(gang.placed, gang.key)) > 1:
                 problems.append(
                     f"{gang.name}: pods in {len(domains)} domains of {gang.key}: {sorted(domains)}"

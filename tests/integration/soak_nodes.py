@@ -13,13 +13,18 @@ JobSet, LWS and Trainer controllers), then fails nodes in one of five ways, draw
 - `while-down`: the operator SIGKILLed at a random point of the round's admissions, a node of a gang (placed,
   or named by a decision) failed while it is down, sometimes another healed while down, then restarted.
 
-A node fails in one of three ways (`HOWS`): a `NoExecute` taint (the taint manager evicts its pods at
-once; the dev cluster's `fail-node --how taint`), `notready` (kwok stops its heartbeats and its `Ready`
-condition turns False: the node controller taints it; its pods stay, tolerating `not-ready` for 300 s, and
-kwok no longer runs anything new there) or `delete` (the Node object is deleted; the pod garbage collector
-deletes its pods after its 40 s quarantine, which the round waits for). Healing undoes it (a deleted node is
-made again, as `dev-cluster up` made it). The failed nodes are healed after the round settled with them
-failed; then it must settle again.
+A node fails in one of five ways (`HOWS`): a `NoExecute` taint (the taint manager evicts its pods at once; the
+dev cluster's `fail-node --how taint`), `notready` (kwok stops its heartbeats and its `Ready` condition turns
+False: the node controller taints it; its pods stay, tolerating `not-ready` for 300 s, and kwok no longer runs
+anything new there), `delete` (the Node object is deleted; the pod garbage collector deletes its pods after
+its 40 s quarantine, which the round waits for), `relabel` (its topology labels corrected: it moves to another
+local block, of another network block or of its own; its pods stay, so a gang that runs there now spans two
+domains as labelled, which nothing can undo — Phalanx decides what comes next as labelled now) or `shrink`
+(some or all of its GPUs go unhealthy: its allocatable `nvidia.com/gpu` drops, as a device plugin reports it;
+the kubelet keeps the pods there, so the node may hold more than it has now, and nothing new fits there until
+they go; a pod released there before and not bound yet is refused by kube-scheduler). Healing undoes it (a
+deleted node is made again, as `dev-cluster up` made it; a shrunk one gets its GPUs back; a relabelled one its
+labels). The failed nodes are healed after the round settled with them failed; then it must settle again.
 
 Checked at every poll, besides soak.py's safety (no node over capacity, one domain per gang and per part):
 
@@ -30,7 +35,12 @@ Checked at every poll, besides soak.py's safety (no node over capacity, one doma
   the Job controller backs off 10 s, 20 s, 40 s... after each failed pod) does so for at most
   `PARTIAL_LIMIT` of the operator's running time;
 - no pod is bound to a failed node later than `BIND_SLACK` after its failure (Phalanx released it there, or
-  kube-scheduler bound it there, after the node was known to have failed);
+  kube-scheduler bound it there, after the node was known to have failed) — to a shrunk one, none beyond
+  the room it has left after the pods that were there before: `shrunk_room`;
+- a gang with a pod on a node relabelled (moved, or moved back) is judged by the labels as they were: at
+  each binding of one of its pods, the nodes of its pods bound so far were in one domain of its key (and of
+  each part's slice key) as labelled then (`bound_across`; a binding within `BIND_SLACK` of a relabel of one
+  of them is not judged: the watches);
 - a requeue (a `Requeued` event, a requeue note, a bound pod taken away) only of a gang that had a pod on, or
   a decision naming, a failed node (`hit`): nothing else has a reason to be requeued.
 
@@ -44,6 +54,7 @@ gang that can ever fit was admitted once (soak.py's drain). An owner its control
 from __future__ import annotations
 
 import datetime as dt
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -56,13 +67,16 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 from phalanx.devcluster.topology import SIMULATED_LABEL, seed_topology
 
-from .gangs import Gang, usage_node
+from .gangs import Gang, Part, pod_requests, quantity, terminal, usage_node
 from .invariants import World, owner_failed, room_for_missing, short_by
-from .kube import NB_KEY, Namespace
+from .kube import LB_KEY, NB_KEY, Namespace
 from .soak import POLL, InvariantError, Soak, mid_admission, owners
 
 SCENARIOS = ("one", "several", "domain", "mid-admission", "while-down")
-HOWS = ("taint", "taint", "notready", "delete")
+HOWS = ("taint", "taint", "notready", "delete", "shrink", "relabel")
+TOPOLOGY_KEYS = (NB_KEY, LB_KEY)
+TAKES_PODS = ("shrink", "relabel")  # failures after which a node may still take new pods
+GPU = "nvidia.com/gpu"
 # Seconds past the grace: the suspension and the pods' deletion on a busy machine (the pass runs when the
 # grace ends: Plan.next_due). Phalanx counts the grace from when the gang went short, and judges the pods its
 # controller has not made again yet by their template (plan/lost.py); before that it counted from the
@@ -81,6 +95,8 @@ class Failure:
     how: str
     at: float  # time.time() of the failure
     body: dict[str, Any] | None = None  # a deleted node's manifest, to make it again
+    allocatable: dict[str, Any] | None = None  # a shrunk node's allocatable before, to give it back
+    labels: dict[str, str] | None = None  # a relabelled node's topology labels before, to give them back
 
 
 @dataclass
@@ -114,10 +130,31 @@ class NodeStats:
         ]
 
 
-def fail(api: Any, node: str, how: str) -> Failure:
-    """Fail `node` the way `how` says (module docstring)."""
+def fail(api: Any, node: str, how: str, rng: random.Random | None = None) -> Failure:
+    """Fail `node` the way `how` says (module docstring); `rng` draws how many GPUs a shrunk node keeps, and
+    where a relabelled one goes."""
     failure = Failure(how, time.time())
-    if how == "taint":
+    if how == "relabel":
+        labels = api.get(f"/api/v1/nodes/{node}")["metadata"]["labels"]
+        failure.labels = {k: labels[k] for k in TOPOLOGY_KEYS if k in labels}
+        blocks = sorted({tuple(n.labels.get(k, "") for k in TOPOLOGY_KEYS) for n in seed_topology()})
+        to = (rng or random.Random(0)).choice([b for b in blocks if b != tuple(failure.labels.values())])
+        patch = {"metadata": {"labels": dict(zip(TOPOLOGY_KEYS, to, strict=True))}}
+        api.request("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
+        failure.at = time.time()
+    elif how == "shrink":
+        allocatable = api.get(f"/api/v1/nodes/{node}")["status"]["allocatable"]
+        gpus = quantity(allocatable.get(GPU, 0), GPU)
+        keep = (rng or random.Random(0)).randint(0, max(0, gpus - 1))
+        failure.allocatable = dict(allocatable)
+        api.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            {"status": {"allocatable": {GPU: str(keep)}}},
+            "application/merge-patch+json",
+        )
+        failure.at = time.time()
+    elif how == "taint":
         fail_node(api, node, how="taint")
     elif how == "notready":
         fail_node(api, node, how="heartbeat")  # kwok lets go of it
@@ -145,6 +182,18 @@ def fail(api: Any, node: str, how: str) -> Failure:
 
 
 def heal(api: Any, node: str, failure: Failure) -> None:
+    if failure.labels is not None:
+        patch = {"metadata": {"labels": failure.labels}}
+        api.request("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
+        return
+    if failure.allocatable is not None:
+        api.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            {"status": {"allocatable": failure.allocatable}},
+            "application/merge-patch+json",
+        )
+        return
     if failure.body is None:
         heal_node(api, node)
         return
@@ -157,6 +206,75 @@ def heal(api: Any, node: str, failure: Failure) -> None:
     api.request(
         "PATCH", f"/api/v1/nodes/{node}/status", {"status": body["status"]}, "application/merge-patch+json"
     )
+
+
+def shrunk_room(world: World, name: str, failure: Failure) -> list[str]:
+    """A shrunk node holds the pods bound there before its shrink (and `BIND_SLACK` after: the watches) even
+    beyond what it has now; a pod bound since must fit beside them in what it has now: no GPU it lost was
+    given to a new pod."""
+    node = world.nodes.get(name)
+    if node is None:
+        return []
+    before: Counter[str] = Counter()
+    since: Counter[str] = Counter()
+    for pod in world.pods:
+        if pod["spec"].get("nodeName") != name or terminal(pod):
+            continue
+        at = _scheduled_at(pod)
+        side = since if at is not None and at > failure.at + BIND_SLACK else before
+        side.update(pod_requests(pod))
+    return [
+        f"node {name} shrank to {node.allocatable.get(resource, 0)} {resource} under {before[resource]}, "
+        f"and pods bound since take {amount} more"
+        for resource, amount in since.items()
+        if amount and before[resource] + amount > node.allocatable.get(resource, 0)
+    ]
+
+
+Relabels = dict[str, list[tuple[float, dict[str, str]]]]  # node -> [(since when, its topology labels)]
+
+
+def labels_at(
+    world: World, node: str, at: float, relabels: Relabels, made: dict[str, dict[str, str]]
+) -> dict[str, str]:
+    """The node's labels at time `at`: a relabelled node's as they were then (`relabels`, whose first entry
+    is what it had before), another's as they are (or as it was made, `made`, once deleted)."""
+    now = world.nodes[node].labels if node in world.nodes else made.get(node, {})
+    history = relabels.get(node)
+    if not history:
+        return now
+    then = [labels for t, labels in history if t <= at]
+    return {**now, **(then[-1] if then else history[0][1])}
+
+
+def bound_across(world: World, gang: Gang, relabels: Relabels, made: dict[str, dict[str, str]]) -> list[str]:
+    """At each binding of a pod of the gang, the nodes of its pods bound so far were in one domain of its key
+    (and each part's of its slice key) as labelled then — not judged within BIND_SLACK of a relabel of one
+    of them (the watches)."""
+    bound = sorted(
+        (at, p["metadata"]["uid"], p["spec"]["nodeName"])
+        for p in gang.placed
+        if p["spec"].get("nodeName") and (at := _scheduled_at(p)) is not None
+    )
+    parts: list[tuple[str | None, Part | None]] = [(gang.key, None)]
+    parts += [(gang.slice_key, part) for part in gang.parts]
+    for i, (at, _, _) in enumerate(bound):
+        so_far = {uid: node for _, uid, node in bound[: i + 1]}
+        near = (t for node in set(so_far.values()) for t, _ in relabels.get(node, [])[1:])
+        if any(abs(t - at) <= BIND_SLACK for t in near):
+            continue
+        for key, part in parts:
+            if not key:
+                continue
+            mine = set(so_far) if part is None else {p["metadata"]["uid"] for p in part.pods}
+            values = {
+                labels_at(world, so_far[u], at, relabels, made).get(key, "-") for u in mine & set(so_far)
+            }
+            if len(values) > 1:
+                what = gang.name if part is None else f"{gang.name}: {part.name}"
+                when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S")
+                return [f"{what}: at a binding ({when}) its pods were in {sorted(values)} of {key}"]
+    return []
 
 
 def _scheduled_at(pod: dict[str, Any]) -> float | None:
@@ -191,8 +309,24 @@ class NodeSoak(Soak):
         self.up_since = time.monotonic()
         self.scenarios: list[str] = []
         self.nstats = NodeStats()
+        # node -> [(time, its topology labels from then)], the first entry those it had before: every node
+        # relabelled so far in the run (a gang on one is judged by the labels as they were: bound_across)
+        self.relabels: Relabels = {}
+        self.seed_labels = {n.name: dict(n.labels) for n in seed_topology()}
 
     # ------------------------------------------------------------------ observation
+    def safety(self, world: World) -> list[str]:
+        """soak.py's safety; a shrunk node judged by `shrunk_room`, a gang on a relabelled node by
+        `bound_across`."""
+        shrunk = {n: f for n, f in self.failed.items() if f.how == "shrink"}
+        moved = set(self.relabels)
+        problems = world.safety(shrunk=set(shrunk), relabelled=moved)
+        problems += [p for name, failure in shrunk.items() for p in shrunk_room(world, name, failure)]
+        for gang in world.gangs.values():
+            if any(usage_node(p) in moved for p in gang.placed):
+                problems += bound_across(world, gang, self.relabels, self.seed_labels)
+        return problems
+
     def world(self) -> World:
         world = super().world()
         self.mark_hits(world)
@@ -222,8 +356,8 @@ class NodeSoak(Soak):
             for pod in gang.live:
                 node = pod["spec"].get("nodeName")
                 failure = self.failed.get(node or "")
-                if failure is None or pod["metadata"].get("deletionTimestamp"):
-                    continue
+                if failure is None or failure.how in TAKES_PODS or pod["metadata"].get("deletionTimestamp"):
+                    continue  # a shrunk or relabelled node may still take pods: shrunk_room, bound_across
                 at = _scheduled_at(pod)
                 if at is not None and at > failure.at + BIND_SLACK:
                     raise InvariantError(
@@ -302,10 +436,14 @@ class NodeSoak(Soak):
     def settled_problems(self, world: World) -> list[str]:
         """A gang that lost pods is judged by its domain (a pod made again in place is recorded alone, so its
         decision no longer names all)."""
+        moved = {
+            g.name for g in world.gangs.values() if any(usage_node(p) in self.relabels for p in g.placed)
+        }
         return [
             p
             for p in world.settled_problems()
             if not any(p.startswith(f"{g}: bound {{") for g in self.hit_gangs)
+            and not any(p.startswith(f"{g}: bound in {{") for g in moved)  # bound_across judged them
         ]
 
     def excused(self, world: World, reasons: list[str]) -> list[str]:
@@ -317,7 +455,7 @@ class NodeSoak(Soak):
             for p in world.pods
             if p["metadata"].get("deletionTimestamp")
             and (f := self.failed.get(p["spec"].get("nodeName") or "")) is not None
-            and f.how != "taint"
+            and f.how in ("notready", "delete")
         }
         if not stuck:
             return reasons
@@ -355,13 +493,20 @@ class NodeSoak(Soak):
             if node in self.failed:
                 continue
             chosen = how or self.rng.choice(HOWS)
-            self.failed[node] = fail(self.ns.api, node, chosen)
+            failure = self.failed[node] = fail(self.ns.api, node, chosen, self.rng)
+            if failure.labels is not None:
+                history = self.relabels.setdefault(node, [(0.0, failure.labels)])
+                labels = self.ns.api.get(f"/api/v1/nodes/{node}")["metadata"]["labels"]
+                history.append((failure.at, {k: labels[k] for k in TOPOLOGY_KEYS if k in labels}))
             self.nstats.failures[chosen] += 1
         self.world()  # mark the gangs hit at once
 
     def heal(self, nodes: list[str] | None = None) -> None:
         for node in sorted(self.failed) if nodes is None else nodes:
-            heal(self.ns.api, node, self.failed.pop(node))
+            failure = self.failed.pop(node)
+            heal(self.ns.api, node, failure)
+            if failure.labels is not None:
+                self.relabels[node].append((time.time(), failure.labels))
 
     def heal_all(self) -> None:
         """Every node failed so far healed, and back Ready and schedulable (the cluster is shared)."""
@@ -370,10 +515,21 @@ class NodeSoak(Soak):
         while time.monotonic() < deadline:
             nodes = World.read(self.ns.api, self.ns.name, kinds=True).nodes
             managed = all(n.labels.get(SIMULATED_LABEL) for n in nodes.values())
-            if len(nodes) == len(seed_topology()) and managed and all(n.schedulable for n in nodes.values()):
+            whole = all(
+                n.allocatable.get(GPU, 0) == quantity(spec.capacity.get(GPU, 0), GPU)
+                and all(n.labels.get(k) == spec.labels.get(k) for k in TOPOLOGY_KEYS)
+                for spec in seed_topology()
+                if (n := nodes.get(spec.name)) is not None
+            )
+            if (
+                len(nodes) == len(seed_topology())
+                and managed
+                and whole
+                and all(n.schedulable for n in nodes.values())
+            ):
                 return
             time.sleep(POLL)
-        raise InvariantError("the healed nodes not Ready and schedulable after 90 s")
+        raise InvariantError("the healed nodes not Ready, schedulable, whole and labelled as made after 90 s")
 
     def nodes_in_use(self, world: World) -> list[str]:
         """Nodes a gang of the namespace runs on, or a decision names."""
@@ -466,7 +622,7 @@ class NodeSoak(Soak):
             time.sleep(POLL / 3)
         if not target:
             target = self.pick(self.world(), 1)
-        self.fail(target, "taint" if self.rng.random() < 0.7 else "notready")
+        self.fail(target, self.rng.choice(("taint", "taint", "notready", "shrink")))
         self.watch(PAUSE + self.grace)
         self.kill("to disarm the pause")
         self.start()

@@ -1,13 +1,13 @@
 """Node failures under gangs of every kind, short form: seeded rounds of a random mix of gang Jobs, JobSets,
 LeaderWorkerSets and TrainJobs on the real JobSet v0.11.1, LWS v0.8.0 and Trainer v2.2.0 controllers, with
-nodes failing (a NoExecute taint, NotReady, the Node deleted) under running gangs — one node, several at once,
-a whole network block — and under admitting ones: in the pause between a recorded decision and its release,
-and while the operator is down (kill -9, then a restart). The operator runs with `--node-failure-grace 5`.
-Checked at every poll and once settled (soak_nodes.py, invariants.py): no gang runs in part with no room for
-the rest in its domain longer than the grace plus a slack, nor in part at all for long; no pod bound to a node
-after it failed; one domain per gang; only a gang a failure touched is requeued; once settled (nodes failed,
-then healed) every gang whole or wholly gated, none waiting that fits. At the end every gang that can ever fit
-was admitted. The full form: `python3 bench/soak.py nodes-kinds --rounds 25`."""
+nodes failing (a NoExecute taint, NotReady, the Node deleted, GPUs gone unhealthy) under running gangs — one
+node, several at once, a whole network block — and under admitting ones: in the pause between a recorded
+decision and its release, and while the operator is down (kill -9, then a restart). The operator runs with
+`--node-failure-grace 5`. Checked at every poll and once settled (soak_nodes.py, invariants.py): no gang runs
+in part with no room for the rest in its domain longer than the grace plus a slack, nor in part at all for
+long; no pod bound to a node after it failed; one domain per gang; only a gang a failure touched is requeued;
+once settled (nodes failed, then healed) every gang whole or wholly gated, none waiting that fits. At the end
+every gang that can ever fit was admitted. The full form: `python3 bench/soak.py nodes-kinds --rounds 25`."""
 
 from __future__ import annotations
 

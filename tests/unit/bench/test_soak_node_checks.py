@@ -1,0 +1,133 @@
+"""The node soak's checks for the failures after which a node still takes pods (soak_nodes.py): a shrunk
+node (GPUs gone unhealthy) and a relabelled one. Each row is a small world and what the check must say: a
+check that cannot fail would let the soak pass for nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from test_soak_gangs import JS, LB, NB, NS, jobset, objects, pod, seed_nodes
+from tests.integration.gangs import Objects, read_gangs
+from tests.integration.invariants import World
+from tests.integration.soak_nodes import BIND_SLACK, Failure, Relabels, bound_across, shrunk_room
+
+T = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC).timestamp()  # when the node failed
+
+
+def bound_at(name: str, labels: dict[str, str], node: str, at: float, gpus: int = 8) -> dict[str, Any]:
+    """A pod bound to `node` at time `at` (its PodScheduled condition)."""
+    body = pod(name, labels, node=node, gated=False, gpus=gpus)
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp}]
+    return body
+
+
+def shrunk_world(gpus_left: int, pods: list[dict[str, Any]]) -> World:
+    nodes = seed_nodes()
+    nodes["n0"].allocatable["nvidia.com/gpu"] = gpus_left
+    return World(nodes, pods, {})
+
+
+# (case, GPUs n0 has left after its shrink at T, its pods as (GPUs, bound at), problems)
+SHRINKS = [
+    ("the pods there before stay, beyond what is left", 2, [(8, T - 60)], 0),
+    ("a pod bound since in the room left", 6, [(4, T + 60)], 0),
+    ("a pod bound since beside the earlier ones, in the room left", 6, [(2, T - 60), (4, T + 60)], 0),
+    ("a pod bound since on GPUs the node lost", 2, [(4, T + 60)], 1),
+    ("a pod bound since on a node the earlier ones overcommit", 2, [(8, T - 60), (1, T + 60)], 1),
+    ("a pod bound within the slack of the shrink counts as before", 2, [(8, T + BIND_SLACK / 2)], 0),
+]
+
+
+@pytest.mark.parametrize(("case", "left", "placed", "problems"), SHRINKS, ids=[r[0] for r in SHRINKS])
+def test_a_shrunk_node_takes_no_pod_beyond_the_room_it_has_left(
+    case: str, left: int, placed: list[tuple[int, float]], problems: int
+) -> None:
+    pods = [bound_at(f"p{i}", {}, "n0", at, gpus) for i, (gpus, at) in enumerate(placed)]
+    found = shrunk_room(shrunk_world(left, pods), "n0", Failure("shrink", T))
+    assert len(found) == problems, found
+
+
+def relabelled(nodes_moved: dict[str, tuple[str, str]]) -> tuple[dict[str, Any], Relabels]:
+    """The seed nodes with `nodes_moved` (node -> (network block, local block)) moved at T; the relabels."""
+    nodes = seed_nodes()
+    relabels: Relabels = {}
+    for name, (nb, lb) in nodes_moved.items():
+        before = dict(nodes[name].labels)
+        nodes[name].labels.update({NB: nb, LB: lb})
+        relabels[name] = [(0.0, before), (T, {NB: nb, LB: lb})]
+    return nodes, relabels
+
+
+# (case, n0 moved to, the gang's pods as (node, bound at), problems): a JobSet of one child Job of 2 pods,
+# keyed on the network block; n0, n1 in nb-a, n4 in nb-b at first.
+RELABELS = [
+    (
+        "bound together before the move: later labels do not matter",
+        ("nb-b", "lb-2"),
+        [("n0", -60), ("n1", -50)],
+        0,
+    ),
+    (
+        "the second bound beside the first's node as labelled now",
+        ("nb-b", "lb-2"),
+        [("n0", -60), ("n4", 60)],
+        0,
+    ),
+    ("the second bound where the first's node no longer is", ("nb-b", "lb-2"), [("n0", -60), ("n1", 60)], 1),
+    (
+        "the second bound within the slack of the move: not judged",
+        ("nb-b", "lb-2"),
+        [("n0", -60), ("n1", 3)],
+        0,
+    ),
+    (
+        "moved within its network block: the gang's key is not split",
+        ("nb-a", "lb-1"),
+        [("n0", -60), ("n1", 60)],
+        0,
+    ),
+    (
+        "both bound across blocks after the move, on nodes never moved",
+        ("nb-b", "lb-2"),
+        [("n1", 60), ("n4", 70)],
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "to", "placed", "problems"), RELABELS, ids=[r[0] for r in RELABELS])
+def test_a_gang_on_a_relabelled_node_is_judged_by_the_labels_when_its_pods_were_bound(
+    case: str, to: tuple[str, str], placed: list[tuple[str, float]], problems: int
+) -> None:
+    nodes, relabels = relabelled({"n0": to})
+    body = jobset("h", ("w", 1, 2, 2), **{"phalanx.dev/topology-key": NB})
+    pods = [
+        bound_at(f"h-w-0-{k}", {JS: "h", "job-name": "h-w-0"}, node, T + at)
+        for k, (node, at) in enumerate(placed)
+    ]
+    gangs = read_gangs(Objects(pods, objects(pods, JobSet=[body]).owners, [], {}), NS)
+    made = {name: dict(labels) for name, (_, labels) in ((n, h[0]) for n, h in relabels.items())}
+    found = bound_across(World(nodes, pods, gangs), gangs["h"], relabels, made)
+    assert len(found) == problems, found
+    if not problems:  # a gang on a moved node is left to bound_across by the poll's safety check
+        assert World(nodes, pods, gangs).safety(relabelled=set(relabels)) == []
+
+
+def test_a_slice_is_judged_by_its_own_key_at_each_binding() -> None:
+    """A JobSet keyed on its network block with a slice per child Job on its local block: n0 moved to the
+    other local block of nb-a; the child Job's second pod bound on n1 after it — its slice split as labelled
+    then, though the gang's network block is one."""
+    nodes, relabels = relabelled({"n0": ("nb-a", "lb-1")})
+    body = jobset(
+        "h", ("w", 1, 2, 2), **{"phalanx.dev/topology-key": NB, "phalanx.dev/slice-topology-key": LB}
+    )
+    pods = [
+        bound_at("h-w-0-0", {JS: "h", "job-name": "h-w-0"}, "n0", T - 60),
+        bound_at("h-w-0-1", {JS: "h", "job-name": "h-w-0"}, "n1", T + 60),
+    ]
+    gangs = read_gangs(Objects(pods, objects(pods, JobSet=[body]).owners, [], {}), NS)
+    (found,) = bound_across(World(nodes, pods, gangs), gangs["h"], relabels, {})
+    assert "h-w-0" in found and LB in found
