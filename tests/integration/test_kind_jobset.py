@@ -197,8 +197,22 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
         annotations={"phalanx.dev/topology-key": NB_KEY},
     )
     ns.create(staged)
+
+    def workers_decided_before_their_pods() -> dict[str, Any] | None:
+        """The workers' PodGroup shows its part of the decision (its slots, its block) while its pods are
+        still to come: written with the decision, not undone by the pass's next status write."""
+        if any("workers" in p["metadata"]["name"] for p in jobset_pods(ns, "after")):
+            raise AssertionError("the workers' pods came before their PodGroup showed its decision")
+        groups = [g for g in owned(ns, "JobSet/after") if g["metadata"]["name"].endswith("-workers-0")]
+        status = (groups[0].get("status") or {}) if groups else {}
+        return status if status.get("admission") and status.get("domain") == "nb-a" else None
+
+    shown = wait_for("the workers' decision shown", workers_decided_before_their_pods, timeout=30)
     pods = wait_bound(
         ns, "after", lambda: [p for p in jobset_pods(ns, "after") if "workers" in p["metadata"]["name"]], 3
+    )
+    assert sorted(a["node"] for a in shown["admission"]["assignments"]) == sorted(
+        p["spec"]["nodeName"] for p in pods
     )
     admission = root_of(ns, "after")["status"]["admission"]
     assert admission.get("attempt", 0) == 0
