@@ -2,7 +2,8 @@
 has no required node affinity of its own, by the node's name too (kube-scheduler's NodeAffinity PreFilter
 then filters that node alone: model/actions.py ReleasePod); a pod with its own required node affinity keeps
 it untouched (a gated pod's terms may only grow) and is pinned by the nodeSelector alone. Both bind where
-Phalanx placed them."""
+Phalanx placed them. The nodeSelector pins the node's label of the gang's topology key too, so a node
+relabelled into another domain between the release and the binding binds nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .kube import NB_KEY, Namespace, bound, gpu_job, wait_for
+from .kube import NB_KEY, Namespace, bound, gpu_job, node_labels, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,8 @@ def test_a_released_pod_is_pinned_by_its_nodes_name_too_and_binds_there(ns: Name
     for pod in bound_pods(ns, "named", 2):
         spec = pod["spec"]
         node = spec["nodeName"]
-        assert spec["nodeSelector"] == {"kubernetes.io/hostname": node}
+        block = node_labels(ns.api)[node][NB_KEY]
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": node, NB_KEY: block}
         terms = spec["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
         assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
 
@@ -57,7 +59,8 @@ def test_a_pod_with_its_own_node_affinity_keeps_it_and_is_pinned_by_its_node_sel
     ns.create(job)
     for pod in bound_pods(ns, "own", 2):
         spec = pod["spec"]
-        assert spec["nodeSelector"] == {"kubernetes.io/hostname": spec["nodeName"]}
+        block = node_labels(ns.api)[spec["nodeName"]][NB_KEY]
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": spec["nodeName"], NB_KEY: block}
         assert spec["affinity"]["nodeAffinity"][REQUIRED] == own
         assert (
             spec["affinity"]["podAntiAffinity"]

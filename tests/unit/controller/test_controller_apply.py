@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from phalanx.api.status import Admission, Assignment, PodGroupStatus
@@ -58,7 +58,13 @@ class RecordingKube:
         }
 
     async def release_pod(
-        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        group: str,
+        by_name: bool = True,
+        domain: Iterable[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         self._check("release_pod", namespace, name)
         await asyncio.sleep(0)
@@ -143,7 +149,13 @@ def test_backoff_doubles_per_failure_up_to_a_cap_and_a_success_forgets_it() -> N
 def test_a_release_that_fails_halfway_leaves_the_rest_of_the_group_undone() -> None:
     class OnePodFails(RecordingKube):
         async def release_pod(
-            self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+            self,
+            namespace: str,
+            name: str,
+            node: str,
+            group: str,
+            by_name: bool = True,
+            domain: Iterable[tuple[str, str]] = (),
         ) -> dict[str, Any]:
             if name == "p1":
                 self.calls.append(("release_pod", f"{namespace}/{name}"))

@@ -31,8 +31,10 @@ from phalanx.controller.plan import Plan, plan
 
 
 def running(group: str, *nodes: str) -> list[dict[str, Any]]:
+    """Pods Phalanx released (pinned to their node) and kube-scheduler bound there."""
     return [
-        pod_body("train", i, gated=False, node=n, phase="Running", group=group) for i, n in enumerate(nodes)
+        pod_body("train", i, gated=False, node=n, released_to=n, phase="Running", group=group)
+        for i, n in enumerate(nodes)
     ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import pytest
@@ -62,7 +62,13 @@ class HeldKube:
         raise AssertionError("not expected: the test reads what the applier sent before it answers")
 
     async def release_pod(
-        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        group: str,
+        by_name: bool = True,
+        domain: Iterable[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         self.calls.append(("release", f"{namespace}/{name}"))
         body = pod_body(name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1]), released_to=node, gated=False)

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from testkit import NB, NOW, TOPOLOGY, cluster, group_of, job_body, only, pod_body
+from testkit import NB, NOW, TOPOLOGY, cluster, group_of, job_body, node_body, only, pod_body
 
 from phalanx.api.cluster_objects import REQUIRED, name_pin, placement_spec
 from phalanx.controller.model.actions import ReleasePod
@@ -39,6 +39,26 @@ def test_pods_without_node_affinity_are_released_by_name_too_and_others_by_their
         ("plain-0", True),
         ("plain-1", True),
     ]
+
+
+def test_a_release_pins_the_nodes_labels_of_the_topology_keys_its_gang_was_placed_by() -> None:
+    """A node relabelled into another domain between the release and the binding no longer matches: kube-
+    scheduler binds nothing there (model/actions.py ReleasePod). A Job keyed on its network block: the
+    network block; one without a key: nothing but its node."""
+    keyed = job_body("keyed", 2, annotations=TOPOLOGY)
+    plain = job_body("plain", 1)
+    state = cluster(
+        [
+            (keyed, group_of(keyed), [pod_body("keyed", i) for i in range(2)]),
+            (plain, group_of(plain), [pod_body("plain", 0)]),
+        ]
+    )
+    releases = {r.pod.name: r for r in only(plan(state, NOW).actions, ReleasePod)}
+    keyed_releases = [r for n, r in releases.items() if n.startswith("keyed")]
+    assert len(keyed_releases) == 2
+    for r in keyed_releases:
+        assert r.domain == ((NB, node_body(r.node)["metadata"]["labels"][NB]),)
+    assert releases["plain-0"].domain == ()
 
 
 def released(body: dict[str, Any], node: str, by_name: bool) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import pytest
@@ -201,7 +201,13 @@ class OneReleaseRefused:
         self.calls: list[tuple[str, str]] = []
 
     async def release_pod(
-        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        group: str,
+        by_name: bool = True,
+        domain: Iterable[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         self.calls.append(("release", name))
         raise ApiException(status=500, reason="Internal Server Error")

@@ -478,9 +478,11 @@ class Applier:
         """Writes of pods: released (pinned and ungated), ungated, labelled, evicted."""
         cache, kube = self.cache, self.kube
         match action:
-            case ReleasePod(pod=pod, node=node, pod_group=group_name, by_name=by_name):
+            case ReleasePod(pod=pod, node=node, pod_group=group_name, by_name=by_name, domain=domain):
                 async with self.faults.release_slot():
-                    released = await kube.release_pod(pod.namespace, pod.name, node, group_name, by_name)
+                    released = await kube.release_pod(
+                        pod.namespace, pod.name, node, group_name, by_name, domain
+                    )
                     if released is not None:  # None: the pod is gone, nothing to release
                         cache.upsert(POD, released, own_write=True)
                     self.faults.reached(AFTER_RELEASES)

@@ -16,7 +16,7 @@ import asyncio
 import datetime as dt
 import email.utils
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -271,13 +271,20 @@ class Kube:
         return pod
 
     async def release_pod(
-        self, namespace: str, name: str, node: str, group: str, by_name: bool = True
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        group: str,
+        by_name: bool = True,
+        domain: Iterable[tuple[str, str]] = (),
     ) -> dict[str, Any] | None:
         """Pin the pod to its node and remove our gate, in one request. None if the pod is gone. With
         `by_name` (the pod has no required node affinity of its own) it is also pinned by the node's name,
-        so kube-scheduler filters that node alone (model/actions.py ReleasePod)."""
+        so kube-scheduler filters that node alone; `domain`: the node's topology labels, pinned too, so it
+        binds nothing there once the node is relabelled into another domain (model/actions.py ReleasePod)."""
         spec: dict[str, Any] = {
-            "nodeSelector": {"kubernetes.io/hostname": node},
+            "nodeSelector": {**dict(domain), "kubernetes.io/hostname": node},
             "schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}],
         }
         if by_name:

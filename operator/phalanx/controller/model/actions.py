@@ -78,6 +78,12 @@ class ReleasePod:
     # nodes kube-scheduler spent 12 ms of CPU per pinned pod, 1.7 ms with the name). A gated pod's required
     # node affinity may only be added to term by term once it has one, so a pod with its own keeps it as is.
     by_name: bool = True
+    # The node's labels of the topology keys its gang was placed by, as the decision saw them, pinned too
+    # (nodeSelector): a node relabelled into another domain between the release and the binding (a topology
+    # label corrected) no longer matches, so kube-scheduler binds nothing there and says the pod is
+    # unschedulable, and the gang is rolled back whole (plan/requeue.py stranded) instead of running across
+    # two domains. Kueue's TAS pins its domain's labels the same way.
+    domain: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -104,17 +104,29 @@ def admitted_message(count: int, key: str | None, decision: Admit) -> str:
     return f"admitted {count} pod(s){where} on {nodes}"
 
 
-def released(pod: PodRecord, node: str, leaf: LeafWork) -> ReleasePod:
-    """The release of one pod to its node: pinned by name too unless it has a node affinity of its own
-    (model/actions.py ReleasePod says why)."""
-    return ReleasePod(pod.ref, node, leaf.group.name, by_name=pod.requirements.affinity_terms is None)
+def pinned_keys(work: UnitWork, leaf: LeafWork) -> set[str]:
+    """The topology keys a release of the leaf's pods pins to their node's labels: the unit's and its
+    groups' down to the leaf (`released`)."""
+    assert work.unit.tree is not None
+    keys = {g.topology_key for g in work.unit.tree.composites}
+    keys |= {work.unit.tree.holder.topology_key, leaf.group.topology_key}
+    return {k for k in keys if k}
 
 
-def release(work: UnitWork, leaf: LeafWork, assignments: Iterable[tuple[str, str]]) -> None:
+def released(pod: PodRecord, node: str, work: UnitWork, leaf: LeafWork, ctx: Pass) -> ReleasePod:
+    """The release of one pod to its node: pinned by name too unless it has a node affinity of its own, and
+    to the node's labels of the unit's topology keys (model/actions.py ReleasePod says why)."""
+    labels = ctx.nodes[node].labels if node in ctx.nodes else {}
+    domain = tuple(sorted((k, labels[k]) for k in pinned_keys(work, leaf) if k in labels))
+    by_name = pod.requirements.affinity_terms is None
+    return ReleasePod(pod.ref, node, leaf.group.name, by_name=by_name, domain=domain)
+
+
+def release(work: UnitWork, leaf: LeafWork, assignments: Iterable[tuple[str, str]], ctx: Pass) -> None:
     """Release the leaf's ready pods an engine decision placed (pinned and ungated, labelled, one request)."""
     by_key = {p.key: p for p in leaf.ready}
     pairs = [(by_key[pod], node) for pod, node in assignments if pod in by_key]
-    work.actions.extend(released(p, node, leaf) for p, node in pairs)
+    work.actions.extend(released(p, node, work, leaf, ctx) for p, node in pairs)
     leaf.released_now += len(pairs)
 
 
@@ -158,7 +170,7 @@ def _admit_leaf(work: UnitWork, leaf: LeafWork, request: GroupRequest, decision:
     if grown(leaf):  # the running pods were the whole gang before it was scaled up (requeue.released_in_part)
         admission = admission.model_copy(update={"scaled_up": True})
     work.actions.append(RecordAdmission(group.ref, admission, group.resource_version))
-    release(work, leaf, decision.assignments)
+    release(work, leaf, decision.assignments, ctx)
     leaf.admission = admission
     leaf.domain = decision.domain or leaf.domain
     ctx.snapshot = ctx.snapshot.assume(admitted_usage(request, decision))
@@ -298,7 +310,7 @@ def _admit_tree(
             work.actions.append(RecordAdmission(leaf.group.ref, own))
             leaf.admission, leaf.domain = own, admit.domain
     for name, admit in decision.admits:
-        release(work, work.leaves[name], admit.assignments)
+        release(work, work.leaves[name], admit.assignments, ctx)
     ctx.snapshot = ctx.snapshot.assume(composite_usage(request, decision))
     where = f" in {record.domain}" if record.domain else ""
     if decision.level is not None:  # a preferred root climbed: not what its key asked for
@@ -419,7 +431,7 @@ def _finish_leaf(
         own = admission_of(domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
         work.actions.append(RecordAdmission(leaf.group.ref, own))
         leaf.admission = own
-    work.actions.extend(released(p, node, leaf) for p, node in pairs)
+    work.actions.extend(released(p, node, work, leaf, ctx) for p, node in pairs)
     leaf.released_now += len(pairs)
     leaf.domain = (leaf.admission.domain if leaf.admission else None) or leaf.domain
     on = ", ".join(n for _, n in pairs)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 
 from phalanx.api import conditions as c
+from phalanx.api.cluster_objects import HOSTNAME_KEY
 from phalanx.controller.model.records import PodRecord
-from phalanx.controller.plan.decide import levels_of, request_of, tree_request
+from phalanx.controller.plan.decide import levels_of, pinned_keys, request_of, tree_request
 from phalanx.controller.plan.requeue import requeue_if_broken
 from phalanx.controller.plan.staging import placeholder
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
-from phalanx.placement import Admit, CompositeAdmit, decide, decide_composite
+from phalanx.placement import Admit, CompositeAdmit, PodRequirements, decide, decide_composite
 
 
 def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
@@ -41,7 +42,7 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
     if not short or any(leaf.leaf.template is None and not leaf.placed for leaf in short):
         return False  # nothing missing to try, or nothing to shape it by: wait for the pods
     for leaf in short:
-        leaf.virtual = _to_come(leaf)
+        leaf.virtual = _to_come(work, leaf)
     try:
         fits = _fits(work, ctx)
     finally:
@@ -76,9 +77,9 @@ def _lost(work: UnitWork) -> bool:
     return any(a.pod not in kept for a in recorded.assignments)
 
 
-def _to_come(leaf: LeafWork) -> tuple[PodRecord, ...]:
+def _to_come(work: UnitWork, leaf: LeafWork) -> tuple[PodRecord, ...]:
     """A placeholder for each pod its minCount still lacks, shaped like the leaf's template (a staged kind's)
-    or, for kinds whose pods share one template (a Job's), like a pod of it that runs."""
+    or, for kinds whose pods share one template (a Job's), like a pod of it that runs as it was made."""
     missing = leaf.min_count - len(leaf.placed) - len(leaf.ready)
     template = leaf.leaf.template
     if template is not None:
@@ -86,11 +87,28 @@ def _to_come(leaf: LeafWork) -> tuple[PodRecord, ...]:
     else:
         sibling = leaf.placed[0]
         shape = dataclasses.replace(
-            sibling, uid="", node_name="", gated=True, node_selector_host="", unschedulable="", created=None
+            sibling,
+            uid="",
+            node_name="",
+            gated=True,
+            node_selector_host="",
+            unschedulable="",
+            created=None,
+            requirements=_as_made(sibling, pinned_keys(work, leaf)),
         )
     return tuple(
         dataclasses.replace(shape, name=f"{leaf.group.name}-to-come-{i}") for i in range(max(0, missing))
     )
+
+
+def _as_made(pod: PodRecord, keys: set[str]) -> PodRequirements:
+    """A released pod's requirements without the pins its release added (decide.released): its node's name
+    and its node's labels of the unit's topology keys. With them, a pod to come shaped like it would fit on
+    that one node only, and a gang whose missing pod has room elsewhere in its domain would be requeued."""
+    req = pod.requirements
+    pins = {HOSTNAME_KEY, *keys}
+    kept = tuple((k, v) for k, v in req.node_selector if k not in pins)
+    return dataclasses.replace(req, node_selector=kept)
 
 
 def _fits(work: UnitWork, ctx: Pass) -> bool:
