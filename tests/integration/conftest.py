@@ -19,7 +19,7 @@ from .addons_fixtures import (  # noqa: F401  (the real JobSet, LWS, Trainer, Ku
     why_not,
 )
 from .kinds_fixtures import kinds_ns, phalanx_addons  # noqa: F401  (Phalanx on that cluster)
-from .kube import Namespace, delete_namespace, new_namespace
+from .kube import NB_KEY, Namespace, delete_namespace, new_namespace, node_labels, relabel
 from .kueue_fixtures import (  # noqa: F401  (a Kueue ClusterQueue and LocalQueue there; Kueue's fair sharing)
     fair_kns,
     kns,
@@ -117,6 +117,15 @@ def phalanx(
 ) -> Iterator[OperatorProcess]:
     """The Phalanx operator, running against the stock cluster for the whole session."""
     yield from running_operator(OperatorProcess(stock_cluster, Path(tmp_path_factory.mktemp("operator"))))
+
+
+@pytest.fixture
+def blocks(ns: Namespace) -> Iterator[dict[str, str]]:
+    """Every node's network block as it was (node -> value), put back after the test, which may relabel."""
+    before = {name: labels[NB_KEY] for name, labels in node_labels(ns.api).items() if NB_KEY in labels}
+    yield before
+    for name, value in before.items():
+        relabel(ns.api, name, value)
 
 
 @pytest.fixture

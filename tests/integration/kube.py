@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 GPU_KEY = "nvidia.com/gpu"
 NB_KEY = "oci.oraclecloud.com/rdma.network_block_id"
+MERGE_PATCH = "application/merge-patch+json"
 LB_KEY = "oci.oraclecloud.com/rdma.local_block_id"
 
 
@@ -120,6 +121,11 @@ def pod_condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 def node_labels(api: RestClient) -> dict[str, dict[str, str]]:
     return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in api.get("/api/v1/nodes")["items"]}
+
+
+def relabel(api: RestClient, node: str, value: str) -> None:
+    """Move a node to network block `value` (its label, as a topology label corrected)."""
+    api.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {NB_KEY: value}}}, MERGE_PATCH)
 
 
 def domains_of(api: RestClient, pods: list[dict[str, Any]], key: str) -> set[str]:

@@ -16,9 +16,8 @@ from phalanx.devcluster.cluster import ClusterState
 from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 
-from .kube import NB_KEY, Namespace, bound, domains_of, node_labels, wait_for
+from .kube import NB_KEY, Namespace, bound, domains_of, node_labels, relabel, wait_for
 from .test_phalanx_admission import group_of, managed_job
-from .test_true_status import relabel
 
 pytestmark = pytest.mark.integration
 PAUSE = "8"  # seconds between the recorded decision and the release (the test-only fault switch)
@@ -72,15 +71,6 @@ def test_a_release_the_scheduler_cannot_bind_is_rolled_back_and_placed_again(
         print(messages[0])
     finally:
         heal_node(ns.api, doomed)
-
-
-@pytest.fixture
-def blocks(ns: Namespace) -> Iterator[dict[str, str]]:
-    """Every node's network block as it was, put back after the test."""
-    before = {name: labels[NB_KEY] for name, labels in node_labels(ns.api).items() if NB_KEY in labels}
-    yield before
-    for name, value in before.items():
-        relabel(ns.api, name, value)
 
 
 def test_a_node_relabelled_into_another_block_before_the_binding_binds_nothing_there(
