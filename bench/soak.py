@@ -111,6 +111,8 @@ def main() -> int:
         if nodes:
             extra += ["--node-failure-grace", str(args.node_failure_grace)]
         operator = OperatorProcess(state, logs, args=extra, name=f"soak-{args.mode}", env=env)
+        # Only what this run's operator logs is judged (a --log-dir kept from an earlier run appends to it).
+        since = operator.log_path.stat().st_size if operator.log_path.exists() else 0
         operator.start()
         ns = new_namespace(state, f"soak-{args.mode}")
         soak: Soak = (
@@ -146,7 +148,9 @@ def main() -> int:
             # Before the namespace (and a cluster of its own) goes: the preemption soak reads its events.
             summary = soak.lines() if isinstance(soak, PreemptSoak) else soak.stats.lines()
             delete_namespace(ns, timeout=180)
-            log = operator.log_path.read_text(errors="replace")
+            with operator.log_path.open("rb") as f:
+                f.seek(since)
+                log = f.read().decode(errors="replace")
             failed = sum(log.count(e) for e in PLANNING_ERRORS)
             seen = [
                 f"operator log: {log.count('fault injection: SIGKILL at')} kills by a fault switch, "
