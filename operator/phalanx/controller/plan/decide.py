@@ -106,28 +106,29 @@ def admitted_message(count: int, key: str | None, decision: Admit) -> str:
 
 def pinned_keys(work: UnitWork, leaf: LeafWork) -> set[str]:
     """The topology keys a release of the leaf's pods pins to their node's labels: the unit's and its
-    groups' down to the leaf (`released`)."""
+    groups' down to the leaf (`release_pairs`)."""
     assert work.unit.tree is not None
     keys = {g.topology_key for g in work.unit.tree.composites}
     keys |= {work.unit.tree.holder.topology_key, leaf.group.topology_key}
     return {k for k in keys if k}
 
 
-def released(pod: PodRecord, node: str, work: UnitWork, leaf: LeafWork, ctx: Pass) -> ReleasePod:
-    """The release of one pod to its node: pinned by name too unless it has a node affinity of its own, and
-    to the node's labels of the unit's topology keys (model/actions.py ReleasePod says why)."""
-    labels = ctx.nodes[node].labels if node in ctx.nodes else {}
-    domain = tuple(sorted((k, labels[k]) for k in pinned_keys(work, leaf) if k in labels))
-    by_name = pod.requirements.affinity_terms is None
-    return ReleasePod(pod.ref, node, leaf.group.name, by_name=by_name, domain=domain)
+def release_pairs(work: UnitWork, leaf: LeafWork, pairs: Iterable[tuple[PodRecord, str]], ctx: Pass) -> None:
+    """Release each pod to its node: pinned by name too unless it has a node affinity of its own, and to the
+    node's labels of the unit's topology keys (model/actions.py ReleasePod says why)."""
+    keys = pinned_keys(work, leaf)
+    for pod, node in pairs:
+        labels = ctx.nodes[node].labels if node in ctx.nodes else {}
+        domain = tuple(sorted((k, labels[k]) for k in keys if k in labels))
+        by_name = pod.requirements.affinity_terms is None
+        work.actions.append(ReleasePod(pod.ref, node, leaf.group.name, by_name=by_name, domain=domain))
+        leaf.released_now += 1
 
 
 def release(work: UnitWork, leaf: LeafWork, assignments: Iterable[tuple[str, str]], ctx: Pass) -> None:
     """Release the leaf's ready pods an engine decision placed (pinned and ungated, labelled, one request)."""
     by_key = {p.key: p for p in leaf.ready}
-    pairs = [(by_key[pod], node) for pod, node in assignments if pod in by_key]
-    work.actions.extend(released(p, node, work, leaf, ctx) for p, node in pairs)
-    leaf.released_now += len(pairs)
+    release_pairs(work, leaf, [(by_key[pod], node) for pod, node in assignments if pod in by_key], ctx)
 
 
 # ---------------------------------------------------------------------- one leaf
@@ -431,8 +432,7 @@ def _finish_leaf(
         own = admission_of(domain, [(p.key, n) for p, n in pairs], ctx, leaf.group.status)
         work.actions.append(RecordAdmission(leaf.group.ref, own))
         leaf.admission = own
-    work.actions.extend(released(p, node, work, leaf, ctx) for p, node in pairs)
-    leaf.released_now += len(pairs)
+    release_pairs(work, leaf, pairs, ctx)
     leaf.domain = (leaf.admission.domain if leaf.admission else None) or leaf.domain
     on = ", ".join(n for _, n in pairs)
     message = f"released {len(pairs)} more pod(s) of the recorded decision on {on}"

@@ -102,9 +102,10 @@ def _to_come(work: UnitWork, leaf: LeafWork) -> tuple[PodRecord, ...]:
 
 
 def _as_made(pod: PodRecord, keys: set[str]) -> PodRequirements:
-    """A released pod's requirements without the pins its release added (decide.released): its node's name
-    and its node's labels of the unit's topology keys. With them, a pod to come shaped like it would fit on
-    that one node only, and a gang whose missing pod has room elsewhere in its domain would be requeued."""
+    """A released pod's requirements without the pins its release added (decide.release_pairs): its node's
+    name and its node's labels of the unit's topology keys. With them, a pod to come shaped like it would
+    fit on that one node only, and a gang whose missing pod has room elsewhere in its domain would be
+    requeued."""
     req = pod.requirements
     pins = {HOSTNAME_KEY, *keys}
     kept = tuple((k, v) for k, v in req.node_selector if k not in pins)

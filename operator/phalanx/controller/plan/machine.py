@@ -101,9 +101,9 @@ def _domains(work: UnitWork, ctx: Pass) -> None:
         key = leaf.group.topology_key
         if key:
             leaf.domain = present_domain(leaf, ctx.nodes, key)  # the decision's, or where the pods are
-        held = leaf.placed or slots_held(work, leaf, ctx)
-        if leaf.domain is None and leaf.admission is not None and held:
-            leaf.domain = leaf.admission.domain  # no key of its own (its tree's), or only its slots so far
+        recorded = leaf.admission
+        if leaf.domain is None and recorded is not None and (leaf.placed or slots_held(work, leaf, ctx)):
+            leaf.domain = recorded.domain  # no key of its own (its tree's), or only its slots so far
         if leaf.domain is None and owner is not None and owner.finished:
             leaf.domain = leaf.group.status.domain  # where it ran: its pods are gone, the answer stays
 

@@ -116,7 +116,7 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     admission = leaf.admission
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
         admission = None  # nothing is held for a suspended or finished owner
-    elif not _holds_a_node(leaf) and not slots_held(work, leaf, ctx):
+    elif not leaf.holds_a_node and not slots_held(work, leaf, ctx):
         admission = None  # the decision's pods are gone; the next one starts afresh
     facts = _facts(work, leaf)
     desired = st.desired_status(
@@ -133,11 +133,6 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
         ctx.waiting[present.reason] += 1
         waited = (ctx.now - present.last_transition_time).total_seconds()
         ctx.longest_wait = max(ctx.longest_wait, waited)
-
-
-def _holds_a_node(leaf: LeafWork) -> bool:
-    """A pod of the leaf's decision still holds a node, or is released in this pass: the decision stands."""
-    return bool(leaf.placed) or bool(leaf.released_now)
 
 
 def _placed(leaf: LeafWork) -> tuple[bool, bool]:
@@ -181,7 +176,7 @@ def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: P
     # The tree's decision stays while a child group is placed, or while any pod of it still holds a node,
     # as a PodGroup keeps its own (_leaf_status): a tree whose every child group lost a pod (a JobSet of
     # one child Job after a node failure) still runs where it says, and is completed or requeued there.
-    holds = any(_holds_a_node(leaf) for leaf in work.leaves.values())
+    holds = any(leaf.holds_a_node for leaf in work.leaves.values())
     admission = work.admission if is_root and (placed or holds) else None
     desired = st.desired_status(
         composite.status,

@@ -63,9 +63,7 @@ def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
     if not work.unit.staged or leaf.admission is None:
         return False
     recorded = {a.pod: a.node for a in leaf.admission.assignments}
-    return bool(held_slots(leaf, recorded, ctx)) and any(
-        x.placed or x.released_now for x in work.leaves.values()
-    )
+    return any(x.holds_a_node for x in work.leaves.values()) and bool(held_slots(leaf, recorded, ctx))
 
 
 def placeholder(leaf: LeafWork, template: PodTemplate, name: str) -> PodRecord:

@@ -100,6 +100,11 @@ class LeafWork:
         return (*self.ready, *self.virtual)
 
     @property
+    def holds_a_node(self) -> bool:
+        """A pod of its decision still holds a node, or is released in this pass: the decision stands."""
+        return bool(self.placed) or bool(self.released_now)
+
+    @property
     def done(self) -> bool:
         """Its pods ran to completion (kinds.base.Leaf.done): it counts as placed; nothing is placed."""
         return self.leaf.done
