@@ -115,3 +115,56 @@ def test_where_a_running_gang_is_stays_said_as_decided(
             if isinstance(a, PatchStatus):
                 assert (a.status.admission, a.status.domain) == decided[a.group.name], (seconds, a.group.name)
     assert {g.name: g.status.phase for g in groups} == dict.fromkeys(decided, "Running")
+
+
+# (case, owner kind, owner, its first stage's pods: gated, or bound where the map says)
+STAGED: list[tuple[str, str, dict[str, Any], Pods]] = [
+    (
+        "a JobSet InOrder: its driver first, the workers once it is Ready",
+        "JobSet",
+        jobset_body(replicated=(("driver", 1, 1), ("workers", 1, 3)), in_order=True, annotations=KEY),
+        lambda bound: [
+            jobset_pod(
+                "train", "driver", 0, 0, gated=bound is None, node=(bound or {}).get("train-driver-0-0", "")
+            )
+        ],
+    ),
+    (
+        "an LWS group LeaderReady: its leader first, the workers once it is Ready",
+        "LeaderWorkerSet",
+        lws_body(leader_ready=True, annotations=KEY),
+        lambda bound: [lws_pod("serve", 0, 0, gated=bound is None, node=(bound or {}).get("serve-0", ""))],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "kind", "owner", "first_stage"), STAGED, ids=[r[0] for r in STAGED])
+def test_a_staged_gang_stays_admitted_while_its_later_pods_are_still_to_come(
+    case: str, kind: str, owner: dict[str, Any], first_stage: Pods
+) -> None:
+    """Decided whole with its first stage, the room of its later pods held in their slots: every group of it
+    says Admitted from the decision on, and keeps saying it (the same transition, no write back and forth)
+    while the later pods are not made — the unit's decision stands. Before, the next pass turned the root
+    and the later stage's group to WaitingForPods (a write and an event per group, and a status that read
+    as if the gang waited), and a first stage lost later was then judged from that old transition: the
+    grace was long over the moment it went (plan/lost.py)."""
+    first = plan(owner_cluster([(kind, owner)], first_stage(None)), NOW)
+    released = {a.pod.name: a.node for a in first.actions if isinstance(a, ReleasePod)}
+    assert len(released) == 1, case
+    groups = made_groups(first)
+    decided = {g.name: g.status.condition("Admitted") for g in groups}
+    assert all(a is not None and a.status == "True" for a in decided.values()), decided
+    for seconds in (5, 60, 600):
+        result = plan(
+            owner_cluster([(kind, owner)], first_stage(released), groups=groups),
+            NOW + dt.timedelta(seconds=seconds),
+        )
+        assert not [a for a in result.actions if isinstance(a, (RecordAdmission, ReleasePod))]
+        groups = written(result, groups)
+        for g in groups:
+            admitted = g.status.condition("Admitted")
+            assert admitted is not None and admitted.status == "True", (seconds, g.name, admitted)
+            assert admitted.last_transition_time == decided[g.name].last_transition_time, (seconds, g.name)
+            assert g.status.admission is not None, (seconds, g.name)
+    messages = " | ".join(m.message for g in groups if (m := g.status.condition("Admitted")) is not None)
+    assert "still to come, their room held" in messages, messages

@@ -24,7 +24,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import CompositePodGroupRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
-from phalanx.controller.plan.staging import slots_held
+from phalanx.controller.plan.staging import slots_to_come
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 # reasons said as Warning events
@@ -88,7 +88,7 @@ def _ran_to_the_end(work: UnitWork, leaf: LeafWork) -> bool:
     )
 
 
-def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
+def _facts(work: UnitWork, leaf: LeafWork, to_come: int) -> st.GroupFacts:
     owner = work.owner
     ended = _ran_to_the_end(work, leaf)
     return st.GroupFacts(
@@ -108,17 +108,19 @@ def _facts(work: UnitWork, leaf: LeafWork) -> st.GroupFacts:
         owner_kind=owner.kind if owner and (owner.finished or not leaf.done) else "child Job",
         held_by=owner.held_by if owner else "",
         succeeded=sum(1 for p in leaf.leaf.pods if p.succeeded),
+        to_come=to_come,
     )
 
 
 def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     group, owner = leaf.group, work.owner
     admission = leaf.admission
+    to_come = slots_to_come(work, leaf, ctx)
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
-        admission = None  # nothing is held for a suspended or finished owner
-    elif not leaf.holds_a_node and not slots_held(work, leaf, ctx):
+        admission, to_come = None, 0  # nothing is held for a suspended or finished owner
+    elif not leaf.holds_a_node and not to_come:
         admission = None  # the decision's pods are gone; the next one starts afresh
-    facts = _facts(work, leaf)
+    facts = _facts(work, leaf, to_come)
     desired = st.desired_status(
         group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
     )
@@ -135,18 +137,22 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
         ctx.longest_wait = max(ctx.longest_wait, waited)
 
 
-def _placed(leaf: LeafWork) -> tuple[bool, bool]:
-    """(placed: its minCount holds a node or was released now, running: its minCount is bound); a leaf
-    whose pods ran to completion counts as both."""
+def _placed(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[bool, bool]:
+    """(placed: its minCount holds a node, was released now or has its room held to come
+    (staging.slots_to_come), running: its minCount is bound); a leaf whose pods ran to completion counts
+    as both."""
     if leaf.done:
         return True, True
     bound = sum(1 for p in leaf.placed if p.bound)
-    return len(leaf.placed) + leaf.released_now >= leaf.min_count, bound >= leaf.min_count
+    placed = len(leaf.placed) + leaf.released_now + slots_to_come(work, leaf, ctx)
+    return placed >= leaf.min_count, bound >= leaf.min_count
 
 
-def _subtree_placed(work: UnitWork, g: CompositePodGroupRecord) -> tuple[bool, bool]:
+def _subtree_placed(work: UnitWork, g: CompositePodGroupRecord, ctx: Pass) -> tuple[bool, bool]:
     composites, leaves = work.children(g.name)
-    states = [_placed(leaf) for leaf in leaves] + [_subtree_placed(work, child) for child in composites]
+    states = [_placed(work, leaf, ctx) for leaf in leaves] + [
+        _subtree_placed(work, child, ctx) for child in composites
+    ]
     need = g.min_group_count or 1
     return sum(1 for p, _ in states if p) >= need, sum(1 for _, r in states if r) >= need
 
@@ -154,7 +160,9 @@ def _subtree_placed(work: UnitWork, g: CompositePodGroupRecord) -> tuple[bool, b
 def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: Pass) -> None:
     owner, root = work.owner, work.root
     composites, leaves = work.children(composite.name)
-    states = [_placed(leaf) for leaf in leaves] + [_subtree_placed(work, g) for g in composites]
+    states = [_placed(work, leaf, ctx) for leaf in leaves] + [
+        _subtree_placed(work, g, ctx) for g in composites
+    ]
     running = sum(1 for _, r in states if r)
     placed = sum(1 for p, _ in states if p)
     is_root = composite is root

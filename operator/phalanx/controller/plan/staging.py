@@ -55,15 +55,23 @@ def held_slots(leaf: LeafWork, recorded: Mapping[str, str], ctx: Pass) -> list[t
     ]
 
 
-def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
-    """The PodGroup of a staged unit has its own decision naming slots whose room is held for its pods still
-    to come (a JobSet's later child Job, made once the one before it is Ready), and the unit's decision
-    stands (a pod of it holds a node): the PodGroup keeps that decision and its domain in its status until
-    they come — as written when decided, so no second write undoes it and then writes it again."""
+def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
+    """The slots of a staged unit's PodGroup whose room is held for its pods still to come (a JobSet's later
+    child Job, made once the one before it is Ready; an LWS group's workers) while the unit's decision
+    stands (a pod of it holds a node); 0 for any other group. They count as admitted: the PodGroup keeps its
+    decision and its domain, and says Admitted, until they come — so no later write undoes what was
+    written when decided, and a pod lost later turns it to waiting at the time of the loss."""
     if not work.unit.staged or leaf.admission is None:
-        return False
+        return 0
+    if not any(x.holds_a_node for x in work.leaves.values()):
+        return 0
     recorded = {a.pod: a.node for a in leaf.admission.assignments}
-    return any(x.holds_a_node for x in work.leaves.values()) and bool(held_slots(leaf, recorded, ctx))
+    return len(held_slots(leaf, recorded, ctx))
+
+
+def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
+    """Whether the PodGroup holds slots for pods still to come (slots_to_come)."""
+    return slots_to_come(work, leaf, ctx) > 0
 
 
 def placeholder(leaf: LeafWork, template: PodTemplate, name: str) -> PodRecord:

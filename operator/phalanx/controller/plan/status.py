@@ -82,6 +82,7 @@ class GroupFacts:
     owner_kind: str = "Job"  # what the messages call the owner
     held_by: str = ""  # while suspended: why another system (Kueue) holds the owner
     succeeded: int = 0  # members that ran to their end (not counted as placed: they hold no node)
+    to_come: int = 0  # a staged unit's pods not made yet whose room its decision holds (staging.py)
 
 
 def _condition(
@@ -140,13 +141,15 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return outcome  # being taken back whole: whatever is placed is about to go
     if not facts.held and outcome is not None:
         return outcome  # Phalanx admitted none of its pods: never say it did
-    placed = facts.scheduled + facts.released
+    placed = facts.scheduled + facts.released + facts.to_come
     need = facts.min_count if facts.gang else 1
     if outcome is not None and outcome.reason != c.REASON_ADMITTED and placed < need:
         return outcome
     if placed >= need and placed > 0:
         where = f" in {facts.domain}" if facts.domain else ""
         message = f"{placed} {facts.members} admitted{where}{facts.note}"
+        if facts.to_come:
+            message += f" ({facts.to_come} still to come, their room held)"
         if facts.succeeded:
             message += f"; {facts.succeeded} more succeeded"
         if facts.waiting:
