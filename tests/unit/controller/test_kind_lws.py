@@ -30,6 +30,7 @@ from testkit import (
     pod_body,
     with_status,
     written,
+    written_statuses,
 )
 
 from phalanx.api import conditions as c
@@ -43,6 +44,7 @@ from phalanx.controller.loop.scheduler import BIND_TIMEOUT_SECONDS as BIND_TIMEO
 from phalanx.controller.loop.scheduler import plan_input
 from phalanx.controller.model.actions import (
     CreatePodGroup,
+    CreateWorkload,
     DeleteObject,
     DeletePod,
     PatchStatus,
@@ -1008,3 +1010,209 @@ def test_an_owner_whose_template_lacks_the_gate_is_said_not_gated_with_both_caus
         "phalanx.dev/managed after its creation, or the gate was taken off its template by an edit made "
         "while Phalanx's webhooks were not answering"
     ), said[0].message
+
+
+# ---------------------------------------------------------------------- a staged unit's lost pods (lost.py)
+def in_order_jobset_running(gone_for: int) -> tuple[dict[str, Any], list[Any], dict[str, Any], list[Any]]:
+    """A JobSet InOrder of a driver and 2 workers of 8 GPUs each in nb-a (nb-b busy), recorded with the
+    driver on n3 and the workers' slots on n1 and n2, all three running there. Returns the JobSet, its
+    groups as the pass `gone_for` seconds ago wrote them (all whole), the driver and the workers."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 2)),
+        in_order=True,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    busy = [5, 6, 7, 8]
+    first = plan(owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0)], busy=busy), NOW)
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    slot = sorted(a.pod for a in root.admission.assignments if "-slot-" in a.pod)
+    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n3", slot[0]: "n1", slot[1]: "n2"})
+    workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
+    driver = jobset_pod("train", "driver", 0, 0, gated=False, released_to="n3", node="n3")
+    driver_group = next(g.name for g in groups if g.name.endswith("-driver-0"))
+    driver["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(driver_group)
+    workers = []
+    for i, node in enumerate(("n1", "n2")):
+        w = jobset_pod("train", "workers", 0, i, global_index=1, gated=False, released_to=node, node=node)
+        w["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(workers_group)
+        w["status"]["phase"] = "Running"
+        workers.append(w)
+    driver["status"]["phase"] = "Running"
+    whole = plan(
+        owner_cluster([("JobSet", js)], [driver, *workers], groups=groups, busy=busy),
+        NOW - dt.timedelta(seconds=gone_for + 30),
+    )
+    assert not releases(whole)
+    return js, written(whole, groups), driver, workers
+
+
+@pytest.mark.parametrize(
+    ("case", "gone", "gone_for", "n4_busy", "requeued"),
+    [
+        ("past the grace, no room for the driver to come: requeued now", "n3", 31, True, True),
+        ("within the grace: waits for its controller to make the driver again", "n3", 10, True, False),
+        ("past the grace, room for the driver on n4: waits for it", "n3", 31, False, False),
+        # A later stage's pod, released into its slot (the record names the slot): lost as well.
+        ("past the grace, no room for worker 1 to come: requeued now", "n2", 31, True, True),
+        ("past the grace, room for worker 1 on n4: waits for it", "n2", 31, False, False),
+    ],
+)
+def test_an_in_order_jobset_that_lost_a_pod_while_its_second_stage_runs(
+    case: str, gone: str, gone_for: int, n4_busy: bool, requeued: bool
+) -> None:
+    """A node of the JobSet goes while its workers run — the driver's n3, or worker 1's n2 — and its child
+    Job's controller makes the pod again only after its backoff (10 s and more). Past the grace the pod to
+    come is tried beside the running ones, as a Job's lost pods are (lost.py): with no room for it in nb-a
+    the JobSet is requeued whole then, not once its replacement came and was refused. A node soak found the
+    staged unit left out: it ran in part for the backoff past the grace."""
+    js, groups, driver, workers = in_order_jobset_running(gone_for)
+    pods = [p for p in [driver, *workers] if p["spec"]["nodeName"] != gone]
+    busy = [5, 6, 7, 8, *([4] if n4_busy else [])]
+    nodes = [node_body(n) for n in NODES if n != gone]
+    went = NOW - dt.timedelta(seconds=gone_for)
+    short = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("JobSet", js)], nodes=nodes), went)
+    root = next(g for g in groups if isinstance(g, CompositePodGroupRecord))
+    admitted = written(short, groups)
+    status = next(g for g in admitted if g.name == root.name).status.condition(c.ADMITTED)
+    assert status is not None and (status.status, status.reason) == (c.FALSE, c.REASON_WAITING_FOR_PODS), case
+    assert not [a for a in short.actions if isinstance(a, SuspendJob | DeletePod)], case
+    now = plan(cluster(busy=busy, groups=admitted, pods=pods, owners=[("JobSet", js)], nodes=nodes), NOW)
+    suspends = [a for a in now.actions if isinstance(a, SuspendJob)]
+    assert bool(suspends) == requeued, case
+    if requeued:
+        assert f"(after {gone_for} s)" in suspends[0].why, suspends[0].why
+    else:
+        assert not [a for a in now.actions if isinstance(a, DeletePod)], case
+    if gone_for < 30:
+        assert now.next_due == went + dt.timedelta(seconds=30), case
+
+
+def test_an_in_order_jobsets_later_stage_still_to_come_is_no_loss() -> None:
+    """The driver runs, the workers' child Job is not made yet (the driver not Ready): its slots in the
+    record are pods still to come, their room held — nothing lost, so nothing is timed: the unit settles
+    (loop/incremental.py skips it) and is never requeued, however long the driver takes, also with no room
+    left beside the held slots."""
+    js, groups, driver, _ = in_order_jobset_running(0)
+    workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
+    state = cluster(busy=[4, 5, 6, 7, 8], groups=groups, pods=[driver], owners=[("JobSet", js)])
+    result = plan(state, NOW + dt.timedelta(hours=1))
+    assert not [a for a in result.actions if isinstance(a, SuspendJob | DeletePod | ReleasePod)]
+    assert result.next_due is None
+    (made,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]  # the cache has none
+    workload = made.to_api()
+    workload["metadata"]["uid"] = "wl-train"
+    later = plan(
+        cluster(
+            busy=[4, 5, 6, 7, 8],
+            groups=written(result, groups),
+            pods=[driver],
+            owners=[("JobSet", js)],
+            objects=[("Workload", workload)],
+        ),
+        NOW + dt.timedelta(hours=2),
+    )
+    assert not later.actions
+    assert "JobSet/ml/train" in later.settled, workers_group
+
+
+@pytest.mark.parametrize(
+    ("case", "gone", "n4_busy", "requeued"),
+    [
+        ("the leader's node went, no room for it: requeued", "n3", True, True),
+        ("the leader's node went, room on n4: waits for it", "n3", False, False),
+        ("worker 2's node went, no room for it: requeued", "n2", True, True),
+        ("worker 2's node went, room on n4: waits for it", "n2", False, False),
+    ],
+)
+def test_a_leader_ready_group_that_lost_a_pod_is_judged_past_the_grace(
+    case: str, gone: str, n4_busy: bool, requeued: bool
+) -> None:
+    """The LWS form of the JobSet rows above (restartPolicy None: LWS makes the lost pod again, its group
+    stays): a LeaderReady group of 3 pods of 8 GPUs, the leader on n3, the workers in their slots on n1 and
+    n2, all running; a node goes. Past the grace the lost pod is tried beside the running ones: no room
+    left in nb-a — the group is requeued (its leader deleted: LWS makes the group again)."""
+    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    busy = [5, 6, 7, 8]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    name = record.group.name
+    groups = recorded_on(
+        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
+    )
+    on = {0: "n3", 1: "n1", 2: "n2"}
+    pods = [lws_pod("serve", 0, w, gated=False, released_to=n, node=n, pod_group=name) for w, n in on.items()]
+    whole = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)]), NOW)
+    assert not [a for a in whole.actions if isinstance(a, ReleasePod | DeletePod)]
+    groups = written(whole, groups)
+    left = [p for p in pods if p["spec"]["nodeName"] != gone]
+    busy += [4] if n4_busy else []
+    nodes = [node_body(n) for n in NODES if n != gone]
+    went = NOW + dt.timedelta(seconds=60)
+    short = plan(
+        cluster(busy=busy, groups=groups, pods=left, owners=[("LeaderWorkerSet", lws)], nodes=nodes), went
+    )
+    assert not [a for a in short.actions if isinstance(a, DeletePod)], case
+    after = went + dt.timedelta(seconds=31)
+    groups = written(short, groups)
+    now = plan(
+        cluster(busy=busy, groups=groups, pods=left, owners=[("LeaderWorkerSet", lws)], nodes=nodes), after
+    )
+    deleted = sorted(a.pod.name for a in now.actions if isinstance(a, DeletePod))
+    # LWS recreates a group whose leader is deleted; a group without its leader goes pod by pod
+    assert deleted == ((["serve-0"] if gone != "n3" else ["serve-0-1", "serve-0-2"]) if requeued else []), (
+        case
+    )
+    if requeued:
+        status = written_statuses(now)[name].condition(c.ADMITTED)
+        assert status is not None and status.reason == c.REASON_REQUEUED, case
+        assert "(after 31 s)" in status.message, status.message
+
+
+@pytest.mark.parametrize(("n4_busy", "requeued"), [(False, False), (True, True)])
+def test_a_staged_jobset_that_lost_its_first_stage_counts_its_own_held_slots_once(
+    n4_busy: bool, requeued: bool
+) -> None:
+    """InOrder in three stages of one 8-GPU pod each: the driver on n3 and the workers on n1 run, the eval's
+    child Job is not made yet, its slot held on n2. n3 goes. Past the grace the driver and the eval still to
+    come are tried with the eval's held room given back (staging.lift_own_hold): with n4 free both fit (the
+    driver on n4, the eval on n2), so the JobSet waits for its driver; counted twice, the eval's room would
+    have left none and the JobSet been requeued."""
+    js = jobset_body(
+        replicated=(("driver", 1, 1), ("workers", 1, 1), ("eval", 1, 1)),
+        in_order=True,
+        annotations={"phalanx.dev/topology-key": NB},
+    )
+    busy: list[int | str] = [5, 6, 7, 8]
+    first = plan(owner_cluster([("JobSet", js)], [jobset_pod("train", "driver", 0, 0)], busy=busy), NOW)
+    root = next(
+        a for a in first.actions if isinstance(a, RecordAdmission) and a.group.kind == "CompositePodGroup"
+    )
+    (w_slot,) = [a.pod for a in root.admission.assignments if "-workers-0-slot-" in a.pod]
+    (e_slot,) = [a.pod for a in root.admission.assignments if "-eval-0-slot-" in a.pod]
+    groups = recorded_on(made_groups(first), {"train-driver-0-0": "n3", w_slot: "n1", e_slot: "n2"})
+    running = []
+    for rjob, index, node in (("driver", 0, "n3"), ("workers", 1, "n1")):
+        pod = jobset_pod("train", rjob, 0, 0, global_index=index, gated=False, released_to=node, node=node)
+        group = next(g.name for g in groups if g.name.endswith(f"-{rjob}-0"))
+        pod["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(group)
+        pod["status"]["phase"] = "Running"
+        running.append(pod)
+    state = cluster(busy=busy, groups=groups, pods=running, owners=[("JobSet", js)])
+    whole = plan(state, NOW)
+    assert not [a for a in whole.actions if isinstance(a, ReleasePod | SuspendJob)]
+    groups = written(whole, groups)
+    busy += [4] if n4_busy else []
+    nodes = [node_body(n) for n in NODES if n != "n3"]
+    went = NOW + dt.timedelta(seconds=60)
+    short = plan(
+        cluster(busy=busy, groups=groups, pods=running[1:], owners=[("JobSet", js)], nodes=nodes), went
+    )
+    assert not [a for a in short.actions if isinstance(a, SuspendJob)]
+    groups = written(short, groups)
+    after = went + dt.timedelta(seconds=31)
+    now = plan(
+        cluster(busy=busy, groups=groups, pods=running[1:], owners=[("JobSet", js)], nodes=nodes), after
+    )
+    assert bool([a for a in now.actions if isinstance(a, SuspendJob)]) is requeued

@@ -21,7 +21,7 @@ from phalanx.api.cluster_objects import HOSTNAME_KEY
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.decide import levels_of, pinned_keys, request_of, tree_request
 from phalanx.controller.plan.requeue import requeue_if_broken
-from phalanx.controller.plan.staging import placeholder
+from phalanx.controller.plan.staging import lift_own_hold, placeholder, slot_name, slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import Admit, CompositeAdmit, PodRequirements, decide, decide_composite
 
@@ -31,7 +31,7 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
     not fit; True when it was."""
     owner, tree = work.owner, work.unit.tree
     assert tree is not None
-    if owner is None or owner.requeued or work.unit.staged or not work.placed or work.whole():
+    if owner is None or owner.requeued or not work.placed or work.whole():
         return False
     if not _lost(work):
         return False
@@ -41,13 +41,18 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
     short = [leaf for leaf in work.leaves.values() if not leaf.done and not leaf.enough]
     if not short or any(leaf.leaf.template is None and not leaf.placed for leaf in short):
         return False  # nothing missing to try, or nothing to shape it by: wait for the pods
+    before = {leaf.group.name: leaf.virtual for leaf in short}
     for leaf in short:
         leaf.virtual = _to_come(work, leaf)
+    lifted = lift_own_hold(work, ctx)  # a staged unit's held slots: placeholders of them are in the request
     try:
         fits = _fits(work, ctx)
     finally:
         for leaf in short:
-            leaf.virtual = ()
+            leaf.virtual = before[leaf.group.name]
+        if lifted:
+            ctx.snapshot = ctx.snapshot.assume(lifted)
+            ctx.held_slots[work.unit.key] = lifted
     if fits:
         return False
     requeue_if_broken(work, ctx)
@@ -67,14 +72,25 @@ def _grace_over(work: UnitWork, ctx: Pass) -> bool:
 
 
 def _lost(work: UnitWork) -> bool:
-    """A pod its recorded decision names is gone (neither placed nor succeeded)."""
+    """A pod its recorded decision names is gone (neither placed nor succeeded); a staged unit's slot is
+    named instead of its pod, and counts as lost only once its stage came (module docstring)."""
     single = work.single
     recorded = single.admission if single is not None else work.admission
     if recorded is None:
         return False
-    kept = {p.name for leaf in work.leaves.values() for p in leaf.placed}
-    kept |= {p.name for leaf in work.leaves.values() for p in leaf.leaf.pods if p.succeeded}
-    return any(a.pod not in kept for a in recorded.assignments)
+    leaves = list(work.leaves.values())
+    kept: set[str] = set()
+    came: set[str] = set()  # the slots of the stages that came: this leaf's or a later one's pods are there
+    started = False
+    for leaf in reversed(leaves):  # a tree's leaves in the order its owner makes them (InOrder, dependsOn)
+        there = [*leaf.placed, *(p for p in leaf.leaf.pods if p.succeeded)]
+        kept |= {p.name for p in there}
+        kept |= {slot_of(leaf, p) for p in there} - {""}
+        started = started or bool(there)
+        if started and work.unit.staged:
+            came |= {slot_name(leaf.group.name, r) for r in leaf.leaf.ranked_slots}
+    slots = {slot_name(leaf.group.name, r) for leaf in leaves for r in leaf.leaf.ranked_slots}
+    return any(a.pod not in kept and (a.pod not in slots or a.pod in came) for a in recorded.assignments)
 
 
 def _to_come(work: UnitWork, leaf: LeafWork) -> tuple[PodRecord, ...]:
