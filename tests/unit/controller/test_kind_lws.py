@@ -1216,3 +1216,36 @@ def test_a_staged_jobset_that_lost_its_first_stage_counts_its_own_held_slots_onc
         cluster(busy=busy, groups=groups, pods=running[1:], owners=[("JobSet", js)], nodes=nodes), after
     )
     assert bool([a for a in now.actions if isinstance(a, SuspendJob)]) is requeued
+
+
+@pytest.mark.parametrize("how", ["tainted", "shrunk", "cordoned"])
+def test_a_later_stage_pod_lost_from_a_slot_whose_node_no_longer_takes_it_is_judged_from_the_loss(
+    how: str,
+) -> None:
+    """The JobSet above, worker 1 lost from its slot on n2 while n2 stays in the cluster but no longer takes
+    a pod like it (tainted NoExecute: the taint evicted it; its GPUs gone unhealthy; cordoned after a drain):
+    its slot holds room on a node its replacement cannot go to, so it is not counted as admitted — the root
+    goes to WaitingForPods at the loss, and past the grace, with no room for worker 1 elsewhere in nb-a, the
+    JobSet is requeued whole then, not after the backoff and a grace counted from its replacement's
+    refusal."""
+    js, groups, driver, workers = in_order_jobset_running(0)
+    nodes = [node_body(n) for n in NODES]
+    n2 = nodes[1]
+    if how == "tainted":
+        n2["spec"]["taints"] = [{"key": "maintenance", "effect": "NoExecute"}]
+    elif how == "shrunk":
+        n2["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    else:
+        n2["spec"]["unschedulable"] = True
+    pods = [driver, workers[0]]
+    busy = [4, 5, 6, 7, 8]
+    went = NOW
+    short = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("JobSet", js)], nodes=nodes), went)
+    root = next(g for g in groups if isinstance(g, CompositePodGroupRecord))
+    groups = written(short, groups)
+    status = next(g for g in groups if g.name == root.name).status.condition(c.ADMITTED)
+    assert status is not None and (status.status, status.reason) == (c.FALSE, c.REASON_WAITING_FOR_PODS), how
+    after = went + dt.timedelta(seconds=31)
+    now = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("JobSet", js)], nodes=nodes), after)
+    (suspend,) = [a for a in now.actions if isinstance(a, SuspendJob)]
+    assert "(after 31 s)" in suspend.why, suspend.why

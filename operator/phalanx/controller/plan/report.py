@@ -24,7 +24,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import CompositePodGroupRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
-from phalanx.controller.plan.staging import slots_to_come
+from phalanx.controller.plan.staging import slots_held, slots_to_come
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 # reasons said as Warning events
@@ -118,7 +118,7 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
     to_come = slots_to_come(work, leaf, ctx)
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
         admission, to_come = None, 0  # nothing is held for a suspended or finished owner
-    elif not leaf.holds_a_node and not to_come:
+    elif not leaf.holds_a_node and not slots_held(work, leaf, ctx):
         admission = None  # the decision's pods are gone; the next one starts afresh
     facts = _facts(work, leaf, to_come)
     desired = st.desired_status(

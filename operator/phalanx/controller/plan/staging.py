@@ -20,6 +20,7 @@ from phalanx.api.naming import pod_group_label_value
 from phalanx.controller.kinds.base import Leaf, PodTemplate, Unit
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
+from phalanx.placement.filters import node_eligible
 
 
 def slot_name(group: str, rank: int) -> str:
@@ -55,23 +56,42 @@ def held_slots(leaf: LeafWork, recorded: Mapping[str, str], ctx: Pass) -> list[t
     ]
 
 
-def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
-    """The slots of a staged unit's PodGroup whose room is held for its pods still to come (a JobSet's later
-    child Job, made once the one before it is Ready; an LWS group's workers) while the unit's decision
-    stands (a pod of it holds a node); 0 for any other group. They count as admitted: the PodGroup keeps its
-    decision and its domain, and says Admitted, until they come — so no later write undoes what was
-    written when decided, and a pod lost later turns it to waiting at the time of the loss."""
+def _held_while_it_stands(work: UnitWork, leaf: LeafWork, ctx: Pass) -> list[tuple[str, str]]:
+    """held_slots of a staged unit's PodGroup while the unit's decision stands (a pod of it holds a node)."""
     if not work.unit.staged or leaf.admission is None:
-        return 0
+        return []
     if not any(x.holds_a_node for x in work.leaves.values()):
-        return 0
-    recorded = {a.pod: a.node for a in leaf.admission.assignments}
-    return len(held_slots(leaf, recorded, ctx))
+        return []
+    return held_slots(leaf, {a.pod: a.node for a in leaf.admission.assignments}, ctx)
 
 
 def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
-    """Whether the PodGroup holds slots for pods still to come (slots_to_come)."""
-    return slots_to_come(work, leaf, ctx) > 0
+    """The PodGroup of a staged unit has its own decision naming slots whose room is held for its pods still
+    to come (a JobSet's later child Job, made once the one before it is Ready), and the unit's decision
+    stands: the PodGroup keeps that decision and its domain in its status until they come — as written when
+    decided, so no second write undoes it and then writes it again."""
+    return bool(_held_while_it_stands(work, leaf, ctx))
+
+
+def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
+    """Of those held slots, the ones whose node still takes their pod (ready, schedulable, its taints
+    tolerated, not overcommitted by the hold: a node whose GPUs went unhealthy): they count as admitted,
+    so the PodGroup says Admitted until its pods come, and a pod lost later turns it to waiting at the time
+    of the loss. A slot on a node that no longer takes its pod does not (its pod will be placed afresh): a
+    later stage's pod lost with a tainted node is then judged from the loss (plan/lost.py), not from its
+    replacement's refusal after its controller's backoff."""
+    template = leaf.leaf.template
+    if template is None:
+        return 0
+    req = template.requirements
+    count = 0
+    for _, node_name in _held_while_it_stands(work, leaf, ctx):
+        node = ctx.nodes.get(node_name)
+        if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
+            continue
+        if all(v >= 0 for v in ctx.snapshot.free(node_name).values()):
+            count += 1
+    return count
 
 
 def placeholder(leaf: LeafWork, template: PodTemplate, name: str) -> PodRecord:
