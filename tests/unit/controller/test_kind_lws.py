@@ -1117,6 +1117,42 @@ def test_an_in_order_jobsets_later_stage_still_to_come_is_no_loss() -> None:
     assert "JobSet/ml/train" in later.settled, workers_group
 
 
+def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
+    """The LWS form of the row above: the leader runs, its workers are not made yet (the leader not Ready),
+    their slots held on n1 and n2 — one leaf holds both stages, so a slot is a loss only once a worker of
+    it came, not because the leader runs. Nothing is timed: the group settles and is never requeued."""
+    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    busy = [4, 5, 6, 7, 8]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    name = record.group.name
+    groups = recorded_on(
+        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
+    )
+    leader = lws_pod("serve", 0, 0, gated=False, released_to="n3", node="n3", pod_group=name)
+    owners = [("LeaderWorkerSet", lws)]
+    result = plan(
+        cluster(busy=busy, groups=groups, pods=[leader], owners=owners), NOW + dt.timedelta(hours=1)
+    )
+    assert not [a for a in result.actions if isinstance(a, DeletePod | ReleasePod)]
+    assert result.next_due is None
+    (made,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]  # the cache has none
+    workload = made.to_api()
+    workload["metadata"]["uid"] = "wl-serve"
+    later = plan(
+        cluster(
+            busy=busy,
+            groups=written(result, groups),
+            pods=[leader],
+            owners=owners,
+            objects=[("Workload", workload)],
+        ),
+        NOW + dt.timedelta(hours=2),
+    )
+    assert not later.actions
+    assert later.settled, "planned again every pass"
+
+
 @pytest.mark.parametrize(
     ("case", "gone", "n4_busy", "requeued"),
     [

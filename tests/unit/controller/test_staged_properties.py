@@ -13,6 +13,7 @@ room (the group's disruption mode is all: an LWS group that cannot be made whole
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from typing import Any
 
@@ -339,3 +340,114 @@ def test_a_gang_released_in_part_before_a_restart_is_finished_whole_in_one_block
     else:
         event("waits")
         assert not room, "its block has room for the gated pods, none was released"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(("LeaderWorkerSet", "JobSet")),
+    size=SIZE,
+    gpus=st.sampled_from((4, 8)),
+    busy_before=BUSY_BEFORE,
+    came=st.integers(0, 3),
+    faults=st.dictionaries(
+        st.integers(0, 3), st.sampled_from(("deleted", "tainted", "pod")), min_size=1, max_size=3
+    ),
+    busy_after=BUSY_AFTER,
+)
+def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_no_longer_fit(
+    kind: str,
+    size: int,
+    gpus: int,
+    busy_before: dict[str, int],
+    came: int,
+    faults: dict[int, str],
+    busy_after: dict[str, int],
+) -> None:
+    """A staged unit decided with its first pod, `came` of its later pods released into their slots and
+    running (its owner makes its later pods together: once one came, any other not there was lost);
+    then some of its running pods go (their node deleted or tainted NoExecute — every pod of it on
+    that node goes —, or the pod alone) and others fill free nodes. Within the grace nothing is requeued;
+    past it the unit is requeued whole exactly when a pod of its decision was lost (its first pod, or a later
+    one while another later pod still runs: the stage came) and its block, counted independently, has no
+    room for the lost pods and those still to come on nodes that take them; a unit that lost nothing is
+    never requeued, however full its block."""
+    owner, first_pod, later_pod = staged(kind, size, gpus)
+    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
+    first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
+    records = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    if not records:
+        event("the unit did not fit at first")
+        return
+    record = records[0]
+    groups = made_groups(first)
+    later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
+    leader_name = first_pod()["metadata"]["name"]
+    leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
+    slots = sorted(
+        (a for a in record.admission.assignments if "-slot-" in a.pod), key=lambda a: slot_number(a.pod)
+    )
+    came = min(came, size - 1)
+    running = [(first_pod(leader_node, record.group.name), leader_node)]
+    running += [(later_pod(i, slots[i].node, later_group), slots[i].node) for i in range(came)]
+    whole_pods = [p for p, _ in running]
+    whole = plan(cluster(groups=groups, pods=whole_pods, others=before, owners=[owner]), NOW)
+    assert not [a for a in whole.actions if isinstance(a, DeletePod | SuspendJob)], "requeued while whole"
+    groups = written(whole, groups)
+
+    # The faults: the running pod number i's node deleted or tainted (every pod of the unit there goes),
+    # or pod i alone gone (its node stays as it was).
+    gone_nodes = {running[i][1]: how for i, how in faults.items() if i < len(running) and how != "pod"}
+    lost = {
+        p["metadata"]["name"]
+        for i, (p, n) in enumerate(running)
+        if n in gone_nodes or (faults.get(i) == "pod")
+    }
+    survivors = [(p, n) for p, n in running if p["metadata"]["name"] not in lost]
+    if not survivors:
+        event("all its pods went")
+        return
+    nodes = []
+    for name in NODES:
+        body = node_body(name)
+        if gone_nodes.get(name) == "deleted":
+            continue
+        if gone_nodes.get(name) == "tainted":
+            body["spec"]["taints"] = [{"key": "maintenance", "effect": "NoExecute"}]
+        nodes.append(body)
+    present = {b["metadata"]["name"] for b in nodes}
+    taken = {n for _, n in running}  # nodes a pod of the unit ran on are not filled by others
+    others = [p for p in before if p["spec"]["nodeName"] in present]
+    others += [someone_else(n, g, 1) for n, g in busy_after.items() if n not in taken and n in present]
+    pods = [p for p, _ in survivors]
+    went = NOW + dt.timedelta(seconds=60)
+    short = plan(cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes), went)
+    assert not [a for a in short.actions if isinstance(a, DeletePod | SuspendJob)], (
+        "requeued within the grace"
+    )
+    groups = written(short, groups)
+    after = went + dt.timedelta(seconds=31)
+    result = plan(cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes), after)
+    requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
+
+    # The reference: what was lost, whether the unit can know it, and the room in its block.
+    later_lost = [p for p, _ in running[1:] if p["metadata"]["name"] in lost]
+    later_left = [p for p, _ in survivors if p["metadata"]["name"] != leader_name]
+    never_came = size - 1 - came  # lost too once a later pod is there: they are made together
+    knows = leader_name in lost or (bool(later_left) and bool(later_lost or never_came))
+    used: dict[str, int] = defaultdict(int)
+    for p in others:
+        used[p["spec"]["nodeName"]] += gpus_of(p)
+    for _, n in survivors:
+        used[n] += gpus
+    block = node_body(leader_node)["metadata"]["labels"][NB]
+    needed = len(lost) + never_came
+    room = room_for_workers(nodes, used, block, needed, gpus)
+    if not lost and not knows:
+        event("nothing lost")
+        assert not requeued, "requeued although it lost nothing"
+    elif not knows:
+        event("a later stage lost whole: judged once its pods come again")
+        assert not requeued, "requeued before its lost stage's pods came again"
+    else:
+        event(f"lost: {'requeued' if requeued else 'waits'}")
+        assert requeued == (not room), f"requeued {requeued}, room for {needed} pod(s) in {block}: {room}"

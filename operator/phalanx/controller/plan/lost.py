@@ -78,19 +78,23 @@ def _lost(work: UnitWork) -> bool:
     recorded = single.admission if single is not None else work.admission
     if recorded is None:
         return False
-    leaves = list(work.leaves.values())
+    names = {a.pod for a in recorded.assignments}
     kept: set[str] = set()
-    came: set[str] = set()  # the slots of the stages that came: this leaf's or a later one's pods are there
+    came: set[str] = set()  # the slots of stages that came
     started = False
-    for leaf in reversed(leaves):  # a tree's leaves in the order its owner makes them (InOrder, dependsOn)
+    for leaf in reversed(work.leaves.values()):  # in the order its owner makes them (InOrder, dependsOn)
         there = [*leaf.placed, *(p for p in leaf.leaf.pods if p.succeeded)]
-        kept |= {p.name for p in there}
-        kept |= {slot_of(leaf, p) for p in there} - {""}
-        started = started or bool(there)
-        if started and work.unit.staged:
+        slots = {slot_of(leaf, p) for p in there} - {""}
+        kept |= {p.name for p in there} | slots
+        # A pod in a slot of this leaf, or of a later one, is there: the stage of this leaf's slots came
+        # (an LWS group's first stage, its leader, is named by its own name: it alone says nothing).
+        started = started or bool(slots & names)
+        if started:
             came |= {slot_name(leaf.group.name, r) for r in leaf.leaf.ranked_slots}
-    slots = {slot_name(leaf.group.name, r) for leaf in leaves for r in leaf.leaf.ranked_slots}
-    return any(a.pod not in kept and (a.pod not in slots or a.pod in came) for a in recorded.assignments)
+    slots_named = {
+        slot_name(leaf.group.name, r) for leaf in work.leaves.values() for r in leaf.leaf.ranked_slots
+    }
+    return any(a not in kept and (a not in slots_named or a in came) for a in names)
 
 
 def _to_come(work: UnitWork, leaf: LeafWork) -> tuple[PodRecord, ...]:
