@@ -75,11 +75,13 @@ def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
 
 def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
     """Of those held slots, the ones whose node still takes their pod (ready, schedulable, its taints
-    tolerated, not overcommitted by the hold: a node whose GPUs went unhealthy): they count as admitted,
-    so the PodGroup says Admitted until its pods come, and a pod lost later turns it to waiting at the time
-    of the loss. A slot on a node that no longer takes its pod does not (its pod will be placed afresh): a
-    later stage's pod lost with a tainted node is then judged from the loss (plan/lost.py), not from its
-    replacement's refusal after its controller's backoff."""
+    tolerated, its allocatable still as large as the pod's requests: not a node whose GPUs went unhealthy):
+    they count as admitted, so the PodGroup says Admitted until its pods come, and a pod lost later turns it
+    to waiting at the time of the loss. A slot on a node that no longer takes its pod does not (its pod will
+    be placed afresh): a later stage's pod lost with a tainted node is then judged from the loss
+    (plan/lost.py), not from its replacement's refusal after its controller's backoff. Only the node's own
+    record is read, never the room other pods left there: a settled unit is planned again when a node
+    changes, not when another pod binds (loop/incremental.py)."""
     template = leaf.leaf.template
     if template is None:
         return 0
@@ -89,7 +91,7 @@ def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
         node = ctx.nodes.get(node_name)
         if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
             continue
-        if all(v >= 0 for v in ctx.snapshot.free(node_name).values()):
+        if all(node.allocatable.get(r, 0) >= amount for r, amount in template.requests.items()):
             count += 1
     return count
 
