@@ -198,6 +198,9 @@ class GroupReport:
     """The engine's verdict for this group in the tree's placement now (None: not run)."""
     reservation: ReservationView | None = None
     """Room held for it (a tree's: on its root CompositePodGroup)."""
+    to_come: int = 0
+    """Pods its recorded decision (`status.admission`) places that do not exist yet: a staged unit's later
+    pods (an InOrder JobSet's later child Job, a LeaderReady group's workers), their room held in slots."""
 
 
 @dataclass(frozen=True)
@@ -337,7 +340,18 @@ def _report(
         conditions=_conditions(group),
         pods=counts_of(pods) if pods is not None else None,
         reservation=_reservation(group),
+        to_come=_to_come(status, pods),
     )
+
+
+def _to_come(status: Mapping[str, Any], pods: Sequence[PodView] | None) -> int:
+    """The assignments of the group's recorded decision beyond its pods that exist (live, or succeeded: a
+    slot the pod released into it fills is still named by the slot, so the count, not the names)."""
+    if pods is None:
+        return 0
+    assignments = mapping(status.get("admission")).get("assignments") or []
+    there = sum(1 for p in pods if not p.deleting and (not p.terminal or p.phase == "Succeeded"))
+    return max(0, len(assignments) - there)
 
 
 # ------------------------------------------------------------------ the engine, on the live cluster
@@ -705,6 +719,8 @@ def _summary(
             text += f", {counts.released} released to their nodes for kube-scheduler to bind"
         if counts.succeeded:
             text += f", {counts.succeeded} more succeeded (they count toward the gang)"
+        if to_come := sum(g.to_come for g in groups):
+            text += f", {to_come} more still to come (their room held)"
         if len(groups) > 1:
             text += f" ({_plural(len(groups), 'group')})"
         return "admitted", text
@@ -874,6 +890,7 @@ def _group_json(r: GroupReport) -> dict[str, Any]:
             for x in r.conditions
         ],
         "pods": _counts_json(r.pods),
+        "toCome": r.to_come,
         "now": r.now,
         "reservation": None
         if r.reservation is None

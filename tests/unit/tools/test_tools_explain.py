@@ -1175,3 +1175,45 @@ def test_a_trainjob_before_its_groups_exist_counts_what_the_controller_will(
     print(text)
     assert text.splitlines()[0].startswith(f"trainjob/llm in namespace {NS}: {summary}")
     assert f"  PodGroup: none yet (Gang, {spec}, topology {NB})" in text.splitlines()
+
+
+def test_an_admitted_leader_ready_group_says_how_many_of_its_pods_are_still_to_come() -> None:
+    """The loop decided the group with its leader and holds its workers' room in slots (status.admission
+    names the leader and three slots) until LWS makes them, once the leader is Ready: the group is
+    admitted, and explain says so with the pods still to come — not "1 of 1 pods bound", which reads as if
+    the gang were one pod."""
+    _, (group,) = _lws_groups(4, None)
+    leader = _lws_pod(0, SERVE, GPU_SPEC)
+    leader["spec"].pop("schedulingGates")
+    leader["spec"]["nodeName"] = "was-worker"
+    leader["status"]["phase"] = "Running"
+    group["status"] = {
+        "phase": "Admitted",
+        "policy": "Gang",
+        "domain": "nb-a",
+        "conditions": [
+            condition(
+                "Admitted", "True", "Admitted", "4 pod(s) admitted in nb-a (3 still to come, their room held)"
+            )
+        ],
+        "admission": {
+            "domain": "nb-a",
+            "admittedAt": "2026-12-07T10:00:00Z",
+            "assignments": [
+                {"pod": "serve-0", "node": "was-worker"},
+                *({"pod": f"{SERVE}-slot-{r}", "node": f"was-worker{r + 1}"} for r in (1, 2, 3)),
+            ],
+        },
+    }
+    f = dataclasses.replace(
+        facts(group_pods=[leader], groups=(group,), busy=()),
+        target=parse_target("leaderworkerset/serve"),
+        owner_kind=LEADER_WORKER_SET,
+        owner=_lws(4, leader_ready=True, leader=None, subgroup=None),
+    )
+    result = explain(f)
+    assert result.state == "admitted"
+    assert (
+        result.summary == f"admitted in {NB}=nb-a: 1 of 1 pods bound, 3 more still to come (their room held)"
+    )
+    assert to_json(result)["groups"][0]["toCome"] == 3
