@@ -107,6 +107,7 @@ def main() -> int:
             extra = ["--kubeconfig", str(proxy.kubeconfig)]
         env = {"PYTHONPATH": args.operator_path} if args.operator_path else {}
         logs = Path(args.log_dir) if args.log_dir else folder
+        logs.mkdir(parents=True, exist_ok=True)  # a --log-dir not made yet: made, not a crash after bring-up
         nodes = args.mode == "nodes-kinds"
         if nodes:
             extra += ["--node-failure-grace", str(args.node_failure_grace)]
