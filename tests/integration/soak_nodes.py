@@ -8,8 +8,9 @@ JobSet, LWS and Trainer controllers), then fails nodes in one of five ways, draw
 - `domain`: every node of one network block at once (its gangs must go whole to the other block, or wait
   whole);
 - `mid-admission`: the operator restarted with its pause between a recorded decision and the release
-  (controller/apply/faults.py), and a node the decision names failed in that pause: its pods are released to
-  a failed node (released, not bound); the pause goes at the round's end with a kill -9 and a restart;
+  (controller/apply/faults.py), and a node the decision names failed in that pause (tainted, not ready, shrunk
+  or relabelled into another block): its pods are released to a failed node (released, not bound); the
+  pause goes at the round's end with a kill -9 and a restart;
 - `while-down`: the operator SIGKILLed at a random point of the round's admissions, a node of a gang (placed,
   or named by a decision) failed while it is down, sometimes another healed while down, then restarted.
 
@@ -622,7 +623,9 @@ class NodeSoak(Soak):
             time.sleep(POLL / 3)
         if not target:
             target = self.pick(self.world(), 1)
-        self.fail(target, self.rng.choice(("taint", "taint", "notready", "shrink")))
+        # relabel: the release pins the labels the decision saw, so kube-scheduler binds nothing on the moved
+        # node and the gang is rolled back whole (plan/requeue.py stranded), never split across two blocks
+        self.fail(target, self.rng.choice(("taint", "taint", "notready", "shrink", "relabel")))
         self.watch(PAUSE + self.grace)
         self.kill("to disarm the pause")
         self.start()

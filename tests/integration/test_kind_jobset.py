@@ -6,6 +6,8 @@ input refused at the webhook. Every test watches the namespace's pods: no JobSet
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from .kinds import (
     garbage_collector_knows_podgroups,
     gated,
     jobset,
+    jobset_block,
     jobset_gang,
     jobset_pods,
     label_of,
@@ -181,6 +184,73 @@ def test_an_in_order_jobset_is_decided_whole_with_its_first_stage_and_never_dead
     slots = sorted(a["node"] for a in admission["assignments"] if "-slot-" in a["pod"])
     workers = sorted(p["spec"]["nodeName"] for p in pods if "workers" in p["metadata"]["name"])
     assert slots == workers  # each worker went to the node held for it
+
+
+def test_an_in_order_jobset_that_loses_its_driver_is_requeued_whole_before_its_driver_is_made_again(
+    kinds_ns: Namespace,
+) -> None:
+    """InOrder, a driver and 3 workers of 8 GPUs filling nb-a (nb-b busy). The driver's node fails while the
+    workers run — tainted NoExecute, its pod evicted (deleted here, as the taint manager does) — with
+    kube-controller-manager held (SIGSTOP), so the driver's child Job makes no replacement: its controller
+    backs off 10 s and more after a failure, and this holds it for good. Past the grace (2 s) Phalanx tries
+    the driver still to come beside the running workers; nb-a has no other node, so it requeues the JobSet
+    whole then (suspended, with its note) — before its replacement exists. Before, a staged unit was left out
+    of that judgement (plan/lost.py): the JobSet ran in part until the replacement came and was refused, which
+    here is never. Once kube-controller-manager runs again, every pod from before goes, and the JobSet runs
+    whole again in nb-a when the node heals."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY[1:])
+    kcm = ns.cluster.pids["kube-controller-manager"]
+    body = jobset(
+        "driven",
+        replicated_job("driver", 1, 1, backoff_limit=1),
+        replicated_job("workers", 1, 3, backoff_limit=1),
+        annotations={"phalanx.dev/topology-key": NB_KEY},
+        in_order=True,
+    )
+    victim = ""
+    stopped = False
+    try:
+        with whole_gangs_through_a_failure(ns, {"driven": 4}, jobset_gang) as gangs:
+            ns.create(body)
+            first = wait_for("driven whole in one block", lambda: jobset_block(ns, "driven", 4), timeout=180)
+            wait_for("the pod watch to see it whole", lambda: gangs.whole("driven"), timeout=30)
+            before = jobset_pods(ns, "driven")
+            (driver,) = [p for p in before if "-driver-" in p["metadata"]["name"]]
+            victim = driver["spec"]["nodeName"]
+            os.kill(kcm, signal.SIGSTOP)
+            stopped = True
+            gangs.failure()
+            fail_node(ns.api, victim, how="taint")
+            ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}/pods/{driver['metadata']['name']}")
+            requeued = wait_for(
+                "Phalanx's Requeued event on the JobSet",
+                lambda: requeues_of(ns, "JobSet", "driven"),
+                timeout=60,
+            )
+            drivers = [p for p in jobset_pods(ns, "driven") if "-driver-" in p["metadata"]["name"]]
+            assert [p["metadata"]["uid"] for p in drivers] in ([], [driver["metadata"]["uid"]]), drivers
+            assert ns.get(f"{JOBSETS}/driven")["spec"].get("suspend") is True
+            os.kill(kcm, signal.SIGCONT)
+            stopped = False
+            old = {p["metadata"]["name"] for p in before}
+            wait_for(
+                "every pod of the JobSet from before the failure gone",
+                lambda: not old & {p["metadata"]["name"] for p in jobset_pods(ns, "driven")},
+                timeout=120,
+            )
+            heal_node(ns.api, victim)
+            victim = ""
+            again = wait_for("driven whole again", lambda: jobset_block(ns, "driven", 4), timeout=180)
+    finally:
+        if stopped:
+            os.kill(kcm, signal.SIGCONT)
+        if victim:
+            heal_node(ns.api, victim)
+    print(ns.where(f"{JOBSET_NAME}=driven"), f"ran in {first}, then {again}")
+    print("Requeued:", [e["message"] for e in requeued])
+    assert first == again == "nb-a"
+    assert "below its minCount" in requeued[0]["message"], requeued[0]["message"]
 
 
 def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_ends(
