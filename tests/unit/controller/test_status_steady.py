@@ -8,11 +8,14 @@ decision released them)."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from testkit import (
     LB,
     NB,
@@ -28,8 +31,9 @@ from testkit import (
     written,
 )
 
-from phalanx.controller.model.actions import PatchStatus, RecordAdmission, ReleasePod
-from phalanx.controller.plan import plan
+from phalanx.api.naming import pod_group_label_value
+from phalanx.controller.model.actions import DeletePod, PatchStatus, RecordAdmission, ReleasePod, SuspendJob
+from phalanx.controller.plan import Plan, plan
 
 KEY = {"phalanx.dev/topology-key": NB}
 SLICED = {**KEY, "phalanx.dev/slice-topology-key": LB}
@@ -168,3 +172,92 @@ def test_a_staged_gang_stays_admitted_while_its_later_pods_are_still_to_come(
             assert g.status.admission is not None, (seconds, g.name)
     messages = " | ".join(m.message for g in groups if (m := g.status.condition("Admitted")) is not None)
     assert "still to come, their room held" in messages, messages
+
+
+# What happens next to a staged gang, step by step: a pass a few seconds later (kube-scheduler may not have
+# bound what Phalanx released yet), a pass up to minutes later (it has: it binds within a second), or its
+# owner makes the later pods (gated; their events wake a pass).
+STEP = st.one_of(
+    st.integers(1, 5).map(lambda s: ("pass", s)),
+    st.integers(6, 600).map(lambda s: ("wait", s)),
+    st.just(("make", 0)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row=st.sampled_from(range(len(STAGED))), later=st.integers(1, 3), steps=st.lists(STEP, max_size=8))
+def test_a_staged_gang_says_admitted_from_its_decision_on_whatever_comes_next(
+    row: int, later: int, steps: list[tuple[str, int]]
+) -> None:
+    """A staged gang (either row above, `later` pods in its second stage) decided with its first stage,
+    then any sequence of its later pods made, released into their slots and bound, with time passing in
+    between, nothing lost: every group of it says Admitted from the decision on, in one transition (no write
+    flips it to waiting and back), keeps its decision, and every pod goes to the node of its slot; once all
+    are bound, every group is Running."""
+    case, kind, _, _ = STAGED[row]
+    if kind == "JobSet":
+        owner = jobset_body(
+            replicated=(("driver", 1, 1), ("workers", 1, later)), in_order=True, annotations=KEY
+        )
+        firsts = [jobset_pod("train", "driver", 0, 0)]
+        seconds = [jobset_pod("train", "workers", 0, i, global_index=1) for i in range(later)]
+    else:
+        owner = lws_body(leader_ready=True, size=later + 1, annotations=KEY)
+        firsts = [lws_pod("serve", 0, 0)]
+        seconds = [lws_pod("serve", 0, w) for w in range(1, later + 1)]
+    now = NOW
+    first = plan(owner_cluster([(kind, owner)], firsts), now)
+    groups = made_groups(first)
+    decided = {g.name: g.status.condition("Admitted") for g in groups}
+    slots = {
+        a.pod: a.node
+        for g in groups
+        if g.status.admission is not None
+        for a in g.status.admission.assignments
+        if "-slot-" in a.pod
+    }
+    pods = {p["metadata"]["name"]: p for p in firsts}
+
+    def released(result: Plan) -> None:
+        for a in result.actions:
+            if isinstance(a, ReleasePod):
+                body = pods[a.pod.name]
+                body["spec"].pop("schedulingGates", None)
+                body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": a.node}
+                body["metadata"]["labels"]["phalanx.dev/pod-group"] = pod_group_label_value(a.pod_group)
+
+    def bind() -> None:
+        for body in pods.values():
+            target = (body["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
+            if target and not body["spec"].get("nodeName"):
+                body["spec"]["nodeName"] = target
+                body["status"]["phase"] = "Running"
+
+    released(first)
+    for what, amount in [*steps, ("make", 0), ("pass", 1), ("wait", 6), ("wait", 6)]:
+        if what == "make":
+            for body in seconds:
+                made = copy.deepcopy(body)
+                made["metadata"]["creationTimestamp"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                pods.setdefault(body["metadata"]["name"], made)
+            # the pods' events wake a pass at once (below, with no time passed)
+        if what == "wait":
+            bind()
+        now += dt.timedelta(seconds=amount)
+        result = plan(owner_cluster([(kind, owner)], list(pods.values()), groups=groups), now)
+        assert not [a for a in result.actions if isinstance(a, RecordAdmission | DeletePod | SuspendJob)], (
+            case
+        )
+        for a in result.actions:
+            if isinstance(a, ReleasePod):
+                rank = seconds.index(next(p for p in seconds if p["metadata"]["name"] == a.pod.name))
+                (slot,) = [s for s in slots if s.endswith(f"-slot-{rank + (kind != 'JobSet')}")]
+                assert a.node == slots[slot], (case, a.pod.name, a.node, slot)
+        released(result)
+        groups = written(result, groups)
+        for g in groups:
+            admitted = g.status.condition("Admitted")
+            assert admitted is not None and admitted.status == "True", (case, g.name, admitted)
+            assert admitted.last_transition_time == decided[g.name].last_transition_time, (case, g.name)
+            assert g.status.admission is not None, (case, g.name)
+    assert {g.name: g.status.phase for g in groups} == dict.fromkeys(decided, "Running"), case
