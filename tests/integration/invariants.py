@@ -265,7 +265,9 @@ class World:
                 reasons.append(f"{gang.name}: {len(live)} of its {gang.made_first} pods made so far")
             elif not gang.waiting:
                 placed_of = f"{len(placed)} of {len(live)} pods placed (size {gang.size})"
-                reasons.append(f"{gang.name}: {placed_of}, partly admitted")
+                deleting = sum(1 for p in live if p["metadata"].get("deletionTimestamp"))
+                being = f", {deleting} being deleted" if deleting else ""
+                reasons.append(f"{gang.name}: {placed_of}{being}, partly admitted")
             elif self.fits(gang, self.room_for(gang, free)):
                 reasons.append(f"{gang.name}: waits although it fits the room left")
             elif preemption and self.fits_by_preempting(gang):

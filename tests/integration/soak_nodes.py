@@ -278,6 +278,38 @@ def bound_across(world: World, gang: Gang, relabels: Relabels, made: dict[str, d
     return []
 
 
+def excused(world: World, reasons: list[str], failed: dict[str, Failure]) -> list[str]:
+    """`reasons` the world is not settled, less those of pods stuck on failed nodes. A pod being deleted on
+    a NotReady or deleted node stays so until the node heals (no kubelet confirms it; the pod garbage
+    collector's 40 s for a deleted one), and a gang whose every live pod is such a pod waits for it —
+    requeued whole (suspended), or taken back by deleting its pods (an LWS group's leader deleted, by
+    Phalanx or by LWS's RecreateGroupOnPodRestart: LWS makes the group again once it is gone): settled for
+    now (judged again once healed)."""
+    stuck = {
+        p["metadata"]["uid"]
+        for p in world.pods
+        if p["metadata"].get("deletionTimestamp")
+        and (f := failed.get(p["spec"].get("nodeName") or "")) is not None
+        and f.how in ("notready", "delete")
+    }
+    if not stuck:
+        return reasons
+    deleting = [p for p in world.pods if p["metadata"].get("deletionTimestamp")]
+    waiting_for_stuck = [
+        f"{g.name}: "
+        for g in world.gangs.values()
+        if g.live and all(p["metadata"]["uid"] in stuck for p in g.live)
+    ]
+    kept = []
+    for reason in reasons:
+        if reason == "pods terminating" and all(p["metadata"]["uid"] in stuck for p in deleting):
+            continue
+        if any(reason.startswith(gang) for gang in waiting_for_stuck):
+            continue
+        kept.append(reason)
+    return kept
+
+
 def _scheduled_at(pod: dict[str, Any]) -> float | None:
     for condition in pod.get("status", {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
@@ -448,33 +480,7 @@ class NodeSoak(Soak):
         ]
 
     def excused(self, world: World, reasons: list[str]) -> list[str]:
-        """A pod being deleted on a NotReady or deleted node stays so until the node heals (no kubelet
-        confirms it; the pod garbage collector's 40 s for a deleted one), and a gang requeued whole
-        (suspended) waits for it: settled for now (judged again once healed)."""
-        stuck = {
-            p["metadata"]["uid"]
-            for p in world.pods
-            if p["metadata"].get("deletionTimestamp")
-            and (f := self.failed.get(p["spec"].get("nodeName") or "")) is not None
-            and f.how in ("notready", "delete")
-        }
-        if not stuck:
-            return reasons
-        deleting = [p for p in world.pods if p["metadata"].get("deletionTimestamp")]
-        waiting_for_stuck = {
-            f"{g.name}: {why}"
-            for g in world.gangs.values()
-            if g.live and all(p["metadata"]["uid"] in stuck for p in g.live)
-            for why in ("suspended", "requeued")
-        }
-        kept = []
-        for reason in reasons:
-            if reason == "pods terminating" and all(p["metadata"]["uid"] in stuck for p in deleting):
-                continue
-            if reason in waiting_for_stuck:
-                continue
-            kept.append(reason)
-        return kept
+        return excused(world, reasons, self.failed)
 
     def drop_failed_owners(self, world: World) -> None:
         for owner, gangs in owners(world).items():

@@ -8,10 +8,10 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from test_soak_gangs import JS, LB, NB, NS, jobset, objects, pod, seed_nodes
+from test_soak_gangs import GROUP, JS, LB, NB, NS, jobset, meta, objects, pod, seed_nodes
 from tests.integration.gangs import Objects, read_gangs
 from tests.integration.invariants import World
-from tests.integration.soak_nodes import BIND_SLACK, Failure, Relabels, bound_across, shrunk_room
+from tests.integration.soak_nodes import BIND_SLACK, Failure, Relabels, bound_across, excused, shrunk_room
 
 T = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC).timestamp()  # when the node failed
 
@@ -131,3 +131,40 @@ def test_a_slice_is_judged_by_its_own_key_at_each_binding() -> None:
     gangs = read_gangs(Objects(pods, objects(pods, JobSet=[body]).owners, [], {}), NS)
     (found,) = bound_across(World(nodes, pods, gangs), gangs["h"], relabels, {})
     assert "h-w-0" in found and LB in found
+
+
+def lws_group(deleting: bool, node: str = "n0") -> World:
+    """An LWS group of 4 of which only its leader is left, bound to `node`, maybe being deleted (LWS's
+    RecreateGroupOnPodRestart deleted it after its workers went, or Phalanx requeued the group)."""
+    leader = pod("l-0", {"leaderworkerset.sigs.k8s.io/name": "l", GROUP: "0"}, node=node, gated=False)
+    if deleting:
+        leader["metadata"]["deletionTimestamp"] = "2026-12-07T12:00:00Z"
+    body = {"metadata": meta("l"), "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 4}}}
+    pods = [leader]
+    return World(
+        seed_nodes(),
+        pods,
+        read_gangs(Objects(pods, objects(pods, LeaderWorkerSet=[body]).owners, [], {}), NS),
+    )
+
+
+# (case, the leader being deleted, how its node failed (None: it did not), reasons left)
+EXCUSES = [
+    ("its leader stuck being deleted on a NotReady node: waits for the heal", True, "notready", []),
+    ("its leader stuck being deleted on a deleted node: waits for the garbage collector", True, "delete", []),
+    ("its leader being deleted on a tainted node: the kubelet confirms, nothing stuck", True, "taint", 2),
+    ("its leader running on a NotReady node, not deleted: a gang left in part", False, "notready", 1),
+    ("its leader being deleted on a healthy node", True, None, 2),
+]
+
+
+@pytest.mark.parametrize(("case", "deleting", "how", "left"), EXCUSES, ids=[r[0] for r in EXCUSES])
+def test_a_gang_whose_every_pod_is_stuck_on_a_failed_node_waits_for_the_heal(
+    case: str, deleting: bool, how: str | None, left: list[str] | int
+) -> None:
+    world = lws_group(deleting)
+    reasons = world.unsettled()
+    assert any(r.startswith("l/0: 1 of 1 pods placed") for r in reasons), reasons
+    failed = {} if how is None else {"n0": Failure(how, T)}
+    kept = excused(world, reasons, failed)
+    assert (kept if isinstance(left, list) else len(kept)) == left, kept
