@@ -1089,32 +1089,37 @@ def test_an_in_order_jobset_that_lost_a_pod_while_its_second_stage_runs(
         assert now.next_due == went + dt.timedelta(seconds=30), case
 
 
+def settles_untouched(owners: list[Any], groups: list[Any], pods: list[Any], busy: list[int]) -> Plan:
+    """An hour on, the unit plans nothing that moves a pod and asks for no timed pass; its Workload made
+    (the cache had none), a pass an hour after that plans nothing at all and finds it settled."""
+    result = plan(cluster(busy=busy, groups=groups, pods=pods, owners=owners), NOW + dt.timedelta(hours=1))
+    assert not [a for a in result.actions if isinstance(a, SuspendJob | DeletePod | ReleasePod)]
+    assert result.next_due is None
+    (made,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]
+    workload = made.to_api()
+    workload["metadata"]["uid"] = "wl-made"
+    later = plan(
+        cluster(
+            busy=busy,
+            groups=written(result, groups),
+            pods=pods,
+            owners=owners,
+            objects=[("Workload", workload)],
+        ),
+        NOW + dt.timedelta(hours=2),
+    )
+    assert not later.actions
+    return later
+
+
 def test_an_in_order_jobsets_later_stage_still_to_come_is_no_loss() -> None:
     """The driver runs, the workers' child Job is not made yet (the driver not Ready): its slots in the
     record are pods still to come, their room held — nothing lost, so nothing is timed: the unit settles
     (loop/incremental.py skips it) and is never requeued, however long the driver takes, also with no room
     left beside the held slots."""
     js, groups, driver, _ = in_order_jobset_running(0)
-    workers_group = next(g.name for g in groups if g.name.endswith("-workers-0"))
-    state = cluster(busy=[4, 5, 6, 7, 8], groups=groups, pods=[driver], owners=[("JobSet", js)])
-    result = plan(state, NOW + dt.timedelta(hours=1))
-    assert not [a for a in result.actions if isinstance(a, SuspendJob | DeletePod | ReleasePod)]
-    assert result.next_due is None
-    (made,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]  # the cache has none
-    workload = made.to_api()
-    workload["metadata"]["uid"] = "wl-train"
-    later = plan(
-        cluster(
-            busy=[4, 5, 6, 7, 8],
-            groups=written(result, groups),
-            pods=[driver],
-            owners=[("JobSet", js)],
-            objects=[("Workload", workload)],
-        ),
-        NOW + dt.timedelta(hours=2),
-    )
-    assert not later.actions
-    assert "JobSet/ml/train" in later.settled, workers_group
+    later = settles_untouched([("JobSet", js)], groups, [driver], [4, 5, 6, 7, 8])
+    assert "JobSet/ml/train" in later.settled
 
 
 def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
@@ -1130,26 +1135,7 @@ def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
         made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
     )
     leader = lws_pod("serve", 0, 0, gated=False, released_to="n3", node="n3", pod_group=name)
-    owners = [("LeaderWorkerSet", lws)]
-    result = plan(
-        cluster(busy=busy, groups=groups, pods=[leader], owners=owners), NOW + dt.timedelta(hours=1)
-    )
-    assert not [a for a in result.actions if isinstance(a, DeletePod | ReleasePod)]
-    assert result.next_due is None
-    (made,) = [a.workload for a in result.actions if isinstance(a, CreateWorkload)]  # the cache has none
-    workload = made.to_api()
-    workload["metadata"]["uid"] = "wl-serve"
-    later = plan(
-        cluster(
-            busy=busy,
-            groups=written(result, groups),
-            pods=[leader],
-            owners=owners,
-            objects=[("Workload", workload)],
-        ),
-        NOW + dt.timedelta(hours=2),
-    )
-    assert not later.actions
+    later = settles_untouched([("LeaderWorkerSet", lws)], groups, [leader], busy)
     assert later.settled, "planned again every pass"
 
 

@@ -138,6 +138,22 @@ def slot_number(slot: str) -> int:
     return int(slot.rsplit("-", 1)[1])
 
 
+def decided_with_its_first_pod(
+    kind: str, size: int, gpus: int, busy_before: dict[str, int]
+) -> tuple[Any, Any, Any, list[dict[str, Any]], Any, list[Any]] | None:
+    """The staged unit (staged()), others' pods taking `busy_before`, decided with its first pod: its owner,
+    first pod and later pods, the others, the unit's recorded decision (its PodGroup's, or its tree's
+    root's) and its groups; None if it did not fit."""
+    owner, first_pod, later_pod = staged(kind, size, gpus)
+    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
+    first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
+    records = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    if not records:
+        event("the unit did not fit at first")
+        return None
+    return owner, first_pod, later_pod, before, records[0], made_groups(first)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(("LeaderWorkerSet", "JobSet", "JobSet sliced")),
@@ -165,15 +181,10 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
 ) -> None:
     """`in_slots` of the later pods came before the change and went into their slots (never all of them):
     whatever is decided again, the unit's record still names every pod that runs."""
-    owner, first_pod, later_pod = staged(kind, size, gpus)
-    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
-    first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
-    records = [a for a in first.actions if isinstance(a, RecordAdmission)]
-    if not records:
-        event("the unit did not fit at first")
+    decided = decided_with_its_first_pod(kind, size, gpus, busy_before)
+    if decided is None:
         return
-    record = records[0]  # the unit's: its PodGroup's, or its tree's root's
-    groups = made_groups(first)
+    owner, first_pod, later_pod, before, record, groups = decided
     later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
     leader_name = first_pod()["metadata"]["name"]
     leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
@@ -371,15 +382,10 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     one while another later pod still runs: the stage came) and its block, counted independently, has no
     room for the lost pods and those still to come on nodes that take them; a unit that lost nothing is
     never requeued, however full its block."""
-    owner, first_pod, later_pod = staged(kind, size, gpus)
-    before = [someone_else(n, g, 0) for n, g in busy_before.items()]
-    first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
-    records = [a for a in first.actions if isinstance(a, RecordAdmission)]
-    if not records:
-        event("the unit did not fit at first")
+    decided = decided_with_its_first_pod(kind, size, gpus, busy_before)
+    if decided is None:
         return
-    record = records[0]
-    groups = made_groups(first)
+    owner, first_pod, later_pod, before, record, groups = decided
     later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
     leader_name = first_pod()["metadata"]["name"]
     leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)

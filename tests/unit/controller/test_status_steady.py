@@ -142,6 +142,15 @@ STAGED: list[tuple[str, str, dict[str, Any], Pods]] = [
 ]
 
 
+def still_admitted_as_decided(groups: list[Any], decided: dict[str, Any], case: object) -> None:
+    """Every group says Admitted in the transition of its decision, and keeps its decision."""
+    for g in groups:
+        admitted = g.status.condition("Admitted")
+        assert admitted is not None and admitted.status == "True", (case, g.name, admitted)
+        assert admitted.last_transition_time == decided[g.name].last_transition_time, (case, g.name)
+        assert g.status.admission is not None, (case, g.name)
+
+
 @pytest.mark.parametrize(("case", "kind", "owner", "first_stage"), STAGED, ids=[r[0] for r in STAGED])
 def test_a_staged_gang_stays_admitted_while_its_later_pods_are_still_to_come(
     case: str, kind: str, owner: dict[str, Any], first_stage: Pods
@@ -165,11 +174,7 @@ def test_a_staged_gang_stays_admitted_while_its_later_pods_are_still_to_come(
         )
         assert not [a for a in result.actions if isinstance(a, (RecordAdmission, ReleasePod))]
         groups = written(result, groups)
-        for g in groups:
-            admitted = g.status.condition("Admitted")
-            assert admitted is not None and admitted.status == "True", (seconds, g.name, admitted)
-            assert admitted.last_transition_time == decided[g.name].last_transition_time, (seconds, g.name)
-            assert g.status.admission is not None, (seconds, g.name)
+        still_admitted_as_decided(groups, decided, seconds)
     messages = " | ".join(m.message for g in groups if (m := g.status.condition("Admitted")) is not None)
     assert "still to come, their room held" in messages, messages
 
@@ -255,9 +260,5 @@ def test_a_staged_gang_says_admitted_from_its_decision_on_whatever_comes_next(
                 assert a.node == slots[slot], (case, a.pod.name, a.node, slot)
         released(result)
         groups = written(result, groups)
-        for g in groups:
-            admitted = g.status.condition("Admitted")
-            assert admitted is not None and admitted.status == "True", (case, g.name, admitted)
-            assert admitted.last_transition_time == decided[g.name].last_transition_time, (case, g.name)
-            assert g.status.admission is not None, (case, g.name)
+        still_admitted_as_decided(groups, decided, case)
     assert {g.name: g.status.phase for g in groups} == dict.fromkeys(decided, "Running"), case
