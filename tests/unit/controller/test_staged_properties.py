@@ -13,6 +13,7 @@ room (the group's disruption mode is all: an LWS group that cannot be made whole
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import defaultdict
 from typing import Any
@@ -138,12 +139,27 @@ def slot_number(slot: str) -> int:
     return int(slot.rsplit("-", 1)[1])
 
 
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """A staged unit decided with its first pod (decided_with_its_first_pod)."""
+
+    owner: Any
+    first_pod: Any  # its first pod: gated, or (given a node and its PodGroup) bound there
+    later_pod: Any  # its later pod by number, the same way
+    before: list[dict[str, Any]]  # others' pods
+    record: Any  # the unit's recorded decision: its PodGroup's, or its tree's root's
+    groups: list[Any]
+    later_group: str  # the PodGroup its later pods join
+    leader_name: str
+    leader_node: str
+    slots: list[Any]  # the decision's slots, by number
+
+
 def decided_with_its_first_pod(
     kind: str, size: int, gpus: int, busy_before: dict[str, int]
-) -> tuple[Any, Any, Any, list[dict[str, Any]], Any, list[Any]] | None:
-    """The staged unit (staged()), others' pods taking `busy_before`, decided with its first pod: its owner,
-    first pod and later pods, the others, the unit's recorded decision (its PodGroup's, or its tree's
-    root's) and its groups; None if it did not fit."""
+) -> Decided | None:
+    """The staged unit (staged()), others' pods taking `busy_before`, decided with its first pod; None if
+    it did not fit."""
     owner, first_pod, later_pod = staged(kind, size, gpus)
     before = [someone_else(n, g, 0) for n, g in busy_before.items()]
     first = plan(cluster(pods=[first_pod()], others=before, owners=[owner]), NOW)
@@ -151,7 +167,22 @@ def decided_with_its_first_pod(
     if not records:
         event("the unit did not fit at first")
         return None
-    return owner, first_pod, later_pod, before, records[0], made_groups(first)
+    record, groups = records[0], made_groups(first)
+    leader_name = first_pod()["metadata"]["name"]
+    return Decided(
+        owner,
+        first_pod,
+        later_pod,
+        before,
+        record,
+        groups,
+        record.group.name if kind == "LeaderWorkerSet" else groups[-1].name,
+        leader_name,
+        next(a.node for a in record.admission.assignments if a.pod == leader_name),
+        sorted(
+            (a for a in record.admission.assignments if "-slot-" in a.pod), key=lambda a: slot_number(a.pod)
+        ),
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,16 +212,18 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
 ) -> None:
     """`in_slots` of the later pods came before the change and went into their slots (never all of them):
     whatever is decided again, the unit's record still names every pod that runs."""
-    decided = decided_with_its_first_pod(kind, size, gpus, busy_before)
-    if decided is None:
+    d = decided_with_its_first_pod(kind, size, gpus, busy_before)
+    if d is None:
         return
-    owner, first_pod, later_pod, before, record, groups = decided
-    later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
-    leader_name = first_pod()["metadata"]["name"]
-    leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
-    slots = sorted(
-        (a for a in record.admission.assignments if "-slot-" in a.pod), key=lambda a: slot_number(a.pod)
+    owner, first_pod, later_pod, before, record, groups = (
+        d.owner,
+        d.first_pod,
+        d.later_pod,
+        d.before,
+        d.record,
+        d.groups,
     )
+    later_group, leader_name, leader_node, slots = d.later_group, d.leader_name, d.leader_node, d.slots
     running = {leader_name: leader_node}
     pods = [first_pod(leader_node, record.group.name)]
     for i in range(size - 1):
@@ -379,19 +412,23 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     then some of its running pods go (their node deleted or tainted NoExecute — every pod of it on
     that node goes —, or the pod alone) and others fill free nodes. Within the grace nothing is requeued;
     past it the unit is requeued whole exactly when a pod of its decision was lost (its first pod, or a later
-    one while another later pod still runs: the stage came) and its block, counted independently, has no
+    one while another later pod still runs: the stage came), it went short (its first pod lost, or a later
+    pod's slot on a node deleted or tainted: a slot on a node that still takes its pod holds its room, and
+    the unit stays admitted until its pod comes back there) and its block, counted independently, has no
     room for the lost pods and those still to come on nodes that take them; a unit that lost nothing is
     never requeued, however full its block."""
-    decided = decided_with_its_first_pod(kind, size, gpus, busy_before)
-    if decided is None:
+    d = decided_with_its_first_pod(kind, size, gpus, busy_before)
+    if d is None:
         return
-    owner, first_pod, later_pod, before, record, groups = decided
-    later_group = record.group.name if kind == "LeaderWorkerSet" else groups[-1].name
-    leader_name = first_pod()["metadata"]["name"]
-    leader_node = next(a.node for a in record.admission.assignments if a.pod == leader_name)
-    slots = sorted(
-        (a for a in record.admission.assignments if "-slot-" in a.pod), key=lambda a: slot_number(a.pod)
+    owner, first_pod, later_pod, before, record, groups = (
+        d.owner,
+        d.first_pod,
+        d.later_pod,
+        d.before,
+        d.record,
+        d.groups,
     )
+    later_group, leader_name, leader_node, slots = d.later_group, d.leader_name, d.leader_node, d.slots
     came = min(came, size - 1)
     running = [(first_pod(leader_node, record.group.name), leader_node)]
     running += [(later_pod(i, slots[i].node, later_group), slots[i].node) for i in range(came)]
@@ -435,11 +472,18 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     result = plan(cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes), after)
     requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
 
-    # The reference: what was lost, whether the unit can know it, and the room in its block.
+    # The reference: what was lost, whether the unit can know it, whether it went short (its status left
+    # Admitted), and the room in its block.
     later_lost = [p for p, _ in running[1:] if p["metadata"]["name"] in lost]
     later_left = [p for p, _ in survivors if p["metadata"]["name"] != leader_name]
     never_came = size - 1 - came  # lost too once a later pod is there: they are made together
     knows = leader_name in lost or (bool(later_left) and bool(later_lost or never_came))
+    # A later pod's slot still holds its room while its node is there and takes it (untainted): the unit
+    # stays admitted, its pod to come goes back there; it went short when a pod it had, or a slot of one
+    # to come, lost that.
+    took = {b["metadata"]["name"] for b in nodes if not b["spec"].get("taints")}
+    missing = [i for i in range(size - 1) if i >= came or running[i + 1][0]["metadata"]["name"] in lost]
+    short = leader_name in lost or any(slots[i].node not in took for i in missing)
     used: dict[str, int] = defaultdict(int)
     for p in others:
         used[p["spec"]["nodeName"]] += gpus_of(p)
@@ -454,6 +498,9 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     elif not knows:
         event("a later stage lost whole: judged once its pods come again")
         assert not requeued, "requeued before its lost stage's pods came again"
+    elif not short:
+        event("lost, its slots hold their room: judged once its pods come again")
+        assert not requeued, "requeued although the slots of its pods to come hold their room"
     else:
         event(f"lost: {'requeued' if requeued else 'waits'}")
         assert requeued == (not room), f"requeued {requeued}, room for {needed} pod(s) in {block}: {room}"
