@@ -215,15 +215,9 @@ def test_later_pods_come_after_a_change_and_go_whole_to_room_the_first_pods_bloc
     d = decided_with_its_first_pod(kind, size, gpus, busy_before)
     if d is None:
         return
-    owner, first_pod, later_pod, before, record, groups = (
-        d.owner,
-        d.first_pod,
-        d.later_pod,
-        d.before,
-        d.record,
-        d.groups,
-    )
-    later_group, leader_name, leader_node, slots = d.later_group, d.leader_name, d.leader_node, d.slots
+    owner, first_pod, later_pod, before, record, groups, later_group, leader_name, leader_node, slots = vars(
+        d
+    ).values()  # its fields, in order
     running = {leader_name: leader_node}
     pods = [first_pod(leader_node, record.group.name)]
     for i in range(size - 1):
@@ -420,15 +414,9 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     d = decided_with_its_first_pod(kind, size, gpus, busy_before)
     if d is None:
         return
-    owner, first_pod, later_pod, before, record, groups = (
-        d.owner,
-        d.first_pod,
-        d.later_pod,
-        d.before,
-        d.record,
-        d.groups,
-    )
-    later_group, leader_name, leader_node, slots = d.later_group, d.leader_name, d.leader_node, d.slots
+    owner, first_pod, later_pod, before, record, groups, later_group, leader_name, leader_node, slots = vars(
+        d
+    ).values()  # its fields, in order
     came = min(came, size - 1)
     running = [(first_pod(leader_node, record.group.name), leader_node)]
     running += [(later_pod(i, slots[i].node, later_group), slots[i].node) for i in range(came)]
