@@ -21,7 +21,7 @@ from phalanx.api.cluster_objects import HOSTNAME_KEY
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.decide import levels_of, pinned_keys, request_of, tree_request
 from phalanx.controller.plan.requeue import requeue_if_broken
-from phalanx.controller.plan.staging import lift_own_hold, placeholder, slot_name, slot_of
+from phalanx.controller.plan.staging import hold_again, lift_own_hold, placeholder, slot_name, slot_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import Admit, CompositeAdmit, PodRequirements, decide, decide_composite
 
@@ -50,9 +50,7 @@ def requeue_if_lost_for_good(work: UnitWork, ctx: Pass) -> bool:
     finally:
         for leaf in short:
             leaf.virtual = before[leaf.group.name]
-        if lifted:
-            ctx.snapshot = ctx.snapshot.assume(lifted)
-            ctx.held_slots[work.unit.key] = lifted
+        hold_again(work, lifted, ctx)
     if fits:
         return False
     requeue_if_broken(work, ctx)

@@ -47,7 +47,7 @@ from phalanx.controller.plan.requeue import (
     requeue_if_broken,
     stranded,
 )
-from phalanx.controller.plan.staging import lift_own_hold, placeholders, slots_held
+from phalanx.controller.plan.staging import hold_again, lift_own_hold, placeholders, slots_held
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork, unit_work
 
 
@@ -157,8 +157,8 @@ def place(work: UnitWork, ctx: Pass) -> None:
         tree_wait_or_preempt(work, refused, ctx)
         if work.outcome is not None and work.outcome.reason == c.REASON_UNSCHEDULABLE:
             requeue_if_broken(work, ctx)
-    if lifted and not work.decided:
-        ctx.snapshot = ctx.snapshot.assume(lifted)  # not decided anew: its recorded slots stay held
+    if not work.decided:
+        hold_again(work, lifted, ctx)  # not decided anew: its recorded slots stay held
 
 
 def _decide_single(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:

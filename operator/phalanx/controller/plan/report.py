@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 
 from phalanx.api import conditions as c
 from phalanx.api.naming import pod_group_label_value
@@ -24,7 +25,7 @@ from phalanx.controller.model.actions import (
 from phalanx.controller.model.records import CompositePodGroupRecord
 from phalanx.controller.model.refs import ObjectRef
 from phalanx.controller.plan import status as st
-from phalanx.controller.plan.staging import slots_held, slots_to_come
+from phalanx.controller.plan.staging import held_now, slots_to_come
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 
 # reasons said as Warning events
@@ -62,11 +63,13 @@ def announce(ref: ObjectRef, before: GroupStatus, after: GroupStatus) -> list[Ac
 
 def report(work: UnitWork, ctx: Pass) -> None:
     """Statuses, events and labels of every group of the unit, appended to its actions."""
-    for leaf in work.leaves.values():
-        _leaf_status(work, leaf, ctx)
+    held = {name: held_now(work, leaf, ctx) for name, leaf in work.leaves.items()}  # once a pass
+    to_come = {name: slots_to_come(leaf, held[name], ctx) for name, leaf in work.leaves.items()}
+    for name, leaf in work.leaves.items():
+        _leaf_status(work, leaf, bool(held[name]), to_come[name], ctx)
     if work.root is not None:
         for composite in work.unit.tree.composites if work.unit.tree else ():
-            _composite_status(work, composite, ctx)
+            _composite_status(work, composite, to_come, ctx)
     _labels(work)
     _said_on_owner(work)
 
@@ -112,13 +115,13 @@ def _facts(work: UnitWork, leaf: LeafWork, to_come: int) -> st.GroupFacts:
     )
 
 
-def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
+def _leaf_status(work: UnitWork, leaf: LeafWork, slots_held: bool, to_come: int, ctx: Pass) -> None:
+    """`slots_held`, `to_come`: its held slots and how many of them count as admitted (staging.py)."""
     group, owner = leaf.group, work.owner
     admission = leaf.admission
-    to_come = slots_to_come(work, leaf, ctx)
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
         admission, to_come = None, 0  # nothing is held for a suspended or finished owner
-    elif not leaf.holds_a_node and not slots_held(work, leaf, ctx):
+    elif not leaf.holds_a_node and not slots_held:
         admission = None  # the decision's pods are gone; the next one starts afresh
     facts = _facts(work, leaf, to_come)
     desired = st.desired_status(
@@ -137,31 +140,35 @@ def _leaf_status(work: UnitWork, leaf: LeafWork, ctx: Pass) -> None:
         ctx.longest_wait = max(ctx.longest_wait, waited)
 
 
-def _placed(work: UnitWork, leaf: LeafWork, ctx: Pass) -> tuple[bool, bool]:
+def _placed(leaf: LeafWork, to_come: Mapping[str, int]) -> tuple[bool, bool]:
     """(placed: its minCount holds a node, was released now or has its room held to come
     (staging.slots_to_come), running: its minCount is bound); a leaf whose pods ran to completion counts
     as both."""
     if leaf.done:
         return True, True
     bound = sum(1 for p in leaf.placed if p.bound)
-    placed = len(leaf.placed) + leaf.released_now + slots_to_come(work, leaf, ctx)
+    placed = len(leaf.placed) + leaf.released_now + to_come[leaf.group.name]
     return placed >= leaf.min_count, bound >= leaf.min_count
 
 
-def _subtree_placed(work: UnitWork, g: CompositePodGroupRecord, ctx: Pass) -> tuple[bool, bool]:
+def _subtree_placed(
+    work: UnitWork, g: CompositePodGroupRecord, to_come: Mapping[str, int]
+) -> tuple[bool, bool]:
     composites, leaves = work.children(g.name)
-    states = [_placed(work, leaf, ctx) for leaf in leaves] + [
-        _subtree_placed(work, child, ctx) for child in composites
+    states = [_placed(leaf, to_come) for leaf in leaves] + [
+        _subtree_placed(work, child, to_come) for child in composites
     ]
     need = g.min_group_count or 1
     return sum(1 for p, _ in states if p) >= need, sum(1 for _, r in states if r) >= need
 
 
-def _composite_status(work: UnitWork, composite: CompositePodGroupRecord, ctx: Pass) -> None:
+def _composite_status(
+    work: UnitWork, composite: CompositePodGroupRecord, to_come: Mapping[str, int], ctx: Pass
+) -> None:
     owner, root = work.owner, work.root
     composites, leaves = work.children(composite.name)
-    states = [_placed(work, leaf, ctx) for leaf in leaves] + [
-        _subtree_placed(work, g, ctx) for g in composites
+    states = [_placed(leaf, to_come) for leaf in leaves] + [
+        _subtree_placed(work, g, to_come) for g in composites
     ]
     running = sum(1 for _, r in states if r)
     placed = sum(1 for p, _ in states if p)

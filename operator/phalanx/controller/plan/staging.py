@@ -56,8 +56,9 @@ def held_slots(leaf: LeafWork, recorded: Mapping[str, str], ctx: Pass) -> list[t
     ]
 
 
-def _held_while_it_stands(work: UnitWork, leaf: LeafWork, ctx: Pass) -> list[tuple[str, str]]:
-    """held_slots of a staged unit's PodGroup while the unit's decision stands (a pod of it holds a node)."""
+def held_now(work: UnitWork, leaf: LeafWork, ctx: Pass) -> list[tuple[str, str]]:
+    """held_slots of a staged unit's PodGroup, by its own decision, while the unit's decision stands (a pod
+    of it holds a node); [] for any other group."""
     if not work.unit.staged or leaf.admission is None:
         return []
     if not any(x.holds_a_node for x in work.leaves.values()):
@@ -70,24 +71,24 @@ def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
     to come (a JobSet's later child Job, made once the one before it is Ready), and the unit's decision
     stands: the PodGroup keeps that decision and its domain in its status until they come — as written when
     decided, so no second write undoes it and then writes it again."""
-    return bool(_held_while_it_stands(work, leaf, ctx))
+    return bool(held_now(work, leaf, ctx))
 
 
-def slots_to_come(work: UnitWork, leaf: LeafWork, ctx: Pass) -> int:
-    """Of those held slots, the ones whose node still takes their pod (ready, schedulable, its taints
-    tolerated, its allocatable still as large as the pod's requests: not a node whose GPUs went unhealthy):
-    they count as admitted, so the PodGroup says Admitted until its pods come, and a pod lost later turns it
-    to waiting at the time of the loss. A slot on a node that no longer takes its pod does not (its pod will
-    be placed afresh): a later stage's pod lost with a tainted node is then judged from the loss
-    (plan/lost.py), not from its replacement's refusal after its controller's backoff. Only the node's own
-    record is read, never the room other pods left there: a settled unit is planned again when a node
-    changes, not when another pod binds (loop/incremental.py)."""
+def slots_to_come(leaf: LeafWork, held: list[tuple[str, str]], ctx: Pass) -> int:
+    """Of the leaf's `held` slots (held_now), the ones whose node still takes their pod (ready, schedulable,
+    its taints tolerated, its allocatable still as large as the pod's requests: not a node whose GPUs went
+    unhealthy): they count as admitted, so the PodGroup says Admitted until its pods come, and a pod lost
+    later turns it to waiting at the time of the loss. A slot on a node that no longer takes its pod does
+    not (its pod will be placed afresh): a later stage's pod lost with a tainted node is then judged from
+    the loss (plan/lost.py), not from its replacement's refusal after its controller's backoff. Only the
+    node's own record is read, never the room other pods left there: a settled unit is planned again when a
+    node changes, not when another pod binds (loop/incremental.py)."""
     template = leaf.leaf.template
     if template is None:
         return 0
     req = template.requirements
     count = 0
-    for _, node_name in _held_while_it_stands(work, leaf, ctx):
+    for _, node_name in held:
         node = ctx.nodes.get(node_name)
         if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
             continue
@@ -198,3 +199,10 @@ def lift_own_hold(work: UnitWork, ctx: Pass) -> list[tuple[str, Mapping[str, int
     if usage:
         ctx.snapshot = ctx.snapshot.release(usage)
     return usage
+
+
+def hold_again(work: UnitWork, lifted: list[tuple[str, Mapping[str, int]]], ctx: Pass) -> None:
+    """Undo lift_own_hold: the unit's recorded slots stay (it was not decided anew)."""
+    if lifted:
+        ctx.snapshot = ctx.snapshot.assume(lifted)
+        ctx.held_slots[work.unit.key] = lifted
