@@ -482,3 +482,63 @@ def test_the_answer_to_our_write_of_an_owner_replaced_under_its_name_does_not_br
     answer = _job("6")
     cache.upsert("Job", answer, own_write=True)
     assert list(cache.owners["Job"]) == ["uid-new"]
+
+
+# A child Job event: (name, its uid's generation, its controller: a JobSet of ours or another kind's, being
+# deleted) or, with None, the name deleted (by uid, or by name only as a relist does).
+child_events = st.lists(
+    st.tuples(
+        st.sampled_from(["a-w-0", "a-w-1", "b-w-0"]),
+        st.one_of(
+            st.tuples(
+                st.integers(0, 1),
+                st.sampled_from(
+                    [("JobSet", "uid-js-a"), ("JobSet", "uid-js-b"), ("CronJob", "uid-cron"), None]
+                ),
+                st.booleans(),
+            ),
+            st.none(),
+            st.just("by name"),
+        ),
+    ),
+    max_size=25,
+)
+
+
+@given(child_events)
+def test_the_children_of_an_owner_are_its_live_child_jobs_by_name(events: list[tuple[str, Any]]) -> None:
+    """cache/children.py against the API's own state: a JobSet's children are the Jobs it controls that exist
+    and are not being deleted, by name; a Job of another controller is no one's; a Job deleted (by its uid, or
+    by name, as a relist drops it) or made again under its name by another controller moves. The set is the
+    same object while it is unchanged (the loop compares by identity), and a relist sees every child."""
+    cache = ClusterCache()
+    api: dict[str, tuple[str, tuple[str, str] | None, bool]] = {}  # name -> (uid, controller, deleting)
+    before = {u: cache.children.of(u) for u in ("uid-js-a", "uid-js-b")}
+    for name, event in events:
+        meta: dict[str, Any] = {"name": name, "namespace": "ml"}
+        if event is None or event == "by name":
+            if name in api and event is None:
+                meta["uid"] = api[name][0]
+            api.pop(name, None)
+            cache.delete("Job", {"metadata": meta})
+        else:
+            generation, controller, deleting = event
+            meta["uid"] = f"uid-{name}-{generation}"
+            if controller is not None:
+                kind, uid = controller
+                meta["ownerReferences"] = [{"kind": kind, "name": "x", "uid": uid, "controller": True}]
+            if deleting:
+                meta["deletionTimestamp"] = "2026-11-30T11:00:00Z"
+            api[name] = (meta["uid"], controller, deleting)
+            cache.upsert("Job", {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}})
+        for owner in ("uid-js-a", "uid-js-b"):
+            expected = {n for n, (_, c, d) in api.items() if c == ("JobSet", owner) and not d}
+            assert cache.children.of(owner) == expected
+            if expected == before[owner]:
+                assert cache.children.of(owner) is before[owner] or not expected
+            before[owner] = cache.children.of(owner)
+        live = {
+            (f"ml/{n}", u) for n, (u, c, d) in api.items() if c is not None and c[0] == "JobSet" and not d
+        }
+        assert cache.children.records("Job") == live
+        assert live <= cache.records("Job")

@@ -16,6 +16,7 @@ from testkit import (
     NODES,
     NOW,
     StaticContext,
+    child_job,
     cluster,
     group_of,
     job_body,
@@ -1087,6 +1088,55 @@ def test_an_in_order_jobset_that_lost_a_pod_while_its_second_stage_runs(
         assert not [a for a in now.actions if isinstance(a, DeletePod)], case
     if gone_for < 30:
         assert now.next_due == went + dt.timedelta(seconds=30), case
+
+
+@pytest.mark.parametrize(
+    ("case", "how", "child", "gone_for", "requeued"),
+    [
+        ("its child Job there, past the grace, no room for them: requeued now", "nodes", "made", 31, True),
+        ("its child Job there, within the grace: waits", "nodes", "made", 10, False),
+        # Not told from a stage not made yet: judged when the Job controller makes the pods again.
+        ("no child Job seen: waits for the stage", "nodes", "absent", 31, False),
+        ("its child Job being deleted (a JobSet restart): waits", "nodes", "deleting", 31, False),
+        ("its pods evicted, their nodes fine: their held room waits for them", "evicted", "made", 31, False),
+    ],
+)
+def test_an_in_order_jobset_whose_later_stage_is_lost_whole_is_judged_by_its_child_job(
+    case: str, how: str, child: str, gone_for: int, requeued: bool
+) -> None:
+    """The JobSet above loses both workers — every pod of its second stage — with their nodes n1 and n2 while
+    the driver runs on n3; n4 is the only free node left in nb-a. No pod says the workers' stage came, but
+    its child Job does (cache/children.py): past the grace the workers still to come are tried beside the
+    driver and, with no room for two, the JobSet is requeued whole then — not after the Job controller's
+    backoff (10 s, 20 s, ...) and a refusal. Without the child Job (not seen, or being deleted) the stage is
+    not told from one not made yet; with their nodes fine, their slots hold their room and count as
+    admitted, so nothing waits on a grace."""
+    js, groups, driver, _ = in_order_jobset_running(gone_for)
+    gone = {"n1", "n2"} if how == "nodes" else set()
+    nodes = [node_body(n) for n in NODES if n not in gone]
+    busy = [5, 6, 7, 8]
+    objects = (
+        [] if child == "absent" else [("Job", child_job("train", "workers", 0, deleting=child == "deleting"))]
+    )
+
+    def at(when: dt.datetime, groups: list[Any]) -> Plan:
+        state = cluster(
+            busy=busy, groups=groups, pods=[driver], owners=[("JobSet", js)], nodes=nodes, objects=objects
+        )
+        return plan(state, when)
+
+    went = NOW - dt.timedelta(seconds=gone_for)
+    short = at(went, groups)
+    root = next(g for g in groups if isinstance(g, CompositePodGroupRecord))
+    admitted = written(short, groups)
+    status = next(g for g in admitted if g.name == root.name).status.condition(c.ADMITTED)
+    assert status is not None
+    assert (status.status == c.FALSE) is (how == "nodes"), (case, status)
+    now = at(NOW, admitted)
+    suspends = [a for a in now.actions if isinstance(a, SuspendJob)]
+    assert bool(suspends) == requeued, case
+    if requeued:
+        assert f"(after {gone_for} s)" in suspends[0].why, suspends[0].why
 
 
 def settles_untouched(owners: list[Any], groups: list[Any], pods: list[Any], busy: list[int]) -> Plan:

@@ -366,6 +366,28 @@ def jobset_body(
     }
 
 
+def child_job(jobset: str, rjob: str, job_index: int, *, deleting: bool = False) -> dict[str, Any]:
+    """The child Job `<jobset>-<rjob>-<job_index>` the JobSet controller makes (controlled by the JobSet)."""
+    name = f"{jobset}-{rjob}-{job_index}"
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ml",
+        "uid": f"uid-job-{name}",
+        "ownerReferences": [
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "name": jobset,
+                "uid": f"uid-js-{jobset}",
+                "controller": True,
+            }
+        ],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T11:00:00Z"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {"template": {"spec": {}}}}
+
+
 def jobset_pod(
     jobset: str,
     rjob: str,

@@ -19,7 +19,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -27,9 +27,11 @@ from pydantic import ValidationError
 
 from phalanx.api.cluster_objects import node_info
 from phalanx.api.lws import LeaderSet
+from phalanx.controller.cache.children import Children
 from phalanx.controller.cache.digests import DigestIndex
 from phalanx.controller.cache.evictions import BlockedEvictions
 from phalanx.controller.cache.expectations import Expectations, Reflects, same_uid, status_reflects, uid_of
+from phalanx.controller.cache.listed import ListedResources
 from phalanx.controller.cache.owned import GroupRecord, Owned
 from phalanx.controller.cache.recent import RecentUids
 from phalanx.controller.cache.shown import (
@@ -93,9 +95,7 @@ class ClusterCache:
     ) -> None:
         self.kinds: dict[str, OwnerKind] = {k.name: k for k in kinds}
         self.nodes: dict[str, NodeInfo] = {}
-        # Resource name -> how many nodes list it in their allocatable: what a webhook asks of every review
-        # ("does any node list it?"), kept as nodes change rather than gathered from every node per review.
-        self._listed: Counter[str] = Counter()
+        self._listed = ListedResources()  # what the webhooks ask of every review (cache/listed.py)
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
         self.owners: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}  # kind -> uid -> record
         self._owner_uids: dict[str, dict[str, str]] = {k: {} for k in self.kinds}  # kind -> key -> uid
@@ -110,6 +110,7 @@ class ClusterCache:
         # refuse a gang to request, as Phalanx does not model device allocation. No decision reads them.
         self.device_classes: dict[str, frozenset[str]] = {}
         self.digests = DigestIndex()  # LWS's leader StatefulSets, Trainer's runtimes (cache/digests.py)
+        self.children = Children(self.kinds)  # a JobSet's child Jobs, by name (cache/children.py)
         # Pods no owner made that join a PodGroup by label, by "<namespace>/<label value>".
         self.pods_by_group_label: dict[str, set[str]] = defaultdict(set)
         self.topologies: dict[str, TopologyRecord] = {}  # by name (cluster-scoped)
@@ -178,6 +179,8 @@ class ClusterCache:
             uid = uid_of(body) or self._owner_uids[kind].get(key, "")
             self._delete_owner(kind, uid)
             self._went(uid)
+            if self.children.gone(kind, key, uid_of(body)):
+                self._touch()
         elif kind == POD:
             self._delete_pod(key, uid_of(body))
         elif kind in (POD_GROUP, COMPOSITE, WORKLOAD):
@@ -191,7 +194,7 @@ class ClusterCache:
                 self._touch()
         elif kind == NODE:
             if (gone := self.nodes.pop(key, None)) is not None:
-                self._list_resources(gone, -1)
+                self._listed.count(gone, -1)
                 self.node_labels_generation += 1
                 self.placement_generation += 1
                 self.live.remove_node(key)
@@ -222,7 +225,7 @@ class ClusterCache:
         """(key, uid) of every record of `kind` the cache holds (nodes have no uid here): the Relister's
         view of what might have been deleted while a watch was away."""
         if kind in self.kinds:
-            return {(key, uid) for key, uid in self._owner_uids[kind].items()}
+            return {(key, uid) for key, uid in self._owner_uids[kind].items()} | self.children.records(kind)
         stores: dict[str, Mapping[str, Any]] = {
             POD: self.pods,
             POD_GROUP: self.pod_groups.items,
@@ -323,22 +326,16 @@ class ClusterCache:
                 self.node_labels_generation += 1
             self.placement_generation += 1
             if old is not None:
-                self._list_resources(old, -1)
-            self._list_resources(info, 1)
+                self._listed.count(old, -1)
+            self._listed.count(info, 1)
             self.nodes[info.name] = info
             self.live.upsert_node(info)
             self._touch()
 
-    def _list_resources(self, node: NodeInfo, count: int) -> None:
-        for name in node.allocatable:
-            self._listed[name] += count
-            if not self._listed[name]:
-                del self._listed[name]
-
     @property
     def listed_resources(self) -> Collection[str]:
         """The resource names some node lists in its allocatable now."""
-        return self._listed.keys()
+        return self._listed.names
 
     def _upsert_priority_class(self, body: Mapping[str, Any]) -> None:
         record = PriorityClassRecord.from_body(body)
@@ -441,6 +438,8 @@ class ClusterCache:
         shown = held is not None and owner_marks(held) == owner_marks(record)
         if self._admitted(kind.name, key, body, own_write, owner_reflects(kind, record), shown):
             self._put_owner(kind, record, wake=not own_write)
+            if self.children.seen(kind.name, key, record.uid, body, not record.deleting):
+                self._touch()
 
     def _has_objects(self, uid: str) -> bool:
         return any(
@@ -559,6 +558,7 @@ class ClusterCache:
                 pods=tuple(
                     sorted(self.pods_of(kind, self.kinds[kind].index_key(owner)), key=lambda p: p.name)
                 ),
+                children=self.children.of(uid),
             )
 
     def owner_record(self, kind: str, uid: str) -> Any:

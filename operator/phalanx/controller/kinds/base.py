@@ -141,6 +141,9 @@ class Leaf:
     template: PodTemplate | None = None
     slots: tuple[int, ...] = ()
     done: bool = False
+    # Its owner made what makes its pods (a JobSet's child Job exists): its stage came, whether or not a
+    # pod of it is seen (every one lost with its nodes: plan/lost.py).
+    made: bool = False
 
     @property
     def ranked_slots(self) -> tuple[int, ...]:
@@ -291,6 +294,8 @@ class OwnerState:
     pod_groups: tuple[PodGroupRecord, ...]  # made for it (its controller owner reference)
     composites: tuple[CompositePodGroupRecord, ...]
     pods: tuple[PodRecord, ...]
+    # The names of the live objects of our owner kinds it controls (a JobSet's child Jobs: cache/children.py).
+    children: frozenset[str] = frozenset()
 
 
 class ClusterView(Protocol):

@@ -366,6 +366,7 @@ def _leaves(
                 expected=child.at_once,
                 template=templates[child.replicated_job],
                 done=child.done(sum(1 for p in pods if p.succeeded), live),
+                made=child.name in state.children,
             )
         )
     return leaves

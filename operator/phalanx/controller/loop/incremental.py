@@ -8,10 +8,10 @@ Kueue's scheduler looks only at pending workloads; the rest is usage in its snap
 two memos whose keys are what the result is a function of:
 
 1. *An owner's units* (`OwnerKind.owner_units`) are a pure function of its `OwnerState` (the owner, its
-   Workload, its groups and its pods: records, immutable, replaced whenever they change) and of what the
-   cache says beside them (`ClusterCache.view_generation`: priority classes, quotas, notes said, Kueue's
-   objects, owners another kind reads). They are made again only when one of those records is a different
-   object, or that generation moved. Hand-made groups (not an owner kind) are made every pass.
+   Workload, its groups, its pods, its children's names: immutable, replaced whenever they change) and of
+   what the cache says beside them (`ClusterCache.view_generation`: priority classes, quotas, notes said,
+   Kueue's objects, owners another kind reads). They are made again only when one of those records is a
+   different object, or that generation moved. Hand-made groups (not an owner kind) are made every pass.
 2. *A settled unit's plan*: a unit whose plan was empty and whose pods neither wait nor are released unbound,
    with no status write held back (plan/machine.py `settled`), plans nothing again until its unit changes
    (a new `Unit` object, by 1.) or the nodes or Topologies do (`ClusterCache.placement_generation`): what
@@ -44,6 +44,7 @@ def same_state(a: OwnerState, b: OwnerState) -> bool:
         and _same(a.pod_groups, b.pod_groups)
         and _same(a.composites, b.composites)
         and _same(a.pods, b.pods)
+        and a.children is b.children
     )
 
 
