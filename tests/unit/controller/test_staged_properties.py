@@ -25,6 +25,7 @@ from testkit import (
     NB,
     NODES,
     NOW,
+    child_job,
     cluster,
     group_of,
     job_body,
@@ -391,6 +392,7 @@ def test_a_gang_released_in_part_before_a_restart_is_finished_whole_in_one_block
         st.integers(0, 3), st.sampled_from(("deleted", "tainted", "pod")), min_size=1, max_size=3
     ),
     busy_after=BUSY_AFTER,
+    child=st.booleans(),
 )
 def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_no_longer_fit(
     kind: str,
@@ -400,6 +402,7 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     came: int,
     faults: dict[int, str],
     busy_after: dict[str, int],
+    child: bool,
 ) -> None:
     """A staged unit decided with its first pod, `came` of its later pods released into their slots and
     running (its owner makes its later pods together: once one came, any other not there was lost);
@@ -410,7 +413,8 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     pod's slot on a node deleted or tainted: a slot on a node that still takes its pod holds its room, and
     the unit stays admitted until its pod comes back there) and its block, counted independently, has no
     room for the lost pods and those still to come on nodes that take them; a unit that lost nothing is
-    never requeued, however full its block."""
+    never requeued, however full its block. For a JobSet, `child`: the workers' child Job is seen
+    (cache/children.py): its stage came, also when none of its pods is left to say so."""
     d = decided_with_its_first_pod(kind, size, gpus, busy_before)
     if d is None:
         return
@@ -451,13 +455,19 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     others += [someone_else(n, g, 1) for n, g in busy_after.items() if n not in taken and n in present]
     pods = [p for p, _ in survivors]
     went = NOW + dt.timedelta(seconds=60)
-    short = plan(cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes), went)
+    child = child and kind == "JobSet"
+    jobs = [("Job", child_job("train", "workers", 0))] if child else []
+    short = plan(
+        cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes, objects=jobs), went
+    )
     assert not [a for a in short.actions if isinstance(a, DeletePod | SuspendJob)], (
         "requeued within the grace"
     )
     groups = written(short, groups)
     after = went + dt.timedelta(seconds=31)
-    result = plan(cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes), after)
+    result = plan(
+        cluster(groups=groups, pods=pods, others=others, owners=[owner], nodes=nodes, objects=jobs), after
+    )
     requeued = any(isinstance(a, DeletePod | SuspendJob) for a in result.actions)
 
     # The reference: what was lost, whether the unit can know it, whether it went short (its status left
@@ -465,7 +475,7 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     later_lost = [p for p, _ in running[1:] if p["metadata"]["name"] in lost]
     later_left = [p for p, _ in survivors if p["metadata"]["name"] != leader_name]
     never_came = size - 1 - came  # lost too once a later pod is there: they are made together
-    knows = leader_name in lost or (bool(later_left) and bool(later_lost or never_came))
+    knows = leader_name in lost or (bool(later_left or child) and bool(later_lost or never_came))
     # A later pod's slot still holds its room while its node is there and takes it (untainted): the unit
     # stays admitted, its pod to come goes back there; it went short when a pod it had, or a slot of one
     # to come, lost that.
