@@ -1141,7 +1141,8 @@ def test_an_in_order_jobset_whose_later_stage_is_lost_whole_is_judged_by_its_chi
 
 def settles_untouched(owners: list[Any], groups: list[Any], pods: list[Any], busy: list[int]) -> Plan:
     """An hour on, the unit plans nothing that moves a pod and asks for no timed pass; its Workload made
-    (the cache had none), a pass an hour after that plans nothing at all and finds it settled."""
+    (the cache had none), a pass an hour after that plans nothing at all. It is not skipped as settled: the
+    room others leave on its slots' nodes says whether they still count as admitted."""
     result = plan(cluster(busy=busy, groups=groups, pods=pods, owners=owners), NOW + dt.timedelta(hours=1))
     assert not [a for a in result.actions if isinstance(a, SuspendJob | DeletePod | ReleasePod)]
     assert result.next_due is None
@@ -1164,18 +1165,17 @@ def settles_untouched(owners: list[Any], groups: list[Any], pods: list[Any], bus
 
 def test_an_in_order_jobsets_later_stage_still_to_come_is_no_loss() -> None:
     """The driver runs, the workers' child Job is not made yet (the driver not Ready): its slots in the
-    record are pods still to come, their room held — nothing lost, so nothing is timed: the unit settles
-    (loop/incremental.py skips it) and is never requeued, however long the driver takes, also with no room
-    left beside the held slots."""
+    record are pods still to come, their room held — nothing lost, so nothing is planned: the unit is never
+    requeued, however long the driver takes, also with no room left beside the held slots."""
     js, groups, driver, _ = in_order_jobset_running(0)
     later = settles_untouched([("JobSet", js)], groups, [driver], [4, 5, 6, 7, 8])
-    assert "JobSet/ml/train" in later.settled
+    assert "JobSet/ml/train" not in later.settled
 
 
 def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
     """The LWS form of the row above: the leader runs, its workers are not made yet (the leader not Ready),
     their slots held on n1 and n2 — one leaf holds both stages, so a slot is a loss only once a worker of
-    it came, not because the leader runs. Nothing is timed: the group settles and is never requeued."""
+    it came, not because the leader runs. Nothing is planned: the group is never requeued."""
     lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
     busy = [4, 5, 6, 7, 8]
     first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
@@ -1186,7 +1186,7 @@ def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
     )
     leader = lws_pod("serve", 0, 0, gated=False, released_to="n3", node="n3", pod_group=name)
     later = settles_untouched([("LeaderWorkerSet", lws)], groups, [leader], busy)
-    assert later.settled, "planned again every pass"
+    assert not later.settled
 
 
 @pytest.mark.parametrize(
@@ -1290,13 +1290,14 @@ def test_a_staged_jobset_that_lost_its_first_stage_counts_its_own_held_slots_onc
     assert bool([a for a in now.actions if isinstance(a, SuspendJob)]) is requeued
 
 
-@pytest.mark.parametrize("how", ["tainted", "shrunk", "cordoned"])
+@pytest.mark.parametrize("how", ["tainted", "shrunk", "cordoned", "filled"])
 def test_a_later_stage_pod_lost_from_a_slot_whose_node_no_longer_takes_it_is_judged_from_the_loss(
     how: str,
 ) -> None:
     """The JobSet above, worker 1 lost from its slot on n2 while n2 stays in the cluster but no longer takes
-    a pod like it (tainted NoExecute: the taint evicted it; its GPUs gone unhealthy; cordoned after a drain):
-    its slot holds room on a node its replacement cannot go to, so it is not counted as admitted — the root
+    a pod like it (tainted NoExecute: the taint evicted it; its GPUs gone unhealthy; cordoned after a drain;
+    or a pod Phalanx does not place took its room, as kube-scheduler knows nothing of held room): its slot
+    holds room on a node its replacement cannot go to, so it is not counted as admitted — the root
     goes to WaitingForPods at the loss, and past the grace, with no room for worker 1 elsewhere in nb-a, the
     JobSet is requeued whole then, not after the backoff and a grace counted from its replacement's
     refusal."""
@@ -1307,10 +1308,10 @@ def test_a_later_stage_pod_lost_from_a_slot_whose_node_no_longer_takes_it_is_jud
         n2["spec"]["taints"] = [{"key": "maintenance", "effect": "NoExecute"}]
     elif how == "shrunk":
         n2["status"]["allocatable"]["nvidia.com/gpu"] = "2"
-    else:
+    elif how == "cordoned":
         n2["spec"]["unschedulable"] = True
     pods = [driver, workers[0]]
-    busy = [4, 5, 6, 7, 8]
+    busy: list[int | str] = [4, 5, 6, 7, 8, *(["n2"] if how == "filled" else [])]
     went = NOW
     short = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("JobSet", js)], nodes=nodes), went)
     root = next(g for g in groups if isinstance(g, CompositePodGroupRecord))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -410,11 +410,12 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     that node goes —, or the pod alone) and others fill free nodes. Within the grace nothing is requeued;
     past it the unit is requeued whole exactly when a pod of its decision was lost (its first pod, or a later
     one while another later pod still runs: the stage came), it went short (its first pod lost, or a later
-    pod's slot on a node deleted or tainted: a slot on a node that still takes its pod holds its room, and
-    the unit stays admitted until its pod comes back there) and its block, counted independently, has no
-    room for the lost pods and those still to come on nodes that take them; a unit that lost nothing is
-    never requeued, however full its block. For a JobSet, `child`: the workers' child Job is seen
-    (cache/children.py): its stage came, also when none of its pods is left to say so."""
+    pod's slot on a node deleted or tainted, or whose room others' pods took: a slot on a node that still
+    takes its pod holds its room, and the unit stays admitted until its pod comes back there) and its
+    block, counted independently, has no room for the lost pods and those still to come on nodes that take
+    them; a unit that lost nothing is never requeued, however full its block. For a JobSet, `child`: the
+    workers' child Job is seen (cache/children.py): its stage came, also when none of its pods is left to
+    say so."""
     d = decided_with_its_first_pod(kind, size, gpus, busy_before)
     if d is None:
         return
@@ -481,12 +482,15 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     # to come, lost that.
     took = {b["metadata"]["name"] for b in nodes if not b["spec"].get("taints")}
     missing = [i for i in range(size - 1) if i >= came or running[i + 1][0]["metadata"]["name"] in lost]
-    short = leader_name in lost or any(slots[i].node not in took for i in missing)
     used: dict[str, int] = defaultdict(int)
     for p in others:
         used[p["spec"]["nodeName"]] += gpus_of(p)
     for _, n in survivors:
         used[n] += gpus
+    # ... nor while others' pods took the room held there (the node overcommitted, its slots counted).
+    held_on = Counter(slots[i].node for i in missing if slots[i].node in present)
+    over = {n for n, k in held_on.items() if used[n] + k * gpus > GPUS_PER_NODE}
+    short = leader_name in lost or any(slots[i].node not in took or slots[i].node in over for i in missing)
     block = node_body(leader_node)["metadata"]["labels"][NB]
     needed = len(lost) + never_came
     room = room_for_workers(nodes, used, block, needed, gpus)

@@ -16,7 +16,8 @@ two memos whose keys are what the result is a function of:
    with no status write held back (plan/machine.py `settled`), plans nothing again until its unit changes
    (a new `Unit` object, by 1.) or the nodes or Topologies do (`ClusterCache.placement_generation`): what
    else its plan reads (the time, the snapshot other units fill) cannot change its outcome. It is skipped
-   (`PlanInput.skip`) and stays settled; it is still a unit of the pass, for the victim search, staging and
+   (`PlanInput.skip`) and stays settled (a staged unit holding slots never is: its status reads the room
+   others leave there, plan/report.py); it is still a unit of the pass, for the victim search, staging and
    quota deadlocks, which read every unit.
 
 `--verify-incremental` (the integration tests turn it on) plans every pass whole as well and logs any

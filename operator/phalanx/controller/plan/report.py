@@ -65,6 +65,8 @@ def report(work: UnitWork, ctx: Pass) -> None:
     """Statuses, events and labels of every group of the unit, appended to its actions."""
     held = {name: held_now(work, leaf, ctx) for name, leaf in work.leaves.items()}  # once a pass
     to_come = {name: slots_to_come(leaf, held[name], ctx) for name, leaf in work.leaves.items()}
+    if any(held.values()):
+        work.timed = True  # the room others leave on its slots' nodes is read: never skipped as settled
     for name, leaf in work.leaves.items():
         _leaf_status(work, leaf, bool(held[name]), to_come[name], ctx)
     if work.root is not None:

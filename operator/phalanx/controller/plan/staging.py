@@ -76,13 +76,14 @@ def slots_held(work: UnitWork, leaf: LeafWork, ctx: Pass) -> bool:
 
 def slots_to_come(leaf: LeafWork, held: list[tuple[str, str]], ctx: Pass) -> int:
     """Of the leaf's `held` slots (held_now), the ones whose node still takes their pod (ready, schedulable,
-    its taints tolerated, its allocatable still as large as the pod's requests: not a node whose GPUs went
-    unhealthy): they count as admitted, so the PodGroup says Admitted until its pods come, and a pod lost
-    later turns it to waiting at the time of the loss. A slot on a node that no longer takes its pod does
-    not (its pod will be placed afresh): a later stage's pod lost with a tainted node is then judged from
-    the loss (plan/lost.py), not from its replacement's refusal after its controller's backoff. Only the
-    node's own record is read, never the room other pods left there: a settled unit is planned again when a
-    node changes, not when another pod binds (loop/incremental.py)."""
+    its taints tolerated) and still has their room: they count as admitted, so the PodGroup says Admitted
+    until its pods come, and a pod lost later turns it to waiting at the time of the loss. A slot on a node
+    that no longer takes its pod does not (its pod will be placed afresh): a later stage's pod lost with a
+    tainted node is then judged from the loss (plan/lost.py), not from its replacement's refusal after its
+    controller's backoff. Nor does a slot on a node overcommitted with the room held there counted (a pod
+    Phalanx does not place, which kube-scheduler put there, took it; or the node's GPUs went unhealthy):
+    every slot there is then not to come, since which of them lost their room is not known. The room others
+    leave is read, so a unit holding slots is never skipped as settled (report.py)."""
     template = leaf.leaf.template
     if template is None:
         return 0
@@ -92,7 +93,8 @@ def slots_to_come(leaf: LeafWork, held: list[tuple[str, str]], ctx: Pass) -> int
         node = ctx.nodes.get(node_name)
         if node is None or not node_eligible(node, req.node_selector, req.affinity_terms, req.tolerations):
             continue
-        if all(node.allocatable.get(r, 0) >= amount for r, amount in template.requests.items()):
+        free = ctx.snapshot.free(node_name)
+        if all(free.get(r, 0) >= 0 for r in (*template.requests, "pods")):
             count += 1
     return count
 
