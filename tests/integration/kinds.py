@@ -67,9 +67,11 @@ def replicated_job(
     depends_on: str | None = None,
     complete_after: str | None = None,
     backoff_limit: int = 0,
+    ignore_disruptions: bool = False,
 ) -> dict[str, Any]:
     """`replicas` child Jobs of `parallelism` pods (Indexed), each failing at its first failed pod unless
-    `backoff_limit` says more; `complete_after` makes kwok end its pods."""
+    `backoff_limit` says more; `complete_after` makes kwok end its pods; `ignore_disruptions`: a pod that
+    was a disruption target (evicted) counts as no failure (its podFailurePolicy)."""
     template: dict[str, Any] = {"spec": gpu_pod_spec(priority_class)}
     if complete_after:
         template["metadata"] = {"annotations": {"sim.phalanx.dev/complete-after": complete_after}}
@@ -88,6 +90,10 @@ def replicated_job(
     }
     if depends_on:
         entry["dependsOn"] = [{"name": depends_on, "status": "Complete"}]
+    if ignore_disruptions:
+        entry["template"]["spec"]["podFailurePolicy"] = {
+            "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        }
     return entry
 
 

@@ -253,6 +253,81 @@ def test_an_in_order_jobset_that_loses_its_driver_is_requeued_whole_before_its_d
     assert "below its minCount" in requeued[0]["message"], requeued[0]["message"]
 
 
+def test_an_in_order_jobset_that_loses_its_whole_second_stage_is_requeued_whole_before_its_pods_come_again(
+    kinds_ns: Namespace,
+) -> None:
+    """The JobSet above, but all three workers are lost — every pod of its second stage — with their nodes
+    (tainted NoExecute, the pods evicted; its podFailurePolicy ignores disruptions, so the Job does not
+    fail), kube-controller-manager held so that the workers' child Job makes no replacement. No pod of the
+    stage is left to say it came; its child Job is (cache/children.py). Past the grace (2 s) Phalanx tries
+    the three workers still to come beside the driver; nb-a has no room for them, so it requeues the JobSet
+    whole then. Before, a stage lost whole was not told from one not made yet: the JobSet ran in part until
+    the Job controller made the workers again and they were refused, which here is never."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY[1:])
+    kcm = ns.cluster.pids["kube-controller-manager"]
+    body = jobset(
+        "staged",
+        replicated_job("driver", 1, 1, backoff_limit=1),
+        # Evicted, its pods count as no failure: its Job makes them again without a backoff once resumed.
+        replicated_job("workers", 1, 3, ignore_disruptions=True),
+        annotations={"phalanx.dev/topology-key": NB_KEY},
+        in_order=True,
+    )
+    victims: list[str] = []
+    stopped = False
+    try:
+        with whole_gangs_through_a_failure(ns, {"staged": 4}, jobset_gang) as gangs:
+            ns.create(body)
+            first = wait_for("staged whole in one block", lambda: jobset_block(ns, "staged", 4), timeout=180)
+            wait_for("the pod watch to see it whole", lambda: gangs.whole("staged"), timeout=30)
+            before = jobset_pods(ns, "staged")
+            workers = [p for p in before if "-workers-" in p["metadata"]["name"]]
+            os.kill(kcm, signal.SIGSTOP)
+            stopped = True
+            gangs.failure()
+            for pod in workers:
+                victims.append(pod["spec"]["nodeName"])
+                fail_node(ns.api, pod["spec"]["nodeName"], how="taint")
+            for pod in workers:  # evicted, as the taint manager would (kube-controller-manager is held)
+                name = pod["metadata"]["name"]
+                eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+                ns.api.request("POST", f"/api/v1/namespaces/{ns.name}/pods/{name}/eviction", eviction)
+            requeued = wait_for(
+                "Phalanx's Requeued event on the JobSet",
+                lambda: requeues_of(ns, "JobSet", "staged"),
+                timeout=60,
+            )
+            left = [p for p in jobset_pods(ns, "staged") if "-workers-" in p["metadata"]["name"]]
+            assert {p["metadata"]["uid"] for p in left} <= {p["metadata"]["uid"] for p in workers}, left
+            assert ns.get(f"{JOBSETS}/staged")["spec"].get("suspend") is True
+            os.kill(kcm, signal.SIGCONT)
+            stopped = False
+            old = {p["metadata"]["name"] for p in before}
+            wait_for(
+                "every pod of the JobSet from before the failure gone",
+                lambda: not old & {p["metadata"]["name"] for p in jobset_pods(ns, "staged")},
+                timeout=120,
+            )
+        # Out of the watched block: after the resume the workers' Job made its pods ~37 s after the driver
+        # ran (its controller's own delay after the evictions, seen here), and the driver, a first stage,
+        # runs alone in its decision meanwhile, the workers' room held — InOrder's own wait, not a gang run
+        # in part. While the nodes are tainted nothing of it fits, so nothing was left bound in the block.
+        for node in victims:
+            heal_node(ns.api, node)
+        victims = []
+        again = wait_for("staged whole again", lambda: jobset_block(ns, "staged", 4), timeout=180)
+    finally:
+        if stopped:
+            os.kill(kcm, signal.SIGCONT)
+        for node in victims:
+            heal_node(ns.api, node)
+    print(ns.where(f"{JOBSET_NAME}=staged"), f"ran in {first}, then {again}")
+    print("Requeued:", [e["message"] for e in requeued])
+    assert first == again == "nb-a"
+    assert "below its minCount" in requeued[0]["message"], requeued[0]["message"]
+
+
 def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_ends(
     kinds_ns: Namespace,
 ) -> None:
