@@ -376,6 +376,50 @@ def test_a_depends_on_complete_jobset_keeps_its_decision_when_its_first_stage_en
         raise AssertionError(f"{e}; root: {root_of(ns, 'after')['status']}; groups: {groups}") from None
 
 
+def test_a_held_slot_whose_room_a_pod_phalanx_does_not_place_takes_is_not_said_admitted(
+    kinds_ns: Namespace,
+) -> None:
+    """dependsOn Complete, nb-b busy: the driver runs 60 s in nb-a and the workers' three slots are held on
+    the other nodes there. kube-scheduler knows nothing of held room, so a pod Phalanx does not place (a
+    filler pinned to a slot's node) takes it. The root then says WaitingForPods, not Admitted with its
+    workers "still to come (their room held)"; once the driver completes, the workers are decided again
+    around what runs and go whole to the three nodes of nb-a left, none to the filled one."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY[1:])
+    staged = jobset(
+        "held",
+        replicated_job("driver", 1, 1, complete_after="60s"),
+        replicated_job("workers", 1, 3, depends_on="driver"),
+        annotations={"phalanx.dev/topology-key": NB_KEY},
+    )
+    ns.create(staged)
+
+    def admitted_with_slots() -> dict[str, Any] | None:
+        roots = owned(ns, "JobSet/held", "compositepodgroups")
+        status = (roots[0].get("status") or {}) if roots else {}
+        held = [a for a in (status.get("admission") or {}).get("assignments") or [] if "-slot-" in a["pod"]]
+        return status if roots and condition(roots[0]).get("status") == "True" and len(held) == 3 else None
+
+    status = wait_for("the root admitted, the workers' slots held", admitted_with_slots, timeout=60)
+    slots = sorted(a["node"] for a in status["admission"]["assignments"] if "-slot-" in a["pod"])
+    taken = slots[0]
+    ns.fill(taken)
+    waiting = wait_for(
+        "the root no longer said admitted",
+        lambda: ((c := condition(root_of(ns, "held"))).get("reason") == "WaitingForPods" and c) or None,
+        timeout=20,  # well before the driver completes
+    )
+    assert waiting["status"] == "False", waiting
+    pods = wait_bound(
+        ns, "held", lambda: [p for p in jobset_pods(ns, "held") if "workers" in p["metadata"]["name"]], 3, 120
+    )
+    labels = node_labels(ns.api)
+    nodes = [p["spec"]["nodeName"] for p in pods]
+    print("slots", slots, "taken", taken, "workers on", nodes, "root said:", waiting["message"])
+    assert taken not in nodes
+    assert {label_of(n, NB_KEY, labels) for n in nodes} == {"nb-a"}
+
+
 # ---------------------------------------------------------------------- a failurePolicy restart
 def cordon(ns: Namespace, node: str, on: bool) -> None:
     ns.api.request(
