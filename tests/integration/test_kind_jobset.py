@@ -410,6 +410,7 @@ def test_a_held_slot_whose_room_a_pod_phalanx_does_not_place_takes_is_not_said_a
         timeout=20,  # well before the driver completes
     )
     assert waiting["status"] == "False", waiting
+    assert "the room held for 1 pod(s) still to come is gone" in waiting["message"], waiting
     pods = wait_bound(
         ns, "held", lambda: [p for p in jobset_pods(ns, "held") if "workers" in p["metadata"]["name"]], 3, 120
     )

@@ -1318,6 +1318,7 @@ def test_a_later_stage_pod_lost_from_a_slot_whose_node_no_longer_takes_it_is_jud
     groups = written(short, groups)
     status = next(g for g in groups if g.name == root.name).status.condition(c.ADMITTED)
     assert status is not None and (status.status, status.reason) == (c.FALSE, c.REASON_WAITING_FOR_PODS), how
+    assert "the room held for 1 pod(s) still to come is gone" in status.message, status.message
     after = went + dt.timedelta(seconds=31)
     now = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("JobSet", js)], nodes=nodes), after)
     (suspend,) = [a for a in now.actions if isinstance(a, SuspendJob)]

@@ -67,11 +67,12 @@ def report(work: UnitWork, ctx: Pass) -> None:
     to_come = {name: slots_to_come(leaf, held[name], ctx) for name, leaf in work.leaves.items()}
     if any(held.values()):
         work.timed = True  # the room others leave on its slots' nodes is read: never skipped as settled
+    gone = {name: len(held[name]) - to_come[name] for name in work.leaves}
     for name, leaf in work.leaves.items():
-        _leaf_status(work, leaf, bool(held[name]), to_come[name], ctx)
+        _leaf_status(work, leaf, bool(held[name]), to_come[name], gone[name], ctx)
     if work.root is not None:
         for composite in work.unit.tree.composites if work.unit.tree else ():
-            _composite_status(work, composite, to_come, ctx)
+            _composite_status(work, composite, to_come, gone, ctx)
     _labels(work)
     _said_on_owner(work)
 
@@ -93,7 +94,7 @@ def _ran_to_the_end(work: UnitWork, leaf: LeafWork) -> bool:
     )
 
 
-def _facts(work: UnitWork, leaf: LeafWork, to_come: int) -> st.GroupFacts:
+def _facts(work: UnitWork, leaf: LeafWork, to_come: int, room_gone: int) -> st.GroupFacts:
     owner = work.owner
     ended = _ran_to_the_end(work, leaf)
     return st.GroupFacts(
@@ -114,18 +115,22 @@ def _facts(work: UnitWork, leaf: LeafWork, to_come: int) -> st.GroupFacts:
         held_by=owner.held_by if owner else "",
         succeeded=sum(1 for p in leaf.leaf.pods if p.succeeded),
         to_come=to_come,
+        room_gone=room_gone,
     )
 
 
-def _leaf_status(work: UnitWork, leaf: LeafWork, slots_held: bool, to_come: int, ctx: Pass) -> None:
-    """`slots_held`, `to_come`: its held slots and how many of them count as admitted (staging.py)."""
+def _leaf_status(
+    work: UnitWork, leaf: LeafWork, slots_held: bool, to_come: int, room_gone: int, ctx: Pass
+) -> None:
+    """`slots_held`, `to_come`, `room_gone`: whether it holds slots, how many of them count as admitted and
+    how many no longer have their room (staging.py)."""
     group, owner = leaf.group, work.owner
     admission = leaf.admission
     if owner is not None and (owner.suspended or owner.finished or _ran_to_the_end(work, leaf)):
-        admission, to_come = None, 0  # nothing is held for a suspended or finished owner
+        admission, to_come, room_gone = None, 0, 0  # nothing is held for a suspended or finished owner
     elif not leaf.holds_a_node and not slots_held:
         admission = None  # the decision's pods are gone; the next one starts afresh
-    facts = _facts(work, leaf, to_come)
+    facts = _facts(work, leaf, to_come, room_gone)
     desired = st.desired_status(
         group.status, facts, leaf.outcome, ctx.now, group.generation, admission, leaf.reservation
     )
@@ -164,8 +169,18 @@ def _subtree_placed(
     return sum(1 for p, _ in states if p) >= need, sum(1 for _, r in states if r) >= need
 
 
+def _gone_under(work: UnitWork, g: CompositePodGroupRecord, gone: Mapping[str, int]) -> int:
+    """The held slots under `g` whose room is gone."""
+    composites, leaves = work.children(g.name)
+    return sum(gone[leaf.group.name] for leaf in leaves) + sum(_gone_under(work, c, gone) for c in composites)
+
+
 def _composite_status(
-    work: UnitWork, composite: CompositePodGroupRecord, to_come: Mapping[str, int], ctx: Pass
+    work: UnitWork,
+    composite: CompositePodGroupRecord,
+    to_come: Mapping[str, int],
+    gone: Mapping[str, int],
+    ctx: Pass,
 ) -> None:
     owner, root = work.owner, work.root
     composites, leaves = work.children(composite.name)
@@ -189,6 +204,7 @@ def _composite_status(
         members="child group(s)",
         owner_kind=owner.kind if owner else "Job",
         held_by=owner.held_by if owner else "",
+        room_gone=_gone_under(work, composite, gone),
     )
     # The tree's decision stays while a child group is placed, or while any pod of it still holds a node,
     # as a PodGroup keeps its own (_leaf_status): a tree whose every child group lost a pod (a JobSet of
