@@ -36,17 +36,17 @@ class Children:
         """An object of `kind` at `key` (`namespace/name`) seen (`body`), `alive` (not being deleted);
         whether a controller's children changed."""
         controller_kind, controller = controller_of(meta_of(body))
-        controller = controller if controller_kind in self._kinds else ""
         old = self._child.get((kind, key))
-        changed = False
-        if old is not None and (old[0] != uid or old[1] != controller or not alive):
-            changed = self.gone(kind, key, old[0])
-        if controller and alive and (old is None or changed):
-            name = key.rpartition("/")[2]
-            self._child[(kind, key)] = (uid, controller, name)
-            self._of[controller] = self.of(controller) | {name}
-            changed = True
-        return changed
+        if controller_kind not in self._kinds or not controller or not alive:
+            return self.gone(kind, key) if old is not None else False
+        name = key.rpartition("/")[2]
+        self._child[(kind, key)] = (uid, controller, name)
+        if old is not None and old[1] == controller:
+            return False  # its name was there already (made again under it: the names did not change)
+        if old is not None:
+            self._drop(old)
+        self._of[controller] = self.of(controller) | {name}
+        return True
 
     def gone(self, kind: str, key: str, uid: str = "") -> bool:
         """The object at `key` deleted (`uid`: that one only; "": whichever it is); whether a controller's
@@ -55,12 +55,16 @@ class Children:
         if old is None or (uid and old[0] != uid):
             return False
         del self._child[(kind, key)]
-        left = self.of(old[1]) - {old[2]}
-        if left:
-            self._of[old[1]] = left
-        else:
-            self._of.pop(old[1], None)
+        self._drop(old)
         return True
+
+    def _drop(self, child: tuple[str, str, str]) -> None:
+        """Take (uid, controller, name) out of its controller's names."""
+        left = self.of(child[1]) - {child[2]}
+        if left:
+            self._of[child[1]] = left
+        else:
+            self._of.pop(child[1], None)
 
     def records(self, kind: str) -> set[tuple[str, str]]:
         """(key, uid) of the children of `kind` held: what a relist may find deleted meanwhile."""
