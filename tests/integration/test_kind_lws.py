@@ -277,6 +277,90 @@ def restore_node(ns: Namespace, node: str) -> None:
     )
 
 
+HOLD = "test.phalanx.dev/hold"
+
+
+def _hold_deletion(ns: Namespace, pod: str, on: bool) -> None:
+    """A finalizer of ours on the pod (on) or none (off): a deleted pod with it stays, terminating, as on a
+    NotReady node whose kubelet never confirms the end."""
+    patch = {"metadata": {"finalizers": [HOLD] if on else None}}
+    try:
+        ns.api.request(
+            "PATCH", f"/api/v1/namespaces/{ns.name}/pods/{pod}", patch, "application/merge-patch+json"
+        )
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+def test_a_leader_ready_group_whose_workers_are_stuck_terminating_is_requeued_past_the_grace(
+    kinds_ns: Namespace,
+) -> None:
+    """LeaderReady, restartPolicy None (LWS makes only a lost worker again, through the leader's StatefulSet,
+    once the old one is gone). A group of 3 fills nb-a's three free nodes; both workers' nodes fail (tainted
+    NoExecute) and the workers are deleted but stay terminating (a finalizer stands in for a kubelet that
+    never confirms). Their StatefulSet makes no other, so no worker pod is left to say they came — but the
+    terminating ones do (kinds/lws._gone_workers): past the grace (2 s) Phalanx tries them beside the leader,
+    finds no room in nb-a, and requeues the group through its leader. Before, the leader ran alone for as
+    long as the workers terminated. Once they are gone and the nodes heal, the group runs whole in nb-a."""
+    ns = kinds_ns
+    ns.fill(*FIVE_BUSY)
+    ns.create(
+        lws(
+            "stuck",
+            3,
+            leader_ready=True,
+            restart_policy="None",
+            annotations={"phalanx.dev/topology-key": NB_KEY},
+        )
+    )
+    pods = wait_bound(ns, "stuck", lambda: lws_pods(ns, "stuck"), 3)
+    leader = next(p for p in pods if p["metadata"]["labels"][LWS_WORKER] == "0")
+    workers = [p for p in pods if p is not leader]
+    failed: list[str] = []
+    try:
+        for pod in workers:
+            _hold_deletion(ns, pod["metadata"]["name"], True)
+            fail_node(ns.api, pod["spec"]["nodeName"], how="taint")
+            failed.append(pod["spec"]["nodeName"])
+            ns.api.request("DELETE", f"/api/v1/namespaces/{ns.name}/pods/{pod['metadata']['name']}")
+        requeued = wait_for(
+            "event Requeued on the LWS",
+            lambda: [
+                e["message"] for e in events_of(ns, "LeaderWorkerSet", "stuck") if e["reason"] == "Requeued"
+            ],
+            timeout=60,
+        )
+        print("Requeued:", requeued)
+        assert "below its minCount" in requeued[0], requeued
+        wait_for(
+            "the leader deleted",
+            lambda: leader["metadata"]["uid"] not in {p["metadata"]["uid"] for p in lws_pods(ns, "stuck")},
+            timeout=60,
+        )
+    except AssertionError:
+        diagnose_lws(ns, "stuck")
+        raise
+    finally:
+        for pod in workers:
+            _hold_deletion(ns, pod["metadata"]["name"], False)
+        for node in failed:
+            heal_node(ns.api, node)
+    before = {p["metadata"]["uid"] for p in pods}
+    again = wait_for(
+        "3 new pods bound",
+        lambda: (
+            ps
+            if len(bound(ps := lws_pods(ns, "stuck"))) == 3
+            and not before & {p["metadata"]["uid"] for p in ps}
+            else None
+        ),
+        timeout=180,
+    )
+    labels = node_labels(ns.api)
+    assert {label_of(p["spec"]["nodeName"], NB_KEY, labels) for p in again} == {"nb-a"}
+
+
 def test_a_whole_lws_group_is_preempted_by_a_higher_priority_job_and_comes_back_gated_and_whole(
     kinds_ns: Namespace,
 ) -> None:

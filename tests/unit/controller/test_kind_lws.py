@@ -1242,6 +1242,74 @@ def test_a_leader_ready_group_that_lost_a_pod_is_judged_past_the_grace(
         assert "(after 31 s)" in status.message, status.message
 
 
+@pytest.mark.parametrize(
+    ("case", "how", "n4_busy", "gone_for", "requeued"),
+    [
+        ("being deleted on NotReady nodes, no room for them: requeued", "deleting", True, 31, True),
+        ("being deleted on NotReady nodes, within the grace: waits", "deleting", True, 10, False),
+        (
+            "being deleted on NotReady nodes, n4 free, room for one of the two: requeued",
+            "deleting",
+            False,
+            31,
+            True,
+        ),
+        ("failed on NotReady nodes, no room: requeued", "failed", True, 31, True),
+        # Workers of a leader before this one (the group made again) say nothing of this leader's.
+        ("an earlier leader's workers being deleted: still to come", "older", True, 31, False),
+    ],
+)
+def test_a_leader_ready_groups_workers_all_lost_but_still_terminating_are_judged_past_the_grace(
+    case: str, how: str, n4_busy: bool, gone_for: int, requeued: bool
+) -> None:
+    """A LeaderReady group of 3 (the leader on n3, its workers in their slots on n1 and n2) whose two
+    workers' nodes go NotReady: the workers are stuck terminating there (or failed), and LWS's worker
+    StatefulSet makes no other until they are gone — which may be never. They are no members of the group
+    (kinds/lws.py leaves them out), but they came (kinds/lws._gone_workers: Leaf.made), so their slots are
+    lost, not still to come: past the grace they are tried beside the leader and, with no room for both in
+    nb-a, the group is requeued (its leader deleted). Before, it waited with its leader alone, for ever."""
+    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    busy = [5, 6, 7, 8]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    name = record.group.name
+    groups = recorded_on(
+        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
+    )
+    on = {0: "n3", 1: "n1", 2: "n2"}
+    pods = [lws_pod("serve", 0, w, gated=False, released_to=n, node=n, pod_group=name) for w, n in on.items()]
+    for i, p in enumerate(pods):
+        p["metadata"]["creationTimestamp"] = f"2026-11-30T11:0{i}:00Z"
+    whole = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)]), NOW)
+    groups = written(whole, groups)
+    for p in pods[1:]:
+        if how == "failed":
+            p["status"]["phase"] = "Failed"
+        else:
+            p["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+        if how == "older":
+            p["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
+    nodes = [node_body(n) for n in NODES]
+    for n in nodes[:2]:
+        n["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    busy += [4] if n4_busy else []
+
+    def at(when: dt.datetime, groups: list[Any]) -> Plan:
+        return plan(
+            cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)], nodes=nodes), when
+        )
+
+    went = NOW + dt.timedelta(seconds=60)
+    short = at(went, groups)
+    assert not [a for a in short.actions if isinstance(a, DeletePod)], case
+    groups = written(short, groups)
+    status = written_statuses(short)[name].condition(c.ADMITTED)
+    assert status is not None and status.reason == c.REASON_WAITING_FOR_PODS, (case, status)
+    now = at(went + dt.timedelta(seconds=gone_for), groups)
+    deleted = sorted(a.pod.name for a in now.actions if isinstance(a, DeletePod))
+    assert deleted == (["serve-0"] if requeued else []), case
+
+
 @pytest.mark.parametrize(("n4_busy", "requeued"), [(False, False), (True, True)])
 def test_a_staged_jobset_that_lost_its_first_stage_counts_its_own_held_slots_once(
     n4_busy: bool, requeued: bool

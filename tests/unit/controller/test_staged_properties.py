@@ -88,14 +88,20 @@ def nodes_after(change: str, node: str, shrunk_to: int) -> list[dict[str, Any]]:
 def room_for_workers(
     nodes: list[dict[str, Any]], used: dict[str, int], block: str, workers: int, gpus: int
 ) -> bool:
-    """The reference: whether `workers` pods of `gpus` GPUs fit on the untainted nodes of `block`."""
+    """The reference: whether `workers` pods of `gpus` GPUs fit on the untainted, ready nodes of `block`."""
     fits = 0
     for body in nodes:
-        if body["metadata"]["labels"][NB] != block or body["spec"].get("taints"):
+        if body["metadata"]["labels"][NB] != block or not takes_pods(body):
             continue
         free = int(body["status"]["allocatable"]["nvidia.com/gpu"]) - used[body["metadata"]["name"]]
         fits += max(0, free) // gpus
     return fits >= workers
+
+
+def takes_pods(node: dict[str, Any]) -> bool:
+    """Untainted and Ready."""
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+    return ready and not node["spec"].get("taints")
 
 
 def staged(kind: str, size: int, gpus: int) -> tuple[tuple[str, dict[str, Any]], Any, Any]:
@@ -389,7 +395,7 @@ def test_a_gang_released_in_part_before_a_restart_is_finished_whole_in_one_block
     busy_before=BUSY_BEFORE,
     came=st.integers(0, 3),
     faults=st.dictionaries(
-        st.integers(0, 3), st.sampled_from(("deleted", "tainted", "pod")), min_size=1, max_size=3
+        st.integers(0, 3), st.sampled_from(("deleted", "tainted", "notready", "pod")), min_size=1, max_size=3
     ),
     busy_after=BUSY_AFTER,
     child=st.booleans(),
@@ -431,7 +437,8 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     groups = written(whole, groups)
 
     # The faults: the running pod number i's node deleted or tainted (every pod of the unit there goes),
-    # or pod i alone gone (its node stays as it was).
+    # or NotReady (every pod of the unit there is stuck being deleted: it stays, no longer live), or pod i
+    # alone gone (its node stays as it was).
     gone_nodes = {running[i][1]: how for i, how in faults.items() if i < len(running) and how != "pod"}
     lost = {
         p["metadata"]["name"]
@@ -449,12 +456,17 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
             continue
         if gone_nodes.get(name) == "tainted":
             body["spec"]["taints"] = [{"key": "maintenance", "effect": "NoExecute"}]
+        if gone_nodes.get(name) == "notready":
+            body["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
         nodes.append(body)
     present = {b["metadata"]["name"] for b in nodes}
     taken = {n for _, n in running}  # nodes a pod of the unit ran on are not filled by others
     others = [p for p in before if p["spec"]["nodeName"] in present]
     others += [someone_else(n, g, 1) for n, g in busy_after.items() if n not in taken and n in present]
-    pods = [p for p, _ in survivors]
+    stuck = [p for p, n in running if gone_nodes.get(n) == "notready"]
+    for p in stuck:
+        p["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    pods = [p for p, _ in survivors] + stuck
     went = NOW + dt.timedelta(seconds=60)
     child = child and kind == "JobSet"
     jobs = [("Job", child_job("train", "workers", 0))] if child else []
@@ -476,17 +488,22 @@ def test_a_staged_unit_that_lost_pods_is_requeued_past_the_grace_only_when_they_
     later_lost = [p for p, _ in running[1:] if p["metadata"]["name"] in lost]
     later_left = [p for p, _ in survivors if p["metadata"]["name"] != leader_name]
     never_came = size - 1 - came  # lost too once a later pod is there: they are made together
-    knows = leader_name in lost or (bool(later_left or child) and bool(later_lost or never_came))
+    # A later pod stuck being deleted came, as its stage did: it is lost, not still to come.
+    later_stuck = [p for p in stuck if p["metadata"]["name"] != leader_name]
+    knows = leader_name in lost or (
+        bool(later_left or child or later_stuck) and bool(later_lost or never_came)
+    )
     # A later pod's slot still holds its room while its node is there and takes it (untainted): the unit
     # stays admitted, its pod to come goes back there; it went short when a pod it had, or a slot of one
     # to come, lost that.
-    took = {b["metadata"]["name"] for b in nodes if not b["spec"].get("taints")}
+    took = {b["metadata"]["name"] for b in nodes if takes_pods(b)}
     missing = [i for i in range(size - 1) if i >= came or running[i + 1][0]["metadata"]["name"] in lost]
     used: dict[str, int] = defaultdict(int)
     for p in others:
         used[p["spec"]["nodeName"]] += gpus_of(p)
-    for _, n in survivors:
-        used[n] += gpus
+    for p, n in running:
+        if p["metadata"]["name"] not in lost or p in stuck:  # a pod being deleted still holds its node
+            used[n] += gpus
     # ... nor while others' pods took the room held there (the node overcommitted, its slots counted).
     held_on = Counter(slots[i].node for i in missing if slots[i].node in present)
     over = {n for n, k in held_on.items() if used[n] + k * gpus > GPUS_PER_NODE}

@@ -329,6 +329,28 @@ def _of_present_leader(pods: list[PodRecord]) -> list[PodRecord]:
     return [p for p in pods if p is leader or p.created is None or p.created >= born]
 
 
+def _gone_workers(
+    all_pods: Iterable[PodRecord], index: int, revision: str, members: list[PodRecord]
+) -> set[int]:
+    """The ranks of the group's workers of its present leader that ended or are being deleted (not its
+    members: _groups). They came — LWS made them once the leader was there —, so a staged group's slots of
+    them are lost, not still to come (plan/lost.py): a worker stuck terminating on a NotReady node is made
+    again by its StatefulSet only once it is gone, which may be never."""
+    leader = next((p for p in members if _rank(p) == 0), None)
+    if leader is None:
+        return set()
+    born = leader.created
+    return {
+        _rank(p)
+        for p in all_pods
+        if (p.terminal or p.deleting)
+        and _rank(p) != 0
+        and _index(p) == index
+        and p.label(REVISION_LABEL) == revision
+        and (born is None or p.created is None or p.created >= born)  # as _of_present_leader
+    }
+
+
 def leader_of(pods: Iterable[PodRecord]) -> tuple[str, ...]:
     """The live leader pod of a group, whose deletion takes the whole group (its workers' StatefulSet is
     the leader's: LWS's own group restart deletes only the leader). Deleting the workers too would let that
@@ -391,13 +413,19 @@ def _group_unit(
             record = _planned_group(lws, group)
         ordered = tuple(sorted(pods, key=lambda p: (_rank(p), p.name)))
         leaf = Leaf(
-            record, ordered, ranks=tuple(_rank(p) for p in ordered), expected=policy.size, template=template
+            record,
+            ordered,
+            ranks=tuple(_rank(p) for p in ordered),
+            expected=policy.size,
+            template=template,
+            made=bool(_gone_workers(state.pods, index, revision, pods)),
         )
         tree = Tree(None, (), (leaf,), mode=policy.topology_mode)
         made = {record.name}
     else:
+        gone = _gone_workers(state.pods, index, revision, pods)
         tree, made = _subgroup_tree(
-            state, view, identity, policy, suffix, pods, priority, preemption, setup, template
+            state, view, identity, policy, suffix, pods, priority, preemption, setup, template, gone
         )
         setup.extend(_said_made(lws, index, setup))
     unit = Unit(
@@ -451,6 +479,7 @@ def _subgroup_tree(
     preemption: Any,
     setup: list[Action],
     template: PodTemplate,
+    gone: set[int],
 ) -> tuple[Tree, set[str]]:
     lws: LwsRecord = state.owner
     subgroups = policy.subgroups()
@@ -490,6 +519,7 @@ def _subgroup_tree(
                 expected=len(workers),
                 template=template,
                 slots=tuple(workers),
+                made=bool(gone & set(workers)),
             )
         )
     return Tree(root, (root,), tuple(leaves)), {root.name, *(leaf.group.name for leaf in leaves)}

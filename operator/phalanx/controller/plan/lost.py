@@ -84,10 +84,13 @@ def _lost(work: UnitWork) -> bool:
         there = [*leaf.placed, *(p for p in leaf.leaf.pods if p.succeeded)]
         slots = {slot_of(leaf, p) for p in there} - {""}
         kept |= {p.name for p in there} | slots
-        # A pod in a slot of this leaf, or of a later one, is there, or its owner made what makes its pods (a
-        # JobSet's child Job, whose pods may all be lost): the stage of this leaf's slots came (an LWS
-        # group's first stage, its leader, is named by its own name: it alone says nothing).
-        started = started or leaf.leaf.made or bool(slots & names)
+        # A pod in a slot of this leaf, or of a later one, exists — placed, ended, or being deleted (an LWS
+        # worker stuck terminating on a NotReady node: its StatefulSet makes no other until it is gone) —,
+        # or its owner made what makes its pods (a JobSet's child Job, whose pods may all be lost): the
+        # stage of this leaf's slots came (an LWS group's first stage, its leader, is named by its own
+        # name: it alone says nothing).
+        made = {slot_of(leaf, p) for p in leaf.leaf.pods} - {""}
+        started = started or leaf.leaf.made or bool(made & names)
         if started:
             came |= {slot_name(leaf.group.name, r) for r in leaf.leaf.ranked_slots}
     slots_named = {
