@@ -1189,6 +1189,27 @@ def test_a_leader_ready_groups_workers_still_to_come_are_no_loss() -> None:
     assert not later.settled
 
 
+def leader_ready_running() -> tuple[dict[str, Any], str, list[Any], list[dict[str, Any]]]:
+    """A LeaderReady group of 3 pods of 8 GPUs in nb-a (nb-b busy), the leader on n3 and its workers in
+    their slots on n1 and n2, all running (made in that order), its groups as a pass wrote them: the LWS,
+    its PodGroup's name, the groups and the pods."""
+    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    busy = [5, 6, 7, 8]
+    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
+    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
+    name = record.group.name
+    groups = recorded_on(
+        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
+    )
+    on = {0: "n3", 1: "n1", 2: "n2"}
+    pods = [lws_pod("serve", 0, w, gated=False, released_to=n, node=n, pod_group=name) for w, n in on.items()]
+    for i, p in enumerate(pods):
+        p["metadata"]["creationTimestamp"] = f"2026-11-30T11:0{i}:00Z"
+    whole = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)]), NOW)
+    assert not [a for a in whole.actions if isinstance(a, ReleasePod | DeletePod)]
+    return lws, name, written(whole, groups), pods
+
+
 @pytest.mark.parametrize(
     ("case", "gone", "n4_busy", "requeued"),
     [
@@ -1205,19 +1226,8 @@ def test_a_leader_ready_group_that_lost_a_pod_is_judged_past_the_grace(
     stays): a LeaderReady group of 3 pods of 8 GPUs, the leader on n3, the workers in their slots on n1 and
     n2, all running; a node goes. Past the grace the lost pod is tried beside the running ones: no room
     left in nb-a — the group is requeued (its leader deleted: LWS makes the group again)."""
-    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    lws, name, groups, pods = leader_ready_running()
     busy = [5, 6, 7, 8]
-    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
-    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
-    name = record.group.name
-    groups = recorded_on(
-        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
-    )
-    on = {0: "n3", 1: "n1", 2: "n2"}
-    pods = [lws_pod("serve", 0, w, gated=False, released_to=n, node=n, pod_group=name) for w, n in on.items()]
-    whole = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)]), NOW)
-    assert not [a for a in whole.actions if isinstance(a, ReleasePod | DeletePod)]
-    groups = written(whole, groups)
     left = [p for p in pods if p["spec"]["nodeName"] != gone]
     busy += [4] if n4_busy else []
     nodes = [node_body(n) for n in NODES if n != gone]
@@ -1268,20 +1278,8 @@ def test_a_leader_ready_groups_workers_all_lost_but_still_terminating_are_judged
     (kinds/lws.py leaves them out), but they came (kinds/lws._gone_workers: Leaf.made), so their slots are
     lost, not still to come: past the grace they are tried beside the leader and, with no room for both in
     nb-a, the group is requeued (its leader deleted). Before, it waited with its leader alone, for ever."""
-    lws = lws_body(leader_ready=True, size=3, annotations={"phalanx.dev/topology-key": NB})
+    lws, name, groups, pods = leader_ready_running()
     busy = [5, 6, 7, 8]
-    first = plan(owner_cluster([("LeaderWorkerSet", lws)], [lws_pod("serve", 0, 0)], busy=busy), NOW)
-    (record,) = [a for a in first.actions if isinstance(a, RecordAdmission)]
-    name = record.group.name
-    groups = recorded_on(
-        made_groups(first), {"serve-0": "n3", f"{name}-slot-1": "n1", f"{name}-slot-2": "n2"}
-    )
-    on = {0: "n3", 1: "n1", 2: "n2"}
-    pods = [lws_pod("serve", 0, w, gated=False, released_to=n, node=n, pod_group=name) for w, n in on.items()]
-    for i, p in enumerate(pods):
-        p["metadata"]["creationTimestamp"] = f"2026-11-30T11:0{i}:00Z"
-    whole = plan(cluster(busy=busy, groups=groups, pods=pods, owners=[("LeaderWorkerSet", lws)]), NOW)
-    groups = written(whole, groups)
     for p in pods[1:]:
         if how == "failed":
             p["status"]["phase"] = "Failed"
