@@ -141,8 +141,8 @@ class Leaf:
     template: PodTemplate | None = None
     slots: tuple[int, ...] = ()
     done: bool = False
-    # Its owner made what makes its pods (a JobSet's child Job exists): its stage came, whether or not a
-    # pod of it is seen (every one lost with its nodes: plan/lost.py).
+    # Its stage came, whether or not a pod of it is there (every one lost with its nodes: plan/lost.py): a
+    # JobSet's child Job exists, or an LWS group's workers of its present leader ended or are terminating.
     made: bool = False
 
     @property
