@@ -384,6 +384,7 @@ def _group_unit(
     setup: list[Action] = list(kueue_setup(kueue, view.announced, lws.ref, str(index)))
     existing = {g.name: g for g in state.pod_groups}
     template = PodTemplate.of(policy.worker_spec, lws.namespace)
+    gone = _gone_workers(state.pods, index, revision, pods)  # their slots' stage came (Leaf.made)
     if policy.subgroup_size is None:
         workload, group = build_group(
             identity,
@@ -418,12 +419,11 @@ def _group_unit(
             ranks=tuple(_rank(p) for p in ordered),
             expected=policy.size,
             template=template,
-            made=bool(_gone_workers(state.pods, index, revision, pods)),
+            made=bool(gone),
         )
         tree = Tree(None, (), (leaf,), mode=policy.topology_mode)
         made = {record.name}
     else:
-        gone = _gone_workers(state.pods, index, revision, pods)
         tree, made = _subgroup_tree(
             state, view, identity, policy, suffix, pods, priority, preemption, setup, template, gone
         )

@@ -21,7 +21,7 @@ from phalanx.api.cluster_objects import HOSTNAME_KEY
 from phalanx.controller.model.records import PodRecord
 from phalanx.controller.plan.decide import levels_of, pinned_keys, request_of, tree_request
 from phalanx.controller.plan.requeue import requeue_if_broken
-from phalanx.controller.plan.staging import hold_again, lift_own_hold, placeholder, slot_name, slot_of
+from phalanx.controller.plan.staging import hold_again, lift_own_hold, placeholder, slot_name, slots_of
 from phalanx.controller.plan.work import LeafWork, Pass, UnitWork
 from phalanx.placement import Admit, CompositeAdmit, PodRequirements, decide, decide_composite
 
@@ -82,15 +82,14 @@ def _lost(work: UnitWork) -> bool:
     started = False
     for leaf in reversed(work.leaves.values()):  # in the order its owner makes them (InOrder, dependsOn)
         there = [*leaf.placed, *(p for p in leaf.leaf.pods if p.succeeded)]
-        slots = {slot_of(leaf, p) for p in there} - {""}
+        slots = slots_of(leaf, there)
         kept |= {p.name for p in there} | slots
         # A pod in a slot of this leaf, or of a later one, exists — placed, ended, or being deleted (an LWS
         # worker stuck terminating on a NotReady node: its StatefulSet makes no other until it is gone) —,
         # or its owner made what makes its pods (a JobSet's child Job, whose pods may all be lost): the
         # stage of this leaf's slots came (an LWS group's first stage, its leader, is named by its own
         # name: it alone says nothing).
-        made = {slot_of(leaf, p) for p in leaf.leaf.pods} - {""}
-        started = started or leaf.leaf.made or bool(made & names)
+        started = started or leaf.leaf.made or bool(slots_of(leaf, leaf.leaf.pods) & names)
         if started:
             came |= {slot_name(leaf.group.name, r) for r in leaf.leaf.ranked_slots}
     slots_named = {

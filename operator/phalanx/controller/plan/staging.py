@@ -37,6 +37,12 @@ def slot_of(leaf: LeafWork, pod: PodRecord) -> str:
     return "" if rank is None else slot_name(leaf.group.name, rank)
 
 
+def slots_of(leaf: LeafWork, pods: Iterable[PodRecord]) -> set[str]:
+    """The slots `pods` of `leaf` fill (slot_of each, its ranks read once)."""
+    ranks = _ranks(leaf.leaf)
+    return {slot_name(leaf.group.name, ranks[p.key]) for p in pods if p.key in ranks}
+
+
 def _present(leaf: Leaf) -> set[int]:
     """The ranks that have their pod: live, or Succeeded (it ran its part; its owner makes no other)."""
     ranks = _ranks(leaf)

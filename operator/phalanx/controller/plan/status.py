@@ -83,8 +83,8 @@ class GroupFacts:
     held_by: str = ""  # while suspended: why another system (Kueue) holds the owner
     succeeded: int = 0  # members that ran to their end (not counted as placed: they hold no node)
     to_come: int = 0  # a staged unit's pods not made yet whose room its decision holds (staging.py)
-    # Of its held slots, those that no longer count (staging.slots_to_come): their node went, no longer takes
-    # their pod, or others' pods took their room.
+    # Of its held slots, those that no longer count (staging.slots_to_come): their node no longer takes their
+    # pod, or others' pods took their room.
     room_gone: int = 0
 
 
@@ -164,7 +164,7 @@ def present_outcome(facts: GroupFacts, outcome: Outcome | None, previous: Condit
         return Outcome(
             c.REASON_WAITING_FOR_PODS,
             f"waiting for the {facts.owner_kind}'s pods: the room held for {facts.room_gone} pod(s) still to "
-            "come is gone (a node went, no longer takes them, or other pods took it); they are placed afresh "
+            "come is gone (its node no longer takes them, or other pods took it); they are placed afresh "
             "when they come",
         )
     if previous is not None and previous.status == c.FALSE:
