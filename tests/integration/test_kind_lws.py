@@ -18,6 +18,7 @@ from phalanx.devcluster.topology import seed_topology
 
 from .kinds import (
     LWS_GROUP,
+    LWS_NAME,
     LWS_WORKER,
     condition,
     diagnose_lws,
@@ -454,3 +455,89 @@ def test_a_slice_key_without_subgroups_is_refused_at_the_webhook_naming_the_fiel
         "metadata.annotations[phalanx.dev/slice-topology-key]: needs spec.leaderWorkerTemplate.subGroupPolicy"
         in message
     )
+
+
+def test_a_preempted_lws_group_whose_workers_end_slowly_is_made_again_once(kinds_ns: Namespace) -> None:
+    """Two low-priority groups of 4 hold all 8 nodes and their workers end slowly (a finalizer stands in for
+    kubelets that take their time). A high-priority gang Job of 2 takes one group whole through its leader.
+    LWS (restartPolicy RecreateGroupOnPodRestart, its default) takes a worker being deleted for a failure of
+    the group and deletes the group's leader of the same revision — also a leader it made again after the
+    one Phalanx deleted, were that one gone while the old workers end: the group would be made twice (the
+    rollout test's surge group was, at times). Phalanx deletes the leader in the foreground, as LWS's own
+    group restart does: it stays, being deleted, until its workers' StatefulSet and their pods are gone, so
+    a worker's update while it ends (its kubelet's) finds the old leader and LWS deletes nothing. Once the
+    workers are gone the group is made again once: no RecreateGroupOnPodRestart, 4 new pods gated whole
+    while the Job runs, the other group untouched."""
+    ns = kinds_ns
+    priority_classes(ns)
+    ns.create(lws("slow", 4, replicas=2, priority_class="low"))
+    first = wait_bound(ns, "slow", lambda: lws_pods(ns, "slow"), 8)
+    workers = [p["metadata"]["name"] for p in first if p["metadata"]["labels"][LWS_WORKER] != "0"]
+    uids = {p["metadata"]["uid"] for p in first}
+    leaders = {
+        p["metadata"]["labels"][LWS_GROUP]: p for p in first if p["metadata"]["labels"][LWS_WORKER] == "0"
+    }
+    try:
+        for name in workers:
+            _hold_deletion(ns, name, True)
+        ns.create(gpu_job("high-2", 2, labels={"phalanx.dev/managed": "true"}, priority_class="high"))
+
+        def taken() -> tuple[str, list[str]] | None:
+            """The victim group's index once its leader is not live, and its old workers being deleted."""
+            pods = {p["metadata"]["uid"]: p for p in ns.pods(f"{LWS_NAME}=slow")}
+            for index, leader in leaders.items():
+                old = pods.get(leader["metadata"]["uid"])
+                if old is not None and not old["metadata"].get("deletionTimestamp"):
+                    continue
+                ending = [
+                    p["metadata"]["name"]
+                    for p in pods.values()
+                    if p["metadata"]["labels"][LWS_GROUP] == index
+                    and p["metadata"]["uid"] in uids
+                    and p["metadata"].get("deletionTimestamp")
+                    and p["metadata"]["labels"][LWS_WORKER] != "0"
+                ]
+                return (index, ending) if len(ending) == 3 else None
+            return None
+
+        victim, ending = wait_for("a group's leader taken, its 3 workers ending", taken, timeout=120)
+        print(ns.where(f"{LWS_NAME}=slow"))
+        for name in ending:  # what a kubelet writes while a pod ends; LWS reconciles the worker on it
+            ns.api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns.name}/pods/{name}",
+                {"metadata": {"annotations": {"test.phalanx.dev/ending": "true"}}},
+                "application/merge-patch+json",
+            )
+        hold(
+            "LWS deletes no leader while the old workers end",
+            lambda: "RecreateGroupOnPodRestart" not in reasons_of(ns, "LeaderWorkerSet", "slow"),
+            seconds=3,
+        )
+        for name in workers:
+            _hold_deletion(ns, name, False)
+
+        def again() -> list[dict[str, Any]] | None:
+            pods = [p for p in lws_pods(ns, "slow") if p["metadata"]["labels"][LWS_GROUP] == victim]
+            if len(pods) != 4 or uids & {p["metadata"]["uid"] for p in pods} or len(gated(pods)) != 4:
+                return None
+            return pods
+
+        wait_for(f"group {victim} made again, its 4 pods gated", again, timeout=120)
+        hold(
+            f"group {victim} waits gated whole while the Job runs, the other group untouched",
+            lambda: (
+                (ps := again()) is not None
+                and len(bound(ns.job_pods("high-2"))) == 2
+                and {p["metadata"]["uid"] for p in lws_pods(ns, "slow") if p not in ps} <= uids
+            ),
+            seconds=2,
+        )
+        said = reasons_of(ns, "LeaderWorkerSet", "slow")
+        assert {"Preempted", "Requeued"} <= said and "RecreateGroupOnPodRestart" not in said, said
+    except AssertionError:
+        diagnose_lws(ns, "slow")
+        raise
+    finally:
+        for name in workers:
+            _hold_deletion(ns, name, False)

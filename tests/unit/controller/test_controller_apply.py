@@ -283,7 +283,9 @@ def test_every_write_is_counted_by_action_and_why_the_failed_ones_too() -> None:
 class VictimKube(RecordingKube):
     """Answers the writes that take victims back; each confirmed one is recorded before the next starts."""
 
-    async def delete_pod(self, namespace: str, name: str, reason: str = "", message: str = "") -> None:
+    async def delete_pod(
+        self, namespace: str, name: str, reason: str = "", message: str = "", *, foreground: bool = False
+    ) -> None:
         await asyncio.sleep(0.01)
         self._check("delete_pod", namespace, name)
 

@@ -209,13 +209,16 @@ def test_a_group_is_requeued_by_deleting_its_pods_not_by_a_suspend() -> None:
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes fit"}
     ]
     result = plan(owner_cluster([("LeaderWorkerSet", lws)], refused, groups=groups), NOW)
-    deleted = sorted(a.pod.name for a in result.actions if isinstance(a, DeletePod))
+    deleted = sorted((a.pod.name, a.foreground) for a in result.actions if isinstance(a, DeletePod))
     # The leader only: its workers' StatefulSet is the leader pod's, the garbage collector takes them with
-    # it (deleting them too would let that StatefulSet make them again before it goes).
-    assert deleted == ["serve-0"]
+    # it (deleting them too would let that StatefulSet make them again before it goes); in the foreground,
+    # so that LWS makes it again only once they are gone (DeletePod.foreground).
+    assert deleted == [("serve-0", True)]
     assert not [a for a in result.actions if isinstance(a, SuspendJob)]
     leaderless = plan(owner_cluster([("LeaderWorkerSet", lws)], refused[1:], groups=groups), NOW)
-    assert sorted(a.pod.name for a in leaderless.actions if isinstance(a, DeletePod)) == ["serve-0-1"]
+    assert [(a.pod.name, a.foreground) for a in leaderless.actions if isinstance(a, DeletePod)] == [
+        ("serve-0-1", False)
+    ]
 
 
 def _born(body: dict[str, Any], at: str) -> dict[str, Any]:
@@ -769,8 +772,9 @@ def test_a_running_lws_group_is_one_victim_of_a_higher_priority_job_taken_throug
         ),
         NOW,
     )
-    deleted = [a.pod.name for a in result.actions if isinstance(a, DeletePod)]
-    assert deleted in (["serve-0"], ["serve-1"]), deleted  # one group, through its leader
+    deleted = [(a.pod.name, a.foreground) for a in result.actions if isinstance(a, DeletePod)]
+    # one group, through its leader, in the foreground (DeletePod.foreground)
+    assert deleted in ([("serve-0", True)], [("serve-1", True)]), deleted
     assert not [a for a in result.actions if isinstance(a, SuspendJob)]
     statuses = {a.group.name: a.status for a in result.actions if isinstance(a, PatchStatus)}
     preempting = [s.condition(c.ADMITTED) for n, s in statuses.items() if n.startswith("high")]
@@ -1241,11 +1245,11 @@ def test_a_leader_ready_group_that_lost_a_pod_is_judged_past_the_grace(
     now = plan(
         cluster(busy=busy, groups=groups, pods=left, owners=[("LeaderWorkerSet", lws)], nodes=nodes), after
     )
-    deleted = sorted(a.pod.name for a in now.actions if isinstance(a, DeletePod))
-    # LWS recreates a group whose leader is deleted; a group without its leader goes pod by pod
-    assert deleted == ((["serve-0"] if gone != "n3" else ["serve-0-1", "serve-0-2"]) if requeued else []), (
-        case
-    )
+    deleted = sorted((a.pod.name, a.foreground) for a in now.actions if isinstance(a, DeletePod))
+    # LWS recreates a group whose leader is deleted (in the foreground); one without its leader goes pod
+    # by pod
+    through = [("serve-0", True)] if gone != "n3" else [("serve-0-1", False), ("serve-0-2", False)]
+    assert deleted == (through if requeued else []), case
     if requeued:
         status = written_statuses(now)[name].condition(c.ADMITTED)
         assert status is not None and status.reason == c.REASON_REQUEUED, case

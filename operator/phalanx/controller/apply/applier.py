@@ -494,11 +494,11 @@ class Applier:
                 labelled = await kube.label_pod(pod.namespace, pod.name, group_name)
                 if labelled is not None:
                     cache.upsert(POD, labelled, own_write=True)
-            case DeletePod(pod=pod, why=why, cause=cause):
+            case DeletePod(pod=pod, why=why, cause=cause, foreground=foreground):
                 # Marked a DisruptionTarget first: a podFailurePolicy may ignore it (docs/kueue.md).
                 reason = REASON_PREEMPTION_BY_PHALANX if cause == "preempted" else "RequeueByPhalanx"
                 async with self._victim_slot(cause):
-                    await kube.delete_pod(pod.namespace, pod.name, reason, why)
+                    await kube.delete_pod(pod.namespace, pod.name, reason, why, foreground=foreground)
                     self._victim_taken(cause)
             case EvictPod(pod=pod, reason=reason, message=message):
                 async with self.faults.victim_slot():  # only preemption evicts

@@ -309,14 +309,20 @@ class Kube:
             {"spec": {"schedulingGates": [{"$patch": "delete", "name": names.ADMISSION_GATE}]}},
         )
 
-    async def delete_pod(self, namespace: str, name: str, reason: str = "", message: str = "") -> None:
+    async def delete_pod(
+        self, namespace: str, name: str, reason: str = "", message: str = "", *, foreground: bool = False
+    ) -> None:
         """Delete a pod (gone already is fine): its owner makes it again. With `reason`, first mark it a
         disruption target, so that a Job's podFailurePolicy can ignore the failure (rule `Ignore` on
-        `DisruptionTarget`) instead of counting it against backoffLimit."""
+        `DisruptionTarget`) instead of counting it against backoffLimit. `foreground`: it stays, being
+        deleted, until the objects it owns are gone (DeletePod.foreground)."""
+        query = {"propagationPolicy": "Foreground"} if foreground else None
         try:
             if reason:
                 await self._mark_disrupted(namespace, name, reason, message)
-            await retrying(lambda: self.api.json("DELETE", _pods(namespace, name)), verb="delete")
+            await retrying(
+                lambda: self.api.json("DELETE", _pods(namespace, name), query=query), verb="delete"
+            )
         except ApiException as e:
             if e.status != 404:
                 raise

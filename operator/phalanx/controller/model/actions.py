@@ -127,6 +127,12 @@ class DeletePod:
     pod: ObjectRef
     why: str
     cause: RequeueCause
+    # Its deletion takes the rest of the unit (an LWS leader: its workers' StatefulSet is the leader's), so
+    # it is deleted in the foreground, as LWS's own group restart does: it stays, being deleted, until they
+    # are gone, and its owner makes it again only then. Gone at once, it is made again while the old
+    # workers end, and LWS takes such a worker for a failure of the new group and deletes its leader too
+    # (RecreateGroupOnPodRestart): the group would be made twice.
+    foreground: bool = False
 
 
 @dataclass(frozen=True)

@@ -119,8 +119,8 @@ def requeue(work: UnitWork, why: str, cause: RequeueCause) -> None:
             p for leaf in tree.leaves for p in leaf.pods if not p.terminal and not p.deleting and p.usage_node
         ]
         through = [p for leaf in tree.leaves for p in leaf.pods if p.key in work.unit.requeue_pods]
-        pods = through or pods  # deleting these takes the rest (an LWS group's leader)
-        work.actions.extend(DeletePod(p.ref, why, cause) for p in pods)
+        # Deleting these takes the rest (an LWS group's leader), in the foreground (DeletePod.foreground).
+        work.actions.extend(DeletePod(p.ref, why, cause, bool(through)) for p in through or pods)
         work.admission = None  # the decision goes with its pods (the module docstring)
         for leaf in work.leaves.values():
             leaf.admission = None

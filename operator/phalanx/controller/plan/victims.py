@@ -201,7 +201,8 @@ def actuate(
             members = [k for k, u in victims.units_by_pod.items() if u.group.key == key and k in victims.pods]
             through = [k for k in members if k in unit.requeue_pods]  # they take the rest (an LWS leader)
             actions.extend(
-                DeletePod(victims.pods[k].ref, why, "preempted") for k in sorted(through or members)
+                DeletePod(victims.pods[k].ref, why, "preempted", bool(through))
+                for k in sorted(through or members)
             )
         else:
             actions.append(unit.owner.take_back(why, "preempted"))
