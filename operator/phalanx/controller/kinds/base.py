@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from phalanx.api.lws import LeaderSet
@@ -148,6 +149,11 @@ class Leaf:
     @property
     def ranked_slots(self) -> tuple[int, ...]:
         return self.slots or tuple(range(self.expected))
+
+    @cached_property
+    def rank_of(self) -> Mapping[str, int]:
+        """Each pod's rank by its key (a staged unit's), built once: the plan reads it per pod."""
+        return {p.key: r for p, r in zip(self.pods, self.ranks, strict=False)}
 
     @property
     def live(self) -> tuple[PodRecord, ...]:

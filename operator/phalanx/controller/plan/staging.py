@@ -27,25 +27,21 @@ def slot_name(group: str, rank: int) -> str:
     return f"{group}-slot-{rank}"
 
 
-def _ranks(leaf: Leaf) -> dict[str, int]:
-    return {p.key: r for p, r in zip(leaf.pods, leaf.ranks, strict=False)}
-
-
 def slot_of(leaf: LeafWork, pod: PodRecord) -> str:
     """The slot a pod of a staged unit fills ("" when its leaf has no ranks)."""
-    rank = _ranks(leaf.leaf).get(pod.key)
+    rank = leaf.leaf.rank_of.get(pod.key)
     return "" if rank is None else slot_name(leaf.group.name, rank)
 
 
 def slots_of(leaf: LeafWork, pods: Iterable[PodRecord]) -> set[str]:
     """The slots `pods` of `leaf` fill (slot_of each, its ranks read once)."""
-    ranks = _ranks(leaf.leaf)
+    ranks = leaf.leaf.rank_of
     return {slot_name(leaf.group.name, ranks[p.key]) for p in pods if p.key in ranks}
 
 
 def _present(leaf: Leaf) -> set[int]:
     """The ranks that have their pod: live, or Succeeded (it ran its part; its owner makes no other)."""
-    ranks = _ranks(leaf)
+    ranks = leaf.rank_of
     kept = (p for p in leaf.pods if (p.succeeded or not p.terminal) and not p.deleting)
     return {ranks[p.key] for p in kept if p.key in ranks}
 
@@ -162,7 +158,7 @@ def hold_released_in_part(units: Iterable[Unit], ctx: Pass) -> None:
 def _filled(leaf: Leaf) -> set[int]:
     """The ranks whose pod takes its room itself: released or bound (the snapshot counts it there), or
     Succeeded (it ran its part). A pod made but still gated does not: its slot's room is still to hold."""
-    ranks = _ranks(leaf)
+    ranks = leaf.rank_of
     kept = (p for p in leaf.pods if p.succeeded or (p.usage_node and not p.terminal and not p.deleting))
     return {ranks[p.key] for p in kept if p.key in ranks}
 
