@@ -113,6 +113,7 @@ class NodeStats:
     worst_no_room: float = 0.0  # the longest a gang ran in part with no room for the rest (operator up)
     worst_no_room_gang: str = ""  # which gang, and how it looked then
     worst_partial: float = 0.0  # the longest a gang ran in part (operator up)
+    worst_partial_gang: str = ""  # which gang, and how it looked then
 
     def lines(self) -> list[str]:
         return [
@@ -126,7 +127,8 @@ class NodeStats:
             f"mid-admission failures (the node a paused decision named): {self.released_to_failed}",
             f"longest run in part with no room for the rest: {self.worst_no_room:.1f} s "
             f"({self.worst_no_room_gang or '-'}); "
-            f"longest run in part: {self.worst_partial:.1f} s (operator up)",
+            f"longest run in part: {self.worst_partial:.1f} s "
+            f"(operator up; {self.worst_partial_gang or '-'})",
             f"owners failed by their controller after evictions (deleted): {sorted(self.failed_owners)}",
         ]
 
@@ -420,7 +422,9 @@ class NodeSoak(Soak):
                 continue
             if gang.name in self.partial_since:
                 ran = now - max(self.partial_since[gang.name], self.up_since)
-                self.nstats.worst_partial = max(self.nstats.worst_partial, ran)
+                if ran > self.nstats.worst_partial:
+                    self.nstats.worst_partial = ran
+                    self.nstats.worst_partial_gang = f"{gang.name}: {self.brief(gang)}"
                 if ran > PARTIAL_LIMIT:
                     raise InvariantError(f"{gang.name}: ran in part for {ran:.0f} s: {self.brief(gang)}")
             if gang.name in self.no_room_since:
