@@ -280,6 +280,43 @@ def bound_across(world: World, gang: Gang, relabels: Relabels, made: dict[str, d
     return []
 
 
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+def orphans(pods: list[dict[str, Any]], failed: dict[str, Failure]) -> list[str]:
+    """The pods still bound to a deleted node (the pod garbage collector deletes them after its 40 s),
+    less those whose deletion waits on their dependents (finalizer `foregroundDeletion`: an LWS leader
+    deleted in the foreground, by Phalanx or by LWS's RecreateGroupOnPodRestart) while a pod of their LWS
+    group is stuck being deleted on a NotReady node: no kubelet confirms it until the heal, and the garbage
+    collector removes the leader only after it (Kubernetes' own order, not a pod left behind)."""
+    deleted = {n for n, f in failed.items() if f.how == "delete"}
+    notready = {n for n, f in failed.items() if f.how == "notready"}
+
+    def group(p: dict[str, Any]) -> tuple[str, str, str] | None:
+        labels = p["metadata"].get("labels") or {}
+        name = labels.get(LWS_NAME)
+        return (p["metadata"].get("namespace", ""), name, labels.get(LWS_GROUP, "")) if name else None
+
+    stuck = {
+        g
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        and p["spec"].get("nodeName") in notready
+        and (g := group(p)) is not None
+    }
+    return sorted(
+        f"{p['metadata']['name']}@{p['spec']['nodeName']}"
+        for p in pods
+        if p["spec"].get("nodeName") in deleted
+        and not (
+            p["metadata"].get("deletionTimestamp")
+            and "foregroundDeletion" in (p["metadata"].get("finalizers") or [])
+            and group(p) in stuck
+        )
+    )
+
+
 def excused(world: World, reasons: list[str], failed: dict[str, Failure]) -> list[str]:
     """`reasons` the world is not settled, less those of pods stuck on failed nodes. A pod being deleted on
     a NotReady or deleted node stays so until the node heals (no kubelet confirms it; the pod garbage
@@ -562,11 +599,10 @@ class NodeSoak(Soak):
         """Let the grace period pass (checking at every poll), and a deleted node's pods go (the pod garbage
         collector's quarantine), then settle with the nodes failed."""
         self.watch(self.grace + 2.0)
-        deleted = {n for n, f in self.failed.items() if f.how == "delete"}
         deadline = time.monotonic() + ORPHANS_TIMEOUT
-        while deleted and any(p["spec"].get("nodeName") in deleted for p in self.world().pods):
+        while left := orphans(self.world().pods, self.failed):
             if time.monotonic() > deadline:
-                raise InvariantError(f"pods still bound to deleted nodes {sorted(deleted)} after 90 s")
+                raise InvariantError(f"pods still bound to deleted nodes after 90 s: {left}")
             time.sleep(POLL)
         return self.settle(what)
 

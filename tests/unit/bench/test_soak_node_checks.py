@@ -11,7 +11,15 @@ import pytest
 from test_soak_gangs import GROUP, JS, LB, NB, NS, jobset, meta, objects, pod, seed_nodes
 from tests.integration.gangs import Objects, read_gangs
 from tests.integration.invariants import World
-from tests.integration.soak_nodes import BIND_SLACK, Failure, Relabels, bound_across, excused, shrunk_room
+from tests.integration.soak_nodes import (
+    BIND_SLACK,
+    Failure,
+    Relabels,
+    bound_across,
+    excused,
+    orphans,
+    shrunk_room,
+)
 
 T = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC).timestamp()  # when the node failed
 
@@ -168,3 +176,64 @@ def test_a_gang_whose_every_pod_is_stuck_on_a_failed_node_waits_for_the_heal(
     failed = {} if how is None else {"n0": Failure(how, T)}
     kept = excused(world, reasons, failed)
     assert (kept if isinstance(left, list) else len(kept)) == left, kept
+
+
+def lws_pod(
+    name: str, worker: str, node: str, deleting: bool, finalizers: list[str] | None = None
+) -> dict[str, Any]:
+    labels = {
+        "leaderworkerset.sigs.k8s.io/name": "l",
+        GROUP: "0",
+        "leaderworkerset.sigs.k8s.io/worker-index": worker,
+    }
+    body = pod(name, labels, node=node, gated=False)
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-12-07T12:00:00Z"
+    if finalizers:
+        body["metadata"]["finalizers"] = finalizers
+    return body
+
+
+FOREGROUND = ["foregroundDeletion"]
+# (case, the leader (being deleted?, its finalizers), its worker (node, being deleted?), how n1 failed, left)
+ORPHANS = [
+    (
+        "a leader held by its dependents, one stuck on a NotReady node",
+        (True, FOREGROUND),
+        ("n1", True),
+        "notready",
+        [],
+    ),
+    ("a leader held by its dependents, none stuck", (True, FOREGROUND), ("n1", True), "taint", ["l-0@n0"]),
+    (
+        "a leader held, its worker on the NotReady node not being deleted",
+        (True, FOREGROUND),
+        ("n1", False),
+        "notready",
+        ["l-0@n0"],
+    ),
+    ("a leader being deleted in the background", (True, None), ("n1", True), "notready", ["l-0@n0"]),
+    ("a leader not deleted", (False, None), ("n1", True), "notready", ["l-0@n0"]),
+    (
+        "a held leader's worker stuck on the deleted node too: it goes first",
+        (True, FOREGROUND),
+        ("n0", True),
+        None,
+        ["l-0-1@n0", "l-0@n0"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "leader", "worker", "how", "left"), ORPHANS, ids=[r[0] for r in ORPHANS])
+def test_a_pod_left_on_a_deleted_node_is_excused_only_while_its_dependents_are_stuck(
+    case: str,
+    leader: tuple[bool, list[str] | None],
+    worker: tuple[str, bool],
+    how: str | None,
+    left: list[str],
+) -> None:
+    """n0 deleted: the group's leader on it is left only when the garbage collector waits for a worker
+    stuck being deleted on a NotReady node before it (soak_nodes.orphans)."""
+    pods = [lws_pod("l-0", "0", "n0", *leader), lws_pod("l-0-1", "1", worker[0], worker[1])]
+    failed = {"n0": Failure("delete", T)} | ({"n1": Failure(how, T)} if how else {})
+    assert orphans(pods, failed) == left, case
