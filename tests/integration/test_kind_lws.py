@@ -524,13 +524,15 @@ def test_a_preempted_lws_group_whose_workers_end_slowly_is_made_again_once(kinds
             return pods
 
         wait_for(f"group {victim} made again, its 4 pods gated", again, timeout=120)
+        wait_for("high-2 bound", lambda: len(bound(ns.job_pods("high-2"))) == 2, timeout=120)
+
+        def other_untouched() -> bool:
+            other = [p for p in lws_pods(ns, "slow") if p["metadata"]["labels"][LWS_GROUP] != victim]
+            return len(bound(other)) == 4 and {p["metadata"]["uid"] for p in other} <= uids
+
         hold(
             f"group {victim} waits gated whole while the Job runs, the other group untouched",
-            lambda: (
-                (ps := again()) is not None
-                and len(bound(ns.job_pods("high-2"))) == 2
-                and {p["metadata"]["uid"] for p in lws_pods(ns, "slow") if p not in ps} <= uids
-            ),
+            lambda: again() is not None and len(bound(ns.job_pods("high-2"))) == 2 and other_untouched(),
             seconds=2,
         )
         said = reasons_of(ns, "LeaderWorkerSet", "slow")
