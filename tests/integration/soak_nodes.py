@@ -68,7 +68,7 @@ from phalanx.devcluster.operator_process import OperatorProcess
 from phalanx.devcluster.tools import fail_node, heal_node
 from phalanx.devcluster.topology import SIMULATED_LABEL, seed_topology
 
-from .gangs import Gang, Part, pod_requests, quantity, terminal, usage_node
+from .gangs import LWS_GROUP, LWS_NAME, Gang, Part, pod_requests, quantity, terminal, usage_node
 from .invariants import World, owner_failed, room_for_missing, short_by
 from .kube import LB_KEY, NB_KEY, Namespace
 from .soak import POLL, InvariantError, Soak, mid_admission, owners
@@ -278,10 +278,6 @@ def bound_across(world: World, gang: Gang, relabels: Relabels, made: dict[str, d
                 when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S")
                 return [f"{what}: at a binding ({when}) its pods were in {sorted(values)} of {key}"]
     return []
-
-
-LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 
 
 def orphans(pods: list[dict[str, Any]], failed: dict[str, Failure]) -> list[str]:
